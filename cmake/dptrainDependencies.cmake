@@ -1,0 +1,33 @@
+# Finds what dptrain builds against. Any LibTorch works: Debian's 1.13 CPU build or a 2.x CUDA build
+# (point CMAKE_PREFIX_PATH at it). Everything else comes from Debian packages (scripts/install-deps).
+include(GNUInstallDirs)
+find_package(Threads REQUIRED)
+find_package(Torch REQUIRED)
+find_package(fmt REQUIRED)
+
+set(DPTRAIN_PUBLIC_DEFINITIONS "")
+
+# c10d's Gloo backend needs gloo's headers; LibTorch wheels ship them, Debian has libgloo-dev.
+find_path(DPTRAIN_GLOO_INCLUDE_DIR gloo/algorithm.h HINTS ${TORCH_INCLUDE_DIRS})
+if(DPTRAIN_GLOO_INCLUDE_DIR)
+  list(APPEND DPTRAIN_PUBLIC_DEFINITIONS DPTRAIN_WITH_GLOO=1)
+  message(STATUS "dptrain: Gloo backend enabled (headers in ${DPTRAIN_GLOO_INCLUDE_DIR})")
+else()
+  message(WARNING "dptrain: Gloo headers (gloo/algorithm.h) not found, so the CPU backend 'gloo' is "
+                  "disabled and only 'nccl' remains. On Debian: apt-get install libgloo-dev.")
+endif()
+
+# NCCL comes with CUDA builds of LibTorch; c10d compiles its NCCL group only with USE_C10D_NCCL.
+if(TARGET torch_cuda OR CUDA_FOUND)
+  list(APPEND DPTRAIN_PUBLIC_DEFINITIONS DPTRAIN_WITH_CUDA=1)
+  find_path(DPTRAIN_NCCL_HEADER torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp HINTS ${TORCH_INCLUDE_DIRS})
+  if(DPTRAIN_NCCL_HEADER)
+    list(APPEND DPTRAIN_PUBLIC_DEFINITIONS DPTRAIN_WITH_NCCL=1 USE_C10D_NCCL)
+    message(STATUS "dptrain: CUDA and NCCL enabled")
+  endif()
+endif()
+
+if(DPTRAIN_BUILD_TOOLS)
+  find_package(CLI11 REQUIRED)
+  find_package(nlohmann_json REQUIRED)
+endif()

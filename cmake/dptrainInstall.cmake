@@ -1,0 +1,19 @@
+# Installs the library so that another project can use it with find_package(dptrain).
+include(CMakePackageConfigHelpers)
+install(TARGETS dptrain EXPORT dptrainTargets
+  ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
+  LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
+  RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
+install(DIRECTORY include/dptrain DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
+install(EXPORT dptrainTargets NAMESPACE dptrain:: DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/dptrain)
+configure_package_config_file(cmake/dptrainConfig.cmake.in
+  ${CMAKE_CURRENT_BINARY_DIR}/dptrainConfig.cmake
+  INSTALL_DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/dptrain)
+write_basic_package_version_file(${CMAKE_CURRENT_BINARY_DIR}/dptrainConfigVersion.cmake
+  COMPATIBILITY SameMinorVersion)
+install(FILES ${CMAKE_CURRENT_BINARY_DIR}/dptrainConfig.cmake
+              ${CMAKE_CURRENT_BINARY_DIR}/dptrainConfigVersion.cmake
+        DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/dptrain)
+if(DPTRAIN_BUILD_TOOLS)
+  install(TARGETS dptrain_cli RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
+endif()

@@ -1,0 +1,92 @@
+#pragma once
+// The one place that knows LibTorch versions. Everything else in dptrain is written against the
+// names below and never tests TORCH_VERSION itself.
+//
+// Supported: Debian's LibTorch 1.13 (CPU, Gloo) and LibTorch 2.x (CPU or CUDA, Gloo and NCCL).
+//
+//   dpt::compat::BackendPtr backend = ...;                // c10d::ProcessGroup in 1.x, c10d::Backend in 2.x
+//   if (!dpt::compat::backend_supports_avg(*backend)) { /* sum, then divide */ }
+//   { dpt::compat::AutocastGuard autocast(at::kCPU, at::kBFloat16); ... }
+
+#include <torch/version.h>
+
+#include <ATen/ATen.h>
+#include <ATen/autocast_mode.h>
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+#include <torch/csrc/distributed/c10d/Store.hpp>
+#include <torch/csrc/distributed/c10d/Work.hpp>
+
+#include <string>
+#include <type_traits>
+
+#if TORCH_VERSION_MAJOR >= 2
+#include <torch/csrc/distributed/c10d/Backend.hpp>
+#endif
+
+#define DPT_TORCH_AT_LEAST(major, minor) \
+  (TORCH_VERSION_MAJOR > (major) || (TORCH_VERSION_MAJOR == (major) && TORCH_VERSION_MINOR >= (minor)))
+
+namespace dpt::compat {
+
+// The c10d class that concrete backends (ProcessGroupGloo, ProcessGroupNCCL) derive from.
+#if TORCH_VERSION_MAJOR >= 2
+using Backend = c10d::Backend;
+#else
+using Backend = c10d::ProcessGroup;
+#endif
+using BackendPtr = c10::intrusive_ptr<Backend>;
+using WorkPtr = c10::intrusive_ptr<c10d::Work>;
+using StorePtr = c10::intrusive_ptr<c10d::Store>;
+
+// "1.13.0": the LibTorch this build of dptrain was compiled against.
+std::string torch_version();
+
+// Gloo has no ReduceOp::AVG in any version; NCCL has it natively.
+inline bool backend_supports_avg(const Backend& backend) {
+  return backend.getBackendName() == "nccl";
+}
+
+// Gloo learned bfloat16 reductions in LibTorch 2.3; before that, reduce through float32.
+inline bool backend_supports_bfloat16(const Backend& backend) {
+  if (backend.getBackendName() != "gloo") return true;
+  return DPT_TORCH_AT_LEAST(2, 3);
+}
+
+// Gloo offers no reduce_scatter; callers fall back to allreduce and keep their slice.
+inline bool backend_supports_reduce_scatter(const Backend& backend) {
+  return backend.getBackendName() == "nccl";
+}
+
+// Releases a backend's communicators before process exit. NCCL in 2.2+ wants an explicit shutdown
+// (otherwise it warns, and can hang in its destructor when a peer died); others need nothing.
+void shutdown_backend(Backend& backend);
+
+// Autocast on or off for one device type, for the guard's lifetime, restoring what was there.
+// LibTorch renamed these switches in 2.4 (per-device setters instead of cpu/gpu pairs).
+class AutocastGuard {
+ public:
+  AutocastGuard(at::DeviceType device, at::ScalarType dtype, bool enabled = true);
+  ~AutocastGuard();
+  AutocastGuard(const AutocastGuard&) = delete;
+  AutocastGuard& operator=(const AutocastGuard&) = delete;
+
+ private:
+  at::DeviceType device_;
+  bool previous_enabled_;
+  at::ScalarType previous_dtype_;
+};
+
+// The key LibTorch's optimizers use for a parameter in `optimizer.state()`: a string of the
+// TensorImpl address in 1.x, the TensorImpl pointer itself in 2.x. Derived from the map's own
+// key type, so it follows whatever the installed LibTorch declares.
+template <typename StateMap>
+typename StateMap::key_type optimizer_state_key(const at::Tensor& param) {
+  using Key = typename StateMap::key_type;
+  if constexpr (std::is_same_v<Key, std::string>) {
+    return c10::guts::to_string(param.unsafeGetTensorImpl());
+  } else {
+    return static_cast<Key>(param.unsafeGetTensorImpl());
+  }
+}
+
+}  // namespace dpt::compat

@@ -1,0 +1,40 @@
+#pragma once
+// Starting a process group: detect the world, rendezvous, create the backend.
+//
+//   auto comm = dpt::dist::init_process_group();   // under dptrain launch, torchrun, srun, mpirun
+//   auto comm = dpt::dist::init_process_group(
+//       dpt::dist::InitOptions().init_method("tcp://10.0.0.1:23456").backend("gloo"));
+
+#include <chrono>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include <torch/arg.h>
+
+#include "dptrain/common/environment.h"
+#include "dptrain/dist/communicator.h"
+#include "dptrain/dist/world.h"
+
+namespace dpt::dist {
+
+struct InitOptions {
+  // "gloo", "nccl", or "auto": nccl when this build has it and CUDA devices exist, else gloo.
+  TORCH_ARG(std::string, backend) = "auto";
+  // env://, tcp://host:port or file:///path.
+  TORCH_ARG(std::string, init_method) = "env://";
+  // Flags that override what the environment says about rank, world size and master.
+  TORCH_ARG(WorldOverrides, world) = {};
+  // Bound on the rendezvous and on every collective.
+  TORCH_ARG(std::chrono::milliseconds, timeout) = kDefaultTimeout;
+  // Network interface for Gloo's connections (like GLOO_SOCKET_IFNAME); unset: GLOO_SOCKET_IFNAME,
+  // then loopback for a local master, else the address this host's name resolves to.
+  TORCH_ARG(std::optional<std::string>, interface) = std::nullopt;
+};
+
+// Joins the process group described by `options` and the environment. A world of one process
+// still gets a working Communicator, so single- and multi-process code paths are the same.
+std::shared_ptr<Communicator> init_process_group(const InitOptions& options = InitOptions(),
+                                                 const Environment& env = Environment::current());
+
+}  // namespace dpt::dist

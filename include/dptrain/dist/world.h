@@ -1,0 +1,57 @@
+#pragma once
+// Who am I: this process's place in the job, found from flags or from whatever started it.
+//
+//   auto world = dpt::dist::detect_world(dpt::Environment::current(), overrides);
+//   // world.rank, world.world_size, world.local_rank, world.master_addr, ...
+//
+// Sources, first match wins: explicit flags (WorldOverrides); the torchrun contract (RANK and
+// WORLD_SIZE); Slurm (SLURM_PROCID and SLURM_NTASKS); OpenMPI (OMPI_COMM_WORLD_RANK/_SIZE);
+// otherwise a single process. Flags given alongside an environment override its fields one by one.
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "dptrain/common/environment.h"
+
+namespace dpt::dist {
+
+enum class WorldSource { Flags, Torchrun, Slurm, OpenMPI, Single };
+std::string to_string(WorldSource source);
+
+// The default rendezvous port, the same as PyTorch's.
+constexpr int kDefaultMasterPort = 29500;
+
+struct WorldInfo {
+  int rank = 0;               // global rank, 0..world_size-1
+  int world_size = 1;         // processes in the job
+  int local_rank = 0;         // rank among the processes on this node
+  int local_world_size = 1;   // processes on this node
+  int node_rank = 0;          // this node's index (torchrun's GROUP_RANK)
+  std::string master_addr = "127.0.0.1";  // host of rank 0's rendezvous store
+  int master_port = kDefaultMasterPort;   // port of that store
+  WorldSource source = WorldSource::Single;  // where the values above came from
+
+  bool is_distributed() const { return world_size > 1; }
+  // "rank 1/4 (local 1/2, node 1) from torchrun, master 10.0.0.1:29500"
+  std::string describe() const;
+};
+
+// Values given on the command line; each one set overrides the environment's.
+struct WorldOverrides {
+  std::optional<int> rank;
+  std::optional<int> world_size;
+  std::optional<int> local_rank;
+  std::optional<std::string> master_addr;
+  std::optional<int> master_port;
+};
+
+// Finds this process's WorldInfo. Throws ConfigError for values that cannot work (rank outside
+// [0, world_size), non-numeric variables, world size below 1), naming the variable or flag.
+WorldInfo detect_world(const Environment& env, const WorldOverrides& flags = {});
+
+// Expands a Slurm node list ("node[01-03,07],gpu5") into host names, in order:
+// {"node01", "node02", "node03", "node07", "gpu5"}. Throws ConfigError for malformed lists.
+std::vector<std::string> expand_nodelist(const std::string& nodelist);
+
+}  // namespace dpt::dist

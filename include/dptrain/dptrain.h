@@ -1,0 +1,6 @@
+#pragma once
+// Everything dptrain offers, one include away.
+#include "dptrain/common/environment.h"
+#include "dptrain/common/error.h"
+#include "dptrain/compat/compat.h"
+#include "dptrain/dist.h"

@@ -1,0 +1,66 @@
+#include "dptrain/compat/compat.h"
+
+#if defined(DPTRAIN_WITH_NCCL)
+#include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
+#endif
+
+namespace dpt::compat {
+
+std::string torch_version() { return TORCH_VERSION; }
+
+void shutdown_backend(Backend& backend) {
+#if defined(DPTRAIN_WITH_NCCL) && DPT_TORCH_AT_LEAST(2, 2)
+  if (auto* nccl = dynamic_cast<c10d::ProcessGroupNCCL*>(&backend)) {
+    nccl->shutdown();
+  }
+#else
+  (void)backend;
+#endif
+}
+
+namespace {
+
+#if DPT_TORCH_AT_LEAST(2, 4)
+bool autocast_enabled(at::DeviceType device) { return at::autocast::is_autocast_enabled(device); }
+at::ScalarType autocast_dtype(at::DeviceType device) { return at::autocast::get_autocast_dtype(device); }
+void set_autocast(at::DeviceType device, bool enabled, at::ScalarType dtype) {
+  at::autocast::set_autocast_enabled(device, enabled);
+  at::autocast::set_autocast_dtype(device, dtype);
+}
+#else
+bool autocast_enabled(at::DeviceType device) {
+  return device == at::kCPU ? at::autocast::is_cpu_enabled() : at::autocast::is_enabled();
+}
+at::ScalarType autocast_dtype(at::DeviceType device) {
+  return device == at::kCPU ? at::autocast::get_autocast_cpu_dtype()
+                            : at::autocast::get_autocast_gpu_dtype();
+}
+void set_autocast(at::DeviceType device, bool enabled, at::ScalarType dtype) {
+  if (device == at::kCPU) {
+    at::autocast::set_cpu_enabled(enabled);
+    at::autocast::set_autocast_cpu_dtype(dtype);
+  } else {
+    at::autocast::set_enabled(enabled);
+    at::autocast::set_autocast_gpu_dtype(dtype);
+  }
+}
+#endif
+
+}  // namespace
+
+AutocastGuard::AutocastGuard(at::DeviceType device, at::ScalarType dtype, bool enabled)
+    : device_(device), previous_enabled_(autocast_enabled(device)), previous_dtype_(autocast_dtype(device)) {
+  set_autocast(device, enabled, dtype);
+  at::autocast::increment_nesting();
+}
+
+AutocastGuard::~AutocastGuard() {
+  // Casts are cached while autocast is active; the outermost guard drops them, as
+  // torch.autocast's __exit__ does, so no stale half-precision copies of weights survive.
+  if (at::autocast::decrement_nesting() == 0) {
+    at::autocast::clear_cache();
+  }
+  set_autocast(device_, previous_enabled_, previous_dtype_);
+}
+
+}  // namespace dpt::compat

@@ -1,0 +1,189 @@
+#include "dptrain/dist/communicator.h"
+
+#include "dptrain/common/error.h"
+#include "failure.h"
+
+namespace dpt::dist {
+
+std::string to_string(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::Sum: return "sum";
+    case ReduceOp::Mean: return "mean";
+    case ReduceOp::Max: return "max";
+    case ReduceOp::Min: return "min";
+  }
+  return "unknown";
+}
+
+Work::Work(compat::WorkPtr work, std::function<void()> finish, std::string what, int rank,
+           std::chrono::milliseconds timeout)
+    : work_(std::move(work)), finish_(std::move(finish)), what_(std::move(what)), rank_(rank), timeout_(timeout) {}
+
+void Work::wait() {
+  if (!work_) return;
+  auto work = std::move(work_);
+  try {
+    work->wait(timeout_);
+  } catch (const std::exception& e) {
+    detail::throw_collective_failure(rank_, what_, e, timeout_);
+  }
+  if (finish_) finish_();
+}
+
+Communicator::Communicator(compat::BackendPtr backend, WorldInfo world, std::chrono::milliseconds timeout,
+                           at::Device device, compat::StorePtr store)
+    : backend_(std::move(backend)),
+      world_(std::move(world)),
+      timeout_(timeout),
+      device_(device),
+      store_(std::move(store)) {
+  DPT_ASSERT(backend_, "a communicator needs a backend");
+  DPT_ASSERT(backend_->getRank() == world_.rank && backend_->getSize() == world_.world_size,
+             "backend rank/size ", backend_->getRank(), "/", backend_->getSize(), " disagree with world ",
+             world_.rank, "/", world_.world_size);
+}
+
+Communicator::~Communicator() { compat::shutdown_backend(*backend_); }
+
+std::string Communicator::backend_name() const { return backend_->getBackendName(); }
+
+namespace {
+
+c10d::ReduceOp to_c10d(ReduceOp op, bool native_avg) {
+  switch (op) {
+    case ReduceOp::Sum: return c10d::ReduceOp::SUM;
+    case ReduceOp::Mean: return native_avg ? c10d::ReduceOp::AVG : c10d::ReduceOp::SUM;
+    case ReduceOp::Max: return c10d::ReduceOp::MAX;
+    case ReduceOp::Min: return c10d::ReduceOp::MIN;
+  }
+  return c10d::ReduceOp::SUM;
+}
+
+// What travels on the wire for `tensor`: itself when the backend can reduce it in place, else a
+// contiguous (and, for bfloat16 on old Gloo, float32) copy that is written back afterwards.
+at::Tensor wire_tensor(const at::Tensor& tensor, const compat::Backend& backend) {
+  if (tensor.scalar_type() == at::kBFloat16 && !compat::backend_supports_bfloat16(backend)) {
+    return tensor.to(at::kFloat).contiguous();
+  }
+  return tensor.contiguous();
+}
+
+}  // namespace
+
+Work Communicator::start_all_reduce(at::Tensor tensor, ReduceOp op, const std::string& what) {
+  DPT_CHECK(op != ReduceOp::Mean || at::isFloatingType(tensor.scalar_type()), ConfigError, "rank ", rank(),
+            ": ", what, " with mean needs a floating-point tensor, got ", tensor.scalar_type());
+  const bool native_avg = compat::backend_supports_avg(*backend_);
+  at::Tensor wire = wire_tensor(tensor, *backend_);
+  std::vector<at::Tensor> tensors{wire};
+  c10d::AllreduceOptions options;
+  options.reduceOp = to_c10d(op, native_avg);
+  options.timeout = timeout_;
+  compat::WorkPtr work;
+  try {
+    work = backend_->allreduce(tensors, options);
+  } catch (const std::exception& e) {
+    detail::throw_collective_failure(rank(), what, e, timeout_);
+  }
+  const bool divide = op == ReduceOp::Mean && !native_avg;
+  const bool write_back = !wire.is_same(tensor);
+  const double world = size();
+  auto finish = [tensor, wire, divide, write_back, world]() mutable {
+    if (divide) wire.div_(world);
+    if (write_back) tensor.copy_(wire);
+  };
+  return Work(std::move(work), std::move(finish), what, rank(), timeout_);
+}
+
+void Communicator::all_reduce(at::Tensor& tensor, ReduceOp op) {
+  start_all_reduce(tensor, op, "all_reduce(" + to_string(op) + ")").wait();
+}
+
+Work Communicator::all_reduce_async(at::Tensor tensor, ReduceOp op) {
+  return start_all_reduce(std::move(tensor), op, "all_reduce(" + to_string(op) + ")");
+}
+
+Work Communicator::broadcast_async(at::Tensor tensor, int root) {
+  DPT_CHECK(root >= 0 && root < size(), ConfigError, "rank ", rank(), ": broadcast from rank ", root,
+            ", which is outside the world of ", size());
+  at::Tensor wire = wire_tensor(tensor, *backend_);
+  std::vector<at::Tensor> tensors{wire};
+  c10d::BroadcastOptions options;
+  options.rootRank = root;
+  options.timeout = timeout_;
+  compat::WorkPtr work;
+  try {
+    work = backend_->broadcast(tensors, options);
+  } catch (const std::exception& e) {
+    detail::throw_collective_failure(rank(), "broadcast", e, timeout_);
+  }
+  std::function<void()> finish;
+  if (!wire.is_same(tensor)) finish = [tensor, wire]() mutable { tensor.copy_(wire); };
+  return Work(std::move(work), std::move(finish), "broadcast", rank(), timeout_);
+}
+
+void Communicator::broadcast(at::Tensor& tensor, int root) { broadcast_async(tensor, root).wait(); }
+
+std::vector<at::Tensor> Communicator::all_gather(const at::Tensor& tensor) {
+  at::Tensor wire = wire_tensor(tensor, *backend_);
+  std::vector<std::vector<at::Tensor>> outputs(1);
+  for (int r = 0; r < size(); ++r) outputs[0].push_back(at::empty_like(wire));
+  std::vector<at::Tensor> inputs{wire};
+  c10d::AllgatherOptions options;
+  options.timeout = timeout_;
+  try {
+    backend_->allgather(outputs, inputs, options)->wait(timeout_);
+  } catch (const std::exception& e) {
+    detail::throw_collective_failure(rank(), "all_gather", e, timeout_);
+  }
+  if (wire.scalar_type() != tensor.scalar_type()) {
+    for (auto& t : outputs[0]) t = t.to(tensor.scalar_type());
+  }
+  return outputs[0];
+}
+
+at::Tensor Communicator::reduce_scatter(const at::Tensor& tensor, ReduceOp op) {
+  DPT_CHECK(tensor.dim() >= 1 && tensor.size(0) % size() == 0, ConfigError, "rank ", rank(),
+            ": reduce_scatter needs dim 0 divisible by the world size ", size(), ", got shape ", tensor.sizes());
+  const int64_t rows = tensor.size(0) / size();
+  if (!compat::backend_supports_reduce_scatter(*backend_)) {
+    // Gloo: reduce everything, keep our slice. Twice the traffic of a true reduce_scatter.
+    at::Tensor full = tensor.clone();
+    all_reduce(full, op);
+    return full.narrow(0, rank() * rows, rows).clone();
+  }
+  at::Tensor wire = tensor.contiguous();
+  std::vector<std::vector<at::Tensor>> inputs{wire.split(rows, 0)};
+  std::vector<at::Tensor> outputs{at::empty_like(inputs[0][0])};
+  c10d::ReduceScatterOptions options;
+  options.reduceOp = to_c10d(op, compat::backend_supports_avg(*backend_));
+  options.timeout = timeout_;
+  try {
+    backend_->reduce_scatter(outputs, inputs, options)->wait(timeout_);
+  } catch (const std::exception& e) {
+    detail::throw_collective_failure(rank(), "reduce_scatter", e, timeout_);
+  }
+  return outputs[0];
+}
+
+void Communicator::barrier() {
+  c10d::BarrierOptions options;
+  options.timeout = timeout_;
+  try {
+    backend_->barrier(options)->wait(timeout_);
+  } catch (const std::exception& e) {
+    detail::throw_collective_failure(rank(), "barrier", e, timeout_);
+  }
+}
+
+at::Tensor Communicator::reduce_value(const at::Tensor& value, bool average) {
+  at::Tensor reduced = value.detach().clone();
+  all_reduce(reduced, average ? ReduceOp::Mean : ReduceOp::Sum);
+  return reduced;
+}
+
+double Communicator::reduce_value(double value, bool average) {
+  return reduce_value(at::full({1}, value, at::TensorOptions().dtype(at::kDouble).device(device_)), average).item<double>();
+}
+
+}  // namespace dpt::dist

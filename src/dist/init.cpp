@@ -1,0 +1,109 @@
+#include "dptrain/dist/init.h"
+
+#include <torch/cuda.h>
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+
+#include "dptrain/common/error.h"
+#include "dptrain/dist/init_method.h"
+#include "dptrain/dist/rendezvous.h"
+
+#if defined(DPTRAIN_WITH_GLOO)
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#endif
+#if defined(DPTRAIN_WITH_NCCL)
+#include <c10/cuda/CUDAFunctions.h>
+#include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
+#endif
+
+namespace dpt::dist {
+
+namespace {
+
+std::string resolve_backend(const std::string& requested) {
+  if (requested != "auto") return requested;
+#if defined(DPTRAIN_WITH_NCCL)
+  if (torch::cuda::is_available()) return "nccl";
+#endif
+  return "gloo";
+}
+
+bool is_loopback(const std::string& host) {
+  return host == "localhost" || host.rfind("127.", 0) == 0 || host == "::1";
+}
+
+#if defined(DPTRAIN_WITH_GLOO)
+compat::BackendPtr make_gloo(const compat::StorePtr& store, const WorldInfo& world, const std::string& master,
+                             const std::optional<std::string>& interface, std::chrono::milliseconds timeout) {
+  auto options = c10d::ProcessGroupGloo::Options::create(timeout);
+  try {
+    if (interface) {
+      options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForInterface(*interface));
+    } else if (is_loopback(master)) {
+      // A local job: loopback always works, while the host name may resolve to an address that
+      // is not configured here (a common cause of Gloo "connect" failures in containers).
+      options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
+    } else {
+      options->devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
+    }
+  } catch (const std::exception& e) {
+    throw ConfigError(str("rank ", world.rank, ": cannot open a Gloo device",
+                          interface ? " on interface '" + *interface + "'" : std::string(), ": ",
+                          e.what(), ". Name an existing interface with --interface or GLOO_SOCKET_IFNAME."));
+  }
+  auto prefixed = c10::make_intrusive<c10d::PrefixStore>("gloo", store);
+  try {
+    return c10::make_intrusive<c10d::ProcessGroupGloo>(prefixed, world.rank, world.world_size, options);
+  } catch (const std::exception& e) {
+    throw DistError(str("rank ", world.rank, ": Gloo could not connect to its peers: ", e.what(),
+                        ". If ranks run on different hosts, choose the network interface they share with "
+                        "--interface or GLOO_SOCKET_IFNAME."));
+  }
+}
+#endif
+
+}  // namespace
+
+std::shared_ptr<Communicator> init_process_group(const InitOptions& options, const Environment& env) {
+  WorldInfo world = detect_world(env, options.world());
+  const InitMethod method = parse_init_method(options.init_method());
+  if (method.kind == InitMethod::Kind::Tcp) {
+    world.master_addr = method.host;
+    world.master_port = method.port;
+  }
+  const std::string backend = resolve_backend(options.backend());
+  auto interface = options.interface();
+  if (!interface) interface = env.get("GLOO_SOCKET_IFNAME");
+  if (interface && interface->empty()) interface.reset();
+
+  compat::StorePtr store = rendezvous(method, world, RendezvousOptions(options.timeout()));
+
+  if (backend == "gloo") {
+#if defined(DPTRAIN_WITH_GLOO)
+    auto gloo = make_gloo(store, world, world.master_addr, interface, options.timeout());
+    return std::make_shared<Communicator>(std::move(gloo), world, options.timeout(), at::kCPU, store);
+#else
+    throw ConfigError("this build of dptrain has no Gloo backend (its headers were missing at build time); "
+                      "install libgloo-dev and rebuild, or use --dist-backend nccl");
+#endif
+  }
+  if (backend == "nccl") {
+#if defined(DPTRAIN_WITH_NCCL)
+    const int devices = c10::cuda::device_count();
+    DPT_CHECK(devices > 0, ConfigError, "rank ", world.rank,
+              ": the nccl backend needs a CUDA device and none is visible; use --dist-backend gloo");
+    const int device = world.local_rank % devices;
+    c10::cuda::set_device(static_cast<c10::DeviceIndex>(device));
+    auto nccl_options = c10d::ProcessGroupNCCL::Options::create();
+    nccl_options->timeout = options.timeout();
+    auto prefixed = c10::make_intrusive<c10d::PrefixStore>("nccl", store);
+    auto nccl = c10::make_intrusive<c10d::ProcessGroupNCCL>(prefixed, world.rank, world.world_size, nccl_options);
+    return std::make_shared<Communicator>(std::move(nccl), world, options.timeout(),
+                                          at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(device)), store);
+#else
+    throw ConfigError("this build of dptrain has no NCCL backend (LibTorch without CUDA); use --dist-backend gloo");
+#endif
+  }
+  throw ConfigError(str("unknown backend '", backend, "'; use gloo, nccl or auto"));
+}
+
+}  // namespace dpt::dist

@@ -1,0 +1,227 @@
+#include "dptrain/dist/world.h"
+
+#include <algorithm>
+#include <cctype>
+
+#include "dptrain/common/error.h"
+
+namespace dpt::dist {
+
+std::string to_string(WorldSource source) {
+  switch (source) {
+    case WorldSource::Flags: return "flags";
+    case WorldSource::Torchrun: return "torchrun environment";
+    case WorldSource::Slurm: return "Slurm";
+    case WorldSource::OpenMPI: return "OpenMPI";
+    case WorldSource::Single: return "single process";
+  }
+  return "unknown";
+}
+
+std::string WorldInfo::describe() const {
+  return str("rank ", rank, "/", world_size, " (local ", local_rank, "/", local_world_size, ", node ",
+             node_rank, ") from ", to_string(source), ", master ", master_addr, ":", master_port);
+}
+
+namespace {
+
+int require_int(const Environment& env, const std::string& name) {
+  auto value = env.get_int(name);
+  DPT_ASSERT(value.has_value(), name, " checked before use");
+  return static_cast<int>(*value);
+}
+
+int int_or(const Environment& env, const std::string& name, int fallback) {
+  auto value = env.get_int(name);
+  return value ? static_cast<int>(*value) : fallback;
+}
+
+// Torchrun and `dptrain launch` set all of these; plain `RANK=1 WORLD_SIZE=2 prog` sets two.
+WorldInfo from_torchrun(const Environment& env) {
+  WorldInfo w;
+  w.source = WorldSource::Torchrun;
+  w.rank = require_int(env, "RANK");
+  w.world_size = require_int(env, "WORLD_SIZE");
+  w.local_rank = int_or(env, "LOCAL_RANK", w.rank);
+  w.local_world_size = int_or(env, "LOCAL_WORLD_SIZE", w.world_size);
+  w.node_rank = int_or(env, "GROUP_RANK", 0);
+  w.master_addr = env.get("MASTER_ADDR").value_or(w.master_addr);
+  w.master_port = int_or(env, "MASTER_PORT", kDefaultMasterPort);
+  return w;
+}
+
+// SLURM_TASKS_PER_NODE looks like "2(x3),1": the first entry is this node's count only when nodes
+// are uniform, so prefer SLURM_NTASKS_PER_NODE, then the per-node step layout, then a fair split.
+int slurm_local_world_size(const Environment& env, int world_size) {
+  if (auto per_node = env.get_int("SLURM_NTASKS_PER_NODE")) return static_cast<int>(*per_node);
+  if (auto tasks = env.get("SLURM_STEP_TASKS_PER_NODE").value_or(env.get("SLURM_TASKS_PER_NODE").value_or(""));
+      !tasks.empty() && std::isdigit(static_cast<unsigned char>(tasks[0]))) {
+    return std::stoi(tasks);
+  }
+  int nodes = int_or(env, "SLURM_JOB_NUM_NODES", int_or(env, "SLURM_NNODES", 1));
+  return std::max(1, world_size / std::max(1, nodes));
+}
+
+WorldInfo from_slurm(const Environment& env) {
+  WorldInfo w;
+  w.source = WorldSource::Slurm;
+  w.rank = require_int(env, "SLURM_PROCID");
+  w.world_size = require_int(env, "SLURM_NTASKS");
+  w.local_rank = int_or(env, "SLURM_LOCALID", 0);
+  w.local_world_size = slurm_local_world_size(env, w.world_size);
+  w.node_rank = int_or(env, "SLURM_NODEID", 0);
+  // An explicit MASTER_ADDR (set in the sbatch script) wins over the node list's first host.
+  if (auto addr = env.get("MASTER_ADDR")) {
+    w.master_addr = *addr;
+  } else if (auto nodes = env.get("SLURM_STEP_NODELIST").value_or(env.get("SLURM_JOB_NODELIST").value_or(""));
+             !nodes.empty()) {
+    w.master_addr = expand_nodelist(nodes).front();
+  }
+  w.master_port = int_or(env, "MASTER_PORT", kDefaultMasterPort);
+  return w;
+}
+
+WorldInfo from_openmpi(const Environment& env) {
+  WorldInfo w;
+  w.source = WorldSource::OpenMPI;
+  w.rank = require_int(env, "OMPI_COMM_WORLD_RANK");
+  w.world_size = require_int(env, "OMPI_COMM_WORLD_SIZE");
+  w.local_rank = int_or(env, "OMPI_COMM_WORLD_LOCAL_RANK", 0);
+  w.local_world_size = int_or(env, "OMPI_COMM_WORLD_LOCAL_SIZE", w.world_size);
+  w.node_rank = int_or(env, "OMPI_COMM_WORLD_NODE_RANK", w.rank / std::max(1, w.local_world_size));
+  w.master_addr = env.get("MASTER_ADDR").value_or("127.0.0.1");
+  w.master_port = int_or(env, "MASTER_PORT", kDefaultMasterPort);
+  return w;
+}
+
+void apply(const WorldOverrides& flags, WorldInfo& w) {
+  bool any = flags.rank || flags.world_size || flags.local_rank || flags.master_addr || flags.master_port;
+  if (flags.rank) w.rank = *flags.rank;
+  if (flags.world_size) w.world_size = *flags.world_size;
+  if (flags.local_rank) w.local_rank = *flags.local_rank;
+  if (flags.master_addr) w.master_addr = *flags.master_addr;
+  if (flags.master_port) w.master_port = *flags.master_port;
+  if (any && w.source == WorldSource::Single) {
+    w.source = WorldSource::Flags;
+    if (!flags.local_rank) w.local_rank = w.rank;
+    w.local_world_size = w.world_size;
+  }
+}
+
+void validate(const WorldInfo& w) {
+  const std::string from = " (from " + to_string(w.source) + ")";
+  DPT_CHECK(w.world_size >= 1, ConfigError, "world size must be at least 1, got ", w.world_size, from);
+  DPT_CHECK(w.rank >= 0 && w.rank < w.world_size, ConfigError, "rank ", w.rank,
+            " is outside the world of ", w.world_size, " processes (valid ranks: 0..", w.world_size - 1,
+            ")", from, ". Check --rank/--world-size or RANK/WORLD_SIZE.");
+  DPT_CHECK(w.local_rank >= 0 && w.local_rank < std::max(w.local_world_size, 1), ConfigError,
+            "local rank ", w.local_rank, " is outside the ", w.local_world_size,
+            " processes on this node", from, ". Check LOCAL_RANK/LOCAL_WORLD_SIZE.");
+  DPT_CHECK(w.master_port > 0 && w.master_port < 65536, ConfigError, "master port ", w.master_port,
+            " is not a TCP port (1..65535)", from, ". Check --master-port or MASTER_PORT.");
+  DPT_CHECK(!w.master_addr.empty(), ConfigError, "master address is empty", from,
+            ". Set --master-addr or MASTER_ADDR.");
+}
+
+}  // namespace
+
+WorldInfo detect_world(const Environment& env, const WorldOverrides& flags) {
+  WorldInfo w;
+  if (env.has("RANK") && env.has("WORLD_SIZE")) {
+    w = from_torchrun(env);
+  } else if (env.has("SLURM_PROCID") && env.has("SLURM_NTASKS")) {
+    w = from_slurm(env);
+  } else if (env.has("OMPI_COMM_WORLD_RANK") && env.has("OMPI_COMM_WORLD_SIZE")) {
+    w = from_openmpi(env);
+  } else {
+    w.master_addr = env.get("MASTER_ADDR").value_or(w.master_addr);
+    w.master_port = int_or(env, "MASTER_PORT", kDefaultMasterPort);
+  }
+  apply(flags, w);
+  validate(w);
+  return w;
+}
+
+namespace {
+
+// "01-03,07" -> {"01", "02", "03", "07"}; ranges keep the width of their first bound.
+std::vector<std::string> expand_ranges(const std::string& ranges, const std::string& whole) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  while (start <= ranges.size()) {
+    size_t comma = ranges.find(',', start);
+    std::string item = ranges.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+    auto is_number = [](const std::string& s) {
+      return !s.empty() && std::all_of(s.begin(), s.end(), [](unsigned char c) { return std::isdigit(c); });
+    };
+    size_t dash = item.find('-');
+    if (dash == std::string::npos) {
+      DPT_CHECK(is_number(item), ConfigError, "malformed Slurm node list '", whole, "': '", item,
+                "' is not a number inside [...]");
+      out.push_back(item);
+    } else {
+      std::string lo = item.substr(0, dash), hi = item.substr(dash + 1);
+      DPT_CHECK(is_number(lo) && is_number(hi), ConfigError, "malformed Slurm node list '", whole,
+                "': range '", item, "' needs numbers on both sides of '-'");
+      long first = std::stol(lo), last = std::stol(hi);
+      DPT_CHECK(first <= last, ConfigError, "malformed Slurm node list '", whole, "': range '", item,
+                "' runs backwards");
+      DPT_CHECK(last - first < 100000, ConfigError, "Slurm node list '", whole, "': range '", item,
+                "' is implausibly large");
+      for (long i = first; i <= last; ++i) {
+        std::string n = std::to_string(i);
+        if (n.size() < lo.size()) n.insert(0, lo.size() - n.size(), '0');
+        out.push_back(n);
+      }
+    }
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  return out;
+}
+
+}  // namespace
+
+std::vector<std::string> expand_nodelist(const std::string& nodelist) {
+  std::vector<std::string> hosts;
+  size_t i = 0;
+  while (i < nodelist.size()) {
+    // One entry: a prefix, then optionally [ranges] and a suffix, up to a comma outside brackets.
+    size_t open = std::string::npos, end = i;
+    int depth = 0;
+    for (; end < nodelist.size(); ++end) {
+      char c = nodelist[end];
+      if (c == '[') {
+        DPT_CHECK(depth == 0, ConfigError, "malformed Slurm node list '", nodelist, "': nested '['");
+        depth = 1;
+        if (open == std::string::npos) open = end;
+      } else if (c == ']') {
+        DPT_CHECK(depth == 1, ConfigError, "malformed Slurm node list '", nodelist, "': ']' without '['");
+        depth = 0;
+      } else if (c == ',' && depth == 0) {
+        break;
+      }
+    }
+    DPT_CHECK(depth == 0, ConfigError, "malformed Slurm node list '", nodelist, "': '[' is never closed");
+    std::string entry = nodelist.substr(i, end - i);
+    DPT_CHECK(!entry.empty(), ConfigError, "malformed Slurm node list '", nodelist, "': empty entry");
+    if (open == std::string::npos) {
+      hosts.push_back(entry);
+    } else {
+      size_t local_open = open - i;
+      size_t close = entry.find(']', local_open);
+      DPT_CHECK(entry.find('[', close) == std::string::npos, ConfigError, "Slurm node list '", nodelist,
+                "': entries with two bracket groups are not supported");
+      std::string prefix = entry.substr(0, local_open);
+      std::string suffix = entry.substr(close + 1);
+      for (const auto& n : expand_ranges(entry.substr(local_open + 1, close - local_open - 1), nodelist)) {
+        hosts.push_back(prefix + n + suffix);
+      }
+    }
+    i = end + 1;
+  }
+  DPT_CHECK(!hosts.empty(), ConfigError, "Slurm node list is empty");
+  return hosts;
+}
+
+}  // namespace dpt::dist

@@ -1,0 +1,57 @@
+#pragma once
+// Several ranks as threads of one test process: an in-memory HashStore for the rendezvous and a
+// real Gloo process group per thread over loopback. Every rank's exception is rethrown on the
+// calling thread, with its rank, after all threads have ended.
+//
+//   dpt::testing::run_ranks(2, [](dpt::dist::Communicator& comm) { ... });
+
+#include <exception>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <torch/csrc/distributed/c10d/HashStore.hpp>
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+
+#include "dptrain/common/error.h"
+#include "dptrain/dist/communicator.h"
+#include "dptrain/dist/rendezvous.h"
+
+namespace dpt::testing {
+
+inline void run_ranks(int world_size, const std::function<void(dist::Communicator&)>& body,
+                      std::chrono::milliseconds timeout = std::chrono::seconds(30)) {
+  auto store = c10::make_intrusive<c10d::HashStore>();
+  std::vector<std::thread> threads;
+  std::mutex mutex;
+  std::string failures;
+  for (int rank = 0; rank < world_size; ++rank) {
+    threads.emplace_back([&, rank] {
+      try {
+        dist::WorldInfo world;
+        world.rank = rank;
+        world.world_size = world_size;
+        world.local_rank = rank;
+        world.local_world_size = world_size;
+        dist::join(*store, world, dist::RendezvousOptions(timeout));
+        auto options = c10d::ProcessGroupGloo::Options::create(timeout);
+        options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
+        auto prefixed = c10::make_intrusive<c10d::PrefixStore>("gloo", store);
+        auto backend = c10::make_intrusive<c10d::ProcessGroupGloo>(prefixed, rank, world_size, options);
+        dist::Communicator comm(backend, world, timeout);
+        body(comm);
+      } catch (const std::exception& e) {
+        std::lock_guard<std::mutex> lock(mutex);
+        failures += str("\n[rank ", rank, "] ", e.what());
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  if (!failures.empty()) throw std::runtime_error("rank thread(s) failed:" + failures);
+}
+
+}  // namespace dpt::testing

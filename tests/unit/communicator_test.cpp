@@ -1,0 +1,129 @@
+#include <gtest/gtest.h>
+
+#include "dptrain/common/error.h"
+#include "support/thread_ranks.h"
+
+using dpt::dist::Communicator;
+using dpt::dist::ReduceOp;
+
+class CommunicatorTest : public ::testing::TestWithParam<int> {};
+
+TEST_P(CommunicatorTest, AllReduceEveryOp) {
+  const int n = GetParam();
+  dpt::testing::run_ranks(n, [n](Communicator& comm) {
+    const double r = comm.rank() + 1;
+    auto t = torch::full({5}, r);
+    comm.all_reduce(t, ReduceOp::Sum);
+    EXPECT_TRUE(t.equal(torch::full({5}, n * (n + 1) / 2.0)));
+    t = torch::full({5}, r, torch::kDouble);
+    comm.all_reduce(t, ReduceOp::Mean);
+    EXPECT_TRUE(t.equal(torch::full({5}, (n + 1) / 2.0, torch::kDouble)));
+    t = torch::full({2}, r, torch::kLong);
+    comm.all_reduce(t, ReduceOp::Max);
+    EXPECT_EQ(t[0].item<int64_t>(), n);
+    comm.all_reduce(t, ReduceOp::Min);
+    EXPECT_EQ(t[1].item<int64_t>(), n);  // already n everywhere
+  });
+}
+
+TEST_P(CommunicatorTest, BFloat16AndNonContiguousTensorsAreReducedInPlace) {
+  const int n = GetParam();
+  dpt::testing::run_ranks(n, [n](Communicator& comm) {
+    auto bf = torch::full({4}, comm.rank() + 1.0, torch::kBFloat16);
+    comm.all_reduce(bf, ReduceOp::Sum);
+    EXPECT_EQ(bf.scalar_type(), torch::kBFloat16);
+    EXPECT_EQ(bf[0].item<float>(), n * (n + 1) / 2.0f);
+
+    auto base = torch::zeros({4, 4});
+    auto column = base.select(1, 2);  // stride 4: not contiguous
+    column.fill_(comm.rank() + 1.0);
+    comm.all_reduce(column, ReduceOp::Sum);
+    EXPECT_TRUE(base.select(1, 2).equal(torch::full({4}, n * (n + 1) / 2.0f)));
+    EXPECT_EQ(base.sum().item<float>(), 4 * n * (n + 1) / 2.0f) << "other columns untouched";
+  });
+}
+
+TEST_P(CommunicatorTest, AsyncAllReduceOverlaps) {
+  const int n = GetParam();
+  dpt::testing::run_ranks(n, [n](Communicator& comm) {
+    auto a = torch::ones({1000});
+    auto b = torch::full({10}, 2.0);
+    auto wa = comm.all_reduce_async(a, ReduceOp::Mean);
+    auto wb = comm.all_reduce_async(b, ReduceOp::Sum);
+    wb.wait();
+    wa.wait();
+    wa.wait();  // a second wait is a no-op
+    EXPECT_TRUE(a.equal(torch::ones({1000})));
+    EXPECT_TRUE(b.equal(torch::full({10}, 2.0 * n)));
+  });
+}
+
+TEST_P(CommunicatorTest, BroadcastGatherScatterReduceValue) {
+  const int n = GetParam();
+  dpt::testing::run_ranks(n, [n](Communicator& comm) {
+    const int r = comm.rank();
+    auto t = torch::arange(6).to(torch::kFloat) + 100 * r;
+    comm.broadcast(t, n - 1);
+    EXPECT_TRUE(t.equal(torch::arange(6).to(torch::kFloat) + 100 * (n - 1)));
+
+    auto parts = comm.all_gather(torch::full({2, 2}, r, torch::kInt));
+    ASSERT_EQ(static_cast<int>(parts.size()), n);
+    for (int i = 0; i < n; ++i) EXPECT_TRUE(parts[i].equal(torch::full({2, 2}, i, torch::kInt)));
+
+    auto slice = comm.reduce_scatter(torch::arange(3 * n).to(torch::kFloat));
+    EXPECT_TRUE(slice.equal(torch::arange(3 * r, 3 * r + 3).to(torch::kFloat) * n));
+
+    EXPECT_DOUBLE_EQ(comm.reduce_value(static_cast<double>(r), /*average=*/true), (n - 1) / 2.0);
+    EXPECT_DOUBLE_EQ(comm.reduce_value(static_cast<double>(r), /*average=*/false), n * (n - 1) / 2.0);
+    comm.barrier();
+  });
+}
+
+INSTANTIATE_TEST_SUITE_P(Worlds, CommunicatorTest, ::testing::Values(1, 2, 4));
+
+TEST(Communicator, MeanOfIntegersIsAConfigError) {
+  dpt::testing::run_ranks(1, [](Communicator& comm) {
+    auto t = torch::ones({2}, torch::kLong);
+    EXPECT_THROW(comm.all_reduce(t, ReduceOp::Mean), dpt::ConfigError);
+  });
+}
+
+TEST(Communicator, APeerThatStaysAwayTimesOutNamingRankAndOperation) {
+  std::string message;
+  std::atomic<bool> rank0_done{false};
+  const auto start = std::chrono::steady_clock::now();
+  dpt::testing::run_ranks(
+      2,
+      [&](Communicator& comm) {
+        if (comm.rank() == 1) {  // alive, but never enters the collective
+          while (!rank0_done) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+          return;
+        }
+        try {
+          auto t = torch::ones({3});
+          comm.all_reduce(t);
+        } catch (const dpt::TimeoutError& e) {
+          message = e.what();
+        }
+        rank0_done = true;
+      },
+      std::chrono::milliseconds(1000));
+  EXPECT_NE(message.find("rank 0: all_reduce(sum) failed: it did not complete within 1 s"), std::string::npos)
+      << message;
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10));
+}
+
+TEST(Communicator, APeerThatExitsIsReportedAsSuch) {
+  std::string message;
+  dpt::testing::run_ranks(2, [&](Communicator& comm) {
+    if (comm.rank() == 1) return;  // leaves: its communicator closes its connections
+    try {
+      auto t = torch::ones({3});
+      comm.all_reduce(t);
+    } catch (const dpt::DistError& e) {
+      message = e.what();
+    }
+  });
+  EXPECT_NE(message.find("rank 0: all_reduce(sum) failed: a peer closed its connection"), std::string::npos)
+      << message;
+}

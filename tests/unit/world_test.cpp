@@ -1,0 +1,139 @@
+#include <gtest/gtest.h>
+
+#include "dptrain/common/error.h"
+#include "dptrain/dist/world.h"
+
+using dpt::Environment;
+using dpt::dist::detect_world;
+using dpt::dist::expand_nodelist;
+using dpt::dist::WorldOverrides;
+using dpt::dist::WorldSource;
+
+namespace {
+Environment env(std::map<std::string, std::string> vars) { return Environment(std::move(vars)); }
+}  // namespace
+
+TEST(DetectWorld, SingleProcessWhenNothingIsSet) {
+  auto w = detect_world(env({}));
+  EXPECT_EQ(w.source, WorldSource::Single);
+  EXPECT_EQ(w.rank, 0);
+  EXPECT_EQ(w.world_size, 1);
+  EXPECT_EQ(w.master_addr, "127.0.0.1");
+  EXPECT_EQ(w.master_port, 29500);
+  EXPECT_FALSE(w.is_distributed());
+}
+
+TEST(DetectWorld, TorchrunContract) {
+  auto w = detect_world(env({{"RANK", "5"}, {"WORLD_SIZE", "8"}, {"LOCAL_RANK", "1"}, {"LOCAL_WORLD_SIZE", "4"},
+                             {"GROUP_RANK", "1"}, {"MASTER_ADDR", "10.1.2.3"}, {"MASTER_PORT", "23456"}}));
+  EXPECT_EQ(w.source, WorldSource::Torchrun);
+  EXPECT_EQ(w.rank, 5);
+  EXPECT_EQ(w.world_size, 8);
+  EXPECT_EQ(w.local_rank, 1);
+  EXPECT_EQ(w.local_world_size, 4);
+  EXPECT_EQ(w.node_rank, 1);
+  EXPECT_EQ(w.master_addr, "10.1.2.3");
+  EXPECT_EQ(w.master_port, 23456);
+}
+
+TEST(DetectWorld, PlainRankAndWorldSizeDefaultTheRest) {
+  auto w = detect_world(env({{"RANK", "1"}, {"WORLD_SIZE", "2"}}));
+  EXPECT_EQ(w.local_rank, 1);
+  EXPECT_EQ(w.local_world_size, 2);
+  EXPECT_EQ(w.node_rank, 0);
+}
+
+TEST(DetectWorld, Slurm) {
+  auto w = detect_world(env({{"SLURM_PROCID", "3"}, {"SLURM_NTASKS", "4"}, {"SLURM_LOCALID", "1"},
+                             {"SLURM_NODEID", "1"}, {"SLURM_NTASKS_PER_NODE", "2"},
+                             {"SLURM_JOB_NODELIST", "gpu[07-08]"}}));
+  EXPECT_EQ(w.source, WorldSource::Slurm);
+  EXPECT_EQ(w.rank, 3);
+  EXPECT_EQ(w.world_size, 4);
+  EXPECT_EQ(w.local_rank, 1);
+  EXPECT_EQ(w.local_world_size, 2);
+  EXPECT_EQ(w.node_rank, 1);
+  EXPECT_EQ(w.master_addr, "gpu07");
+}
+
+TEST(DetectWorld, SlurmTasksPerNodeFormAndExplicitMaster) {
+  auto w = detect_world(env({{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "6"}, {"SLURM_TASKS_PER_NODE", "3(x2)"},
+                             {"SLURM_JOB_NODELIST", "a,b"}, {"MASTER_ADDR", "login1"}, {"MASTER_PORT", "12000"}}));
+  EXPECT_EQ(w.local_world_size, 3);
+  EXPECT_EQ(w.master_addr, "login1");
+  EXPECT_EQ(w.master_port, 12000);
+}
+
+TEST(DetectWorld, OpenMPI) {
+  auto w = detect_world(env({{"OMPI_COMM_WORLD_RANK", "2"}, {"OMPI_COMM_WORLD_SIZE", "4"},
+                             {"OMPI_COMM_WORLD_LOCAL_RANK", "0"}, {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"}}));
+  EXPECT_EQ(w.source, WorldSource::OpenMPI);
+  EXPECT_EQ(w.rank, 2);
+  EXPECT_EQ(w.world_size, 4);
+  EXPECT_EQ(w.local_rank, 0);
+  EXPECT_EQ(w.local_world_size, 2);
+  EXPECT_EQ(w.node_rank, 1);
+  EXPECT_EQ(w.master_addr, "127.0.0.1");
+}
+
+TEST(DetectWorld, TorchrunWinsOverSlurmAndFlagsWinOverBoth) {
+  auto e = env({{"RANK", "1"}, {"WORLD_SIZE", "2"}, {"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "1"}});
+  EXPECT_EQ(detect_world(e).source, WorldSource::Torchrun);
+  WorldOverrides flags;
+  flags.rank = 0;
+  flags.master_port = 31000;
+  auto w = detect_world(e, flags);
+  EXPECT_EQ(w.rank, 0);
+  EXPECT_EQ(w.world_size, 2);
+  EXPECT_EQ(w.master_port, 31000);
+}
+
+TEST(DetectWorld, FlagsAlone) {
+  WorldOverrides flags;
+  flags.rank = 1;
+  flags.world_size = 3;
+  auto w = detect_world(env({}), flags);
+  EXPECT_EQ(w.source, WorldSource::Flags);
+  EXPECT_EQ(w.rank, 1);
+  EXPECT_EQ(w.local_rank, 1);
+  EXPECT_EQ(w.local_world_size, 3);
+}
+
+// The message must name the values and what to change.
+void expect_config_error(const Environment& e, const std::string& needle, const WorldOverrides& flags = {}) {
+  try {
+    detect_world(e, flags);
+    FAIL() << "expected a ConfigError mentioning '" << needle << "'";
+  } catch (const dpt::ConfigError& error) {
+    EXPECT_NE(std::string(error.what()).find(needle), std::string::npos) << error.what();
+  }
+}
+
+TEST(DetectWorld, RankNotBelowWorldSizeIsNamed) {
+  expect_config_error(env({{"RANK", "2"}, {"WORLD_SIZE", "2"}}), "rank 2 is outside the world of 2 processes");
+  WorldOverrides flags;
+  flags.rank = 4;
+  flags.world_size = 4;
+  expect_config_error(env({}), "valid ranks: 0..3", flags);
+}
+
+TEST(DetectWorld, MalformedNumbersNameTheVariable) {
+  expect_config_error(env({{"RANK", "one"}, {"WORLD_SIZE", "2"}}), "RANK='one' is not an integer");
+  expect_config_error(env({{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"MASTER_PORT", "80000"}}), "master port 80000");
+  expect_config_error(env({{"RANK", "0"}, {"WORLD_SIZE", "0"}}), "world size must be at least 1");
+}
+
+TEST(ExpandNodelist, Forms) {
+  using V = std::vector<std::string>;
+  EXPECT_EQ(expand_nodelist("node1"), V({"node1"}));
+  EXPECT_EQ(expand_nodelist("node[01-03,07],gpu5"), V({"node01", "node02", "node03", "node07", "gpu5"}));
+  EXPECT_EQ(expand_nodelist("a[1-2],b[09-11]"), V({"a1", "a2", "b09", "b10", "b11"}));
+  EXPECT_EQ(expand_nodelist("rack[3]-n"), V({"rack3-n"}));
+  EXPECT_EQ(expand_nodelist("x[8-10]"), V({"x8", "x9", "x10"}));
+}
+
+TEST(ExpandNodelist, MalformedListsAreNamed) {
+  for (const char* bad : {"node[01-", "node[a-b]", "node[3-1]", "", "node]1[", "a,,b"}) {
+    EXPECT_THROW(expand_nodelist(bad), dpt::ConfigError) << bad;
+  }
+}

@@ -1,0 +1,138 @@
+// `dptrain check`: joins the process group and runs every collective once with values whose
+// results are known, so a cluster (or a launcher, or a network setting) can be tested before a
+// long training run depends on it. Rank 0 ends with one JSON line.
+
+#include <chrono>
+#include <iostream>
+
+#include <nlohmann/json.hpp>
+
+#include "command.h"
+#include "dptrain/common/error.h"
+#include "dptrain/dist/init.h"
+
+namespace dpt::cli {
+
+namespace {
+
+struct CheckFlags {
+  std::string backend = "auto";
+  std::string dist_url = "env://";
+  std::optional<int> world_size, rank, master_port;
+  std::optional<std::string> master_addr, interface;
+  double timeout_s = 300;
+  int64_t numel = 1024;
+};
+
+double unix_seconds() {
+  using namespace std::chrono;
+  return duration<double>(system_clock::now().time_since_epoch()).count();
+}
+
+void expect_equal(const at::Tensor& got, const at::Tensor& expected, int rank, const std::string& what) {
+  if (!got.to(at::kDouble).equal(expected.to(at::kDouble))) {
+    throw DistError(str("rank ", rank, ": check ", what, " returned wrong values (first: ",
+                        got.flatten()[0].item<double>(), ", expected ", expected.flatten()[0].item<double>(),
+                        "). The backend or the network corrupts data."));
+  }
+}
+
+int run_check(const CheckFlags& flags) {
+  const auto started = std::chrono::steady_clock::now();
+  dist::WorldOverrides world;
+  world.rank = flags.rank;
+  world.world_size = flags.world_size;
+  world.master_addr = flags.master_addr;
+  world.master_port = flags.master_port;
+  auto options = dist::InitOptions()
+                     .backend(flags.backend)
+                     .init_method(flags.dist_url)
+                     .world(world)
+                     .timeout(std::chrono::milliseconds(static_cast<int64_t>(flags.timeout_s * 1000)))
+                     .interface(flags.interface);
+  auto comm = dist::init_process_group(options);
+  const int rank = comm->rank();
+  const int n = comm->size();
+  const double rendezvous_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+
+  comm->barrier();
+  const double first_collective_unix_s = unix_seconds();
+
+  auto on = at::TensorOptions().device(comm->device());
+  const int64_t m = flags.numel;
+  const double sum_of_ranks = n * (n + 1) / 2.0;  // over values rank+1
+  int checks = 1;                                  // the barrier above
+
+  auto check_reduce = [&](dist::ReduceOp op, double expected, at::ScalarType dtype) {
+    at::Tensor t = at::full({m}, rank + 1.0, on.dtype(dtype));
+    comm->all_reduce(t, op);
+    expect_equal(t, at::full({m}, expected, on.dtype(dtype)), rank,
+                 "all_reduce(" + dist::to_string(op) + ", " + std::string(c10::toString(dtype)) + ")");
+    ++checks;
+  };
+  check_reduce(dist::ReduceOp::Sum, sum_of_ranks, at::kFloat);
+  check_reduce(dist::ReduceOp::Mean, sum_of_ranks / n, at::kDouble);
+  check_reduce(dist::ReduceOp::Max, n, at::kFloat);
+  check_reduce(dist::ReduceOp::Min, 1, at::kLong);
+  check_reduce(dist::ReduceOp::Sum, sum_of_ranks, at::kBFloat16);
+
+  at::Tensor b = at::arange(m, on.dtype(at::kFloat)) + 1000.0 * rank;
+  comm->broadcast(b, n - 1);
+  expect_equal(b, at::arange(m, on.dtype(at::kFloat)) + 1000.0 * (n - 1), rank, "broadcast");
+  ++checks;
+
+  auto gathered = comm->all_gather(at::full({3}, static_cast<double>(rank), on.dtype(at::kFloat)));
+  DPT_CHECK(static_cast<int>(gathered.size()) == n, DistError, "rank ", rank, ": all_gather returned ",
+            gathered.size(), " tensors for ", n, " ranks");
+  for (int r = 0; r < n; ++r) expect_equal(gathered[r], at::full({3}, r, on), rank, "all_gather");
+  ++checks;
+
+  at::Tensor scatter_in = at::arange(2 * n, on.dtype(at::kFloat)) * (rank + 1.0);
+  at::Tensor slice = comm->reduce_scatter(scatter_in);
+  expect_equal(slice, at::arange(2 * rank, 2 * rank + 2, on.dtype(at::kFloat)) * sum_of_ranks, rank,
+               "reduce_scatter");
+  ++checks;
+
+  const double mean_rank = comm->reduce_value(static_cast<double>(rank));
+  DPT_CHECK(mean_rank == (n - 1) / 2.0, DistError, "rank ", rank, ": check reduce_value gave ", mean_rank,
+            ", expected ", (n - 1) / 2.0);
+  ++checks;
+
+  comm->barrier();
+  ++checks;
+  const double total_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  std::cout << "rank " << rank << "/" << n << ": " << checks << " collectives correct on "
+            << comm->backend_name() << " (" << comm->world().describe() << ")" << std::endl;
+  if (rank == 0) {
+    nlohmann::json report = {{"world_size", n},
+                             {"backend", comm->backend_name()},
+                             {"checks", checks},
+                             {"passed", true},
+                             {"rendezvous_s", rendezvous_s},
+                             {"total_s", total_s},
+                             {"first_collective_unix_s", first_collective_unix_s}};
+    std::cout << report.dump() << std::endl;
+  }
+  return 0;
+}
+
+}  // namespace
+
+Command add_check_command(CLI::App& root) {
+  auto flags = std::make_shared<CheckFlags>();
+  CLI::App* app = root.add_subcommand(
+      "check", "Join the process group and verify every collective (run under dptrain launch, srun, mpirun)");
+  app->add_option("--backend", flags->backend, "gloo, nccl or auto")->capture_default_str();
+  app->add_option("--dist-url", flags->dist_url, "env://, tcp://HOST:PORT or file:///PATH")->capture_default_str();
+  app->add_option("--world-size", flags->world_size, "number of processes (default: from the environment)");
+  app->add_option("--rank", flags->rank, "this process's rank (default: from the environment)");
+  app->add_option("--master-addr", flags->master_addr, "rendezvous host (default: MASTER_ADDR)");
+  app->add_option("--master-port", flags->master_port, "rendezvous port (default: MASTER_PORT or 29500)");
+  app->add_option("--interface", flags->interface, "network interface for Gloo (default: GLOO_SOCKET_IFNAME)");
+  app->add_option("--timeout", flags->timeout_s, "seconds any rendezvous or collective may take")
+      ->capture_default_str();
+  app->add_option("--numel", flags->numel, "elements per test tensor")->capture_default_str();
+  return {app, [flags] { return run_check(*flags); }};
+}
+
+}  // namespace dpt::cli
