@@ -1,6 +1,6 @@
 # Installs the library so that another project can use it with find_package(dptrain).
 include(CMakePackageConfigHelpers)
-install(TARGETS dptrain EXPORT dptrainTargets
+install(TARGETS dptrain dptrain_launch EXPORT dptrainTargets
   ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
   LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
   RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
@@ -15,5 +15,5 @@ install(FILES ${CMAKE_CURRENT_BINARY_DIR}/dptrainConfig.cmake
               ${CMAKE_CURRENT_BINARY_DIR}/dptrainConfigVersion.cmake
         DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/dptrain)
 if(DPTRAIN_BUILD_TOOLS)
-  install(TARGETS dptrain_cli RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
+  install(TARGETS dptrain_cli dptrain_torch_cli RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
 endif()

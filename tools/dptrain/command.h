@@ -1,13 +1,15 @@
 #pragma once
-// How the CLI's subcommands plug into main: each one adds its CLI11 subcommand and the function
-// that runs it once its flags are parsed. The function returns the process exit code.
+// How the CLI's subcommands plug in: each adds its CLI11 subcommand and returns the function that
+// runs it once its flags are parsed; run_commands() parses, dispatches and turns errors into one
+// line and an exit code (2 for configuration errors, 1 for everything else).
 //
 // Everything after the first "--" on the command line is a program for `launch` to run, never
-// dptrain's own flags; main cuts it off before parsing and hands it to the command.
+// dptrain's own flags: run_commands() cuts it off before parsing and hands it to the command.
 
 #include <CLI/CLI.hpp>
 
 #include <functional>
+#include <string>
 #include <vector>
 
 namespace dpt::cli {
@@ -18,7 +20,9 @@ struct Command {
   bool takes_program = false;  // whether "-- PROGRAM ARGS" is accepted
 };
 
+int run_commands(CLI::App& app, const std::vector<Command>& commands, int argc, char** argv);
+
+Command add_launch_command(CLI::App& root);  // no LibTorch: served by the light `dptrain` binary
 Command add_check_command(CLI::App& root);
-Command add_launch_command(CLI::App& root);
 
 }  // namespace dpt::cli

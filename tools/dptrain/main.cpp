@@ -1,52 +1,40 @@
 // dptrain: data-parallel training of image classifiers on LibTorch.
-// A thin front over the library: parse flags into option structs, run, turn errors into one line
-// and an exit code (2 for configuration errors, 1 for everything else).
+//
+// This binary does not load LibTorch: it serves `dptrain launch` itself, so that launching costs
+// milliseconds and the workers are the only processes that pay LibTorch's load time, and hands
+// every other command to dptrain-torch, installed next to it.
 
+#include <limits.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 #include <iostream>
+#include <string>
 
 #include "command.h"
-#include "dptrain/common/error.h"
-#include "dptrain/compat/compat.h"
+
+namespace {
+
+std::string sibling(const char* name) {
+  char self[PATH_MAX];
+  ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+  if (n <= 0) return name;
+  std::string path(self, static_cast<size_t>(n));
+  return path.substr(0, path.rfind('/') + 1) + name;
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"dptrain: data-parallel training of image classifiers on LibTorch"};
-  app.require_subcommand(1);
-  app.set_version_flag("--version", "dptrain 0.1.0 (LibTorch " + dpt::compat::torch_version() + ")");
-
-  std::vector<dpt::cli::Command> commands{
-      dpt::cli::add_check_command(app),
-      dpt::cli::add_launch_command(app),
-  };
-
-  int own_args = argc;
-  std::vector<std::string> program;
-  for (int i = 1; i < argc; ++i) {
-    if (std::string(argv[i]) == "--") {
-      own_args = i;
-      program.assign(argv + i + 1, argv + argc);
-      break;
-    }
+  if (argc > 1 && std::string(argv[1]) == "launch") {
+    CLI::App app{"dptrain: data-parallel training of image classifiers on LibTorch", "dptrain"};
+    app.require_subcommand(1);
+    return dpt::cli::run_commands(app, {dpt::cli::add_launch_command(app)}, argc, argv);
   }
-  try {
-    app.parse(own_args, argv);
-  } catch (const CLI::ParseError& e) {
-    return app.exit(e);
-  }
-
-  try {
-    for (auto& command : commands) {
-      if (!command.app->parsed()) continue;
-      if (own_args != argc && !command.takes_program) {
-        throw dpt::ConfigError("'dptrain " + command.app->get_name() + "' takes no '-- PROGRAM' part");
-      }
-      return command.run(program);
-    }
-  } catch (const dpt::ConfigError& e) {
-    std::cerr << "dptrain: error: " << e.what() << std::endl;
-    return 2;
-  } catch (const std::exception& e) {
-    std::cerr << "dptrain: error: " << e.what() << std::endl;
-    return 1;
-  }
-  return 0;
+  const std::string full = sibling("dptrain-torch");
+  execv(full.c_str(), argv);
+  std::cerr << "dptrain: error: cannot run " << full << ": " << std::strerror(errno)
+            << ". It is installed next to dptrain; reinstall or rebuild dptrain." << std::endl;
+  return 1;
 }

@@ -18,7 +18,7 @@
 namespace dpt::launch {
 
 struct LaunchOptions {
-  // Workers on this node; unset ("auto"): one per --gpus entry, else per CUDA device, else per core.
+  // Workers on this node; unset ("auto"): one per --gpus entry, else per visible GPU, else per core.
   TORCH_ARG(std::optional<int>, nproc_per_node) = std::nullopt;
   // Nodes in the job, and this node's index among them.
   TORCH_ARG(int, nnodes) = 1;

@@ -1,0 +1,15 @@
+// dptrain-torch: every dptrain command, with LibTorch loaded. Users call it through `dptrain`.
+
+#include "command.h"
+#include "dptrain/compat/compat.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"dptrain: data-parallel training of image classifiers on LibTorch", "dptrain"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", "dptrain 0.1.0 (LibTorch " + dpt::compat::torch_version() + ")");
+  std::vector<dpt::cli::Command> commands{
+      dpt::cli::add_launch_command(app),
+      dpt::cli::add_check_command(app),
+  };
+  return dpt::cli::run_commands(app, commands, argc, argv);
+}
