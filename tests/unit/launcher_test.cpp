@@ -1,0 +1,58 @@
+#include <gtest/gtest.h>
+
+#include "dptrain/common/error.h"
+#include "dptrain/launch/launcher.h"
+
+using dpt::Environment;
+using dpt::launch::LaunchOptions;
+using dpt::launch::make_worker_specs;
+using dpt::launch::resolve;
+
+TEST(Launcher, SpecsCarryTheTorchrunContractForTheirNode) {
+  auto options = resolve(LaunchOptions().nproc_per_node(2).nnodes(3).node_rank(2).master_addr("10.0.0.7")
+                             .master_port(1234).run_id("r1").max_restarts(4),
+                         Environment());
+  auto specs = make_worker_specs(options, {"prog", "--flag"}, Environment(std::map<std::string, std::string>{{"PATH", "/bin"}}), /*restart=*/1);
+  ASSERT_EQ(specs.size(), 2u);
+  const auto& env = specs[1].env;
+  EXPECT_EQ(specs[1].name, "rank 5");
+  EXPECT_EQ(specs[1].argv, (std::vector<std::string>{"prog", "--flag"}));
+  EXPECT_EQ(env.at("RANK"), "5");
+  EXPECT_EQ(env.at("LOCAL_RANK"), "1");
+  EXPECT_EQ(env.at("WORLD_SIZE"), "6");
+  EXPECT_EQ(env.at("LOCAL_WORLD_SIZE"), "2");
+  EXPECT_EQ(env.at("GROUP_RANK"), "2");
+  EXPECT_EQ(env.at("GROUP_WORLD_SIZE"), "3");
+  EXPECT_EQ(env.at("MASTER_ADDR"), "10.0.0.7");
+  EXPECT_EQ(env.at("MASTER_PORT"), "1234");
+  EXPECT_EQ(env.at("TORCHELASTIC_RESTART_COUNT"), "1");
+  EXPECT_EQ(env.at("TORCHELASTIC_MAX_RESTARTS"), "4");
+  EXPECT_EQ(env.at("TORCHELASTIC_RUN_ID"), "r1");
+  EXPECT_EQ(env.at("PATH"), "/bin");
+  EXPECT_EQ(env.count("CUDA_VISIBLE_DEVICES"), 0u);
+}
+
+TEST(Launcher, AutoWorkerCountFollowsGpusThenVisibleDevices) {
+  EXPECT_EQ(*resolve(LaunchOptions().gpus({4, 6, 5}), Environment()).nproc_per_node(), 3);
+  EXPECT_EQ(*resolve(LaunchOptions(), Environment(std::map<std::string, std::string>{{"CUDA_VISIBLE_DEVICES", "0,1,2,3"}})).nproc_per_node(), 4);
+  auto specs = make_worker_specs(resolve(LaunchOptions().gpus({1, 3}), Environment()), {"p"}, Environment(), 0);
+  EXPECT_EQ(specs[0].env.at("CUDA_VISIBLE_DEVICES"), "1");
+  EXPECT_EQ(specs[1].env.at("CUDA_VISIBLE_DEVICES"), "3");
+}
+
+TEST(Launcher, StandaloneChoosesLoopbackAndAFreePort) {
+  auto options = resolve(LaunchOptions().nproc_per_node(1).standalone(true).master_addr("elsewhere"), Environment());
+  EXPECT_EQ(options.master_addr(), "127.0.0.1");
+  EXPECT_GT(options.master_port(), 0);
+  EXPECT_FALSE(options.run_id().empty());
+}
+
+TEST(Launcher, ImpossibleOptionsAreConfigErrors) {
+  EXPECT_THROW(resolve(LaunchOptions().nnodes(2).node_rank(2), Environment()), dpt::ConfigError);
+  EXPECT_THROW(resolve(LaunchOptions().nproc_per_node(0), Environment()), dpt::ConfigError);
+  EXPECT_THROW(resolve(LaunchOptions().nproc_per_node(2).gpus({0}), Environment()), dpt::ConfigError);
+  EXPECT_THROW(resolve(LaunchOptions().nnodes(2).standalone(true), Environment()), dpt::ConfigError);
+  EXPECT_THROW(resolve(LaunchOptions().max_restarts(-1), Environment()), dpt::ConfigError);
+  auto ok = resolve(LaunchOptions().nproc_per_node(1), Environment());
+  EXPECT_THROW(make_worker_specs(ok, {}, Environment(), 0), dpt::ConfigError);
+}
