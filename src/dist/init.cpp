@@ -1,5 +1,7 @@
 #include "dptrain/dist/init.h"
 
+#include <cstdlib>
+
 #include <torch/cuda.h>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 
@@ -92,6 +94,8 @@ std::shared_ptr<Communicator> init_process_group(const InitOptions& options, con
     DPT_CHECK(devices > 0, ConfigError, "rank ", world.rank,
               ": the nccl backend needs a CUDA device and none is visible; use --dist-backend gloo");
     const int device = world.local_rank % devices;
+    // NCCL reads its interface from the environment only; --interface is passed on that way.
+    if (interface) setenv("NCCL_SOCKET_IFNAME", interface->c_str(), /*overwrite=*/1);
     c10::cuda::set_device(static_cast<c10::DeviceIndex>(device));
     auto nccl_options = c10d::ProcessGroupNCCL::Options::create();
     nccl_options->timeout = options.timeout();

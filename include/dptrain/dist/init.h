@@ -27,8 +27,9 @@ struct InitOptions {
   TORCH_ARG(WorldOverrides, world) = {};
   // Bound on the rendezvous and on every collective.
   TORCH_ARG(std::chrono::milliseconds, timeout) = kDefaultTimeout;
-  // Network interface for Gloo's connections (like GLOO_SOCKET_IFNAME); unset: GLOO_SOCKET_IFNAME,
-  // then loopback for a local master, else the address this host's name resolves to.
+  // Network interface for the backend's connections. Gloo: unset means GLOO_SOCKET_IFNAME, then
+  // loopback for a local master, else the address this host's name resolves to. NCCL: exported as
+  // NCCL_SOCKET_IFNAME (unset leaves NCCL's own choice).
   TORCH_ARG(std::optional<std::string>, interface) = std::nullopt;
 };
 
