@@ -34,6 +34,10 @@ std::string describe(const std::vector<std::string>& keys, const char* what) {
 
 std::string shape(const torch::Tensor& tensor) { return str(tensor.sizes()); }
 
+// Python's state_dict() is an OrderedDict, which LibTorch's unpickler reads as None.
+constexpr const char* kSaveFromPython =
+    "from Python, save a plain dict of tensors: torch.save(dict(model.state_dict()), path)";
+
 }  // namespace
 
 StateDict state_dict(const torch::nn::Module& module) {
@@ -104,12 +108,11 @@ StateDict read_state_dict(const std::string& path) {
     loaded = torch::pickle_load(bytes);
   } catch (const c10::Error& error) {
     throw CheckpointError(str("cannot read state dict file '", path, "' (", bytes.size(),
-                              " bytes): it is not a torch.save file LibTorch can read: ",
-                              error.what_without_backtrace()));
+                              " bytes) with LibTorch's unpickler: ", error.what_without_backtrace(),
+                              "; ", kSaveFromPython));
   }
-  DPT_CHECK(loaded.isGenericDict(), CheckpointError, "state dict file '", path,
-            "' holds a ", loaded.tagKind(), ", not a dict of name -> tensor; from Python, save "
-            "dict(model.state_dict()) (a plain dict; LibTorch cannot read OrderedDict)");
+  DPT_CHECK(loaded.isGenericDict(), CheckpointError, "state dict file '", path, "' holds a ",
+            loaded.tagKind(), ", not a dict of name -> tensor; ", kSaveFromPython);
   StateDict out;
   for (const auto& entry : loaded.toGenericDict()) {
     DPT_CHECK(entry.key().isString() && entry.value().isTensor(), CheckpointError,

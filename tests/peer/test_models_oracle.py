@@ -107,6 +107,17 @@ class Logits(unittest.TestCase):
                          "was saved with\n")
         self.assertFalse(os.path.exists(self.path("out.pt")))
 
+    def test_ordered_dict_from_python_gets_a_hint(self):
+        torch.save(torchvision.models.resnet18(num_classes=10).state_dict(), self.path("state.pt"))
+        torch.save({"input": torch.zeros(2, 3, 32, 32), "logits": torch.zeros(2, 10)}, self.path("io.pt"))
+        result = oracle("import", "resnet18", 10, self.path("state.pt"), self.path("io.pt"), self.path("out.pt"))
+        self.assertEqual(result.returncode, 1)
+        self.assertTrue(result.stderr.startswith(f"error: cannot read state dict file '{self.path('state.pt')}'"),
+                        result.stderr)
+        self.assertTrue(result.stderr.endswith(
+            "; from Python, save a plain dict of tensors: torch.save(dict(model.state_dict()), path)\n"),
+            result.stderr)
+
 
 if __name__ == "__main__":
     unittest.main()
