@@ -17,7 +17,7 @@ torch::nn::Conv2d conv(int64_t in, int64_t out, int64_t kernel, int64_t stride) 
 }
 
 torch::nn::AnyModule norm(const BlockOptions& options, int64_t num_features) {
-  return options.norm_layer() ? options.norm_layer()(num_features) : batch_norm(num_features);
+  return make_norm(options.norm_layer(), num_features);
 }
 
 // The identity path's adapter, or null when the block keeps shape (plain identity). Registered
@@ -51,7 +51,8 @@ torch::Tensor add_shortcut(const torch::Tensor& out, const torch::Tensor& x,
 
 }  // namespace
 
-torch::nn::AnyModule batch_norm(int64_t num_features) {
+torch::nn::AnyModule make_norm(const NormLayer& factory, int64_t num_features) {
+  if (factory) return factory(num_features);
   return torch::nn::AnyModule(torch::nn::BatchNorm2d(num_features));
 }
 

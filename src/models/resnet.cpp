@@ -45,7 +45,7 @@ void ResNetImpl::reset() {
                               .stride(imagenet ? 2 : 1)
                               .padding(imagenet ? 3 : 1)
                               .bias(false)));
-  bn1_ = options.norm_layer() ? options.norm_layer()(channels) : batch_norm(channels);
+  bn1_ = make_norm(options.norm_layer(), channels);
   register_module("bn1", bn1_.ptr());
   stages_.clear();
   for (size_t i = 0; i < layout.depths().size(); ++i) {

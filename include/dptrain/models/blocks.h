@@ -23,8 +23,9 @@ namespace dpt::models {
 // data-parallel run can pass a factory for synchronised batch norm instead.
 using NormLayer = std::function<torch::nn::AnyModule(int64_t num_features)>;
 
-// BatchNorm2d with PyTorch's defaults (eps 1e-5, momentum 0.1).
-torch::nn::AnyModule batch_norm(int64_t num_features);
+// A norm layer from `factory`, or BatchNorm2d with PyTorch's defaults (eps 1e-5, momentum 0.1)
+// when the factory is empty.
+torch::nn::AnyModule make_norm(const NormLayer& factory, int64_t num_features);
 
 // How a block's identity path adapts when the block changes the resolution or channel count.
 enum class Shortcut {
@@ -46,7 +47,7 @@ struct BlockOptions {
   TORCH_ARG(int64_t, stride) = 1;
   // Identity-path adapter used when stride != 1 or the channel count changes.
   TORCH_ARG(Shortcut, shortcut) = Shortcut::Projection;
-  // Factory for the norm layers; empty means batch_norm.
+  // Factory for the norm layers; empty means BatchNorm2d.
   TORCH_ARG(NormLayer, norm_layer) = nullptr;
 };
 
