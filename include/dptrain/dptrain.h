@@ -5,3 +5,4 @@
 #include "dptrain/compat/compat.h"
 #include "dptrain/dist.h"
 #include "dptrain/launch.h"
+#include "dptrain/models.h"
