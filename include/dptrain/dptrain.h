@@ -3,4 +3,5 @@
 #include "dptrain/common/environment.h"
 #include "dptrain/common/error.h"
 #include "dptrain/compat/compat.h"
+#include "dptrain/data.h"
 #include "dptrain/dist.h"

@@ -12,8 +12,7 @@ namespace {
 void check_shard(int64_t dataset_size, int64_t world_size, int64_t rank) {
   DPT_CHECK(dataset_size >= 0, ConfigError, "sampler: dataset size must not be negative, got ", dataset_size);
   DPT_CHECK(world_size > 0, ConfigError, "sampler: world size must be positive, got ", world_size);
-  DPT_CHECK(rank >= 0 && rank < world_size, ConfigError, "sampler: rank ", rank, " is outside [0, ", world_size,
-            ")");
+  DPT_CHECK(rank >= 0 && rank < world_size, ConfigError, "sampler: rank ", rank, " is outside [0, ", world_size, ")");
 }
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
@@ -32,8 +31,8 @@ DistributedSampler::DistributedSampler(int64_t dataset_size, SamplerOptions opti
   check_shard(dataset_size, options.world_size(), options.rank());
   const int64_t world = options.world_size();
   // PyTorch: with drop_last the shard is ceil((n - world) / world), i.e. floor(n / world).
-  num_samples_ = options.drop_last() && dataset_size % world != 0 ? dataset_size / world
-                                                                  : ceil_div(dataset_size, world);
+  num_samples_ =
+      options.drop_last() && dataset_size % world != 0 ? dataset_size / world : ceil_div(dataset_size, world);
 }
 
 std::vector<int64_t> DistributedSampler::indices() const {

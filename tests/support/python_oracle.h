@@ -5,6 +5,9 @@
 //   auto out = dpt::testing::run_python("import torch; print(torch.randperm(4).tolist())");
 //   if (!out) GTEST_SKIP() << "no /usr/bin/python3 with torch";
 
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <cstdio>
 #include <fstream>
 #include <optional>
@@ -12,9 +15,6 @@
 #include <stdexcept>
 #include <string>
 #include <vector>
-
-#include <sys/wait.h>
-#include <unistd.h>
 
 namespace dpt::testing {
 

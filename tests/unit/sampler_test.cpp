@@ -1,10 +1,11 @@
+#include "dptrain/data/sampler.h"
+
 #include <gtest/gtest.h>
 
 #include <set>
 #include <sstream>
 
 #include "dptrain/common/error.h"
-#include "dptrain/data/sampler.h"
 #include "support/python_oracle.h"
 
 using dpt::data::DistributedSampler;
@@ -21,15 +22,15 @@ struct Case {
 };
 
 const std::vector<Case> kCases = {
-    {10, 3, 0, 0, 0, false, true},   {10, 3, 2, 0, 0, false, true},   {10, 3, 1, 42, 5, true, true},
-    {7, 4, 3, 7, 1, false, false},   {7, 4, 3, 7, 1, true, false},    {2, 5, 4, 1, 2, false, true},
+    {10, 3, 0, 0, 0, false, true},     {10, 3, 2, 0, 0, false, true},    {10, 3, 1, 42, 5, true, true},
+    {7, 4, 3, 7, 1, false, false},     {7, 4, 3, 7, 1, true, false},     {2, 5, 4, 1, 2, false, true},
     {1000, 8, 5, 123, 9, false, true}, {1001, 8, 7, 123, 9, true, true}, {50000, 2, 1, 0, 3, false, true},
-    {16, 4, 1, 3, 0, true, true},    {5, 1, 0, 11, 4, false, true},
+    {16, 4, 1, 3, 0, true, true},      {5, 1, 0, 11, 4, false, true},
 };
 
 std::vector<int64_t> ours(const Case& c) {
-  DistributedSampler sampler(
-      c.size, SamplerOptions(c.world, c.rank).seed(c.seed).drop_last(c.drop_last).shuffle(c.shuffle));
+  DistributedSampler sampler(c.size,
+                             SamplerOptions(c.world, c.rank).seed(c.seed).drop_last(c.drop_last).shuffle(c.shuffle));
   sampler.set_epoch(c.epoch);
   return sampler.indices();
 }

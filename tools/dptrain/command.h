@@ -15,5 +15,7 @@ struct Command {
 };
 
 Command add_check_command(CLI::App& root);
+Command add_make_dataset_command(CLI::App& root);
+Command add_bench_loader_command(CLI::App& root);
 
 }  // namespace dpt::cli

@@ -15,6 +15,8 @@ int main(int argc, char** argv) {
 
   std::vector<dpt::cli::Command> commands{
       dpt::cli::add_check_command(app),
+      dpt::cli::add_make_dataset_command(app),
+      dpt::cli::add_bench_loader_command(app),
   };
 
   try {

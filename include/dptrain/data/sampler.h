@@ -10,11 +10,11 @@
 //     for (int64_t index : sampler.indices()) { ... }
 //   }
 
-#include <cstdint>
-#include <vector>
-
 #include <torch/arg.h>
 #include <torch/serialize/archive.h>
+
+#include <cstdint>
+#include <vector>
 
 namespace dpt::data {
 
