@@ -64,21 +64,36 @@ void Loader::work() {
   }
 }
 
-Loader::Built Loader::build(int64_t number) const {
+at::Tensor Loader::allocate(const std::vector<int64_t>& shape) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (const auto& buffer : pool_) {
+      // Only the pool still holds the tensor and its storage (no batch, no view of one): the
+      // consumer is done with it, and nobody can obtain it again but through the pool.
+      if (buffer.use_count() == 1 && buffer.storage().use_count() == 1 && buffer.sizes() == shape) return buffer;
+    }
+  }
+  auto options = at::TensorOptions().dtype(at::kFloat);
+#if defined(DPTRAIN_WITH_CUDA)
+  if (options_.pin_memory()) options = options.pinned_memory(true);
+#endif
+  at::Tensor buffer = at::empty(shape, options);
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (static_cast<int>(pool_.size()) < options_.prefetch_batches() + options_.threads() + 2) pool_.push_back(buffer);
+  return buffer;
+}
+
+Loader::Built Loader::build(int64_t number) {
   const int64_t b = options_.batch_size();
   const int64_t first = number * b;
   const int64_t count = std::min<int64_t>(b, static_cast<int64_t>(indices_.size()) - first);
   std::vector<int64_t> shape = dataset_->sample_shape();
   const int64_t numel = dataset_->sample_numel();
   shape.insert(shape.begin(), count);
-  auto float_options = at::TensorOptions().dtype(at::kFloat);
-#if defined(DPTRAIN_WITH_CUDA)
-  if (options_.pin_memory()) float_options = float_options.pinned_memory(true);
-#endif
   Built built;
   Batch& batch = built.batch;
   batch.number = number;
-  batch.images = at::empty(shape, float_options);
+  batch.images = allocate(shape);
   batch.labels = at::empty({count}, at::kLong);
   float* images = batch.images.data_ptr<float>();
   int64_t* labels = batch.labels.data_ptr<int64_t>();

@@ -5,59 +5,25 @@
 
 #include "dptrain/common/error.h"
 #include "dptrain/data/random.h"
+#include "resample.h"
 
 namespace dpt::data {
 
 namespace {
 
-// PIL's fixed point: weights scaled by 2^22 leave room for 255 * (sum of weights) in int32.
-constexpr int kPrecisionBits = 32 - 8 - 2;
-
-uint8_t clip8(int32_t v) {
-  if (v >= (255 << kPrecisionBits)) return 255;
-  if (v <= 0) return 0;
-  return static_cast<uint8_t>(v >> kPrecisionBits);
-}
-
-}  // namespace
-
-// Bilinear taps for outputs [first, first + count) of a resize of the input span [in0, in1) to
-// out_size samples, reading only inputs in [lo, hi). Same arithmetic as PIL's precompute_coeffs:
-// the triangle filter is widened by the shrink factor (antialiasing), taps are normalized to sum
-// to one, then rounded to fixed point.
-namespace {
-
-Taps bilinear_taps(double in0, double in1, int lo, int hi, int out_size, int first, int count) {
-  const double scale = (in1 - in0) / out_size;
-  const double filter_scale = std::max(scale, 1.0);
-  const double support = filter_scale;  // the triangle's support is 1 before widening
-  const double inv_filter_scale = 1.0 / filter_scale;
-  Taps taps;
-  taps.ksize = static_cast<int>(std::ceil(support)) * 2 + 1;
-  taps.start.resize(count);
-  taps.length.resize(count);
-  taps.weight.assign(static_cast<size_t>(count) * taps.ksize, 0);
-  std::vector<double> w(taps.ksize);
-  for (int i = 0; i < count; ++i) {
-    const double center = in0 + (first + i + 0.5) * scale;
-    const int xmin = std::max(static_cast<int>(std::floor(center - support + 0.5)), lo);
-    const int xmax = std::min(static_cast<int>(std::floor(center + support + 0.5)), hi);
-    const int n = std::max(xmax - xmin, 0);
-    double total = 0;
-    for (int x = 0; x < n; ++x) {
-      const double d = std::abs((x + xmin - center + 0.5) * inv_filter_scale);
-      w[x] = d < 1.0 ? 1.0 - d : 0.0;
-      total += w[x];
-    }
-    int32_t* k = &taps.weight[static_cast<size_t>(i) * taps.ksize];
-    for (int x = 0; x < n; ++x) {
-      const double normalized = total != 0.0 ? w[x] / total : w[x];
-      k[x] = static_cast<int32_t>(normalized * (1 << kPrecisionBits) + 0.5);
-    }
-    taps.start[i] = xmin;
-    taps.length[i] = n;
-  }
-  return taps;
+// Horizontal and vertical taps of a plan on a `scaled` decode of a `full`-sized image.
+std::pair<Taps, Taps> plan_taps(const CropPlan& p, ImageSize full, ImageSize scaled, int size) {
+  // The plan is in full-resolution coordinates; the decode may be a 1/d downscale of it.
+  const double x0 = static_cast<double>(p.left) * scaled.width / full.width;
+  const double x1 = static_cast<double>(p.left + p.width) * scaled.width / full.width;
+  const double y0 = static_cast<double>(p.top) * scaled.height / full.height;
+  const double y1 = static_cast<double>(p.top + p.height) * scaled.height / full.height;
+  // Taps stay inside the crop, as in torchvision's crop-then-resize.
+  const int lo_x = static_cast<int>(std::floor(x0)), hi_x = std::min(static_cast<int>(std::ceil(x1)), scaled.width);
+  const int lo_y = static_cast<int>(std::floor(y0)), hi_y = std::min(static_cast<int>(std::ceil(y1)), scaled.height);
+  Taps h = bilinear_taps(x0, x1, lo_x, hi_x, p.out_width, p.window_left, size);
+  pad_taps(h, scaled.width);
+  return {std::move(h), bilinear_taps(y0, y1, lo_y, hi_y, p.out_height, p.window_top, size)};
 }
 
 }  // namespace
@@ -139,8 +105,8 @@ CropPlan Transform::plan(int width, int height, int64_t epoch, int64_t index) co
 
 void Transform::apply(const Image& image, const CropPlan& plan, float* out) const {
   const ImageSize size{image.width, image.height};
-  const auto [h, v] = taps(plan, size, size);
-  resample(image, 0, 0, h, v, plan.flip, out);
+  const auto [h, v] = plan_taps(plan, size, size, options_.size());
+  resample(image, 0, 0, h, v, plan.flip, lut_, out);
 }
 
 void Transform::apply(const Image& image, int64_t epoch, int64_t index, float* out) const {
@@ -158,81 +124,14 @@ void Transform::apply_encoded(const std::vector<uint8_t>& bytes, const std::stri
                              static_cast<int>(std::ceil(static_cast<double>(full.height) * p.out_height / p.height))};
     denominator = jpeg_scale_denominator(full, at_least);
   }
-  const auto [h, v] = taps(p, full, scaled_size(full, denominator));
+  const auto [h, v] = plan_taps(p, full, scaled_size(full, denominator), options_.size());
   // Decode only the pixels the filter taps read.
   const int left = h.start.front(), top = v.start.front();
   int right = 0, bottom = 0;
   for (size_t i = 0; i < h.start.size(); ++i) right = std::max(right, h.start[i] + h.length[i]);
   for (size_t i = 0; i < v.start.size(); ++i) bottom = std::max(bottom, v.start[i] + v.length[i]);
   const ImageRegion region = decode_region(bytes, name, denominator, {left, top, right - left, bottom - top});
-  resample(region.image, region.left, region.top, h, v, p.flip, out);
-}
-
-std::pair<Taps, Taps> Transform::taps(const CropPlan& p, ImageSize full, ImageSize scaled) const {
-  // The plan is in full-resolution coordinates; the decode may be a 1/d downscale of it.
-  const double x0 = static_cast<double>(p.left) * scaled.width / full.width;
-  const double x1 = static_cast<double>(p.left + p.width) * scaled.width / full.width;
-  const double y0 = static_cast<double>(p.top) * scaled.height / full.height;
-  const double y1 = static_cast<double>(p.top + p.height) * scaled.height / full.height;
-  // Taps stay inside the crop, as in torchvision's crop-then-resize.
-  const int lo_x = static_cast<int>(std::floor(x0)), hi_x = std::min(static_cast<int>(std::ceil(x1)), scaled.width);
-  const int lo_y = static_cast<int>(std::floor(y0)), hi_y = std::min(static_cast<int>(std::ceil(y1)), scaled.height);
-  const int size = options_.size();
-  return {bilinear_taps(x0, x1, lo_x, hi_x, p.out_width, p.window_left, size),
-          bilinear_taps(y0, y1, lo_y, hi_y, p.out_height, p.window_top, size)};
-}
-
-void Transform::resample(const Image& image, int left, int top, const Taps& h, const Taps& v, bool flip,
-                         float* out) const {
-  const int size = options_.size();
-  // Horizontal pass over the input rows the vertical taps read, rounded to bytes like PIL.
-  const int row_first = v.start.front();
-  const int row_count = v.start.back() + v.length.back() - row_first;
-  DPT_ASSERT(row_first >= top && row_first + row_count <= top + image.height,
-             "decoded rows do not cover the filter taps");
-  const int stride = size * 3;
-  thread_local std::vector<uint8_t> rows;
-  thread_local std::vector<int32_t> acc;
-  rows.resize(static_cast<size_t>(row_count) * stride);
-  acc.resize(stride);
-  for (int r = 0; r < row_count; ++r) {
-    const uint8_t* in = image.row(row_first + r - top);
-    uint8_t* dst = &rows[static_cast<size_t>(r) * stride];
-    for (int x = 0; x < size; ++x) {
-      const int32_t* k = &h.weight[static_cast<size_t>(x) * h.ksize];
-      const uint8_t* src = in + (h.start[x] - left) * 3;
-      int32_t s0 = 1 << (kPrecisionBits - 1), s1 = s0, s2 = s0;
-      for (int t = 0; t < h.length[x]; ++t) {
-        s0 += src[3 * t] * k[t];
-        s1 += src[3 * t + 1] * k[t];
-        s2 += src[3 * t + 2] * k[t];
-      }
-      dst[3 * x] = clip8(s0);
-      dst[3 * x + 1] = clip8(s1);
-      dst[3 * x + 2] = clip8(s2);
-    }
-  }
-
-  // Vertical pass, then flip, normalize and scatter into the three CHW planes.
-  const size_t plane = static_cast<size_t>(size) * size;
-  for (int y = 0; y < size; ++y) {
-    std::fill(acc.begin(), acc.end(), 1 << (kPrecisionBits - 1));
-    const int32_t* k = &v.weight[static_cast<size_t>(y) * v.ksize];
-    for (int t = 0; t < v.length[y]; ++t) {
-      const uint8_t* src = &rows[static_cast<size_t>(v.start[y] - row_first + t) * stride];
-      const int32_t kt = k[t];
-      for (int i = 0; i < stride; ++i) acc[i] += src[i] * kt;
-    }
-    float* r = out + static_cast<size_t>(y) * size;
-    float* g = r + plane;
-    float* b = g + plane;
-    for (int x = 0; x < size; ++x) {
-      const int ox = flip ? size - 1 - x : x;
-      r[ox] = lut_[0][clip8(acc[3 * x])];
-      g[ox] = lut_[1][clip8(acc[3 * x + 1])];
-      b[ox] = lut_[2][clip8(acc[3 * x + 2])];
-    }
-  }
+  resample(region.image, region.left, region.top, h, v, p.flip, lut_, out);
 }
 
 }  // namespace dpt::data

@@ -79,6 +79,20 @@ TEST(Loader, OutputDoesNotDependOnThreadCount) {
   EXPECT_TRUE(a[0].images[2].flatten().equal(at::from_blob(alone.data(), {ds->sample_numel()})));
 }
 
+// Buffers of batches the consumer has dropped are reused; batches still held never are.
+TEST(Loader, ReusesOnlyReleasedBuffers) {
+  auto ds = synthetic(24);
+  Loader held(ds, iota(24), 0, LoaderOptions().batch_size(2).threads(1));
+  auto kept = drain(held);
+  Loader reusing(ds, iota(24), 0, LoaderOptions().batch_size(2).threads(2).prefetch_batches(1));
+  std::vector<Batch> every_third;
+  for (size_t k = 0; auto batch = reusing.next(); ++k) {
+    EXPECT_TRUE(batch->images.equal(kept[k].images)) << "batch " << k;
+    if (k % 3 == 0) every_third.push_back(std::move(*batch));
+  }
+  for (auto& b : every_third) EXPECT_TRUE(b.images.equal(kept[b.number].images)) << "batch " << b.number;
+}
+
 TEST(Loader, DropLast) {
   Loader loader(synthetic(10), iota(10), 0, LoaderOptions().batch_size(4).drop_last(true));
   EXPECT_EQ(loader.num_batches(), 2);

@@ -21,7 +21,6 @@
 #include <array>
 #include <cstdint>
 #include <string>
-#include <utility>
 #include <vector>
 
 #include "dptrain/data/image.h"
@@ -66,15 +65,6 @@ struct CropPlan {
   bool flip = false;
 };
 
-// Filter taps of one resize direction, for the outputs of the window: output i reads `length[i]`
-// inputs from `start[i]` with PIL's 22-bit fixed-point weights (ksize of them reserved per output).
-struct Taps {
-  int ksize = 0;
-  std::vector<int> start;
-  std::vector<int> length;
-  std::vector<int32_t> weight;
-};
-
 class Transform {
  public:
   explicit Transform(TransformOptions options);
@@ -95,11 +85,6 @@ class Transform {
                      float* out) const;
 
  private:
-  // Horizontal and vertical taps of the plan on a `scaled` decode of a `full`-sized image.
-  std::pair<Taps, Taps> taps(const CropPlan& plan, ImageSize full, ImageSize scaled) const;
-  // `image` holds pixels [left, left + width) x [top, top + height) of the picture the taps index.
-  void resample(const Image& image, int left, int top, const Taps& h, const Taps& v, bool flip, float* out) const;
-
   TransformOptions options_;
   std::array<std::array<float, 256>, 3> lut_;  // (v / 255 - mean) / std for every byte value
 };
