@@ -19,8 +19,9 @@ uint8_t clip8(int32_t v) {
   return static_cast<uint8_t>(v >> kPrecisionBits);
 }
 
-// One output row of the horizontal pass. K > 0 fixes the tap count at compile time so the
-// compiler unrolls it; K == 0 reads each output's own length.
+// One output row of the horizontal pass, written as three planes (R, G, B) of `count` bytes so
+// that the vertical pass can write each output plane contiguously. K > 0 fixes the tap count at
+// compile time so the compiler unrolls it; K == 0 reads each output's own length.
 template <int K>
 void horizontal_row(const uint8_t* in, int left, const Taps& h, int count, uint8_t* dst) {
   for (int x = 0; x < count; ++x) {
@@ -33,9 +34,9 @@ void horizontal_row(const uint8_t* in, int left, const Taps& h, int count, uint8
       s1 += src[3 * t + 1] * k[t];
       s2 += src[3 * t + 2] * k[t];
     }
-    dst[3 * x] = clip8(s0);
-    dst[3 * x + 1] = clip8(s1);
-    dst[3 * x + 2] = clip8(s2);
+    dst[x] = clip8(s0);
+    dst[count + x] = clip8(s1);
+    dst[2 * count + x] = clip8(s2);
   }
 }
 
@@ -48,6 +49,19 @@ void horizontal_pass(const Image& image, int left, int top, const Taps& h, int r
 }
 
 }  // namespace
+
+// One output row of one channel: clamp the fixed-point sums to bytes, normalize in torchvision's
+// float32 order of operations (ToTensor's / 255, then Normalize's - mean, / std: IEEE division,
+// so the results are bit-identical), mirrored when flip is set. Vectorizes; AVX2 where available.
+__attribute__((target_clones("avx2", "default"))) void normalize_row(const int32_t* acc, float mean, float std, int n,
+                                                                     bool flip, float* out) {
+  const int step = flip ? -1 : 1;
+  float* dst = flip ? out + n - 1 : out;
+  for (int x = 0; x < n; ++x) {
+    const float v = static_cast<float>(std::clamp(acc[x] >> kPrecisionBits, 0, 255));
+    dst[x * step] = (v / 255.0f - mean) / std;
+  }
+}
 
 // Weighted sum of n byte rows into acc. Vectorizes; AVX2's 32-bit multiply makes it several
 // times faster than the SSE2 baseline, so an AVX2 clone is chosen at load time where available.
@@ -112,7 +126,7 @@ void pad_taps(Taps& taps, int limit) {
 }
 
 void resample(const Image& image, int left, int top, const Taps& h, const Taps& v, bool flip,
-              const NormalizeTable& table, float* out) {
+              const std::array<float, 3>& mean, const std::array<float, 3>& std, float* out) {
   const int size = static_cast<int>(h.start.size());
   const int stride = size * 3;
   const int row_first = v.start.front();
@@ -146,7 +160,7 @@ void resample(const Image& image, int left, int top, const Taps& h, const Taps& 
       break;
   }
 
-  // Vertical pass, then flip, normalize and scatter into the three CHW planes.
+  // Vertical pass, then clamp, flip and normalize into the three CHW planes.
   const size_t plane = static_cast<size_t>(size) * size;
   std::vector<const uint8_t*> sources(v.ksize);
   for (int y = 0; y < size; ++y) {
@@ -154,14 +168,9 @@ void resample(const Image& image, int left, int top, const Taps& h, const Taps& 
       sources[t] = &rows[static_cast<size_t>(v.start[y] - row_first + t) * stride];
     }
     accumulate_rows(sources.data(), &v.weight[static_cast<size_t>(y) * v.ksize], v.length[y], stride, acc.data());
-    float* r = out + static_cast<size_t>(y) * size;
-    float* g = r + plane;
-    float* b = g + plane;
-    for (int x = 0; x < size; ++x) {
-      const int ox = flip ? size - 1 - x : x;
-      r[ox] = table[0][clip8(acc[3 * x])];
-      g[ox] = table[1][clip8(acc[3 * x + 1])];
-      b[ox] = table[2][clip8(acc[3 * x + 2])];
+    for (int c = 0; c < 3; ++c) {
+      normalize_row(&acc[static_cast<size_t>(c) * size], mean[c], std[c], size, flip,
+                    out + c * plane + static_cast<size_t>(y) * size);
     }
   }
 }

@@ -1,7 +1,7 @@
 #pragma once
 // PIL's bilinear resize, as the fused transform runs it: filter taps per output pixel, a
-// horizontal pass into byte rows, a vertical pass, then normalization through a lookup table into
-// CHW float planes. Private to the data layer.
+// horizontal pass into byte rows, a vertical pass, then normalization into CHW float planes.
+// Private to the data layer.
 
 #include <array>
 #include <cstdint>
@@ -32,12 +32,10 @@ Taps bilinear_taps(double in0, double in1, int lo, int hi, int out_size, int fir
 // image is narrower than that.
 void pad_taps(Taps& taps, int limit);
 
-// (v / 255 - mean[c]) / std[c] for every channel c and byte value v.
-using NormalizeTable = std::array<std::array<float, 256>, 3>;
-
-// Resizes, flips and normalizes into out (3 planes of size x size floats). `image` holds pixels
-// [left, left + width) x [top, top + height) of the picture the taps index.
+// Resizes, flips and normalizes ((v / 255 - mean) / std per channel) into out: 3 planes of
+// size x size floats. `image` holds pixels [left, left + width) x [top, top + height) of the
+// picture the taps index.
 void resample(const Image& image, int left, int top, const Taps& h, const Taps& v, bool flip,
-              const NormalizeTable& table, float* out);
+              const std::array<float, 3>& mean, const std::array<float, 3>& std, float* out);
 
 }  // namespace dpt::data

@@ -39,10 +39,6 @@ Transform::Transform(TransformOptions options) : options_(std::move(options)) {
             "transform: bad crop aspect ratio range [", o.ratio_min(), ", ", o.ratio_max(), "]");
   for (int c = 0; c < 3; ++c) {
     DPT_CHECK(o.std()[c] != 0.0f, ConfigError, "transform: normalization std of channel ", c, " is zero");
-    for (int v = 0; v < 256; ++v) {
-      // torchvision's float32 order of operations: ToTensor divides by 255, Normalize subtracts, divides.
-      lut_[c][v] = (static_cast<float>(v) / 255.0f - o.mean()[c]) / o.std()[c];
-    }
   }
 }
 
@@ -106,7 +102,7 @@ CropPlan Transform::plan(int width, int height, int64_t epoch, int64_t index) co
 void Transform::apply(const Image& image, const CropPlan& plan, float* out) const {
   const ImageSize size{image.width, image.height};
   const auto [h, v] = plan_taps(plan, size, size, options_.size());
-  resample(image, 0, 0, h, v, plan.flip, lut_, out);
+  resample(image, 0, 0, h, v, plan.flip, options_.mean(), options_.std(), out);
 }
 
 void Transform::apply(const Image& image, int64_t epoch, int64_t index, float* out) const {
@@ -131,7 +127,7 @@ void Transform::apply_encoded(const std::vector<uint8_t>& bytes, const std::stri
   for (size_t i = 0; i < h.start.size(); ++i) right = std::max(right, h.start[i] + h.length[i]);
   for (size_t i = 0; i < v.start.size(); ++i) bottom = std::max(bottom, v.start[i] + v.length[i]);
   const ImageRegion region = decode_region(bytes, name, denominator, {left, top, right - left, bottom - top});
-  resample(region.image, region.left, region.top, h, v, p.flip, lut_, out);
+  resample(region.image, region.left, region.top, h, v, p.flip, options_.mean(), options_.std(), out);
 }
 
 }  // namespace dpt::data

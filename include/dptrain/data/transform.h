@@ -86,7 +86,6 @@ class Transform {
 
  private:
   TransformOptions options_;
-  std::array<std::array<float, 256>, 3> lut_;  // (v / 255 - mean) / std for every byte value
 };
 
 }  // namespace dpt::data
