@@ -31,3 +31,7 @@ if(DPTRAIN_BUILD_TOOLS)
   find_package(CLI11 REQUIRED)
   find_package(nlohmann_json REQUIRED)
 endif()
+
+# The data layer decodes JPEG with libjpeg-turbo (DCT scaling, partial decoding), PNG with libpng.
+find_package(libjpeg-turbo REQUIRED)
+find_package(PNG REQUIRED)

@@ -3,6 +3,7 @@
 #include "dptrain/common/environment.h"
 #include "dptrain/common/error.h"
 #include "dptrain/compat/compat.h"
+#include "dptrain/data.h"
 #include "dptrain/dist.h"
 #include "dptrain/launch.h"
 #include "dptrain/models.h"

@@ -24,5 +24,7 @@ int run_commands(CLI::App& app, const std::vector<Command>& commands, int argc, 
 
 Command add_launch_command(CLI::App& root);  // no LibTorch: served by the light `dptrain` binary
 Command add_check_command(CLI::App& root);
+Command add_make_dataset_command(CLI::App& root);
+Command add_bench_loader_command(CLI::App& root);
 
 }  // namespace dpt::cli

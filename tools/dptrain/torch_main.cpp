@@ -10,6 +10,8 @@ int main(int argc, char** argv) {
   std::vector<dpt::cli::Command> commands{
       dpt::cli::add_launch_command(app),
       dpt::cli::add_check_command(app),
+      dpt::cli::add_make_dataset_command(app),
+      dpt::cli::add_bench_loader_command(app),
   };
   return dpt::cli::run_commands(app, commands, argc, argv);
 }

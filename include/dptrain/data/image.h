@@ -1,0 +1,76 @@
+#pragma once
+// 8-bit RGB images and the codecs dptrain reads and writes them with: JPEG through libjpeg-turbo
+// (with DCT-domain downscaling and partial decoding), PNG through libpng.
+//
+//   auto bytes = dpt::data::read_file("cat.jpg");
+//   dpt::data::Image full = dpt::data::decode_image(bytes, "cat.jpg");
+//   // Only a 100x80 window of the half-size decode:
+//   dpt::data::ImageRegion part = dpt::data::decode_region(bytes, "cat.jpg", 2, {40, 30, 100, 80});
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace dpt::data {
+
+// Interleaved RGB, rows of width * 3 bytes, no padding.
+struct Image {
+  int width = 0;
+  int height = 0;
+  std::vector<uint8_t> pixels;
+
+  const uint8_t* row(int y) const { return pixels.data() + static_cast<size_t>(y) * width * 3; }
+  uint8_t* row(int y) { return pixels.data() + static_cast<size_t>(y) * width * 3; }
+};
+
+enum class ImageFormat { Jpeg, Png, Unknown };
+
+// The format from the first bytes (not from the file name).
+ImageFormat sniff_format(const std::vector<uint8_t>& bytes);
+
+struct ImageSize {
+  int width = 0;
+  int height = 0;
+};
+
+// Width and height without decoding the pixels. Throws DataError naming `name` if the bytes are
+// neither a readable JPEG nor PNG header.
+ImageSize read_image_size(const std::vector<uint8_t>& bytes, const std::string& name);
+
+// The largest JPEG downscale 1/d (d = 1, 2, 4 or 8) that keeps at least `at_least` pixels each
+// way. libjpeg-turbo has SIMD inverse DCTs for these; the other k/8 scales run slower C code than
+// a full-size decode.
+int jpeg_scale_denominator(ImageSize full, ImageSize at_least);
+// What a 1/denominator decode produces: ceil(full / denominator).
+ImageSize scaled_size(ImageSize full, int denominator);
+
+struct PixelRect {
+  int left = 0, top = 0, width = 0, height = 0;
+};
+
+// A part of a (possibly downscaled) picture: `image` holds its pixels
+// [left, left + image.width) x [top, top + image.height).
+struct ImageRegion {
+  Image image;
+  int left = 0;
+  int top = 0;
+};
+
+// Decodes at least the pixels in `rect` of the picture scaled by 1/denominator. For JPEG, rows
+// above the rect are only entropy-decoded, rows below it not at all, and only the block columns
+// covering it go through the inverse DCT and colour conversion; a truncated file fails only when
+// the rect's rows are missing. PNG (denominator 1 only) is decoded whole. Grayscale is expanded to
+// RGB, alpha is composited on black. Corrupt data, including libjpeg's corrupt-data warnings,
+// throws DataError naming `name`.
+ImageRegion decode_region(const std::vector<uint8_t>& bytes, const std::string& name, int denominator, PixelRect rect);
+// The whole image at full size.
+Image decode_image(const std::vector<uint8_t>& bytes, const std::string& name);
+
+// Baseline JPEG with 4:2:0 chroma subsampling, like PIL's default.
+std::vector<uint8_t> encode_jpeg(const Image& image, int quality);
+
+// The whole file; throws DataError naming it when it cannot be opened or read.
+std::vector<uint8_t> read_file(const std::string& path);
+void write_file(const std::string& path, const std::vector<uint8_t>& bytes);
+
+}  // namespace dpt::data

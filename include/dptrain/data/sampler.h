@@ -1,0 +1,88 @@
+#pragma once
+// Which sample indices each rank reads, with the semantics of PyTorch's
+// torch.utils.data.DistributedSampler (same permutation for the same seed and epoch, same padding,
+// same strided shard), and an evaluation sampler that reads every sample exactly once.
+//
+//   dpt::data::DistributedSampler sampler(dataset.size(),
+//       dpt::data::SamplerOptions(comm->size(), comm->rank()).seed(42));
+//   for (int64_t epoch = 0; epoch < epochs; ++epoch) {
+//     sampler.set_epoch(epoch);
+//     for (int64_t index : sampler.indices()) { ... }
+//   }
+
+#include <torch/arg.h>
+#include <torch/serialize/archive.h>
+
+#include <cstdint>
+#include <vector>
+
+namespace dpt::data {
+
+struct SamplerOptions {
+  SamplerOptions(int64_t world_size, int64_t rank) : world_size_(world_size), rank_(rank) {}
+  // Number of ranks sharing the dataset.
+  TORCH_ARG(int64_t, world_size);
+  // This rank, in [0, world_size).
+  TORCH_ARG(int64_t, rank);
+  // Permute the indices each epoch (from seed + epoch) instead of reading them in order.
+  TORCH_ARG(bool, shuffle) = true;
+  // Base seed; every rank must use the same one so that the shards do not overlap.
+  TORCH_ARG(uint64_t, seed) = 0;
+  // Drop the tail that does not divide evenly instead of padding with repeated indices.
+  TORCH_ARG(bool, drop_last) = false;
+};
+
+// What a sampler must save for an exact resume.
+struct SamplerState {
+  uint64_t seed = 0;
+  int64_t epoch = 0;
+};
+
+// Training sampler: every rank gets num_samples() indices, the same count on every rank.
+// Without drop_last the permutation is padded by repeating its own start until it divides by
+// world_size; with drop_last it is truncated. Rank r takes positions r, r + world, r + 2 world, ...
+class DistributedSampler {
+ public:
+  DistributedSampler(int64_t dataset_size, SamplerOptions options);
+
+  // The permutation depends on seed + epoch; call this before each epoch.
+  void set_epoch(int64_t epoch) { epoch_ = epoch; }
+  int64_t epoch() const { return epoch_; }
+
+  // This rank's indices for the current epoch.
+  std::vector<int64_t> indices() const;
+  int64_t num_samples() const { return num_samples_; }
+  int64_t total_size() const { return num_samples_ * options_.world_size(); }
+  const SamplerOptions& options() const { return options_; }
+
+  SamplerState state() const { return {options_.seed(), epoch_}; }
+  void load_state(const SamplerState& state);
+  void save(torch::serialize::OutputArchive& archive) const;
+  void load(torch::serialize::InputArchive& archive);
+
+ private:
+  int64_t dataset_size_;
+  SamplerOptions options_;
+  int64_t epoch_ = 0;
+  int64_t num_samples_;
+};
+
+// Evaluation sampler: no padding and no shuffling, so every sample is counted exactly once across
+// ranks. The shard is strided like DistributedSampler's (rank r reads r, r + world, ...), so the
+// first ranks may get one index more than the last ones.
+class EvalSampler {
+ public:
+  EvalSampler(int64_t dataset_size, int64_t world_size, int64_t rank);
+  std::vector<int64_t> indices() const;
+  int64_t num_samples() const;
+
+ private:
+  int64_t dataset_size_;
+  int64_t world_size_;
+  int64_t rank_;
+};
+
+// The permutation torch.randperm(n, generator=torch.Generator().manual_seed(seed)) returns.
+std::vector<int64_t> seeded_permutation(int64_t n, uint64_t seed);
+
+}  // namespace dpt::data

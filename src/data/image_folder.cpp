@@ -1,0 +1,87 @@
+#include "dptrain/data/image_folder.h"
+
+#include <algorithm>
+#include <array>
+#include <cctype>
+#include <filesystem>
+
+#include "dptrain/common/error.h"
+
+namespace fs = std::filesystem;
+
+namespace dpt::data {
+
+namespace {
+
+// torchvision.datasets.folder.IMG_EXTENSIONS
+bool has_image_extension(const std::string& name) {
+  static const std::array<const char*, 9> kExtensions = {".jpg", ".jpeg", ".png",  ".ppm", ".bmp",
+                                                         ".pgm", ".tif",  ".tiff", ".webp"};
+  std::string lower(name);
+  std::transform(lower.begin(), lower.end(), lower.begin(), [](unsigned char c) { return std::tolower(c); });
+  for (const char* ext : kExtensions) {
+    const std::string e(ext);
+    if (lower.size() >= e.size() && lower.compare(lower.size() - e.size(), e.size(), e) == 0) return true;
+  }
+  return false;
+}
+
+// Image files under dir in the order of Python's sorted(os.walk(dir)) then sorted(files): by
+// directory path, then by name within a directory (byte order, as Python compares str).
+std::vector<std::string> list_images(const fs::path& dir) {
+  std::vector<std::pair<std::string, std::string>> found;  // (directory, file name)
+  std::error_code ec;
+  fs::recursive_directory_iterator it(dir, fs::directory_options::follow_directory_symlink, ec), end;
+  DPT_CHECK(!ec, DataError, "cannot list ", dir.string(), ": ", ec.message());
+  for (; it != end; it.increment(ec)) {
+    DPT_CHECK(!ec, DataError, "cannot list ", dir.string(), ": ", ec.message());
+    if (it->is_directory()) continue;
+    const std::string name = it->path().filename().string();
+    if (has_image_extension(name)) found.emplace_back(it->path().parent_path().string(), name);
+  }
+  std::sort(found.begin(), found.end());
+  std::vector<std::string> paths;
+  paths.reserve(found.size());
+  for (auto& [directory, name] : found) paths.push_back(directory + "/" + name);
+  return paths;
+}
+
+}  // namespace
+
+ImageFolder::ImageFolder(const std::string& root, Transform transform, BadImagePolicy policy)
+    : root_(root), transform_(std::move(transform)) {
+  std::error_code ec;
+  DPT_CHECK(fs::is_directory(root, ec), DataError, "image folder ", root,
+            " does not exist or is not a directory; expected ROOT/<class>/<image> files");
+  for (const auto& entry : fs::directory_iterator(root, ec)) {
+    if (entry.is_directory()) classes_.push_back(entry.path().filename().string());
+  }
+  DPT_CHECK(!ec, DataError, "cannot list ", root, ": ", ec.message());
+  std::sort(classes_.begin(), classes_.end());
+  DPT_CHECK(!classes_.empty(), DataError, "image folder ", root,
+            " has no class sub-folders; expected ROOT/<class>/<image> files");
+  for (size_t label = 0; label < classes_.size(); ++label) {
+    const fs::path dir = fs::path(root) / classes_[label];
+    auto paths = list_images(dir);
+    if (paths.empty()) {
+      const std::string message = str("class folder ", dir.string(), " (class ", label, ") has no image files");
+      DPT_CHECK(policy == BadImagePolicy::Skip, DataError, message,
+                "; add images or remove the folder (the class indices depend on the folder list)");
+      warnings_.push_back(message);
+    }
+    for (auto& p : paths) {
+      files_.push_back(std::move(p));
+      labels_.push_back(static_cast<int64_t>(label));
+    }
+  }
+}
+
+int64_t ImageFolder::get(int64_t index, int64_t epoch, float* out) const {
+  check_index(index);
+  transform_.apply_encoded(read_file(files_[index]), files_[index], epoch, index, out);
+  return labels_[index];
+}
+
+std::string ImageFolder::describe(int64_t index) const { return files_.at(index); }
+
+}  // namespace dpt::data

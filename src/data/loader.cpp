@@ -1,0 +1,145 @@
+#include "dptrain/data/loader.h"
+
+#include <algorithm>
+
+#include "dptrain/common/error.h"
+
+namespace dpt::data {
+
+Loader::Loader(std::shared_ptr<const Dataset> dataset, std::vector<int64_t> indices, int64_t epoch,
+               LoaderOptions options)
+    : dataset_(std::move(dataset)), indices_(std::move(indices)), epoch_(epoch), options_(options) {
+  DPT_CHECK(dataset_, ConfigError, "loader: no dataset");
+  DPT_CHECK(options.batch_size() > 0, ConfigError, "loader: batch size must be positive, got ", options.batch_size());
+  DPT_CHECK(options.threads() > 0, ConfigError, "loader: thread count must be positive, got ", options.threads());
+  DPT_CHECK(options.prefetch_batches() > 0, ConfigError, "loader: prefetch must be at least one batch, got ",
+            options.prefetch_batches());
+#if !defined(DPTRAIN_WITH_CUDA)
+  DPT_CHECK(!options.pin_memory(), ConfigError,
+            "loader: pin_memory needs a CUDA build of dptrain; this one is CPU-only");
+#endif
+  const int64_t n = static_cast<int64_t>(indices_.size());
+  const int64_t b = options.batch_size();
+  num_batches_ = options.drop_last() ? n / b : (n + b - 1) / b;
+  workers_.reserve(options.threads());
+  for (int t = 0; t < options.threads(); ++t) workers_.emplace_back([this] { work(); });
+}
+
+Loader::~Loader() { stop(); }
+
+void Loader::stop() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stopping_ = true;
+  }
+  space_.notify_all();
+  for (auto& t : workers_) {
+    if (t.joinable()) t.join();
+  }
+}
+
+void Loader::work() {
+  while (true) {
+    int64_t number;
+    {
+      std::unique_lock<std::mutex> lock(mutex_);
+      space_.wait(lock, [&] {
+        return stopping_ || next_to_build_ >= num_batches_ ||
+               next_to_build_ < next_to_return_ + options_.prefetch_batches();
+      });
+      if (stopping_ || next_to_build_ >= num_batches_) return;
+      number = next_to_build_++;
+    }
+    Built built;
+    try {
+      built = build(number);
+    } catch (...) {
+      built.error = std::current_exception();
+    }
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      done_.emplace(number, std::move(built));
+    }
+    ready_.notify_all();
+  }
+}
+
+at::Tensor Loader::allocate(const std::vector<int64_t>& shape) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (const auto& buffer : pool_) {
+      // Only the pool still holds the tensor and its storage (no batch, no view of one): the
+      // consumer is done with it, and nobody can obtain it again but through the pool.
+      if (buffer.use_count() == 1 && buffer.storage().use_count() == 1 && buffer.sizes() == shape) return buffer;
+    }
+  }
+  auto options = at::TensorOptions().dtype(at::kFloat);
+#if defined(DPTRAIN_WITH_CUDA)
+  if (options_.pin_memory()) options = options.pinned_memory(true);
+#endif
+  at::Tensor buffer = at::empty(shape, options);
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (static_cast<int>(pool_.size()) < options_.prefetch_batches() + options_.threads() + 2) pool_.push_back(buffer);
+  return buffer;
+}
+
+Loader::Built Loader::build(int64_t number) {
+  const int64_t b = options_.batch_size();
+  const int64_t first = number * b;
+  const int64_t count = std::min<int64_t>(b, static_cast<int64_t>(indices_.size()) - first);
+  std::vector<int64_t> shape = dataset_->sample_shape();
+  const int64_t numel = dataset_->sample_numel();
+  shape.insert(shape.begin(), count);
+  Built built;
+  Batch& batch = built.batch;
+  batch.number = number;
+  batch.images = allocate(shape);
+  batch.labels = at::empty({count}, at::kLong);
+  float* images = batch.images.data_ptr<float>();
+  int64_t* labels = batch.labels.data_ptr<int64_t>();
+  int64_t kept = 0;
+  for (int64_t i = 0; i < count; ++i) {
+    const int64_t index = indices_[first + i];
+    try {
+      // Kept samples pack to the front, so a skipped one leaves no hole.
+      labels[kept] = dataset_->get(index, epoch_, images + kept * numel);
+      batch.indices.push_back(index);
+      ++kept;
+    } catch (const DataError& e) {
+      if (options_.bad_image_policy() != BadImagePolicy::Skip) throw;
+      built.skipped.push_back({index, e.what()});
+    }
+  }
+  if (kept < count) {
+    batch.images = batch.images.narrow(0, 0, kept);
+    batch.labels = batch.labels.narrow(0, 0, kept);
+  }
+  return built;
+}
+
+std::optional<Batch> Loader::next() {
+  while (true) {
+    Built built;
+    {
+      std::unique_lock<std::mutex> lock(mutex_);
+      if (next_to_return_ >= num_batches_) return std::nullopt;
+      ready_.wait(lock, [&] { return done_.count(next_to_return_) > 0; });
+      auto it = done_.find(next_to_return_);
+      built = std::move(it->second);
+      done_.erase(it);
+      ++next_to_return_;
+      skipped_.insert(skipped_.end(), built.skipped.begin(), built.skipped.end());
+    }
+    space_.notify_all();
+    if (built.error) std::rethrow_exception(built.error);
+    if (built.batch.indices.empty()) continue;
+    return std::move(built.batch);
+  }
+}
+
+std::vector<SkippedSample> Loader::skipped() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return skipped_;
+}
+
+}  // namespace dpt::data

@@ -1,0 +1,41 @@
+#pragma once
+// PIL's bilinear resize, as the fused transform runs it: filter taps per output pixel, a
+// horizontal pass into byte rows, a vertical pass, then normalization into CHW float planes.
+// Private to the data layer.
+
+#include <array>
+#include <cstdint>
+#include <vector>
+
+#include "dptrain/data/image.h"
+
+namespace dpt::data {
+
+// Taps of one resize direction for the outputs of a window: output i reads length[i] inputs from
+// start[i] with 22-bit fixed-point weights (ksize slots reserved per output).
+struct Taps {
+  int ksize = 0;
+  std::vector<int> start;
+  std::vector<int> length;
+  std::vector<int32_t> weight;
+};
+
+// Taps for outputs [first, first + count) of resizing the input span [in0, in1) to out_size
+// samples, reading only inputs in [lo, hi). Same arithmetic as PIL's precompute_coeffs: the
+// triangle filter is widened by the shrink factor (antialiasing), taps are normalized to sum to
+// one, then rounded to fixed point.
+Taps bilinear_taps(double in0, double in1, int lo, int hi, int out_size, int first, int count);
+
+// Gives every output the same number of taps, the largest any output has (zero weights added,
+// start moved left where the row would end past `limit`), so the horizontal pass can run a
+// fixed-length, unrolled loop. The sums are unchanged. Leaves the taps as they were when the
+// image is narrower than that.
+void pad_taps(Taps& taps, int limit);
+
+// Resizes, flips and normalizes ((v / 255 - mean) / std per channel) into out: 3 planes of
+// size x size floats. `image` holds pixels [left, left + width) x [top, top + height) of the
+// picture the taps index.
+void resample(const Image& image, int left, int top, const Taps& h, const Taps& v, bool flip,
+              const std::array<float, 3>& mean, const std::array<float, 3>& std, float* out);
+
+}  // namespace dpt::data

@@ -1,0 +1,91 @@
+#include "dptrain/data/sampler.h"
+
+#include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
+
+#include "dptrain/common/error.h"
+
+namespace dpt::data {
+
+namespace {
+
+void check_shard(int64_t dataset_size, int64_t world_size, int64_t rank) {
+  DPT_CHECK(dataset_size >= 0, ConfigError, "sampler: dataset size must not be negative, got ", dataset_size);
+  DPT_CHECK(world_size > 0, ConfigError, "sampler: world size must be positive, got ", world_size);
+  DPT_CHECK(rank >= 0 && rank < world_size, ConfigError, "sampler: rank ", rank, " is outside [0, ", world_size, ")");
+}
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+}  // namespace
+
+std::vector<int64_t> seeded_permutation(int64_t n, uint64_t seed) {
+  at::Generator generator = at::detail::createCPUGenerator(seed);
+  at::Tensor perm = at::randperm(n, generator, at::TensorOptions().dtype(at::kLong));
+  const int64_t* data = perm.data_ptr<int64_t>();
+  return std::vector<int64_t>(data, data + n);
+}
+
+DistributedSampler::DistributedSampler(int64_t dataset_size, SamplerOptions options)
+    : dataset_size_(dataset_size), options_(options) {
+  check_shard(dataset_size, options.world_size(), options.rank());
+  const int64_t world = options.world_size();
+  // PyTorch: with drop_last the shard is ceil((n - world) / world), i.e. floor(n / world).
+  num_samples_ =
+      options.drop_last() && dataset_size % world != 0 ? dataset_size / world : ceil_div(dataset_size, world);
+}
+
+std::vector<int64_t> DistributedSampler::indices() const {
+  std::vector<int64_t> all;
+  if (options_.shuffle()) {
+    all = seeded_permutation(dataset_size_, options_.seed() + static_cast<uint64_t>(epoch_));
+  } else {
+    all.resize(dataset_size_);
+    for (int64_t i = 0; i < dataset_size_; ++i) all[i] = i;
+  }
+  const int64_t total = total_size();
+  if (static_cast<int64_t>(all.size()) < total) {
+    // Pad by cycling through the permutation from its start, as often as needed.
+    DPT_CHECK(dataset_size_ > 0, ConfigError, "sampler: cannot pad an empty dataset to ", total, " samples");
+    for (int64_t i = 0; static_cast<int64_t>(all.size()) < total; ++i) all.push_back(all[i % dataset_size_]);
+  }
+  std::vector<int64_t> mine;
+  mine.reserve(num_samples_);
+  for (int64_t i = options_.rank(); i < total; i += options_.world_size()) mine.push_back(all[i]);
+  return mine;
+}
+
+void DistributedSampler::load_state(const SamplerState& state) {
+  options_.seed(state.seed);
+  epoch_ = state.epoch;
+}
+
+void DistributedSampler::save(torch::serialize::OutputArchive& archive) const {
+  archive.write("seed", at::scalar_tensor(static_cast<int64_t>(options_.seed()), at::kLong));
+  archive.write("epoch", at::scalar_tensor(epoch_, at::kLong));
+}
+
+void DistributedSampler::load(torch::serialize::InputArchive& archive) {
+  at::Tensor seed, epoch;
+  archive.read("seed", seed);
+  archive.read("epoch", epoch);
+  load_state({static_cast<uint64_t>(seed.item<int64_t>()), epoch.item<int64_t>()});
+}
+
+EvalSampler::EvalSampler(int64_t dataset_size, int64_t world_size, int64_t rank)
+    : dataset_size_(dataset_size), world_size_(world_size), rank_(rank) {
+  check_shard(dataset_size, world_size, rank);
+}
+
+std::vector<int64_t> EvalSampler::indices() const {
+  std::vector<int64_t> mine;
+  mine.reserve(num_samples());
+  for (int64_t i = rank_; i < dataset_size_; i += world_size_) mine.push_back(i);
+  return mine;
+}
+
+int64_t EvalSampler::num_samples() const {
+  return dataset_size_ > rank_ ? ceil_div(dataset_size_ - rank_, world_size_) : 0;
+}
+
+}  // namespace dpt::data

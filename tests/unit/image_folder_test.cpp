@@ -1,0 +1,100 @@
+#include "dptrain/data/image_folder.h"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "dptrain/common/error.h"
+#include "support/python_oracle.h"
+#include "support/temp_dir.h"
+#include "support/test_images.h"
+
+using namespace dpt::data;
+namespace fs = std::filesystem;
+
+namespace {
+
+Transform small_eval() { return Transform(TransformOptions().resize(12).size(8)); }
+
+void put_jpeg(const std::string& path, int variant = 0) {
+  fs::create_directories(fs::path(path).parent_path());
+  write_file(path, encode_jpeg(dpt::testing::gradient_image(20, 16, variant), 90));
+}
+
+}  // namespace
+
+TEST(ImageFolder, ListsLikeTorchvision) {
+  dpt::testing::TempDir dir;
+  const std::string root = dir.path();
+  put_jpeg(root + "/zebra/b.jpg");
+  put_jpeg(root + "/zebra/A.JPG");
+  put_jpeg(root + "/zebra/nested/c.jpeg");
+  put_jpeg(root + "/Ant/x.png.jpg");
+  put_jpeg(root + "/Ant/y.jpg");
+  put_jpeg(root + "/cat/1.jpg");
+  std::ofstream(root + "/cat/notes.txt") << "not an image";
+  std::ofstream(root + "/README") << "not a class";
+
+  ImageFolder folder(root, small_eval());
+  EXPECT_EQ(folder.classes(), (std::vector<std::string>{"Ant", "cat", "zebra"}));
+  ASSERT_EQ(folder.size(), 6);
+  auto expected = dpt::testing::run_python(
+      "from torchvision.datasets import ImageFolder\n"
+      "ds = ImageFolder('" +
+      root +
+      "')\n"
+      "print(' '.join(ds.classes))\n"
+      "for path, label in ds.samples: print(path, label)\n");
+  if (!expected) GTEST_SKIP() << "/usr/bin/python3 with torchvision is not available";
+  std::string ours = "Ant cat zebra\n";
+  for (int64_t i = 0; i < folder.size(); ++i) ours += dpt::str(folder.path(i), " ", folder.label(i), "\n");
+  EXPECT_EQ(ours, *expected);
+}
+
+TEST(ImageFolder, ReadsJpegAndPng) {
+  dpt::testing::TempDir dir;
+  put_jpeg(dir.path() + "/a/1.jpg");
+  fs::create_directories(dir.path() + "/b");
+  const std::string png = dir.path() + "/b/2.png";
+  auto made = dpt::testing::run_python(
+      "from PIL import Image\n"
+      "Image.new('RGB', (20, 16), (10, 200, 30)).save('" +
+      png + "')\n");
+  if (!made) GTEST_SKIP() << "/usr/bin/python3 with PIL is not available";
+  ImageFolder folder(dir.path(), small_eval());
+  std::vector<float> out(folder.sample_numel());
+  EXPECT_EQ(folder.get(0, 0, out.data()), 0);
+  EXPECT_EQ(folder.get(1, 0, out.data()), 1);
+  // A flat (10, 200, 30) image normalizes to the same value everywhere in each plane.
+  EXPECT_FLOAT_EQ(out[0], (10 / 255.0f - 0.485f) / 0.229f);
+  EXPECT_FLOAT_EQ(out[64 + 5], (200 / 255.0f - 0.456f) / 0.224f);
+}
+
+TEST(ImageFolder, MissingAndEmptyFoldersAreDataErrors) {
+  dpt::testing::TempDir dir;
+  try {
+    ImageFolder(dir.path() + "/nope", small_eval());
+    FAIL() << "no error for a missing folder";
+  } catch (const dpt::DataError& e) {
+    EXPECT_EQ(std::string(e.what()), "image folder " + dir.path() +
+                                         "/nope does not exist or is not a directory; expected "
+                                         "ROOT/<class>/<image> files");
+  }
+  EXPECT_THROW(ImageFolder(dir.path(), small_eval()), dpt::DataError);  // no classes
+  put_jpeg(dir.path() + "/a/1.jpg");
+  fs::create_directories(dir.path() + "/b");
+  put_jpeg(dir.path() + "/c/1.jpg");
+  try {
+    ImageFolder(dir.path(), small_eval());
+    FAIL() << "no error for an empty class";
+  } catch (const dpt::DataError& e) {
+    EXPECT_NE(std::string(e.what()).find("class folder " + dir.path() + "/b (class 1) has no image files"),
+              std::string::npos)
+        << e.what();
+  }
+  ImageFolder skipping(dir.path(), small_eval(), BadImagePolicy::Skip);
+  EXPECT_EQ(skipping.num_classes(), 3);
+  EXPECT_EQ(skipping.label(1), 2);  // class indices keep the empty folder's slot
+  ASSERT_EQ(skipping.warnings().size(), 1u);
+}

@@ -1,0 +1,173 @@
+#include "dptrain/data/loader.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <filesystem>
+#include <fstream>
+
+#include "dptrain/common/error.h"
+#include "dptrain/data/image_folder.h"
+#include "dptrain/data/synthetic.h"
+#include "support/temp_dir.h"
+#include "support/test_images.h"
+
+using namespace dpt::data;
+namespace fs = std::filesystem;
+
+namespace {
+
+std::shared_ptr<const Dataset> synthetic(int64_t size) {
+  return std::make_shared<SyntheticDataset>(SyntheticOptions().size(size).num_classes(5).image_size(16),
+                                            Transform(TransformOptions().mode(TransformMode::Train).size(8).seed(9)));
+}
+
+std::vector<int64_t> iota(int64_t n) {
+  std::vector<int64_t> v(n);
+  for (int64_t i = 0; i < n; ++i) v[i] = n - 1 - i;  // reversed, so order comes from the list
+  return v;
+}
+
+std::vector<Batch> drain(Loader& loader) {
+  std::vector<Batch> out;
+  while (auto b = loader.next()) out.push_back(std::move(*b));
+  return out;
+}
+
+// Fails on sample `bad` with a DataError, or, when `crash` is set, with a plain runtime_error.
+class Faulty : public Dataset {
+ public:
+  Faulty(int64_t bad, bool crash) : inner_(synthetic(10)), bad_(bad), crash_(crash) {}
+  int64_t size() const override { return inner_->size(); }
+  int64_t num_classes() const override { return inner_->num_classes(); }
+  std::vector<int64_t> sample_shape() const override { return inner_->sample_shape(); }
+  int64_t get(int64_t index, int64_t epoch, float* out) const override {
+    if (index == bad_ && crash_) throw std::runtime_error("worker blew up on sample 3");
+    if (index == bad_) throw dpt::DataError("cannot decode JPEG broken.jpg: bad Huffman table");
+    return inner_->get(index, epoch, out);
+  }
+  std::string describe(int64_t index) const override { return inner_->describe(index); }
+
+ private:
+  std::shared_ptr<const Dataset> inner_;
+  int64_t bad_;
+  bool crash_;
+};
+
+}  // namespace
+
+TEST(Loader, OutputDoesNotDependOnThreadCount) {
+  auto ds = synthetic(23);
+  Loader one(ds, iota(23), 1, LoaderOptions().batch_size(4).threads(1));
+  Loader three(ds, iota(23), 1, LoaderOptions().batch_size(4).threads(3).prefetch_batches(2));
+  auto a = drain(one), b = drain(three);
+  ASSERT_EQ(a.size(), 6u);
+  ASSERT_EQ(b.size(), 6u);
+  for (size_t k = 0; k < a.size(); ++k) {
+    EXPECT_EQ(a[k].number, static_cast<int64_t>(k));
+    EXPECT_EQ(a[k].indices, b[k].indices);
+    EXPECT_TRUE(a[k].images.equal(b[k].images)) << "batch " << k;
+    EXPECT_TRUE(a[k].labels.equal(b[k].labels)) << "batch " << k;
+  }
+  EXPECT_EQ(a[0].indices, (std::vector<int64_t>{22, 21, 20, 19}));
+  EXPECT_EQ(a[0].images.sizes(), (std::vector<int64_t>{4, 3, 8, 8}));
+  EXPECT_EQ(a[5].images.size(0), 3);
+  EXPECT_EQ(a[0].labels[0].item<int64_t>(), 22 % 5);
+  // Each sample is what the dataset gives for it on its own.
+  std::vector<float> alone(ds->sample_numel());
+  ds->get(20, 1, alone.data());
+  EXPECT_TRUE(a[0].images[2].flatten().equal(at::from_blob(alone.data(), {ds->sample_numel()})));
+}
+
+// Buffers of batches the consumer has dropped are reused; batches still held never are.
+TEST(Loader, ReusesOnlyReleasedBuffers) {
+  auto ds = synthetic(24);
+  Loader held(ds, iota(24), 0, LoaderOptions().batch_size(2).threads(1));
+  auto kept = drain(held);
+  Loader reusing(ds, iota(24), 0, LoaderOptions().batch_size(2).threads(2).prefetch_batches(1));
+  std::vector<Batch> every_third;
+  for (size_t k = 0; auto batch = reusing.next(); ++k) {
+    EXPECT_TRUE(batch->images.equal(kept[k].images)) << "batch " << k;
+    if (k % 3 == 0) every_third.push_back(std::move(*batch));
+  }
+  for (auto& b : every_third) EXPECT_TRUE(b.images.equal(kept[b.number].images)) << "batch " << b.number;
+}
+
+TEST(Loader, DropLast) {
+  Loader loader(synthetic(10), iota(10), 0, LoaderOptions().batch_size(4).drop_last(true));
+  EXPECT_EQ(loader.num_batches(), 2);
+  EXPECT_EQ(drain(loader).size(), 2u);
+}
+
+TEST(Loader, SkipsBadSamplesAndCountsThem) {
+  Loader loader(std::make_shared<Faulty>(5, false), iota(10), 0, LoaderOptions().batch_size(4).threads(2));
+  auto batches = drain(loader);
+  ASSERT_EQ(batches.size(), 3u);
+  EXPECT_EQ(batches[1].indices, (std::vector<int64_t>{4, 3, 2}));
+  EXPECT_EQ(batches[1].images.size(0), 3);
+  EXPECT_EQ(batches[1].labels[1].item<int64_t>(), 3);  // labels stay with their images
+  auto skipped = loader.skipped();
+  ASSERT_EQ(skipped.size(), 1u);
+  EXPECT_EQ(skipped[0].index, 5);
+  EXPECT_EQ(skipped[0].what, "cannot decode JPEG broken.jpg: bad Huffman table");
+}
+
+TEST(Loader, RethrowsWorkerErrorsWithTheirText) {
+  Loader strict(std::make_shared<Faulty>(5, false), iota(10), 0,
+                LoaderOptions().batch_size(4).bad_image_policy(BadImagePolicy::Error));
+  EXPECT_TRUE(strict.next().has_value());
+  try {
+    strict.next();
+    FAIL() << "no error";
+  } catch (const dpt::DataError& e) {
+    EXPECT_EQ(std::string(e.what()), "cannot decode JPEG broken.jpg: bad Huffman table");
+  }
+  Loader crashing(std::make_shared<Faulty>(3, true), iota(10), 0, LoaderOptions().batch_size(4));
+  crashing.next();
+  EXPECT_THROW(
+      {
+        try {
+          crashing.next();
+        } catch (const std::runtime_error& e) {
+          EXPECT_EQ(std::string(e.what()), "worker blew up on sample 3");
+          throw;
+        }
+      },
+      std::runtime_error);
+}
+
+TEST(Loader, StopsCleanlyMidEpoch) {
+  for (int threads : {1, 4}) {
+    Loader loader(synthetic(200), iota(200), 0, LoaderOptions().batch_size(2).threads(threads).prefetch_batches(3));
+    EXPECT_TRUE(loader.next().has_value());
+  }  // the destructor joins the workers while batches are still pending
+}
+
+TEST(Loader, SkipsCorruptFilesInAnImageFolder) {
+  dpt::testing::TempDir dir;
+  fs::create_directories(dir.path() + "/a");
+  fs::create_directories(dir.path() + "/b");
+  write_file(dir.path() + "/a/good.jpg", encode_jpeg(dpt::testing::gradient_image(20, 20), 90));
+  auto truncated = encode_jpeg(dpt::testing::gradient_image(20, 20, 1), 90);
+  truncated.resize(truncated.size() / 2);
+  write_file(dir.path() + "/a/truncated.jpg", truncated);
+  std::ofstream(dir.path() + "/b/empty.jpg");
+  std::ofstream(dir.path() + "/b/text.png") << "just text";
+  fs::create_symlink(dir.path() + "/nowhere", dir.path() + "/b/link.jpg");  // listed, unreadable
+  write_file(dir.path() + "/b/zgood.jpg", encode_jpeg(dpt::testing::gradient_image(20, 20, 2), 90));
+  auto folder = std::make_shared<ImageFolder>(dir.path(), Transform(TransformOptions().resize(10).size(8)));
+  ASSERT_EQ(folder->size(), 6);
+  Loader loader(folder, {0, 1, 2, 3, 4, 5}, 0, LoaderOptions().batch_size(6));
+  auto batches = drain(loader);
+  ASSERT_EQ(batches.size(), 1u);
+  EXPECT_EQ(batches[0].indices, (std::vector<int64_t>{0, 5}));
+  EXPECT_EQ(batches[0].labels[1].item<int64_t>(), 1);
+  auto skipped = loader.skipped();
+  ASSERT_EQ(skipped.size(), 4u);
+  EXPECT_NE(skipped[0].what.find("JPEG header of " + dir.path() + "/a/truncated.jpg: Premature end of JPEG file"),
+            std::string::npos)
+      << skipped[0].what;
+  EXPECT_EQ(skipped[1].what, "image file " + dir.path() + "/b/empty.jpg is empty (0 bytes)");
+  EXPECT_EQ(skipped[2].what, "cannot open " + dir.path() + "/b/link.jpg: No such file or directory");
+  EXPECT_NE(skipped[3].what.find("b/text.png is neither JPEG nor PNG"), std::string::npos) << skipped[3].what;
+}

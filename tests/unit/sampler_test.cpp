@@ -1,0 +1,123 @@
+#include "dptrain/data/sampler.h"
+
+#include <gtest/gtest.h>
+
+#include <set>
+#include <sstream>
+
+#include "dptrain/common/error.h"
+#include "support/python_oracle.h"
+
+using dpt::data::DistributedSampler;
+using dpt::data::EvalSampler;
+using dpt::data::SamplerOptions;
+
+namespace {
+
+struct Case {
+  int64_t size, world, rank;
+  uint64_t seed;
+  int64_t epoch;
+  bool drop_last, shuffle;
+};
+
+const std::vector<Case> kCases = {
+    {10, 3, 0, 0, 0, false, true},     {10, 3, 2, 0, 0, false, true},    {10, 3, 1, 42, 5, true, true},
+    {7, 4, 3, 7, 1, false, false},     {7, 4, 3, 7, 1, true, false},     {2, 5, 4, 1, 2, false, true},
+    {1000, 8, 5, 123, 9, false, true}, {1001, 8, 7, 123, 9, true, true}, {50000, 2, 1, 0, 3, false, true},
+    {16, 4, 1, 3, 0, true, true},      {5, 1, 0, 11, 4, false, true},
+};
+
+std::vector<int64_t> ours(const Case& c) {
+  DistributedSampler sampler(c.size,
+                             SamplerOptions(c.world, c.rank).seed(c.seed).drop_last(c.drop_last).shuffle(c.shuffle));
+  sampler.set_epoch(c.epoch);
+  return sampler.indices();
+}
+
+}  // namespace
+
+TEST(DistributedSampler, MatchesPyTorchIndexLists) {
+  std::ostringstream script;
+  script << "from torch.utils.data.distributed import DistributedSampler as S\n"
+         << "for n, w, r, seed, epoch, drop, shuffle in [";
+  for (const auto& c : kCases) {
+    script << "(" << c.size << "," << c.world << "," << c.rank << "," << c.seed << "," << c.epoch << ","
+           << (c.drop_last ? "True" : "False") << "," << (c.shuffle ? "True" : "False") << "),";
+  }
+  script << "]:\n"
+         << "    s = S(range(n), num_replicas=w, rank=r, shuffle=shuffle, seed=seed, drop_last=drop)\n"
+         << "    s.set_epoch(epoch)\n"
+         << "    print(' '.join(map(str, list(s))))\n";
+  auto out = dpt::testing::run_python(script.str());
+  if (!out) GTEST_SKIP() << "/usr/bin/python3 with torch is not available";
+  auto expected = dpt::testing::parse_lines(*out);
+  ASSERT_EQ(expected.size(), kCases.size());
+  for (size_t i = 0; i < kCases.size(); ++i) {
+    EXPECT_EQ(ours(kCases[i]), expected[i]) << "case " << i;
+  }
+}
+
+TEST(DistributedSampler, PadsByRepeatingThePermutationStart) {
+  const auto perm = dpt::data::seeded_permutation(5, 0);
+  DistributedSampler r0(5, SamplerOptions(2, 0).seed(0));
+  DistributedSampler r1(5, SamplerOptions(2, 1).seed(0));
+  EXPECT_EQ(r0.indices(), (std::vector<int64_t>{perm[0], perm[2], perm[4]}));
+  EXPECT_EQ(r1.indices(), (std::vector<int64_t>{perm[1], perm[3], perm[0]}));
+  DistributedSampler dropped(5, SamplerOptions(2, 1).seed(0).drop_last(true));
+  EXPECT_EQ(dropped.indices(), (std::vector<int64_t>{perm[1], perm[3]}));
+}
+
+TEST(DistributedSampler, ShardsCoverTheEpochAndChangeWithIt) {
+  std::multiset<int64_t> seen;
+  for (int r = 0; r < 3; ++r) {
+    DistributedSampler s(9, SamplerOptions(3, r).seed(5));
+    s.set_epoch(2);
+    for (auto i : s.indices()) seen.insert(i);
+  }
+  EXPECT_EQ(seen, (std::multiset<int64_t>{0, 1, 2, 3, 4, 5, 6, 7, 8}));
+  DistributedSampler s(100, SamplerOptions(1, 0).seed(5));
+  auto first = s.indices();
+  s.set_epoch(1);
+  EXPECT_NE(first, s.indices());
+}
+
+TEST(DistributedSampler, StateSavesAndLoads) {
+  DistributedSampler a(20, SamplerOptions(2, 1).seed(77));
+  a.set_epoch(6);
+  torch::serialize::OutputArchive out;
+  a.save(out);
+  std::ostringstream bytes;
+  out.save_to(bytes);
+
+  DistributedSampler b(20, SamplerOptions(2, 1));
+  torch::serialize::InputArchive in;
+  std::istringstream source(bytes.str());
+  in.load_from(source);
+  b.load(in);
+  EXPECT_EQ(b.epoch(), 6);
+  EXPECT_EQ(b.state().seed, 77u);
+  EXPECT_EQ(a.indices(), b.indices());
+}
+
+TEST(DistributedSampler, RejectsBadShards) {
+  EXPECT_THROW(DistributedSampler(10, SamplerOptions(0, 0)), dpt::ConfigError);
+  EXPECT_THROW(DistributedSampler(10, SamplerOptions(2, 2)), dpt::ConfigError);
+}
+
+TEST(EvalSampler, CountsEverySampleOnceWithoutPadding) {
+  std::vector<int64_t> all;
+  int64_t total = 0;
+  for (int r = 0; r < 4; ++r) {
+    EvalSampler s(10, 4, r);
+    auto mine = s.indices();
+    EXPECT_EQ(static_cast<int64_t>(mine.size()), s.num_samples());
+    total += s.num_samples();
+    all.insert(all.end(), mine.begin(), mine.end());
+  }
+  EXPECT_EQ(total, 10);
+  std::sort(all.begin(), all.end());
+  for (int64_t i = 0; i < 10; ++i) EXPECT_EQ(all[i], i);
+  EXPECT_EQ(EvalSampler(10, 4, 1).indices(), (std::vector<int64_t>{1, 5, 9}));
+  EXPECT_EQ(EvalSampler(2, 4, 3).num_samples(), 0);
+}

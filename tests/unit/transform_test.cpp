@@ -1,0 +1,142 @@
+#include "dptrain/data/transform.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "dptrain/common/error.h"
+#include "support/python_oracle.h"
+#include "support/temp_dir.h"
+#include "support/test_images.h"
+
+using namespace dpt::data;
+
+namespace {
+
+// torchvision's output for the same file, as one line of floats per transform.
+std::optional<std::vector<std::vector<double>>> torchvision_outputs(const std::string& path,
+                                                                    const std::string& transforms) {
+  const std::string script =
+      "import torch\n"
+      "import torchvision.transforms as T\n"
+      "import torchvision.transforms.functional as F\n"
+      "from torchvision.datasets.folder import pil_loader\n"
+      "img = pil_loader('" +
+      path +
+      "')\n"
+      "norm = T.Compose([T.ToTensor(), T.Normalize([0.485, 0.456, 0.406], [0.229, 0.224, 0.225])])\n"
+      "for t in [" +
+      transforms +
+      "]:\n"
+      "    print(' '.join(repr(v) for v in norm(t(img)).flatten().tolist()))\n";
+  auto out = dpt::testing::run_python(script);
+  if (!out) return std::nullopt;
+  return dpt::testing::parse_lines<double>(*out);
+}
+
+double max_abs_diff(const std::vector<float>& a, const std::vector<double>& b) {
+  EXPECT_EQ(a.size(), b.size());
+  double worst = 0;
+  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) worst = std::max(worst, std::abs(a[i] - b[i]));
+  return worst;
+}
+
+double mean_abs_diff(const std::vector<float>& a, const std::vector<double>& b) {
+  double total = 0;
+  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) total += std::abs(a[i] - b[i]);
+  return total / static_cast<double>(a.size());
+}
+
+}  // namespace
+
+// Resize(40) + CenterCrop(32) of a 75x50 JPEG, against torchvision 0.14 on the PIL image.
+// Full-scale decoding reproduces PIL's fixed-point filter: equal up to float rounding.
+// With DCT scaling (here a 1/2 decode for Resize(24) + CenterCrop(20)) it stays close.
+TEST(Transform, EvalMatchesTorchvision) {
+  dpt::testing::TempDir dir;
+  const std::string path = dir.path() + "/a.jpg";
+  const auto bytes = encode_jpeg(dpt::testing::gradient_image(75, 50), 90);
+  write_file(path, bytes);
+  auto expected = torchvision_outputs(
+      path, "T.Compose([T.Resize(40), T.CenterCrop(32)]), T.Compose([T.Resize(24), T.CenterCrop(20)])");
+  if (!expected) GTEST_SKIP() << "/usr/bin/python3 with torchvision is not available";
+  ASSERT_EQ(expected->size(), 2u);
+
+  Transform exact(TransformOptions().resize(40).size(32).dct_scaling(false));
+  std::vector<float> out(exact.sample_numel());
+  exact.apply_encoded(bytes, path, 0, 0, out.data());
+  EXPECT_LT(max_abs_diff(out, (*expected)[0]), 1e-6);
+
+  Transform scaled(TransformOptions().resize(24).size(20));
+  std::vector<float> small(scaled.sample_numel());
+  scaled.apply_encoded(bytes, path, 0, 0, small.data());
+  // One 8-bit level is 1 / 255 / 0.225 = 0.0174 after normalization. The half-size IDCT is a
+  // different low-pass filter from PIL's: about 3 levels on average, up to 30 at the sharp
+  // edges of the test picture's box.
+  EXPECT_LT(max_abs_diff(small, (*expected)[1]), 0.6);
+  EXPECT_LT(mean_abs_diff(small, (*expected)[1]), 0.06);
+}
+
+// The train path with its crop fixed: torchvision's resized_crop + hflip on the same crop box.
+TEST(Transform, TrainCropMatchesTorchvisionResizedCrop) {
+  dpt::testing::TempDir dir;
+  const std::string path = dir.path() + "/a.jpg";
+  const auto bytes = encode_jpeg(dpt::testing::gradient_image(64, 48), 90);
+  write_file(path, bytes);
+  Transform train(TransformOptions().mode(TransformMode::Train).size(24).seed(3).dct_scaling(false));
+  CropPlan plan;
+  for (int64_t index = 0;; ++index) {  // a sample whose crop is flipped
+    plan = train.plan(64, 48, 0, index);
+    if (plan.flip) break;
+  }
+  auto expected = torchvision_outputs(path, dpt::str("lambda im: F.hflip(F.resized_crop(im, ", plan.top, ", ",
+                                                     plan.left, ", ", plan.height, ", ", plan.width, ", [24, 24]))"));
+  if (!expected) GTEST_SKIP() << "/usr/bin/python3 with torchvision is not available";
+  std::vector<float> out(train.sample_numel());
+  train.apply(decode_image(bytes, path), plan, out.data());
+  EXPECT_LT(max_abs_diff(out, (*expected)[0]), 1e-6);
+}
+
+TEST(Transform, RandomResizedCropFollowsTorchvisionRules) {
+  Transform train(TransformOptions().mode(TransformMode::Train).size(32).seed(11));
+  int flips = 0;
+  for (int64_t i = 0; i < 500; ++i) {
+    const CropPlan p = train.plan(300, 200, 2, i);
+    ASSERT_GT(p.width, 0);
+    ASSERT_GT(p.height, 0);
+    ASSERT_LE(p.left + p.width, 300);
+    ASSERT_LE(p.top + p.height, 200);
+    const double area = static_cast<double>(p.width) * p.height / (300.0 * 200.0);
+    EXPECT_GE(area, 0.08 - 0.01);
+    const double ratio = static_cast<double>(p.width) / p.height;
+    EXPECT_GE(ratio, 0.75 - 0.02);
+    EXPECT_LE(ratio, 4.0 / 3.0 + 0.02);
+    flips += p.flip;
+  }
+  EXPECT_GT(flips, 200);
+  EXPECT_LT(flips, 300);
+  // A 1000x10 strip has no crop within the ratio range: the fallback is the centered 13x10 box.
+  const CropPlan fallback = train.plan(1000, 10, 0, 0);
+  EXPECT_EQ(fallback.width, 13);
+  EXPECT_EQ(fallback.height, 10);
+  EXPECT_EQ(fallback.left, (1000 - 13) / 2);
+  EXPECT_EQ(fallback.top, 0);
+}
+
+TEST(Transform, AugmentationDependsOnlyOnSeedEpochAndIndex) {
+  const auto bytes = encode_jpeg(dpt::testing::gradient_image(90, 70), 90);
+  Transform a(TransformOptions().mode(TransformMode::Train).size(16).seed(5));
+  Transform b(TransformOptions().mode(TransformMode::Train).size(16).seed(5));
+  std::vector<float> x(a.sample_numel()), y(a.sample_numel()), z(a.sample_numel());
+  a.apply_encoded(bytes, "a.jpg", 3, 42, x.data());
+  b.apply_encoded(bytes, "a.jpg", 3, 42, y.data());
+  EXPECT_EQ(x, y);
+  b.apply_encoded(bytes, "a.jpg", 4, 42, z.data());
+  EXPECT_NE(x, z);
+}
+
+TEST(Transform, RejectsImpossibleOptions) {
+  EXPECT_THROW(Transform(TransformOptions().size(0)), dpt::ConfigError);
+  EXPECT_THROW(Transform(TransformOptions().resize(100).size(224)), dpt::ConfigError);
+  EXPECT_THROW(Transform(TransformOptions().std({1.0f, 0.0f, 1.0f})), dpt::ConfigError);
+}

@@ -1,0 +1,72 @@
+// `dptrain bench-loader`: images per second of the training input pipeline on an ImageFolder
+// (read + decode + RandomResizedCrop + flip + normalize + batch), with a given number of loader
+// threads. bench/loader runs it next to torchvision's DataLoader. Ends with one JSON line.
+
+#include <chrono>
+#include <iostream>
+#include <nlohmann/json.hpp>
+
+#include "command.h"
+#include "dptrain/common/error.h"
+#include "dptrain/data/image_folder.h"
+#include "dptrain/data/loader.h"
+#include "dptrain/data/sampler.h"
+
+namespace dpt::cli {
+
+namespace {
+
+struct BenchLoaderFlags {
+  std::string data;
+  int threads = 1;
+  int64_t batch_size = 32;
+  int size = 224;
+  int epochs = 2;
+  bool dct_scaling = true;
+};
+
+int run_bench_loader(const BenchLoaderFlags& f) {
+  auto transform = data::Transform(
+      data::TransformOptions().mode(data::TransformMode::Train).size(f.size).dct_scaling(f.dct_scaling));
+  auto dataset = std::make_shared<data::ImageFolder>(f.data, transform);
+  DPT_CHECK(dataset->size() > 0, DataError, "no images under ", f.data);
+  data::DistributedSampler sampler(dataset->size(), data::SamplerOptions(1, 0));
+  auto options = data::LoaderOptions().batch_size(f.batch_size).threads(f.threads);
+  {  // epoch 0, untimed, warms the page cache and the allocator
+    data::Loader warmup(dataset, sampler.indices(), 0, options);
+    while (warmup.next()) {
+    }
+  }
+  int64_t images = 0, skipped = 0;
+  const auto start = std::chrono::steady_clock::now();
+  for (int epoch = 1; epoch <= f.epochs; ++epoch) {
+    sampler.set_epoch(epoch);
+    data::Loader loader(dataset, sampler.indices(), epoch, options);
+    while (auto batch = loader.next()) images += batch->images.size(0);
+    skipped += static_cast<int64_t>(loader.skipped().size());
+  }
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  nlohmann::json report = {
+      {"threads", f.threads},      {"images", images},           {"skipped", skipped}, {"seconds", seconds},
+      {"img_s", images / seconds}, {"batch_size", f.batch_size}, {"size", f.size},     {"dct_scaling", f.dct_scaling}};
+  std::cout << report.dump() << std::endl;
+  return 0;
+}
+
+}  // namespace
+
+Command add_bench_loader_command(CLI::App& root) {
+  auto flags = std::make_shared<BenchLoaderFlags>();
+  CLI::App* app = root.add_subcommand("bench-loader", "Measure the training input pipeline on an ImageFolder");
+  app->add_option("data", flags->data, "ImageFolder root (ROOT/<class>/<image>)")->required();
+  app->add_option("--threads", flags->threads, "loader threads")->capture_default_str();
+  app->add_option("--batch-size", flags->batch_size, "images per batch")->capture_default_str();
+  app->add_option("--size", flags->size, "RandomResizedCrop output size")->capture_default_str();
+  app->add_option("--epochs", flags->epochs, "timed passes over the data (after one untimed pass)")
+      ->capture_default_str();
+  app->add_option("--dct-scaling", flags->dct_scaling, "decode JPEGs at reduced DCT scale when the crop allows")
+      ->capture_default_str();
+  return {app, [flags](const std::vector<std::string>&) { return run_bench_loader(*flags); }};
+}
+
+}  // namespace dpt::cli
