@@ -96,6 +96,28 @@ compat::StorePtr make_tcp_store(const std::string& host, int port, const WorldIn
   }
 }
 
+constexpr const char* kAbortKey = "dpt/abort";
+constexpr const char* kAbortAckKey = "dpt/abort_acks";
+
+// Reports that rank `other` disagrees about the world size, after telling the other ranks. The
+// store's host (rank 0) waits, briefly, until the `peers` ranks it has seen have read the news:
+// exiting at once would take the store away and leave them with a lost-connection error instead.
+[[noreturn]] void abort_join(c10d::Store& store, const WorldInfo& world, int other, int peers) {
+  const std::string theirs = read_string(store, world_key(other));
+  const std::string flag = "1";
+  store.set(kAbortKey, std::vector<uint8_t>(flag.begin(), flag.end()));
+  store.add(kAbortAckKey, 1);
+  if (world.rank == 0) {
+    const auto linger_until = Clock::now() + std::chrono::seconds(3);
+    while (store.add(kAbortAckKey, 0) < peers + 1 && Clock::now() < linger_until) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+  }
+  throw ConfigError(str("rank ", world.rank, ": rank ", other, " was started with world size ", theirs,
+                        " but this rank with ", world.world_size,
+                        ". Start every process with the same WORLD_SIZE / --world-size."));
+}
+
 }  // namespace
 
 void join(c10d::Store& store, const WorldInfo& world, const RendezvousOptions& options) {
@@ -116,19 +138,32 @@ void join(c10d::Store& store, const WorldInfo& world, const RendezvousOptions& o
   std::vector<bool> seen(n, false);
   seen[me] = true;
   int joined = 1;
-  while (true) {
-    for (int r = 0; r < n; ++r) {
-      if (seen[r] || !store.check({world_key(r)})) continue;
-      seen[r] = true;
-      ++joined;
-      std::string theirs = read_string(store, world_key(r));
-      DPT_CHECK(theirs == std::to_string(n), ConfigError, "rank ", me, ": rank ", r,
-                " was started with world size ", theirs, " but this rank with ", n,
-                ". Start every process with the same WORLD_SIZE / --world-size.");
+  try {
+    while (true) {
+      for (int r = 0; r < n; ++r) {
+        if (seen[r] || !store.check({world_key(r)})) continue;
+        seen[r] = true;
+        ++joined;
+        if (read_string(store, world_key(r)) != size_text) abort_join(store, world, r, joined - 1);
+      }
+      if (joined == n) return;
+      // A rank that found a disagreement with someone else may host the store and be about to
+      // exit; find the disagreement from this side, so every rank says what is wrong.
+      if (store.check({kAbortKey})) {
+        for (int r = 0; r < n; ++r) {
+          if (r != me && store.check({world_key(r)}) && read_string(store, world_key(r)) != size_text) {
+            abort_join(store, world, r, 0);
+          }
+        }
+      }
+      if (Clock::now() >= deadline) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }
-    if (joined == n) return;
-    if (Clock::now() >= deadline) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  } catch (const Error&) {
+    throw;
+  } catch (const std::exception& e) {
+    throw DistError(str("rank ", me, ": lost the rendezvous store while joining (", detail::short_message(e),
+                        "). The rank hosting it (rank 0) has probably exited; its output says why."));
   }
 
   std::string missing;
