@@ -4,3 +4,4 @@
 #include "dptrain/common/error.h"
 #include "dptrain/compat/compat.h"
 #include "dptrain/dist.h"
+#include "dptrain/parallel.h"
