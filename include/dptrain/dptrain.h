@@ -4,4 +4,5 @@
 #include "dptrain/common/error.h"
 #include "dptrain/compat/compat.h"
 #include "dptrain/dist.h"
+#include "dptrain/launch.h"
 #include "dptrain/parallel.h"

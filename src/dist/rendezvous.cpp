@@ -1,5 +1,10 @@
 #include "dptrain/dist/rendezvous.h"
 
+#include <netdb.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <memory>
 #include <thread>
 
 #include <torch/csrc/distributed/c10d/FileStore.hpp>
@@ -28,8 +33,46 @@ std::string read_string(c10d::Store& store, const std::string& key) {
 
 bool mentions(const std::string& text, const char* needle) { return text.find(needle) != std::string::npos; }
 
+// Returns once something accepts TCP connections on host:port, or at the deadline. LibTorch's
+// store client retries a refused connection only after about a second; probing first lets the
+// common case, a master that comes up a few milliseconds after its peers, cost milliseconds.
+// Returns false when nothing listened by the deadline.
+bool wait_for_listener(const std::string& host, int port, Clock::time_point deadline) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* addresses = nullptr;
+  if (getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &addresses) != 0) {
+    return true;  // let the store report the unresolvable name
+  }
+  std::unique_ptr<addrinfo, decltype(&freeaddrinfo)> owner(addresses, freeaddrinfo);
+  while (Clock::now() < deadline) {
+    for (addrinfo* a = addresses; a != nullptr; a = a->ai_next) {
+      int fd = socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
+      if (fd < 0) continue;
+      bool connected = connect(fd, a->ai_addr, a->ai_addrlen) == 0;
+      close(fd);
+      if (connected) return true;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return false;
+}
+
+TimeoutError unreachable_master(const WorldInfo& world, const std::string& host, int port,
+                                const RendezvousOptions& options, const std::string& cause) {
+  return TimeoutError(str("rank ", world.rank, ": could not reach the master at ", host, ":", port, " within ",
+                          seconds(options.timeout),
+                          ". Check that rank 0 is running, that MASTER_ADDR/--master-addr names its host as seen "
+                          "from here, and that the port is open. (",
+                          cause, ")"));
+}
+
 compat::StorePtr make_tcp_store(const std::string& host, int port, const WorldInfo& world,
                                 const RendezvousOptions& options) {
+  if (world.rank != 0 && !wait_for_listener(host, port, Clock::now() + options.timeout)) {
+    throw unreachable_master(world, host, port, options, "nothing accepted connections on that port");
+  }
   c10d::TCPStoreOptions tcp;
   tcp.port = static_cast<std::uint16_t>(port);
   tcp.isServer = world.rank == 0;
@@ -46,10 +89,7 @@ compat::StorePtr make_tcp_store(const std::string& host, int port, const WorldIn
                           cause, ")"));
     }
     if (mentions(cause, "timed out") || mentions(cause, "timeout")) {
-      throw TimeoutError(str("rank ", world.rank, ": could not reach the master at ", host, ":", port,
-                             " within ", seconds(options.timeout),
-                             ". Check that rank 0 is running, that MASTER_ADDR/--master-addr names its "
-                             "host as seen from here, and that the port is open. (", cause, ")"));
+      throw unreachable_master(world, host, port, options, cause);
     }
     throw DistError(str("rank ", world.rank, ": rendezvous with the master at ", host, ":", port,
                         " failed: ", cause, ". Check MASTER_ADDR/MASTER_PORT and that rank 0 is running."));

@@ -132,7 +132,7 @@ Command add_check_command(CLI::App& root) {
   app->add_option("--timeout", flags->timeout_s, "seconds any rendezvous or collective may take")
       ->capture_default_str();
   app->add_option("--numel", flags->numel, "elements per test tensor")->capture_default_str();
-  return {app, [flags] { return run_check(*flags); }};
+  return {app, [flags](const std::vector<std::string>&) { return run_check(*flags); }};
 }
 
 }  // namespace dpt::cli

@@ -15,17 +15,31 @@ int main(int argc, char** argv) {
 
   std::vector<dpt::cli::Command> commands{
       dpt::cli::add_check_command(app),
+      dpt::cli::add_launch_command(app),
   };
 
+  int own_args = argc;
+  std::vector<std::string> program;
+  for (int i = 1; i < argc; ++i) {
+    if (std::string(argv[i]) == "--") {
+      own_args = i;
+      program.assign(argv + i + 1, argv + argc);
+      break;
+    }
+  }
   try {
-    app.parse(argc, argv);
+    app.parse(own_args, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }
 
   try {
     for (auto& command : commands) {
-      if (command.app->parsed()) return command.run();
+      if (!command.app->parsed()) continue;
+      if (own_args != argc && !command.takes_program) {
+        throw dpt::ConfigError("'dptrain " + command.app->get_name() + "' takes no '-- PROGRAM' part");
+      }
+      return command.run(program);
     }
   } catch (const dpt::ConfigError& e) {
     std::cerr << "dptrain: error: " << e.what() << std::endl;

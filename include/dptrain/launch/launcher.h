@@ -1,0 +1,59 @@
+#pragma once
+// A torchrun for any program: starts the local workers of one node with the torchrun environment,
+// supervises them (see worker_group.h), and restarts the local group on failure when asked.
+//
+//   auto options = dpt::launch::LaunchOptions().nproc_per_node(2).standalone(true);
+//   int code = dpt::launch::launch(options, {"python3", "train.py"}, dpt::Environment::current());
+
+#include <chrono>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <torch/arg.h>
+
+#include "dptrain/common/environment.h"
+#include "dptrain/launch/worker_group.h"
+
+namespace dpt::launch {
+
+struct LaunchOptions {
+  // Workers on this node; unset ("auto"): one per --gpus entry, else per CUDA device, else per core.
+  TORCH_ARG(std::optional<int>, nproc_per_node) = std::nullopt;
+  // Nodes in the job, and this node's index among them.
+  TORCH_ARG(int, nnodes) = 1;
+  TORCH_ARG(int, node_rank) = 0;
+  // Where rank 0 listens for the rendezvous.
+  TORCH_ARG(std::string, master_addr) = "127.0.0.1";
+  TORCH_ARG(int, master_port) = 29500;
+  // One node on loopback with a free port chosen here (overrides the three fields above).
+  TORCH_ARG(bool, standalone) = false;
+  // How often the whole local group is restarted after a failure.
+  TORCH_ARG(int, max_restarts) = 0;
+  // When set, each worker's output goes to LOG_DIR/attempt_K/rank_R.log instead of the terminal.
+  TORCH_ARG(std::optional<std::string>, log_dir) = std::nullopt;
+  // GPU indices; local rank i sees only the i-th (CUDA_VISIBLE_DEVICES), so subsets like 1,3 work.
+  TORCH_ARG(std::vector<int>, gpus) = {};
+  // Exported as TORCHELASTIC_RUN_ID; default: a fresh id per launch.
+  TORCH_ARG(std::string, run_id) = "";
+  // Between SIGTERM and SIGKILL when stopping workers.
+  TORCH_ARG(std::chrono::milliseconds, grace_period) = std::chrono::seconds(5);
+};
+
+// The environment of each local worker for one attempt: `base` plus the torchrun contract (RANK,
+// LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, GROUP_RANK, GROUP_WORLD_SIZE, ROLE_*, MASTER_ADDR,
+// MASTER_PORT, TORCHELASTIC_*), OMP_NUM_THREADS when unset, and CUDA_VISIBLE_DEVICES with --gpus.
+// Throws ConfigError for options that cannot work together. `options` must be resolved.
+std::vector<WorkerSpec> make_worker_specs(const LaunchOptions& options, const std::vector<std::string>& program,
+                                          const Environment& base, int restart_count);
+
+// Fills in what the user left to the launcher: nproc_per_node, standalone's address and port,
+// the run id. Checks the rest.
+LaunchOptions resolve(LaunchOptions options, const Environment& env);
+
+// Runs `program` as the local workers until they finish, restarting up to max_restarts times.
+// Prints what happened to stderr; returns the exit code for the launcher (0, the failing worker's
+// code, or 128 + signal).
+int launch(const LaunchOptions& options, const std::vector<std::string>& program, const Environment& env);
+
+}  // namespace dpt::launch

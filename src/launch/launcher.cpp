@@ -1,0 +1,161 @@
+#include "dptrain/launch/launcher.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sched.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <iostream>
+#include <random>
+
+#include <torch/cuda.h>
+
+#include "dptrain/common/error.h"
+
+namespace dpt::launch {
+
+namespace {
+
+int usable_cores() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) return std::max(1, CPU_COUNT(&set));
+  return std::max(1, static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN)));
+}
+
+// A port that was free a moment ago: bind to port 0 and let the kernel choose.
+int free_local_port() {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  DPT_ASSERT(fd >= 0, "socket() failed");
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = 0;
+  socklen_t length = sizeof(addr);
+  bool ok = bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
+            getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &length) == 0;
+  close(fd);
+  DPT_CHECK(ok, DistError, "--standalone: cannot find a free TCP port on 127.0.0.1");
+  return ntohs(addr.sin_port);
+}
+
+std::string fresh_run_id() {
+  std::random_device device;
+  std::mt19937_64 generator(device() ^ static_cast<uint64_t>(getpid()));
+  char id[17];
+  std::snprintf(id, sizeof(id), "%016llx", static_cast<unsigned long long>(generator()));
+  return id;
+}
+
+}  // namespace
+
+LaunchOptions resolve(LaunchOptions options, const Environment& env) {
+  DPT_CHECK(options.nnodes() >= 1, ConfigError, "--nnodes must be at least 1, got ", options.nnodes());
+  DPT_CHECK(options.node_rank() >= 0 && options.node_rank() < options.nnodes(), ConfigError, "--node-rank ",
+            options.node_rank(), " is outside 0..", options.nnodes() - 1, " for --nnodes ", options.nnodes());
+  DPT_CHECK(options.max_restarts() >= 0, ConfigError, "--max-restarts must not be negative");
+  const auto& gpus = options.gpus();
+  for (int gpu : gpus) DPT_CHECK(gpu >= 0, ConfigError, "--gpus: GPU index ", gpu, " is negative");
+  if (!options.nproc_per_node()) {
+    if (!gpus.empty()) {
+      options.nproc_per_node(static_cast<int>(gpus.size()));
+    } else if (int devices = static_cast<int>(torch::cuda::device_count()); devices > 0) {
+      options.nproc_per_node(devices);
+    } else {
+      options.nproc_per_node(usable_cores());
+    }
+  }
+  const int nproc = *options.nproc_per_node();
+  DPT_CHECK(nproc >= 1, ConfigError, "--nproc-per-node must be at least 1, got ", nproc);
+  DPT_CHECK(gpus.empty() || static_cast<int>(gpus.size()) == nproc, ConfigError, "--gpus lists ", gpus.size(),
+            " GPU(s) but --nproc-per-node is ", nproc, "; give one GPU per local worker");
+  if (options.standalone()) {
+    DPT_CHECK(options.nnodes() == 1, ConfigError, "--standalone runs one node; drop --nnodes ", options.nnodes());
+    options.master_addr("127.0.0.1");
+    options.master_port(free_local_port());
+  }
+  DPT_CHECK(options.master_port() > 0 && options.master_port() < 65536, ConfigError, "--master-port ",
+            options.master_port(), " is not a TCP port");
+  if (options.run_id().empty()) options.run_id(env.get("TORCHELASTIC_RUN_ID").value_or(fresh_run_id()));
+  return options;
+}
+
+std::vector<WorkerSpec> make_worker_specs(const LaunchOptions& options, const std::vector<std::string>& program,
+                                          const Environment& base, int restart_count) {
+  DPT_CHECK(!program.empty(), ConfigError, "no program to launch; put it after '--'");
+  DPT_ASSERT(options.nproc_per_node().has_value(), "launch options must be resolved first");
+  const int nproc = *options.nproc_per_node();
+  const int world = nproc * options.nnodes();
+  const std::string threads = std::to_string(std::max(1, usable_cores() / nproc));
+  std::optional<std::filesystem::path> log_dir;
+  if (options.log_dir()) {
+    log_dir = std::filesystem::path(*options.log_dir()) / ("attempt_" + std::to_string(restart_count));
+    std::error_code error;
+    std::filesystem::create_directories(*log_dir, error);
+    DPT_CHECK(!error, ConfigError, "cannot create the log folder '", log_dir->string(), "': ", error.message());
+  }
+
+  std::vector<WorkerSpec> specs;
+  for (int local = 0; local < nproc; ++local) {
+    const int rank = options.node_rank() * nproc + local;
+    auto env = base.vars();
+    auto set = [&env](const std::string& key, const std::string& value) { env[key] = value; };
+    set("RANK", std::to_string(rank));
+    set("LOCAL_RANK", std::to_string(local));
+    set("WORLD_SIZE", std::to_string(world));
+    set("LOCAL_WORLD_SIZE", std::to_string(nproc));
+    set("GROUP_RANK", std::to_string(options.node_rank()));
+    set("GROUP_WORLD_SIZE", std::to_string(options.nnodes()));
+    set("ROLE_NAME", "default");
+    set("ROLE_RANK", std::to_string(rank));
+    set("ROLE_WORLD_SIZE", std::to_string(world));
+    set("MASTER_ADDR", options.master_addr());
+    set("MASTER_PORT", std::to_string(options.master_port()));
+    set("TORCHELASTIC_RESTART_COUNT", std::to_string(restart_count));
+    set("TORCHELASTIC_MAX_RESTARTS", std::to_string(options.max_restarts()));
+    set("TORCHELASTIC_RUN_ID", options.run_id());
+    // The workers host their own store (rank 0), as with init_process_group outside torchrun.
+    set("TORCHELASTIC_USE_AGENT_STORE", "False");
+    if (!base.has("OMP_NUM_THREADS")) set("OMP_NUM_THREADS", threads);
+    if (!options.gpus().empty()) set("CUDA_VISIBLE_DEVICES", std::to_string(options.gpus()[local]));
+
+    WorkerSpec spec;
+    spec.name = "rank " + std::to_string(rank);
+    spec.argv = program;
+    spec.env = std::move(env);
+    if (log_dir) spec.log_path = (*log_dir / ("rank_" + std::to_string(rank) + ".log")).string();
+    specs.push_back(std::move(spec));
+  }
+  return specs;
+}
+
+int launch(const LaunchOptions& requested, const std::vector<std::string>& program, const Environment& env) {
+  const LaunchOptions options = resolve(requested, env);
+  const int nproc = *options.nproc_per_node();
+  const int first = options.node_rank() * nproc;
+  std::cerr << "dptrain launch: " << nproc << " worker(s) on node " << options.node_rank() << " of "
+            << options.nnodes() << " (ranks " << first << ".." << first + nproc - 1 << " of "
+            << nproc * options.nnodes() << "), master " << options.master_addr() << ":" << options.master_port()
+            << ", run id " << options.run_id() << std::endl;
+  for (int attempt = 0;; ++attempt) {
+    WorkerGroup group(make_worker_specs(options, program, env, attempt),
+                      SupervisorOptions().grace_period(options.grace_period()));
+    GroupResult result = group.run();
+    if (result.succeeded()) return 0;
+    std::cerr << "dptrain launch: " << result.report() << std::endl;
+    if (result.outcome == GroupResult::Outcome::Interrupted) return result.exit_code;
+    if (attempt >= options.max_restarts()) {
+      if (options.max_restarts() > 0) {
+        std::cerr << "dptrain launch: giving up after " << options.max_restarts() << " restart(s)" << std::endl;
+      }
+      if (options.log_dir()) std::cerr << "dptrain launch: full logs in " << *options.log_dir() << std::endl;
+      return result.exit_code;
+    }
+    std::cerr << "dptrain launch: restarting the local group (restart " << attempt + 1 << " of "
+              << options.max_restarts() << ")" << std::endl;
+  }
+}
+
+}  // namespace dpt::launch

@@ -1,0 +1,216 @@
+"""`dptrain launch` with real processes: the torchrun environment, collectives on 2 and 4 ranks,
+supervision (a failing rank, Ctrl-C, SIGKILL of the launcher), restarts and log files."""
+
+import json
+import os
+import re
+import signal
+import tempfile
+import time
+import unittest
+
+from proc import PYTHON, Started, dptrain, env_with, pid_alive, run, wait_dead
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def worker(name):
+    return os.path.join(HERE, "workers", name)
+
+
+def launch(*args):
+    return [dptrain(), "launch", "--standalone", *args]
+
+
+def pids_in(text):
+    return [int(p) for p in re.findall(r"PID (\d+)", text)]
+
+
+def wait_for_pids(started, count, timeout=30):
+    """Reads the launcher's stdout until `count` PID lines have appeared; returns the pids."""
+    pids, deadline = [], time.monotonic() + timeout
+    while len(pids) < count and time.monotonic() < deadline:
+        line = started.proc.stdout.readline()
+        if not line:
+            break
+        pids += pids_in(line)
+    started.extra_pids += pids
+    if len(pids) < count:
+        raise AssertionError(f"saw {len(pids)} of {count} worker pids")
+    return pids
+
+
+class CollectivesThroughTheLauncher(unittest.TestCase):
+    def check_world(self, n):
+        code, out, err = run(launch("--nproc-per-node", str(n), "--", dptrain(), "check", "--timeout", "60"),
+                             timeout=120)
+        self.assertEqual(code, 0, err)
+        for r in range(n):
+            self.assertIn(f"[rank {r}] rank {r}/{n}: 11 collectives correct on gloo", out)
+        json_lines = [l.split("] ", 1)[1] for l in out.splitlines() if l.startswith("[rank 0] {")]
+        self.assertEqual(len(json_lines), 1, out)
+        report = json.loads(json_lines[0])
+        self.assertEqual(report["world_size"], n)
+        self.assertTrue(report["passed"])
+
+    def test_two_ranks(self):
+        self.check_world(2)
+
+    def test_four_ranks(self):
+        self.check_world(4)
+
+    def test_plain_pytorch_gloo_script(self):
+        code, out, err = run(launch("--nproc-per-node", "2", "--", PYTHON, worker("torch_gloo.py")), timeout=120)
+        self.assertEqual(code, 0, out + err)
+        self.assertIn("[rank 0] torch rank 0/2 ok sum=3", out)
+        self.assertIn("[rank 1] torch rank 1/2 ok sum=3", out)
+
+
+class TorchrunEnvironment(unittest.TestCase):
+    def test_contract(self):
+        code, out, err = run(launch("--nproc-per-node", "2", "--gpus", "3,1", "--max-restarts", "2", "--run-id",
+                                    "job42", "--", PYTHON, worker("report_env.py")),
+                             timeout=60, env=env_with(OMP_NUM_THREADS=None))
+        self.assertEqual(code, 0, err)
+        envs = {}
+        for line in out.splitlines():
+            m = re.match(r"\[rank (\d+)\] ENV (.*)", line)
+            if m:
+                envs[int(m.group(1))] = json.loads(m.group(2))
+        self.assertEqual(sorted(envs), [0, 1])
+        threads = str(max(1, len(os.sched_getaffinity(0)) // 2))
+        for r, gpu in [(0, "3"), (1, "1")]:
+            e = envs[r]
+            self.assertEqual(e["RANK"], str(r))
+            self.assertEqual(e["LOCAL_RANK"], str(r))
+            self.assertEqual(e["WORLD_SIZE"], "2")
+            self.assertEqual(e["LOCAL_WORLD_SIZE"], "2")
+            self.assertEqual(e["GROUP_RANK"], "0")
+            self.assertEqual(e["GROUP_WORLD_SIZE"], "1")
+            self.assertEqual(e["ROLE_RANK"], str(r))
+            self.assertEqual(e["MASTER_ADDR"], "127.0.0.1")
+            self.assertTrue(e["MASTER_PORT"].isdigit())
+            self.assertEqual(e["TORCHELASTIC_RESTART_COUNT"], "0")
+            self.assertEqual(e["TORCHELASTIC_MAX_RESTARTS"], "2")
+            self.assertEqual(e["TORCHELASTIC_RUN_ID"], "job42")
+            self.assertEqual(e["OMP_NUM_THREADS"], threads)
+            self.assertEqual(e["CUDA_VISIBLE_DEVICES"], gpu)
+
+    def test_user_omp_setting_is_kept(self):
+        code, out, _ = run(launch("--nproc-per-node", "1", "--", PYTHON, worker("report_env.py")), timeout=60,
+                           env=env_with(OMP_NUM_THREADS=7))
+        self.assertEqual(code, 0)
+        self.assertIn('"OMP_NUM_THREADS": "7"', out)
+
+    def test_gpu_list_must_match_worker_count(self):
+        code, _, err = run(launch("--nproc-per-node", "3", "--gpus", "1,3", "--", "true"), timeout=30)
+        self.assertEqual(code, 2)
+        self.assertIn("--gpus lists 2 GPU(s) but --nproc-per-node is 3", err)
+
+    def test_missing_program_is_named(self):
+        code, _, err = run(launch("--nproc-per-node", "2", "--", "no-such-program-xyz"), timeout=30)
+        self.assertEqual(code, 2)
+        self.assertIn("cannot run 'no-such-program-xyz' for rank 0: not found in PATH", err)
+
+
+class Supervision(unittest.TestCase):
+    def test_failing_rank_stops_the_others_and_is_reported(self):
+        started = Started(launch("--nproc-per-node", "3", "--", PYTHON, worker("fail_or_sleep.py")),
+                          env=env_with(FAIL_RANK=1, FAIL_CODE=3))
+        try:
+            t0 = time.monotonic()
+            code, out, err = started.wait(timeout=60)
+            elapsed = time.monotonic() - t0
+            pids = pids_in(out)
+            started.extra_pids += pids
+        finally:
+            started.close()
+        self.assertEqual(code, 3, err)
+        self.assertEqual(len(pids), 3, out)
+        self.assertTrue(wait_dead(pids, 5), "a worker outlived the launcher")
+        self.assertRegex(err, r"rank 1 \(pid \d+\) failed first: it exited with code 3")
+        self.assertIn("about to fail: the disk is full", err)
+        self.assertLess(elapsed, 30)  # torn down well within the grace period, not a hang
+
+    def test_ctrl_c_reaches_every_worker_and_their_children(self):
+        started = Started(launch("--nproc-per-node", "2", "--", PYTHON, worker("fail_or_sleep.py")),
+                          env=env_with(SPAWN_CHILD=1))
+        try:
+            pids = wait_for_pids(started, 4)
+            started.proc.send_signal(signal.SIGINT)
+            code, _, err = started.wait(timeout=30)
+        finally:
+            started.close()
+        self.assertEqual(code, 130)
+        self.assertIn("interrupted by signal 2", err)
+        self.assertTrue(wait_dead(pids, 5), f"left alive: {[p for p in pids if pid_alive(p)]}")
+
+    def test_workers_that_ignore_sigterm_are_killed_after_the_grace_period(self):
+        started = Started(launch("--nproc-per-node", "2", "--grace-period", "1", "--", PYTHON,
+                                 worker("fail_or_sleep.py")),
+                          env=env_with(IGNORE_TERM=1))
+        try:
+            pids = wait_for_pids(started, 2)
+            started.proc.send_signal(signal.SIGTERM)
+            code, _, _ = started.wait(timeout=30)
+        finally:
+            started.close()
+        self.assertEqual(code, 128 + signal.SIGTERM)
+        self.assertTrue(wait_dead(pids, 5))
+
+    def test_workers_die_with_a_killed_launcher(self):
+        started = Started(launch("--nproc-per-node", "2", "--", PYTHON, worker("fail_or_sleep.py")))
+        try:
+            pids = wait_for_pids(started, 2)
+            os.kill(started.proc.pid, signal.SIGKILL)  # no chance to clean up: the kernel must
+            started.proc.wait(timeout=10)
+            self.assertTrue(wait_dead(pids, 5), f"orphans: {[p for p in pids if pid_alive(p)]}")
+        finally:
+            started.close()
+
+
+class Restarts(unittest.TestCase):
+    def test_group_restarts_until_success_with_the_count_exported(self):
+        code, out, err = run(launch("--nproc-per-node", "2", "--max-restarts", "3", "--", PYTHON,
+                                    worker("fail_until_restart.py")),
+                             timeout=60, env=env_with(SUCCEED_AT=2))
+        self.assertEqual(code, 0, err)
+        # A failed attempt may stop its other rank before it prints; the last one runs to the end.
+        for attempt in range(2):
+            self.assertRegex(out, rf"\[rank (\d)\] attempt {attempt} of rank \1")
+        for rank in range(2):
+            self.assertIn(f"[rank {rank}] attempt 2 of rank {rank}", out)
+        self.assertNotIn("attempt 3", out)
+        self.assertEqual(err.count("restarting the local group"), 2)
+        self.assertIn("(restart 2 of 3)", err)
+
+    def test_gives_up_after_max_restarts_with_the_workers_code(self):
+        code, out, err = run(launch("--nproc-per-node", "1", "--max-restarts", "1", "--", PYTHON,
+                                    worker("fail_until_restart.py")),
+                             timeout=60, env=env_with(SUCCEED_AT=5))
+        self.assertEqual(code, 5)
+        self.assertIn("giving up after 1 restart(s)", err)
+        self.assertEqual(out.count("attempt"), 2)
+
+
+class LogDir(unittest.TestCase):
+    def test_output_goes_to_one_file_per_rank_and_attempt(self):
+        with tempfile.TemporaryDirectory() as logs:
+            code, out, err = run(launch("--nproc-per-node", "2", "--max-restarts", "1", "--log-dir", logs, "--",
+                                        PYTHON, worker("fail_until_restart.py")),
+                                 timeout=60, env=env_with(SUCCEED_AT=1))
+            self.assertEqual(code, 0, err)
+            self.assertNotIn("attempt", out)
+
+            def log(attempt, rank):
+                with open(os.path.join(logs, f"attempt_{attempt}", f"rank_{rank}.log")) as f:
+                    return f.read()
+
+            # The failed attempt may have stopped one rank before it printed.
+            self.assertIn("attempt 0 of rank 0\n", log(0, 0) + log(0, 1).replace("rank 1", "rank 0"))
+            for rank in range(2):
+                self.assertEqual(log(1, rank), f"attempt 1 of rank {rank}\n")
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,104 @@
+"""Process helpers for dptrain's multi-process tests: every wait is bounded, and every process a
+test starts is ended by its PID (never by name) when the test is done."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+PYTHON = "/usr/bin/python3"  # Debian's, with torch
+
+
+def dptrain():
+    """The CLI under test: ${DPT_BUILD:-build}/bin/dptrain, relative to the repository root."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    build = os.environ.get("DPT_BUILD", os.path.join(root, "build"))
+    path = os.path.join(build, "bin", "dptrain")
+    if not os.access(path, os.X_OK):
+        raise RuntimeError(f"{path} not found: build first, or set DPT_BUILD")
+    return path
+
+
+def pid_alive(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # A zombie (exited, not yet reaped by its parent) counts as gone.
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(")")[-1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def wait_dead(pids, timeout):
+    """True when none of `pids` is alive within `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not any(pid_alive(p) for p in pids):
+            return True
+        time.sleep(0.05)
+    return not any(pid_alive(p) for p in pids)
+
+
+def kill_all(pids):
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+class Started:
+    """A process started in its own session, whose whole group is killed on close()."""
+
+    def __init__(self, args, env=None, **kwargs):
+        self.proc = subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                     text=True, start_new_session=True, **kwargs)
+        self.extra_pids = []  # pids the test learnt from the output, killed on close as well
+
+    def wait(self, timeout):
+        """(returncode, stdout, stderr); kills everything and fails the test on timeout."""
+        try:
+            out, err = self.proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            out, err = self.proc.communicate()
+            self.close()
+            raise AssertionError(f"timed out after {timeout} s: {self.proc.args}\nstdout:\n{out}\nstderr:\n{err}")
+        return self.proc.returncode, out, err
+
+    def close(self):
+        if self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        self.proc.wait()
+        kill_all(self.extra_pids)
+        for stream in (self.proc.stdout, self.proc.stderr):
+            if stream and not stream.closed:
+                stream.close()
+
+
+def run(args, timeout, env=None, **kwargs):
+    """Runs to completion: (returncode, stdout, stderr), bounded by `timeout` seconds."""
+    started = Started(args, env=env, **kwargs)
+    try:
+        return started.wait(timeout)
+    finally:
+        started.close()
+
+
+def env_with(**overrides):
+    env = dict(os.environ)
+    for key, value in overrides.items():
+        if value is None:
+            env.pop(key, None)
+        else:
+            env[key] = str(value)
+    return env

@@ -1,0 +1,89 @@
+// `dptrain launch [options] -- PROGRAM ARGS`: torchrun for any program (see launch/launcher.h).
+
+#include "command.h"
+#include "dptrain/common/error.h"
+#include "dptrain/launch/launcher.h"
+
+namespace dpt::cli {
+
+namespace {
+
+struct LaunchFlags {
+  std::string nproc_per_node = "auto";
+  int nnodes = 1;
+  int node_rank = 0;
+  std::string master_addr = "127.0.0.1";
+  int master_port = 29500;
+  bool standalone = false;
+  int max_restarts = 0;
+  std::optional<std::string> log_dir;
+  std::string gpus;
+  std::string run_id;
+  double grace_period_s = 5;
+};
+
+std::vector<int> parse_gpu_list(const std::string& text) {
+  std::vector<int> gpus;
+  size_t start = 0;
+  while (start < text.size()) {
+    size_t comma = text.find(',', start);
+    std::string item = text.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+    DPT_CHECK(!item.empty() && item.find_first_not_of("0123456789") == std::string::npos && item.size() < 6,
+              ConfigError, "--gpus '", text, "': '", item, "' is not a GPU index; use a list like 1,3");
+    gpus.push_back(std::stoi(item));
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  return gpus;
+}
+
+int run_launch(const LaunchFlags& flags, const std::vector<std::string>& program) {
+  auto options = launch::LaunchOptions()
+                     .nnodes(flags.nnodes)
+                     .node_rank(flags.node_rank)
+                     .master_addr(flags.master_addr)
+                     .master_port(flags.master_port)
+                     .standalone(flags.standalone)
+                     .max_restarts(flags.max_restarts)
+                     .log_dir(flags.log_dir)
+                     .gpus(parse_gpu_list(flags.gpus))
+                     .run_id(flags.run_id)
+                     .grace_period(std::chrono::milliseconds(static_cast<int64_t>(flags.grace_period_s * 1000)));
+  if (flags.nproc_per_node != "auto") {
+    DPT_CHECK(!flags.nproc_per_node.empty() &&
+                  flags.nproc_per_node.find_first_not_of("0123456789") == std::string::npos &&
+                  flags.nproc_per_node.size() < 6,
+              ConfigError, "--nproc-per-node '", flags.nproc_per_node, "' is neither a number nor 'auto'");
+    options.nproc_per_node(std::stoi(flags.nproc_per_node));
+  }
+  return launch::launch(options, program, Environment::current());
+}
+
+}  // namespace
+
+Command add_launch_command(CLI::App& root) {
+  auto flags = std::make_shared<LaunchFlags>();
+  CLI::App* app = root.add_subcommand(
+      "launch", "Run PROGRAM as the local workers of a data-parallel job, torchrun-style: "
+                "dptrain launch [options] -- PROGRAM ARGS");
+  app->add_option("--nproc-per-node,--nproc_per_node", flags->nproc_per_node,
+                  "workers on this node, or 'auto' (one per --gpus entry, CUDA device, or core)")
+      ->capture_default_str();
+  app->add_option("--nnodes", flags->nnodes, "nodes in the job")->capture_default_str();
+  app->add_option("--node-rank,--node_rank", flags->node_rank, "this node's index")->capture_default_str();
+  app->add_option("--master-addr,--master_addr", flags->master_addr, "host of rank 0")->capture_default_str();
+  app->add_option("--master-port,--master_port", flags->master_port, "rendezvous port")->capture_default_str();
+  app->add_flag("--standalone", flags->standalone, "single node on loopback with a free port");
+  app->add_option("--max-restarts,--max_restarts", flags->max_restarts,
+                  "restart the local group this many times after a failure")
+      ->capture_default_str();
+  app->add_option("--log-dir,--log_dir", flags->log_dir, "write each worker's output to LOG_DIR/attempt_K/rank_R.log");
+  app->add_option("--gpus", flags->gpus, "GPU indices, one per local worker (e.g. 1,3)");
+  app->add_option("--run-id,--rdzv-id", flags->run_id, "job id exported as TORCHELASTIC_RUN_ID");
+  app->add_option("--grace-period", flags->grace_period_s, "seconds between SIGTERM and SIGKILL")
+      ->capture_default_str();
+  return {app, [flags](const std::vector<std::string>& program) { return run_launch(*flags, program); },
+          /*takes_program=*/true};
+}
+
+}  // namespace dpt::cli
