@@ -6,3 +6,4 @@
 #include "dptrain/dist.h"
 #include "dptrain/launch.h"
 #include "dptrain/parallel.h"
+#include "dptrain/models.h"

@@ -1,0 +1,147 @@
+#include "dptrain/models/resnet.h"
+
+#include <string>
+
+#include <torch/nn/init.h>
+#include <torch/nn/modules/batchnorm.h>
+#include <torch/nn/modules/normalization.h>
+
+#include "dptrain/common/error.h"
+
+namespace dpt::models {
+namespace {
+
+namespace nn = torch::nn;
+
+int64_t expansion(BlockKind kind) {
+  return kind == BlockKind::Basic ? BasicBlockImpl::kExpansion : BottleneckImpl::kExpansion;
+}
+
+template <typename Norm>
+void reset_affine(nn::Module& module) {
+  auto* norm = module.as<Norm>();
+  if (norm == nullptr) return;
+  if (norm->weight.defined()) nn::init::ones_(norm->weight);
+  if (norm->bias.defined()) nn::init::zeros_(norm->bias);
+}
+
+}  // namespace
+
+ResNetImpl::ResNetImpl(ResNetLayout layout_, ResNetOptions options_)
+    : layout(std::move(layout_)), options(std::move(options_)) {
+  reset();
+}
+
+void ResNetImpl::reset() {
+  DPT_CHECK(!layout.depths().empty() && layout.depths().size() == layout.widths().size(), ConfigError,
+            "a ResNet layout needs one width per stage, got ", layout.depths().size(), " depths and ",
+            layout.widths().size(), " widths");
+  DPT_CHECK(options.num_classes() > 0, ConfigError, "num_classes must be positive, got ",
+            options.num_classes());
+  const bool imagenet = layout.stem() == Stem::ImageNet;
+  int64_t channels = layout.widths()[0];
+  conv1_ = register_module(
+      "conv1", nn::Conv2d(nn::Conv2dOptions(3, channels, imagenet ? 7 : 3)
+                              .stride(imagenet ? 2 : 1)
+                              .padding(imagenet ? 3 : 1)
+                              .bias(false)));
+  bn1_ = options.norm_layer() ? options.norm_layer()(channels) : batch_norm(channels);
+  register_module("bn1", bn1_.ptr());
+  stages_.clear();
+  for (size_t i = 0; i < layout.depths().size(); ++i) {
+    auto stage = make_stage(channels, layout.widths()[i], layout.depths()[i], i == 0 ? 1 : 2);
+    stages_.push_back(register_module("layer" + std::to_string(i + 1), stage));
+  }
+  fc_ = register_module("fc", nn::Linear(channels, options.num_classes()));
+  initialise();
+}
+
+nn::Sequential ResNetImpl::make_stage(int64_t& in_channels, int64_t width, int64_t depth,
+                                      int64_t stride) {
+  DPT_CHECK(depth > 0 && width > 0, ConfigError, "every ResNet stage needs at least one block and a ",
+            "positive width, got depth ", depth, " and width ", width);
+  nn::Sequential stage;
+  for (int64_t i = 0; i < depth; ++i) {
+    auto block = BlockOptions(in_channels, width)
+                     .stride(i == 0 ? stride : 1)
+                     .shortcut(layout.shortcut())
+                     .norm_layer(options.norm_layer());
+    if (layout.block() == BlockKind::Basic) {
+      stage->push_back(BasicBlock(block));
+    } else {
+      stage->push_back(Bottleneck(block));
+    }
+    in_channels = width * expansion(layout.block());
+  }
+  return stage;
+}
+
+void ResNetImpl::initialise() {
+  torch::NoGradGuard no_grad;
+  const auto all = modules(/*include_self=*/false);
+  for (const auto& module : all) {
+    if (auto* conv = module->as<nn::Conv2d>()) {
+      nn::init::kaiming_normal_(conv->weight, 0, torch::kFanOut, torch::kReLU);
+    }
+    // Already the LibTorch defaults for these two; set explicitly as torchvision does.
+    reset_affine<nn::BatchNorm2dImpl>(*module);
+    reset_affine<nn::GroupNormImpl>(*module);
+  }
+  // After the loop above, which would otherwise set the zeroed weights back to one.
+  if (!options.zero_init_residual()) return;
+  for (const auto& module : all) {
+    if (auto* basic = module->as<BasicBlock>()) basic->zero_init_last_norm();
+    if (auto* bottleneck = module->as<Bottleneck>()) bottleneck->zero_init_last_norm();
+  }
+}
+
+torch::Tensor ResNetImpl::forward(torch::Tensor x) {
+  x = torch::relu(bn1_.forward(conv1_(x)));
+  if (layout.stem() == Stem::ImageNet) {
+    x = torch::max_pool2d(x, /*kernel_size=*/{3, 3}, /*stride=*/{2, 2}, /*padding=*/{1, 1});
+  }
+  for (auto& stage : stages_) x = stage->forward(x);
+  x = torch::adaptive_avg_pool2d(x, {1, 1}).flatten(1);
+  return fc_(x);
+}
+
+namespace {
+
+ResNet imagenet_resnet(BlockKind block, std::vector<int64_t> depths, const ResNetOptions& options) {
+  return ResNet(ResNetLayout().block(block).depths(std::move(depths)), options);
+}
+
+}  // namespace
+
+ResNet resnet18(const ResNetOptions& options) {
+  return imagenet_resnet(BlockKind::Basic, {2, 2, 2, 2}, options);
+}
+ResNet resnet34(const ResNetOptions& options) {
+  return imagenet_resnet(BlockKind::Basic, {3, 4, 6, 3}, options);
+}
+ResNet resnet50(const ResNetOptions& options) {
+  return imagenet_resnet(BlockKind::Bottleneck, {3, 4, 6, 3}, options);
+}
+ResNet resnet101(const ResNetOptions& options) {
+  return imagenet_resnet(BlockKind::Bottleneck, {3, 4, 23, 3}, options);
+}
+ResNet resnet152(const ResNetOptions& options) {
+  return imagenet_resnet(BlockKind::Bottleneck, {3, 8, 36, 3}, options);
+}
+
+ResNet cifar_resnet(int64_t depth, const ResNetOptions& options) {
+  DPT_CHECK(depth >= 8 && (depth - 2) % 6 == 0, ConfigError,
+            "a CIFAR ResNet has depth 6n+2 (20, 32, 44, 56, 110, ...), got ", depth);
+  const int64_t n = (depth - 2) / 6;
+  return ResNet(ResNetLayout()
+                    .block(BlockKind::Basic)
+                    .depths({n, n, n})
+                    .widths({16, 32, 64})
+                    .stem(Stem::Cifar)
+                    .shortcut(Shortcut::ZeroPad),
+                options);
+}
+ResNet resnet20(const ResNetOptions& options) { return cifar_resnet(20, options); }
+ResNet resnet56(const ResNetOptions& options) { return cifar_resnet(56, options); }
+
+}  // namespace dpt::models

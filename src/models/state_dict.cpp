@@ -1,0 +1,123 @@
+#include "dptrain/models/state_dict.h"
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <vector>
+
+#include <ATen/core/Dict.h>
+#include <torch/serialize.h>
+
+#include "dptrain/common/error.h"
+
+namespace dpt::models {
+namespace {
+
+void collect(const torch::nn::Module& module, const std::string& prefix, StateDict& out) {
+  for (const auto& param : module.named_parameters(/*recurse=*/false)) {
+    if (param.value().defined()) out.insert(prefix + param.key(), param.value().detach());
+  }
+  for (const auto& buffer : module.named_buffers(/*recurse=*/false)) {
+    if (buffer.value().defined()) out.insert(prefix + buffer.key(), buffer.value().detach());
+  }
+  for (const auto& child : module.named_children()) {
+    collect(*child.value(), prefix + child.key() + ".", out);
+  }
+}
+
+// "2 missing keys (first: 'fc.bias')"
+std::string describe(const std::vector<std::string>& keys, const char* what) {
+  return str(keys.size(), " ", what, keys.size() == 1 ? " key" : " keys", " (first: '", keys.front(), "')");
+}
+
+std::string shape(const torch::Tensor& tensor) { return str(tensor.sizes()); }
+
+}  // namespace
+
+StateDict state_dict(const torch::nn::Module& module) {
+  StateDict out;
+  collect(module, "", out);
+  return out;
+}
+
+void load_state_dict(torch::nn::Module& module, const StateDict& values) {
+  const StateDict targets = state_dict(module);
+  std::vector<std::string> missing, unexpected;
+  for (const auto& target : targets) {
+    if (!values.contains(target.key())) missing.push_back(target.key());
+  }
+  for (const auto& value : values) {
+    if (!targets.contains(value.key())) unexpected.push_back(value.key());
+  }
+  if (!missing.empty() || !unexpected.empty()) {
+    std::string facts;
+    if (!missing.empty()) facts = describe(missing, "missing");
+    if (!unexpected.empty()) facts += (facts.empty() ? "" : ", ") + describe(unexpected, "unexpected");
+    // The most common cause: a state dict saved from a data-parallel wrapper.
+    const bool wrapped = !unexpected.empty() && unexpected.front().rfind("module.", 0) == 0;
+    throw CheckpointError(str(
+        "state dict does not match the ", module.name(), " model (", targets.size(),
+        " entries expected, ", values.size(), " given): ", facts,
+        wrapped ? "; the keys start with 'module.', as saved from a (Distributed)DataParallel "
+                  "wrapper: save the wrapped module's state dict, or strip the prefix"
+                : "; check the architecture and num_classes the state dict was saved with"));
+  }
+  for (const auto& target : targets) {
+    const auto& value = values[target.key()];
+    DPT_CHECK(value.defined(), CheckpointError, "state dict entry '", target.key(),
+              "' is an undefined tensor; the model expects shape ", shape(target.value()));
+    DPT_CHECK(value.sizes() == target.value().sizes(), CheckpointError, "state dict entry '",
+              target.key(), "' has the wrong shape: the model expects ", shape(target.value()),
+              ", the state dict has ", shape(value),
+              "; check the architecture and num_classes the state dict was saved with");
+  }
+  torch::NoGradGuard no_grad;
+  for (const auto& target : targets) target.value().copy_(values[target.key()]);
+}
+
+void write_state_dict(const StateDict& values, const std::string& path) {
+  c10::Dict<std::string, torch::Tensor> dict;
+  for (const auto& entry : values) dict.insert(entry.key(), entry.value().detach().cpu());
+  const std::vector<char> bytes = torch::pickle_save(dict);
+  // Written beside the target and renamed into place, so a crash never leaves half a file.
+  const std::string partial = path + ".partial";
+  {
+    std::ofstream file(partial, std::ios::binary | std::ios::trunc);
+    file.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+    DPT_CHECK(file.good(), CheckpointError, "cannot write state dict file '", partial,
+              "': ", std::strerror(errno), "; check that the directory exists and has space");
+  }
+  std::error_code error;
+  std::filesystem::rename(partial, path, error);
+  DPT_CHECK(!error, CheckpointError, "cannot move '", partial, "' to '", path, "': ", error.message());
+}
+
+StateDict read_state_dict(const std::string& path) {
+  std::ifstream file(path, std::ios::binary);
+  DPT_CHECK(file.is_open(), CheckpointError, "cannot open state dict file '", path,
+            "': ", std::strerror(errno));
+  const std::vector<char> bytes((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
+  c10::IValue loaded;
+  try {
+    loaded = torch::pickle_load(bytes);
+  } catch (const c10::Error& error) {
+    throw CheckpointError(str("cannot read state dict file '", path, "' (", bytes.size(),
+                              " bytes): it is not a torch.save file LibTorch can read: ",
+                              error.what_without_backtrace()));
+  }
+  DPT_CHECK(loaded.isGenericDict(), CheckpointError, "state dict file '", path,
+            "' holds a ", loaded.tagKind(), ", not a dict of name -> tensor; from Python, save "
+            "dict(model.state_dict()) (a plain dict; LibTorch cannot read OrderedDict)");
+  StateDict out;
+  for (const auto& entry : loaded.toGenericDict()) {
+    DPT_CHECK(entry.key().isString() && entry.value().isTensor(), CheckpointError,
+              "state dict file '", path, "' has an entry of types ", entry.key().tagKind(), " -> ",
+              entry.value().tagKind(), "; expected string -> tensor");
+    out.insert(entry.key().toStringRef(), entry.value().toTensor());
+  }
+  return out;
+}
+
+}  // namespace dpt::models
