@@ -20,5 +20,6 @@ struct Command {
 
 Command add_check_command(CLI::App& root);
 Command add_launch_command(CLI::App& root);
+Command add_bench_ddp_command(CLI::App& root);
 
 }  // namespace dpt::cli

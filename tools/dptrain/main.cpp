@@ -16,6 +16,7 @@ int main(int argc, char** argv) {
   std::vector<dpt::cli::Command> commands{
       dpt::cli::add_check_command(app),
       dpt::cli::add_launch_command(app),
+      dpt::cli::add_bench_ddp_command(app),
   };
 
   int own_args = argc;
