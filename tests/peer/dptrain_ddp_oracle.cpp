@@ -2,16 +2,19 @@
 // job started with RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT. It trains a small conv net with
 // DistributedDataParallel and writes, from rank 0, what Python's DDP needs to repeat the run:
 //
-//   dptrain_ddp_oracle OUT_DIR   ->  OUT_DIR/initial.pt  the weights after DDP's broadcast
+//   dptrain_ddp_oracle OUT_DIR [--mismatch]
+//                                ->  OUT_DIR/initial.pt  the weights after DDP's broadcast
 //                                    OUT_DIR/data.pt     {"x": [steps, batch, 3, 8, 8], "y": [steps, batch]}
 //                                    OUT_DIR/final.pt    the weights after training
-// The .pt files are torch::pickle_save output, which Python's torch.load reads.
+// The .pt files are torch::pickle_save output, which Python's torch.load reads. With --mismatch,
+// rank 1 builds a different last layer: every rank must fail with the named difference (exit 2).
 
 #include <fstream>
 #include <iostream>
 
 #include <torch/torch.h>
 
+#include "dptrain/common/error.h"
 #include "dptrain/dist/init.h"
 #include "dptrain/parallel.h"
 
@@ -27,14 +30,7 @@ void save(const torch::nn::Module& module, const std::string& path) {
   std::ofstream(path, std::ios::binary).write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  if (argc != 2) {
-    std::cerr << "usage: dptrain_ddp_oracle OUT_DIR (under RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT)\n";
-    return 2;
-  }
-  const std::string out = argv[1];
+int train(const std::string& out, bool mismatch) {
   at::set_num_threads(1);
   auto comm = dpt::dist::init_process_group(
       dpt::dist::InitOptions().backend("gloo").timeout(std::chrono::seconds(60)));
@@ -43,7 +39,7 @@ int main(int argc, char** argv) {
   // Every rank starts from different weights: DDP must copy rank 0's.
   torch::manual_seed(1 + rank);
   torch::nn::Sequential model(torch::nn::Conv2d(torch::nn::Conv2dOptions(3, 4, 3)), torch::nn::ReLU(),
-                              torch::nn::Flatten(), torch::nn::Linear(4 * 6 * 6, 5));
+                              torch::nn::Flatten(), torch::nn::Linear(4 * 6 * 6, mismatch && rank == 1 ? 6 : 5));
   dpt::DistributedDataParallel ddp(model, comm, dpt::DDPOptions().first_bucket_cap_mb(0.00001).bucket_cap_mb(0.001));
   if (rank == 0) save(*model, out + "/initial.pt");
 
@@ -71,4 +67,20 @@ int main(int argc, char** argv) {
   std::cout << "rank " << rank << ": trained " << kSteps << " steps in " << ddp.reducer().bucket_indices().size()
             << " buckets" << std::endl;
   return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const bool mismatch = argc == 3 && std::string(argv[2]) == "--mismatch";
+  if (argc != 2 && !mismatch) {
+    std::cerr << "usage: dptrain_ddp_oracle OUT_DIR [--mismatch] (under RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT)\n";
+    return 2;
+  }
+  try {
+    return train(argv[1], mismatch);
+  } catch (const dpt::ConfigError& e) {
+    std::cerr << "dptrain_ddp_oracle: error: " << e.what() << std::endl;
+    return 2;
+  }
 }

@@ -29,8 +29,9 @@ def free_port():
         return s.getsockname()[1]
 
 
-def run_world(args, timeout=120):
-    """Starts WORLD ranks of `args` with the torchrun variables; all must exit 0 within `timeout`."""
+def run_world(args, timeout=120, expected_code=0):
+    """Starts WORLD ranks of `args` with the torchrun variables; all must exit with `expected_code`
+    within `timeout`. Returns (code, stdout, stderr) per rank."""
     port = free_port()
     ranks = [Started(args, env=env_with(RANK=r, LOCAL_RANK=r, WORLD_SIZE=WORLD, LOCAL_WORLD_SIZE=WORLD,
                                          MASTER_ADDR="127.0.0.1", MASTER_PORT=port, OMP_NUM_THREADS=1))
@@ -41,7 +42,7 @@ def run_world(args, timeout=120):
         for r in ranks:
             r.close()
     for rank, (code, out, err) in enumerate(results):
-        if code != 0:
+        if code != expected_code:
             raise AssertionError(f"rank {rank} of {args} exited with {code}\nstdout:\n{out}\nstderr:\n{err}")
     return results
 
@@ -63,6 +64,16 @@ class DistributedDataParallelOracle(unittest.TestCase):
             self.assertGreater(moved, 1e-3, f"{name} did not train")
             difference = (ours[name] - theirs[name]).abs().max().item()
             self.assertLessEqual(difference, 1e-5, f"{name}: dptrain and PyTorch DDP differ by {difference}")
+
+
+    def test_different_models_fail_on_every_rank_with_the_difference(self):
+        with tempfile.TemporaryDirectory() as out:
+            results = run_world([oracle_program(), out, "--mismatch"], timeout=60, expected_code=2)
+        for rank, (_, _, err) in enumerate(results):
+            self.assertIn(f"rank {rank}: DistributedDataParallel: the model differs between rank 0 and rank 1 "
+                          "(4 vs 4 parameters and buffers). First difference, entry 2: rank 0 has parameter "
+                          "'3.weight' of shape [5, 144] and dtype Float, rank 1 has parameter '3.weight' of shape "
+                          "[6, 144] and dtype Float. Build the same model on every rank", err)
 
 
 if __name__ == "__main__":
