@@ -51,11 +51,9 @@ DistributedDataParallelBase::DistributedDataParallelBase(std::shared_ptr<torch::
 void DistributedDataParallelBase::before_forward() {
   forward_start_ = std::chrono::steady_clock::now();
   if (options_.broadcast_buffers()) broadcast_coalesced(*comm_, buffers_, /*root=*/0);
-  if (sync_ && torch::GradMode::is_enabled()) {
-    reducer_.prepare_for_backward();
-  } else {
-    reducer_.rebind_gradients();
-  }
+  // Otherwise backward accumulates into .grad, wherever it lives; the next synchronized step
+  // moves it into the buckets.
+  if (sync_ && torch::GradMode::is_enabled()) reducer_.prepare_for_backward();
 }
 
 void DistributedDataParallelBase::after_forward() {

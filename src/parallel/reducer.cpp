@@ -115,7 +115,6 @@ Reducer::Reducer(std::vector<NamedParameter> params, std::shared_ptr<dist::Commu
     hook_keys_.push_back(accumulator->add_post_hook(std::make_unique<ReadyHook>(this, i)));
     accumulators_.push_back(std::move(accumulator));
   }
-  rebind_gradients();
 }
 
 Reducer::~Reducer() {
@@ -146,12 +145,16 @@ void Reducer::rebind_gradients() {
 }
 
 void Reducer::prepare_for_backward() {
-  rebind_gradients();
   std::lock_guard<std::mutex> lock(mutex_);
+  for (size_t i = 0; i < params_.size(); ++i) {
+    slots_[i].grad_was_unset = !params_[i].tensor.grad().defined();
+    slots_[i].ready = false;
+    slots_[i].used = false;
+  }
+  rebind_gradients();
   armed_ = true;
   finish_queued_ = false;
   next_launch_ = 0;
-  for (auto& slot : slots_) slot.ready = false;
   for (auto& bucket : buckets_) {
     bucket.pending = bucket.params.size();
     bucket.reduction = PendingReduction();
@@ -172,6 +175,7 @@ void Reducer::mark_ready(size_t index) {
             "each synchronized backward (use no_sync() for extra backward passes)");
   adopt_gradient(index);
   slot.ready = true;
+  slot.used = true;
   if (!finish_queued_) {
     finish_queued_ = true;
     torch::autograd::Engine::get_default_engine().queue_callback([this] { finish_backward(); });
@@ -196,8 +200,27 @@ std::string Reducer::describe_unready() const {
   return names;
 }
 
+// How many ranks gave each parameter a gradient, as a pending sum over ranks. Launched after
+// every bucket, so the collectives stay in the same order on all ranks.
+PendingReduction Reducer::count_users() {
+  at::Tensor users = at::zeros({static_cast<int64_t>(params_.size())}, at::kInt);
+  auto* flags = users.data_ptr<int32_t>();
+  for (size_t i = 0; i < params_.size(); ++i) flags[i] = slots_[i].used ? 1 : 0;
+  users = users.to(comm_->device());
+  return PendingReduction(comm_->all_reduce_async(users, dist::ReduceOp::Sum),
+                          [this, users] { unset_globally_unused(users.cpu()); });
+}
+
+void Reducer::unset_globally_unused(const at::Tensor& users) {
+  const auto* counts = users.data_ptr<int32_t>();
+  for (size_t i = 0; i < params_.size(); ++i) {
+    if (counts[i] == 0 && slots_[i].grad_was_unset) params_[i].tensor.mutable_grad() = at::Tensor();
+  }
+}
+
 void Reducer::finish_backward() {
   std::string unready;
+  PendingReduction users;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     // Parameters that got no gradient still take part, with what their .grad holds, so that
@@ -212,10 +235,12 @@ void Reducer::finish_backward() {
     launch_ready_buckets();
     DPT_ASSERT(next_launch_ == buckets_.size(), "only ", next_launch_, " of ", buckets_.size(),
                " buckets were launched");
+    if (options_.find_unused_parameters()) users = count_users();
     armed_ = false;
   }
   const auto start = std::chrono::steady_clock::now();
   for (auto& bucket : buckets_) bucket.reduction.wait();
+  users.wait();
   last_finished_at_ = std::chrono::steady_clock::now();
   last_comm_wait_ms_ = std::chrono::duration<double, std::milli>(last_finished_at_ - start).count();
   DPT_CHECK(unready.empty(), ConfigError, "rank ", comm_->rank(), ": parameter(s) ", unready,

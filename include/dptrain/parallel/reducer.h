@@ -34,7 +34,9 @@ struct ReducerOptions {
   // Size limit of the first bucket, in MiB: small, so that communication starts early.
   TORCH_ARG(double, first_bucket_cap_mb) = 1;
   // When true, parameters that got no gradient by the end of backward count as ready with
-  // whatever their .grad holds (zero after zero_grad). When false, that is an error.
+  // whatever their .grad holds (zero after zero_grad). One more small allreduce per step finds
+  // the parameters no rank used; those whose .grad was unset keep it unset, as in PyTorch, so
+  // optimizers skip them. When false, an unused parameter is an error.
   TORCH_ARG(bool, find_unused_parameters) = false;
 };
 
@@ -61,12 +63,9 @@ class Reducer {
   // Replaces the default mean allreduce.
   void set_comm_hook(CommHook hook);
 
-  // Points every parameter's .grad back at its bucket slice, keeping its value (zero when the
-  // gradient was unset). Optimizers that reset gradients to undefined make this necessary.
-  void rebind_gradients();
-
   // Arms the hooks for the next backward: it will reduce. Without it, backward accumulates
-  // locally. Also rebinds gradients.
+  // locally. Also points every parameter's .grad at its bucket slice, keeping its value (zero
+  // when unset), since optimizers may have reset gradients to undefined since the last step.
   void prepare_for_backward();
 
   // Whether the hooks will reduce in the next backward.
@@ -90,13 +89,18 @@ class Reducer {
     size_t bucket;
     at::Tensor grad;                   // alias of the bucket slice, shaped like the parameter
     bool ready = false;
+    bool used = false;                 // got a gradient from this backward (not only made ready)
+    bool grad_was_unset = false;       // .grad was undefined when the backward was armed
   };
   class ReadyHook;
 
   void mark_ready(size_t index);
   void adopt_gradient(size_t index);
+  void rebind_gradients();
   void launch_ready_buckets();
   void finish_backward();
+  PendingReduction count_users();
+  void unset_globally_unused(const at::Tensor& users);
   std::string describe_unready() const;
 
   std::vector<NamedParameter> params_;
