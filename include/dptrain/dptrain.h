@@ -6,4 +6,5 @@
 #include "dptrain/data.h"
 #include "dptrain/dist.h"
 #include "dptrain/launch.h"
+#include "dptrain/parallel.h"
 #include "dptrain/models.h"

@@ -26,5 +26,6 @@ Command add_launch_command(CLI::App& root);  // no LibTorch: served by the light
 Command add_check_command(CLI::App& root);
 Command add_make_dataset_command(CLI::App& root);
 Command add_bench_loader_command(CLI::App& root);
+Command add_bench_ddp_command(CLI::App& root);
 
 }  // namespace dpt::cli

@@ -1,0 +1,10 @@
+#pragma once
+// The parallel layer: the gradient reducer and the data-parallel front ends built on it.
+//
+//   #include "dptrain/parallel.h"
+//   dpt::DistributedDataParallel ddp(model, dpt::dist::init_process_group());
+
+#include "dptrain/parallel/comm_hooks.h"
+#include "dptrain/parallel/ddp.h"
+#include "dptrain/parallel/reducer.h"
+#include "dptrain/parallel/replicas.h"

@@ -1,0 +1,145 @@
+#pragma once
+// DistributedDataParallel: one model replica per process, gradients averaged across ranks during
+// backward (bucketed allreduce overlapped with the backward pass), as PyTorch's DDP.
+//
+//   auto comm = dpt::dist::init_process_group();
+//   dpt::DistributedDataParallel ddp(model, comm, dpt::DDPOptions().bucket_cap_mb(25));
+//   torch::optim::SGD optimizer(ddp.parameters(), torch::optim::SGDOptions(0.1).momentum(0.9));
+//   auto loss = torch::nn::functional::cross_entropy(ddp->forward(x), y);
+//   loss.backward();                    // on return every .grad holds the mean over ranks
+//   optimizer.step();
+//
+//   { auto guard = ddp.no_sync(); micro_loss.backward(); }   // accumulate locally
+//   ddp.register_comm_hook(dpt::comm_hooks::fp16_compress());
+//
+// Construction checks that every rank built the same model (a ConfigError naming the first
+// difference, on every rank) and copies rank 0's parameters and buffers to all ranks.
+
+#include <chrono>
+#include <memory>
+#include <utility>
+#include <vector>
+
+#include <torch/arg.h>
+#include <torch/nn/module.h>
+#include <torch/nn/pimpl.h>
+
+#include "dptrain/dist/communicator.h"
+#include "dptrain/parallel/comm_hooks.h"
+#include "dptrain/parallel/reducer.h"
+
+namespace dpt {
+
+struct DDPOptions {
+  // Size limit of every gradient bucket after the first, in MiB.
+  TORCH_ARG(double, bucket_cap_mb) = 25;
+  // Size limit of the first bucket (the last layers' gradients), in MiB.
+  TORCH_ARG(double, first_bucket_cap_mb) = 1;
+  // Copy rank 0's buffers (e.g. BatchNorm running statistics) to every rank before each forward.
+  TORCH_ARG(bool, broadcast_buffers) = true;
+  // Allow parameters that get no gradient in a step (they contribute their current .grad, zero
+  // after zero_grad). Without it such a step fails with an error naming them.
+  TORCH_ARG(bool, find_unused_parameters) = false;
+};
+
+// Where the last synchronized step's time went, in milliseconds.
+struct StepTiming {
+  double forward_ms = 0;     // forward, including the buffer broadcast
+  double backward_ms = 0;    // from the end of forward to gradients ready (loss computation included)
+  double comm_wait_ms = 0;   // communication still running when backward had finished computing
+};
+
+// The part of DistributedDataParallel that does not depend on the module's type.
+class DistributedDataParallelBase {
+ public:
+  DistributedDataParallelBase(std::shared_ptr<torch::nn::Module> module, std::shared_ptr<dist::Communicator> comm,
+                              DDPOptions options);
+  DistributedDataParallelBase(const DistributedDataParallelBase&) = delete;
+  DistributedDataParallelBase& operator=(const DistributedDataParallelBase&) = delete;
+
+  // Backward passes inside the guard's lifetime accumulate gradients locally; the first backward
+  // after it reduces the accumulated sum. The decision is taken at forward time, as in PyTorch.
+  class NoSyncGuard {
+   public:
+    explicit NoSyncGuard(DistributedDataParallelBase& ddp) : ddp_(&ddp), previous_(ddp.sync_) { ddp.sync_ = false; }
+    ~NoSyncGuard() {
+      if (ddp_) ddp_->sync_ = previous_;
+    }
+    NoSyncGuard(NoSyncGuard&& other) noexcept : ddp_(std::exchange(other.ddp_, nullptr)), previous_(other.previous_) {}
+    NoSyncGuard(const NoSyncGuard&) = delete;
+    NoSyncGuard& operator=(const NoSyncGuard&) = delete;
+    NoSyncGuard& operator=(NoSyncGuard&&) = delete;
+
+   private:
+    DistributedDataParallelBase* ddp_;
+    bool previous_;
+  };
+  [[nodiscard]] NoSyncGuard no_sync() { return NoSyncGuard(*this); }
+
+  // Replaces the default mean allreduce (see comm_hooks.h).
+  void register_comm_hook(CommHook hook) { reducer_.set_comm_hook(std::move(hook)); }
+
+  std::vector<at::Tensor> parameters() const { return module_->parameters(); }
+  const DDPOptions& options() const { return options_; }
+  dist::Communicator& communicator() const { return *comm_; }
+  const Reducer& reducer() const { return reducer_; }
+
+  // Timing of the last step whose backward reduced gradients.
+  StepTiming last_timing() const;
+
+ protected:
+  void before_forward();
+  void after_forward();
+
+ private:
+  static std::vector<NamedParameter> trainable_parameters(const torch::nn::Module& module);
+
+  std::shared_ptr<torch::nn::Module> module_;
+  std::shared_ptr<dist::Communicator> comm_;
+  DDPOptions options_;
+  Reducer reducer_;
+  std::vector<at::Tensor> buffers_;
+  bool sync_ = true;
+  std::chrono::steady_clock::time_point forward_start_{}, forward_end_{};
+  double forward_ms_ = 0;
+};
+
+// `ModuleType` is a module holder (torch::nn::Sequential, a TORCH_MODULE) or a shared_ptr to a
+// module; its forward's arguments and result pass through unchanged.
+template <typename ModuleType>
+class DistributedDataParallel : public DistributedDataParallelBase {
+ public:
+  DistributedDataParallel(ModuleType module, std::shared_ptr<dist::Communicator> comm, DDPOptions options = {})
+      : DistributedDataParallelBase(as_module(module), std::move(comm), options), module_(std::move(module)) {}
+
+  template <typename... Args>
+  auto forward(Args&&... args) {
+    before_forward();
+    auto output = module_->forward(std::forward<Args>(args)...);
+    after_forward();
+    return output;
+  }
+  template <typename... Args>
+  decltype(auto) operator()(Args&&... args) {
+    return forward(std::forward<Args>(args)...);
+  }
+
+  // `ddp->forward(x)` reads like a module holder's call.
+  DistributedDataParallel* operator->() { return this; }
+
+  ModuleType& module() { return module_; }
+
+ private:
+  template <typename Impl>
+  static std::shared_ptr<torch::nn::Module> as_module(const torch::nn::ModuleHolder<Impl>& holder) {
+    return holder.ptr();
+  }
+  template <typename Impl>
+  static std::shared_ptr<torch::nn::Module> as_module(const std::shared_ptr<Impl>& module) {
+    return module;
+  }
+
+  ModuleType module_;
+};
+
+}  // namespace dpt

@@ -1,0 +1,125 @@
+#pragma once
+// The gradient reducer shared by the data-parallel front ends: parameters are grouped into flat
+// buckets, each parameter's .grad aliases its slice of a bucket, a post-hook on each gradient
+// accumulator marks the parameter ready, and a bucket is reduced (asynchronously, overlapping the
+// rest of backward) as soon as all its parameters are ready. At the end of backward a callback
+// waits for every bucket, so on return from backward() every .grad holds the reduced gradient.
+//
+//   dpt::Reducer reducer(named_parameters, comm, dpt::ReducerOptions().bucket_cap_mb(25));
+//   reducer.prepare_for_backward();   // arm for the next backward (skip it to accumulate locally)
+//   loss.backward();                   // .grad now holds the mean over ranks
+//
+// Buckets are filled in reverse registration order (backward produces the last layers' gradients
+// first), so the first bucket to fill is small and its reduction starts early. Buckets are
+// launched in index order on every rank, which keeps the collectives matched across ranks.
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include <torch/arg.h>
+#include <torch/csrc/autograd/function.h>
+
+#include "dptrain/dist/communicator.h"
+#include "dptrain/parallel/comm_hooks.h"
+
+namespace dpt {
+
+struct ReducerOptions {
+  // Size limit of every bucket after the first, in MiB.
+  TORCH_ARG(double, bucket_cap_mb) = 25;
+  // Size limit of the first bucket, in MiB: small, so that communication starts early.
+  TORCH_ARG(double, first_bucket_cap_mb) = 1;
+  // When true, parameters that got no gradient by the end of backward count as ready with
+  // whatever their .grad holds (zero after zero_grad). One more small allreduce per step finds
+  // the parameters no rank used; those whose .grad was unset keep it unset, as in PyTorch, so
+  // optimizers skip them. When false, an unused parameter is an error.
+  TORCH_ARG(bool, find_unused_parameters) = false;
+};
+
+struct NamedParameter {
+  std::string name;
+  at::Tensor tensor;
+};
+
+// The parameter indices of each bucket, in launch order. Parameters are taken in reverse order,
+// one open bucket per (dtype, device); a bucket closes once it reaches its limit (the first one
+// per (dtype, device) `first_cap_bytes`, later ones `cap_bytes`).
+std::vector<std::vector<size_t>> assign_buckets(const std::vector<at::Tensor>& params,
+                                                int64_t first_cap_bytes, int64_t cap_bytes);
+
+class Reducer {
+ public:
+  // `params`: the parameters to reduce (those requiring gradients), in registration order.
+  Reducer(std::vector<NamedParameter> params, std::shared_ptr<dist::Communicator> comm,
+          ReducerOptions options = {});
+  ~Reducer();
+  Reducer(const Reducer&) = delete;
+  Reducer& operator=(const Reducer&) = delete;
+
+  // Replaces the default mean allreduce.
+  void set_comm_hook(CommHook hook);
+
+  // Arms the hooks for the next backward: it will reduce. Without it, backward accumulates
+  // locally. Also points every parameter's .grad at its bucket slice, keeping its value (zero
+  // when unset), since optimizers may have reset gradients to undefined since the last step.
+  void prepare_for_backward();
+
+  // Whether the hooks will reduce in the next backward.
+  bool armed() const;
+
+  const std::vector<std::vector<size_t>>& bucket_indices() const { return bucket_indices_; }
+
+  // Time the last reduction spent waiting for communication after backward had finished
+  // computing (the part not hidden behind backward), and when that reduction ended.
+  double last_comm_wait_ms() const { return last_comm_wait_ms_; }
+  std::chrono::steady_clock::time_point last_finished_at() const { return last_finished_at_; }
+
+ private:
+  struct Bucket {
+    at::Tensor buffer;                 // flat, contiguous
+    std::vector<size_t> params;        // indices into params_
+    size_t pending = 0;                // parameters not yet ready in this backward
+    PendingReduction reduction;
+  };
+  struct Slot {
+    size_t bucket;
+    at::Tensor grad;                   // alias of the bucket slice, shaped like the parameter
+    bool ready = false;
+    bool used = false;                 // got a gradient from this backward (not only made ready)
+    bool grad_was_unset = false;       // .grad was undefined when the backward was armed
+  };
+  class ReadyHook;
+
+  void mark_ready(size_t index);
+  void adopt_gradient(size_t index);
+  void rebind_gradients();
+  void launch_ready_buckets();
+  void finish_backward();
+  PendingReduction count_users();
+  void unset_globally_unused(const at::Tensor& users);
+  std::string describe_unready() const;
+
+  std::vector<NamedParameter> params_;
+  std::shared_ptr<dist::Communicator> comm_;
+  ReducerOptions options_;
+  CommHook hook_;
+  std::vector<std::vector<size_t>> bucket_indices_;
+  std::vector<Bucket> buckets_;
+  std::vector<Slot> slots_;
+  // The graph nodes the hooks live on. A parameter only holds its accumulator weakly.
+  std::vector<std::shared_ptr<torch::autograd::Node>> accumulators_;
+  std::vector<uintptr_t> hook_keys_;
+
+  mutable std::mutex mutex_;
+  bool armed_ = false;
+  bool finish_queued_ = false;
+  size_t next_launch_ = 0;
+  double last_comm_wait_ms_ = 0;
+  std::chrono::steady_clock::time_point last_finished_at_{};
+};
+
+}  // namespace dpt

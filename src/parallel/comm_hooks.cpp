@@ -1,0 +1,28 @@
+#include "dptrain/parallel/comm_hooks.h"
+
+namespace dpt::comm_hooks {
+
+CommHook allreduce_mean() {
+  return [](dist::Communicator& comm, at::Tensor bucket) {
+    return PendingReduction(comm.all_reduce_async(bucket, dist::ReduceOp::Mean));
+  };
+}
+
+namespace {
+
+// Dividing before the sum (not after) keeps the float16 partial sums small, as PyTorch's hook does.
+CommHook compress_to(at::ScalarType wire_type) {
+  return [wire_type](dist::Communicator& comm, at::Tensor bucket) {
+    at::Tensor wire = bucket.to(wire_type).div_(comm.size());
+    dist::Work work = comm.all_reduce_async(wire, dist::ReduceOp::Sum);
+    return PendingReduction(std::move(work), [bucket, wire]() mutable { bucket.copy_(wire); });
+  };
+}
+
+}  // namespace
+
+CommHook fp16_compress() { return compress_to(at::kHalf); }
+
+CommHook bf16_compress() { return compress_to(at::kBFloat16); }
+
+}  // namespace dpt::comm_hooks

@@ -1,0 +1,73 @@
+#include "dptrain/parallel/ddp.h"
+
+#include <torch/csrc/autograd/grad_mode.h>
+
+#include "dptrain/common/error.h"
+#include "dptrain/parallel/replicas.h"
+
+namespace dpt {
+
+namespace {
+
+double ms_between(std::chrono::steady_clock::time_point a, std::chrono::steady_clock::time_point b) {
+  return std::chrono::duration<double, std::milli>(b - a).count();
+}
+
+// Checks the replicas before the reducer is built, so a mismatch reports itself and not as a
+// failing collective later.
+std::shared_ptr<dist::Communicator> checked(std::shared_ptr<dist::Communicator> comm, const torch::nn::Module& module) {
+  DPT_CHECK(comm, ConfigError, "DistributedDataParallel needs a communicator; create one with "
+                               "dpt::dist::init_process_group()");
+  verify_replicas(*comm, describe_module(module), "DistributedDataParallel");
+  return comm;
+}
+
+}  // namespace
+
+std::vector<NamedParameter> DistributedDataParallelBase::trainable_parameters(const torch::nn::Module& module) {
+  std::vector<NamedParameter> params;
+  for (const auto& p : module.named_parameters(/*recurse=*/true)) {
+    if (p.value().requires_grad()) params.push_back({p.key(), p.value()});
+  }
+  return params;
+}
+
+DistributedDataParallelBase::DistributedDataParallelBase(std::shared_ptr<torch::nn::Module> module,
+                                                         std::shared_ptr<dist::Communicator> comm, DDPOptions options)
+    : module_(std::move(module)),
+      comm_(checked(std::move(comm), *module_)),
+      options_(options),
+      reducer_(trainable_parameters(*module_), comm_,
+               ReducerOptions()
+                   .bucket_cap_mb(options.bucket_cap_mb())
+                   .first_bucket_cap_mb(options.first_bucket_cap_mb())
+                   .find_unused_parameters(options.find_unused_parameters())),
+      buffers_(module_->buffers()) {
+  std::vector<at::Tensor> state = module_->parameters();
+  state.insert(state.end(), buffers_.begin(), buffers_.end());
+  broadcast_coalesced(*comm_, state, /*root=*/0);
+}
+
+void DistributedDataParallelBase::before_forward() {
+  forward_start_ = std::chrono::steady_clock::now();
+  if (options_.broadcast_buffers()) broadcast_coalesced(*comm_, buffers_, /*root=*/0);
+  // Otherwise backward accumulates into .grad, wherever it lives; the next synchronized step
+  // moves it into the buckets.
+  if (sync_ && torch::GradMode::is_enabled()) reducer_.prepare_for_backward();
+}
+
+void DistributedDataParallelBase::after_forward() {
+  if (!reducer_.armed()) return;  // timing describes synchronized steps only
+  forward_end_ = std::chrono::steady_clock::now();
+  forward_ms_ = ms_between(forward_start_, forward_end_);
+}
+
+StepTiming DistributedDataParallelBase::last_timing() const {
+  StepTiming timing;
+  timing.forward_ms = forward_ms_;
+  timing.backward_ms = ms_between(forward_end_, reducer_.last_finished_at());
+  timing.comm_wait_ms = reducer_.last_comm_wait_ms();
+  return timing;
+}
+
+}  // namespace dpt

@@ -1,0 +1,252 @@
+#include "dptrain/parallel/reducer.h"
+
+#include <algorithm>
+#include <map>
+#include <tuple>
+
+#include <torch/csrc/autograd/engine.h>
+#include <torch/csrc/autograd/function_hook.h>
+#include <torch/csrc/autograd/grad_mode.h>
+#include <torch/csrc/autograd/variable.h>
+
+#include "dptrain/common/error.h"
+
+namespace dpt {
+
+std::vector<std::vector<size_t>> assign_buckets(const std::vector<at::Tensor>& params,
+                                                int64_t first_cap_bytes, int64_t cap_bytes) {
+  struct Open {
+    std::vector<size_t> params;
+    int64_t bytes = 0;
+    bool first = true;  // the next bucket closed under this key is its first
+  };
+  using Key = std::tuple<int, int, int>;  // dtype, device type, device index
+  std::map<Key, Open> open;
+  std::vector<std::vector<size_t>> closed;
+  for (size_t i = params.size(); i-- > 0;) {
+    const at::Tensor& p = params[i];
+    Open& bucket = open[Key(static_cast<int>(p.scalar_type()), static_cast<int>(p.device().type()),
+                            p.device().index())];
+    bucket.params.push_back(i);
+    bucket.bytes += p.numel() * static_cast<int64_t>(p.element_size());
+    if (bucket.bytes >= (bucket.first ? first_cap_bytes : cap_bytes)) {
+      closed.push_back(std::move(bucket.params));
+      bucket.params.clear();
+      bucket.bytes = 0;
+      bucket.first = false;
+    }
+  }
+  for (auto& [key, bucket] : open) {
+    if (!bucket.params.empty()) closed.push_back(std::move(bucket.params));
+  }
+  // Launch order: by when a bucket's first parameter is reached walking backwards.
+  std::sort(closed.begin(), closed.end(),
+            [](const std::vector<size_t>& a, const std::vector<size_t>& b) { return a.front() > b.front(); });
+  return closed;
+}
+
+// Runs after the parameter's AccumulateGrad node has added this backward's gradient to .grad.
+class Reducer::ReadyHook : public torch::autograd::FunctionPostHook {
+ public:
+  ReadyHook(Reducer* reducer, size_t index) : reducer_(reducer), index_(index) {}
+  torch::autograd::variable_list operator()(const torch::autograd::variable_list& outputs,
+                                            const torch::autograd::variable_list& /*inputs*/) override {
+    reducer_->mark_ready(index_);
+    return outputs;
+  }
+
+ private:
+  Reducer* reducer_;
+  size_t index_;
+};
+
+namespace {
+
+constexpr double kMiB = 1024.0 * 1024.0;
+
+// A tensor sharing `buffer`'s memory from `offset` with `sizes`, without being an autograd view:
+// optimizers call detach_() on gradients, which autograd refuses for views.
+at::Tensor alias_of(const at::Tensor& buffer, int64_t offset, at::IntArrayRef sizes) {
+  at::Tensor alias = at::empty({0}, buffer.options());
+  alias.set_(buffer.storage(), offset, sizes);
+  return alias;
+}
+
+}  // namespace
+
+Reducer::Reducer(std::vector<NamedParameter> params, std::shared_ptr<dist::Communicator> comm,
+                 ReducerOptions options)
+    : params_(std::move(params)), comm_(std::move(comm)), options_(options), hook_(comm_hooks::allreduce_mean()) {
+  DPT_ASSERT(comm_, "a reducer needs a communicator");
+  DPT_CHECK(options_.bucket_cap_mb() > 0 && options_.first_bucket_cap_mb() > 0, ConfigError,
+            "bucket sizes must be positive, got bucket_cap_mb=", options_.bucket_cap_mb(),
+            " and first_bucket_cap_mb=", options_.first_bucket_cap_mb());
+  std::vector<at::Tensor> tensors;
+  for (const auto& p : params_) {
+    DPT_CHECK(p.tensor.requires_grad(), ConfigError, "rank ", comm_->rank(), ": parameter '", p.name,
+              "' does not require gradients; pass only trainable parameters to the reducer");
+    DPT_CHECK(!p.tensor.is_sparse() && p.tensor.layout() == at::kStrided, ConfigError, "rank ", comm_->rank(),
+              ": parameter '", p.name, "' is not a dense tensor; only dense parameters can be reduced");
+    tensors.push_back(p.tensor);
+  }
+  bucket_indices_ = assign_buckets(tensors, static_cast<int64_t>(options_.first_bucket_cap_mb() * kMiB),
+                                   static_cast<int64_t>(options_.bucket_cap_mb() * kMiB));
+
+  torch::NoGradGuard no_grad;
+  slots_.resize(params_.size());
+  buckets_.resize(bucket_indices_.size());
+  for (size_t b = 0; b < bucket_indices_.size(); ++b) {
+    Bucket& bucket = buckets_[b];
+    bucket.params = bucket_indices_[b];
+    int64_t numel = 0;
+    for (size_t i : bucket.params) numel += params_[i].tensor.numel();
+    const at::Tensor& first = params_[bucket.params.front()].tensor;
+    bucket.buffer = at::zeros({numel}, at::TensorOptions().dtype(first.scalar_type()).device(first.device()));
+    int64_t offset = 0;
+    for (size_t i : bucket.params) {
+      slots_[i].bucket = b;
+      slots_[i].grad = alias_of(bucket.buffer, offset, params_[i].tensor.sizes());
+      offset += params_[i].tensor.numel();
+    }
+  }
+  for (size_t i = 0; i < params_.size(); ++i) {
+    auto accumulator = torch::autograd::impl::grad_accumulator(params_[i].tensor);
+    DPT_ASSERT(accumulator, "parameter '", params_[i].name, "' has no gradient accumulator");
+    hook_keys_.push_back(accumulator->add_post_hook(std::make_unique<ReadyHook>(this, i)));
+    accumulators_.push_back(std::move(accumulator));
+  }
+}
+
+Reducer::~Reducer() {
+  for (size_t i = 0; i < accumulators_.size(); ++i) accumulators_[i]->del_post_hook(hook_keys_[i]);
+}
+
+void Reducer::set_comm_hook(CommHook hook) {
+  DPT_CHECK(hook, ConfigError, "rank ", comm_->rank(), ": the communication hook is empty");
+  std::lock_guard<std::mutex> lock(mutex_);
+  hook_ = std::move(hook);
+}
+
+void Reducer::adopt_gradient(size_t index) {
+  at::Tensor& grad = params_[index].tensor.mutable_grad();
+  const at::Tensor& slot = slots_[index].grad;
+  if (grad.defined() && grad.is_same(slot)) return;
+  torch::NoGradGuard no_grad;
+  if (!grad.defined()) {
+    slot.zero_();
+  } else if (grad.data_ptr() != slot.data_ptr()) {
+    slot.copy_(grad);
+  }
+  grad = slot;
+}
+
+void Reducer::rebind_gradients() {
+  for (size_t i = 0; i < params_.size(); ++i) adopt_gradient(i);
+}
+
+void Reducer::prepare_for_backward() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (size_t i = 0; i < params_.size(); ++i) {
+    slots_[i].grad_was_unset = !params_[i].tensor.grad().defined();
+    slots_[i].ready = false;
+    slots_[i].used = false;
+  }
+  rebind_gradients();
+  armed_ = true;
+  finish_queued_ = false;
+  next_launch_ = 0;
+  for (auto& bucket : buckets_) {
+    bucket.pending = bucket.params.size();
+    bucket.reduction = PendingReduction();
+  }
+}
+
+bool Reducer::armed() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return armed_;
+}
+
+void Reducer::mark_ready(size_t index) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (!armed_) return;  // local accumulation (no_sync, or no prepare_for_backward)
+  Slot& slot = slots_[index];
+  DPT_CHECK(!slot.ready, ConfigError, "rank ", comm_->rank(), ": parameter '", params_[index].name,
+            "' received a second gradient within one synchronized backward pass; run forward before "
+            "each synchronized backward (use no_sync() for extra backward passes)");
+  adopt_gradient(index);
+  slot.ready = true;
+  slot.used = true;
+  if (!finish_queued_) {
+    finish_queued_ = true;
+    torch::autograd::Engine::get_default_engine().queue_callback([this] { finish_backward(); });
+  }
+  if (--buckets_[slot.bucket].pending == 0) launch_ready_buckets();
+}
+
+void Reducer::launch_ready_buckets() {
+  while (next_launch_ < buckets_.size() && buckets_[next_launch_].pending == 0) {
+    Bucket& bucket = buckets_[next_launch_];
+    bucket.reduction = hook_(*comm_, bucket.buffer);
+    ++next_launch_;
+  }
+}
+
+std::string Reducer::describe_unready() const {
+  std::string names;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    if (slots_[i].ready) continue;
+    names += (names.empty() ? "" : ", ") + params_[i].name;
+  }
+  return names;
+}
+
+// How many ranks gave each parameter a gradient, as a pending sum over ranks. Launched after
+// every bucket, so the collectives stay in the same order on all ranks.
+PendingReduction Reducer::count_users() {
+  at::Tensor users = at::zeros({static_cast<int64_t>(params_.size())}, at::kInt);
+  auto* flags = users.data_ptr<int32_t>();
+  for (size_t i = 0; i < params_.size(); ++i) flags[i] = slots_[i].used ? 1 : 0;
+  users = users.to(comm_->device());
+  return PendingReduction(comm_->all_reduce_async(users, dist::ReduceOp::Sum),
+                          [this, users] { unset_globally_unused(users.cpu()); });
+}
+
+void Reducer::unset_globally_unused(const at::Tensor& users) {
+  const auto* counts = users.data_ptr<int32_t>();
+  for (size_t i = 0; i < params_.size(); ++i) {
+    if (counts[i] == 0 && slots_[i].grad_was_unset) params_[i].tensor.mutable_grad() = at::Tensor();
+  }
+}
+
+void Reducer::finish_backward() {
+  std::string unready;
+  PendingReduction users;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    // Parameters that got no gradient still take part, with what their .grad holds, so that
+    // every rank launches every bucket and no peer is left waiting in a collective.
+    if (!options_.find_unused_parameters()) unready = describe_unready();
+    for (size_t i = 0; i < params_.size(); ++i) {
+      if (slots_[i].ready) continue;
+      adopt_gradient(i);
+      slots_[i].ready = true;
+      --buckets_[slots_[i].bucket].pending;
+    }
+    launch_ready_buckets();
+    DPT_ASSERT(next_launch_ == buckets_.size(), "only ", next_launch_, " of ", buckets_.size(),
+               " buckets were launched");
+    if (options_.find_unused_parameters()) users = count_users();
+    armed_ = false;
+  }
+  const auto start = std::chrono::steady_clock::now();
+  for (auto& bucket : buckets_) bucket.reduction.wait();
+  users.wait();
+  last_finished_at_ = std::chrono::steady_clock::now();
+  last_comm_wait_ms_ = std::chrono::duration<double, std::milli>(last_finished_at_ - start).count();
+  DPT_CHECK(unready.empty(), ConfigError, "rank ", comm_->rank(), ": parameter(s) ", unready,
+            " received no gradient in this backward pass, so their gradients cannot be reduced. Make every "
+            "parameter take part in the loss, or enable find_unused_parameters when some "
+            "parameters are legitimately unused in a step");
+}
+
+}  // namespace dpt

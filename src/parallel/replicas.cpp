@@ -1,0 +1,95 @@
+#include "dptrain/parallel/replicas.h"
+
+#include <algorithm>
+#include <map>
+
+#include <torch/csrc/autograd/grad_mode.h>
+
+#include "dptrain/common/error.h"
+
+namespace dpt {
+
+namespace {
+
+std::string describe(const std::string& kind, const std::string& name, const at::Tensor& t) {
+  return str(kind, " '", name, "' of shape ", t.sizes(), " and dtype ", t.scalar_type());
+}
+
+std::string join_lines(const std::vector<std::string>& lines) {
+  std::string joined;
+  for (const auto& line : lines) joined += line + '\n';
+  return joined;
+}
+
+std::vector<std::string> split_lines(const std::string& text) {
+  std::vector<std::string> lines;
+  size_t start = 0;
+  for (size_t end; (end = text.find('\n', start)) != std::string::npos; start = end + 1) {
+    lines.push_back(text.substr(start, end - start));
+  }
+  return lines;
+}
+
+// Every rank's string, in rank order: lengths first, then the padded bytes.
+std::vector<std::string> all_gather_strings(dist::Communicator& comm, const std::string& text) {
+  const auto on = at::TensorOptions().device(comm.device());
+  auto lengths = comm.all_gather(at::full({1}, static_cast<int64_t>(text.size()), on.dtype(at::kLong)));
+  int64_t longest = 0;
+  for (const auto& l : lengths) longest = std::max(longest, l.cpu().item<int64_t>());
+  at::Tensor bytes = at::zeros({std::max<int64_t>(longest, 1)}, at::kByte);
+  std::copy(text.begin(), text.end(), bytes.data_ptr<uint8_t>());
+  auto gathered = comm.all_gather(bytes.to(comm.device()));
+  std::vector<std::string> texts;
+  for (size_t r = 0; r < gathered.size(); ++r) {
+    at::Tensor host = gathered[r].cpu();
+    texts.emplace_back(reinterpret_cast<const char*>(host.data_ptr<uint8_t>()), lengths[r].cpu().item<int64_t>());
+  }
+  return texts;
+}
+
+}  // namespace
+
+std::vector<std::string> describe_module(const torch::nn::Module& module) {
+  std::vector<std::string> lines;
+  for (const auto& p : module.named_parameters(/*recurse=*/true)) lines.push_back(describe("parameter", p.key(), p.value()));
+  for (const auto& b : module.named_buffers(/*recurse=*/true)) lines.push_back(describe("buffer", b.key(), b.value()));
+  return lines;
+}
+
+void verify_replicas(dist::Communicator& comm, const std::vector<std::string>& description, const std::string& what) {
+  if (comm.size() == 1) return;
+  const auto texts = all_gather_strings(comm, join_lines(description));
+  const auto reference = split_lines(texts[0]);
+  for (int r = 1; r < comm.size(); ++r) {
+    if (texts[r] == texts[0]) continue;
+    const auto lines = split_lines(texts[r]);
+    size_t i = 0;
+    while (i < reference.size() && i < lines.size() && reference[i] == lines[i]) ++i;
+    const std::string on_root = i < reference.size() ? reference[i] : "nothing (no more entries)";
+    const std::string on_rank = i < lines.size() ? lines[i] : "nothing (no more entries)";
+    throw ConfigError(str("rank ", comm.rank(), ": ", what, ": the model differs between rank 0 and rank ", r,
+                          " (", reference.size(), " vs ", lines.size(), " parameters and buffers). First difference, "
+                          "entry ", i, ": rank 0 has ", on_root, ", rank ", r, " has ", on_rank,
+                          ". Build the same model on every rank"));
+  }
+}
+
+void broadcast_coalesced(dist::Communicator& comm, const std::vector<at::Tensor>& tensors, int root) {
+  if (comm.size() == 1 || tensors.empty()) return;
+  torch::NoGradGuard no_grad;
+  std::map<at::ScalarType, std::vector<at::Tensor>> by_dtype;
+  for (const auto& t : tensors) by_dtype[t.scalar_type()].push_back(t);
+  for (auto& [dtype, group] : by_dtype) {
+    std::vector<at::Tensor> flat;
+    for (const auto& t : group) flat.push_back(t.reshape({-1}));
+    at::Tensor packed = at::cat(flat);
+    comm.broadcast(packed, root);
+    int64_t offset = 0;
+    for (auto& t : group) {
+      t.copy_(packed.narrow(0, offset, t.numel()).view(t.sizes()));
+      offset += t.numel();
+    }
+  }
+}
+
+}  // namespace dpt

@@ -1,0 +1,86 @@
+// dptrain's side of the DDP oracle test (tests/peer/test_ddp_oracle.py): one rank of a 2-process
+// job started with RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT. It trains a small conv net with
+// DistributedDataParallel and writes, from rank 0, what Python's DDP needs to repeat the run:
+//
+//   dptrain_ddp_oracle OUT_DIR [--mismatch]
+//                                ->  OUT_DIR/initial.pt  the weights after DDP's broadcast
+//                                    OUT_DIR/data.pt     {"x": [steps, batch, 3, 8, 8], "y": [steps, batch]}
+//                                    OUT_DIR/final.pt    the weights after training
+// The .pt files are torch::pickle_save output, which Python's torch.load reads. With --mismatch,
+// rank 1 builds a different last layer: every rank must fail with the named difference (exit 2).
+
+#include <fstream>
+#include <iostream>
+
+#include <torch/torch.h>
+
+#include "dptrain/common/error.h"
+#include "dptrain/dist/init.h"
+#include "dptrain/parallel.h"
+
+namespace {
+
+constexpr int64_t kSteps = 20;
+constexpr int64_t kBatchPerRank = 4;
+
+void save(const torch::nn::Module& module, const std::string& path) {
+  c10::Dict<std::string, at::Tensor> state;
+  for (const auto& p : module.named_parameters()) state.insert(p.key(), p.value().detach().clone());
+  const std::vector<char> bytes = torch::pickle_save(state);
+  std::ofstream(path, std::ios::binary).write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+}
+
+int train(const std::string& out, bool mismatch) {
+  at::set_num_threads(1);
+  auto comm = dpt::dist::init_process_group(
+      dpt::dist::InitOptions().backend("gloo").timeout(std::chrono::seconds(60)));
+  const int rank = comm->rank();
+
+  // Every rank starts from different weights: DDP must copy rank 0's.
+  torch::manual_seed(1 + rank);
+  torch::nn::Sequential model(torch::nn::Conv2d(torch::nn::Conv2dOptions(3, 4, 3)), torch::nn::ReLU(),
+                              torch::nn::Flatten(), torch::nn::Linear(4 * 6 * 6, mismatch && rank == 1 ? 6 : 5));
+  dpt::DistributedDataParallel ddp(model, comm, dpt::DDPOptions().first_bucket_cap_mb(0.00001).bucket_cap_mb(0.001));
+  if (rank == 0) save(*model, out + "/initial.pt");
+
+  torch::manual_seed(1234);
+  const int64_t batch = kBatchPerRank * comm->size();
+  const at::Tensor x = torch::randn({kSteps, batch, 3, 8, 8});
+  const at::Tensor y = torch::randint(5, {kSteps, batch}, at::kLong);
+  if (rank == 0) {
+    c10::Dict<std::string, at::Tensor> data;
+    data.insert("x", x);
+    data.insert("y", y);
+    const std::vector<char> bytes = torch::pickle_save(data);
+    std::ofstream(out + "/data.pt", std::ios::binary).write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  }
+
+  torch::optim::SGD optimizer(ddp.parameters(), torch::optim::SGDOptions(0.05).momentum(0.9).weight_decay(1e-3));
+  for (int64_t s = 0; s < kSteps; ++s) {
+    optimizer.zero_grad();
+    const auto xs = x[s].narrow(0, rank * kBatchPerRank, kBatchPerRank);
+    const auto ys = y[s].narrow(0, rank * kBatchPerRank, kBatchPerRank);
+    torch::nn::functional::cross_entropy(ddp->forward(xs), ys).backward();
+    optimizer.step();
+  }
+  if (rank == 0) save(*model, out + "/final.pt");
+  std::cout << "rank " << rank << ": trained " << kSteps << " steps in " << ddp.reducer().bucket_indices().size()
+            << " buckets" << std::endl;
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const bool mismatch = argc == 3 && std::string(argv[2]) == "--mismatch";
+  if (argc != 2 && !mismatch) {
+    std::cerr << "usage: dptrain_ddp_oracle OUT_DIR [--mismatch] (under RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT)\n";
+    return 2;
+  }
+  try {
+    return train(argv[1], mismatch);
+  } catch (const dpt::ConfigError& e) {
+    std::cerr << "dptrain_ddp_oracle: error: " << e.what() << std::endl;
+    return 2;
+  }
+}

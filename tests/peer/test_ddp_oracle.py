@@ -1,0 +1,80 @@
+"""dptrain's DistributedDataParallel against Python PyTorch's: two real processes each, gloo, the
+same initial weights and data, 20 SGD steps with momentum and weight decay; the final weights
+must agree within 1e-5."""
+
+import os
+import socket
+import tempfile
+import unittest
+
+import torch
+
+from proc import PYTHON, Started, env_with
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+WORLD = 2
+
+
+def oracle_program():
+    root = os.path.dirname(os.path.dirname(HERE))
+    path = os.path.join(os.environ.get("DPT_BUILD", os.path.join(root, "build")), "bin", "dptrain_ddp_oracle")
+    if not os.access(path, os.X_OK):
+        raise RuntimeError(f"{path} not found: build the dptrain_ddp_oracle target, or set DPT_BUILD")
+    return path
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run_world(args, timeout=120, expected_code=0):
+    """Starts WORLD ranks of `args` with the torchrun variables; all must exit with `expected_code`
+    within `timeout`. Returns (code, stdout, stderr) per rank."""
+    port = free_port()
+    ranks = [Started(args, env=env_with(RANK=r, LOCAL_RANK=r, WORLD_SIZE=WORLD, LOCAL_WORLD_SIZE=WORLD,
+                                         MASTER_ADDR="127.0.0.1", MASTER_PORT=port, OMP_NUM_THREADS=1))
+             for r in range(WORLD)]
+    try:
+        results = [r.wait(timeout) for r in ranks]
+    finally:
+        for r in ranks:
+            r.close()
+    for rank, (code, out, err) in enumerate(results):
+        if code != expected_code:
+            raise AssertionError(f"rank {rank} of {args} exited with {code}\nstdout:\n{out}\nstderr:\n{err}")
+    return results
+
+
+class DistributedDataParallelOracle(unittest.TestCase):
+    def test_same_weights_as_pytorch_ddp_after_twenty_steps(self):
+        with tempfile.TemporaryDirectory() as out:
+            results = run_world([oracle_program(), out])
+            for rank, (_, stdout, _) in enumerate(results):
+                self.assertIn(f"rank {rank}: trained 20 steps in 3 buckets", stdout)
+            run_world([PYTHON, os.path.join(HERE, "workers", "torch_ddp.py"), out])
+            initial = torch.load(os.path.join(out, "initial.pt"))
+            ours = torch.load(os.path.join(out, "final.pt"))
+            theirs = torch.load(os.path.join(out, "python_final.pt"))
+        self.assertEqual(sorted(ours), ["0.bias", "0.weight", "3.bias", "3.weight"])
+        self.assertEqual(sorted(ours), sorted(theirs))
+        for name in ours:
+            moved = (ours[name] - initial[name]).abs().max().item()
+            self.assertGreater(moved, 1e-3, f"{name} did not train")
+            difference = (ours[name] - theirs[name]).abs().max().item()
+            self.assertLessEqual(difference, 1e-5, f"{name}: dptrain and PyTorch DDP differ by {difference}")
+
+
+    def test_different_models_fail_on_every_rank_with_the_difference(self):
+        with tempfile.TemporaryDirectory() as out:
+            results = run_world([oracle_program(), out, "--mismatch"], timeout=60, expected_code=2)
+        for rank, (_, _, err) in enumerate(results):
+            self.assertIn(f"rank {rank}: DistributedDataParallel: the model differs between rank 0 and rank 1 "
+                          "(4 vs 4 parameters and buffers). First difference, entry 2: rank 0 has parameter "
+                          "'3.weight' of shape [5, 144] and dtype Float, rank 1 has parameter '3.weight' of shape "
+                          "[6, 144] and dtype Float. Build the same model on every rank", err)
+
+
+if __name__ == "__main__":
+    unittest.main()

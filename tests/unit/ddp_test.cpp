@@ -1,0 +1,252 @@
+#include <gtest/gtest.h>
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <torch/torch.h>
+
+#include "dptrain/parallel/ddp.h"
+#include "support/thread_ranks.h"
+
+namespace {
+
+namespace F = torch::nn::functional;
+using dpt::DDPOptions;
+using dpt::DistributedDataParallel;
+using dpt::dist::Communicator;
+
+// run_ranks owns the communicators; DDP takes a shared handle.
+std::shared_ptr<Communicator> borrow(Communicator& comm) { return {std::shared_ptr<void>(), &comm}; }
+
+torch::nn::Sequential make_mlp(int64_t hidden = 8) {
+  return torch::nn::Sequential(torch::nn::Linear(6, 16), torch::nn::ReLU(), torch::nn::Linear(16, hidden),
+                               torch::nn::Tanh(), torch::nn::Linear(hidden, 3));
+}
+
+// Seeded from a private generator: the global one is shared by the rank threads.
+void fill(torch::nn::Module& module, uint64_t seed) {
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(seed);
+  torch::NoGradGuard no_grad;
+  for (auto& p : module.parameters()) p.copy_(at::randn(p.sizes(), gen) * 0.5);
+}
+
+struct Batches {
+  at::Tensor x;  // [steps, batch, 6]
+  at::Tensor y;  // [steps, batch]
+};
+
+Batches make_batches(int64_t steps, int64_t batch) {
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(7);
+  return {at::randn({steps, batch, 6}, gen), at::randint(3, {steps, batch}, gen, at::kLong)};
+}
+
+double max_difference(const std::vector<at::Tensor>& a, const std::vector<at::Tensor>& b) {
+  double worst = 0;
+  for (size_t i = 0; i < a.size(); ++i) worst = std::max(worst, (a[i] - b[i]).abs().max().item<double>());
+  return worst;
+}
+
+torch::optim::SGDOptions sgd() { return torch::optim::SGDOptions(0.05).momentum(0.9).weight_decay(1e-3); }
+
+// One process, the whole batch each step.
+std::vector<at::Tensor> train_reference(const Batches& data, uint64_t seed) {
+  auto model = make_mlp();
+  fill(*model, seed);
+  torch::optim::SGD optimizer(model->parameters(), sgd());
+  for (int64_t s = 0; s < data.x.size(0); ++s) {
+    optimizer.zero_grad();
+    F::cross_entropy(model->forward(data.x[s]), data.y[s]).backward();
+    optimizer.step();
+  }
+  return model->parameters();
+}
+
+// Each rank its slice of every batch, through DDP. Rank 1 starts from other weights: DDP must
+// copy rank 0's. Small buckets so that several are in flight.
+std::vector<at::Tensor> train_ddp(Communicator& comm, const Batches& data, uint64_t seed,
+                                  const dpt::CommHook& hook = {}) {
+  auto model = make_mlp();
+  fill(*model, seed + comm.rank());
+  DistributedDataParallel ddp(model, borrow(comm), DDPOptions().first_bucket_cap_mb(0.0001).bucket_cap_mb(0.0001));
+  // 104-byte limits: three buckets, the last layer's first.
+  EXPECT_EQ(ddp.reducer().bucket_indices(), (std::vector<std::vector<size_t>>{{5, 4}, {3, 2}, {1, 0}}));
+  if (hook) ddp.register_comm_hook(hook);
+  torch::optim::SGD optimizer(ddp.parameters(), sgd());
+  const int64_t per_rank = data.x.size(1) / comm.size();
+  for (int64_t s = 0; s < data.x.size(0); ++s) {
+    optimizer.zero_grad();
+    auto x = data.x[s].narrow(0, comm.rank() * per_rank, per_rank);
+    auto y = data.y[s].narrow(0, comm.rank() * per_rank, per_rank);
+    F::cross_entropy(ddp->forward(x), y).backward();
+    optimizer.step();
+  }
+  return model->parameters();
+}
+
+TEST(DistributedDataParallel, TwoRanksMatchOneProcessWithTwiceTheBatch) {
+  const Batches data = make_batches(/*steps=*/20, /*batch=*/2 * 4);
+  const auto expected = train_reference(data, 100);
+  dpt::testing::run_ranks(2, [&](Communicator& comm) {
+    const auto trained = train_ddp(comm, data, 100);
+    EXPECT_LE(max_difference(trained, expected), 1e-5) << "rank " << comm.rank();
+  });
+}
+
+// The tolerances are about 5x the differences seen after 20 steps (1.9e-4 for float16, 9.8e-4
+// for bfloat16); the lower bound shows the compressed path was taken.
+TEST(DistributedDataParallel, Fp16CompressionStaysNearTheExactResult) {
+  const Batches data = make_batches(20, 8);
+  const auto expected = train_reference(data, 100);
+  dpt::testing::run_ranks(2, [&](Communicator& comm) {
+    const auto trained = train_ddp(comm, data, 100, dpt::comm_hooks::fp16_compress());
+    const double difference = max_difference(trained, expected);
+    EXPECT_LE(difference, 1e-3) << "rank " << comm.rank();
+    EXPECT_GT(difference, 1e-6) << "rank " << comm.rank();
+  });
+}
+
+TEST(DistributedDataParallel, Bf16CompressionStaysNearTheExactResult) {
+  const Batches data = make_batches(20, 8);
+  const auto expected = train_reference(data, 100);
+  dpt::testing::run_ranks(2, [&](Communicator& comm) {
+    const auto trained = train_ddp(comm, data, 100, dpt::comm_hooks::bf16_compress());
+    const double difference = max_difference(trained, expected);
+    EXPECT_LE(difference, 5e-3) << "rank " << comm.rank();
+    EXPECT_GT(difference, 1e-6) << "rank " << comm.rank();
+  });
+}
+
+// k micro-batches per rank, the first k-1 under no_sync, equal one step on the k-times batch.
+TEST(DistributedDataParallel, NoSyncAccumulatesThenReducesTheSum) {
+  constexpr int64_t k = 3, micro = 2, steps = 2;
+  const Batches data = make_batches(steps, k * 2 * micro);
+  const auto expected = train_reference(data, 100);
+  dpt::testing::run_ranks(2, [&](Communicator& comm) {
+    auto model = make_mlp();
+    fill(*model, 100 + comm.rank());
+    DistributedDataParallel ddp(model, borrow(comm), DDPOptions().first_bucket_cap_mb(0.0002).bucket_cap_mb(0.0005));
+    torch::optim::SGD optimizer(ddp.parameters(), sgd());
+    for (int64_t s = 0; s < steps; ++s) {
+      optimizer.zero_grad();
+      for (int64_t j = 0; j < k; ++j) {
+        const int64_t first = (j * 2 + comm.rank()) * micro;
+        auto step = [&] {
+          auto loss = F::cross_entropy(ddp->forward(data.x[s].narrow(0, first, micro)),
+                                       data.y[s].narrow(0, first, micro));
+          (loss / k).backward();
+        };
+        if (j < k - 1) {
+          auto guard = ddp.no_sync();
+          step();
+        } else {
+          step();
+        }
+      }
+      optimizer.step();
+    }
+    EXPECT_LE(max_difference(model->parameters(), expected), 1e-5) << "rank " << comm.rank();
+  });
+}
+
+// A trunk and two heads; each step uses one head, so the other gets no gradient.
+struct TwoHeadsImpl : torch::nn::Module {
+  TwoHeadsImpl()
+      : trunk(register_module("trunk", torch::nn::Linear(6, 8))),
+        left(register_module("left", torch::nn::Linear(8, 3))),
+        right(register_module("right", torch::nn::Linear(8, 3))) {}
+  at::Tensor forward(const at::Tensor& x, bool use_right) {
+    auto h = torch::relu(trunk(x));
+    return use_right ? right(h) : left(h);
+  }
+  torch::nn::Linear trunk, left, right;
+};
+TORCH_MODULE(TwoHeads);
+
+// Momentum and weight decay make the difference between an unset gradient (the optimizer skips
+// the parameter) and a zero one (it still moves): the right head is unused, with an unset
+// gradient, in the first two steps, then used, then unused with a zero gradient.
+TEST(DistributedDataParallel, FindUnusedParametersTrainsLikeOneProcess) {
+  constexpr int64_t steps = 6;
+  const Batches data = make_batches(steps, 8);
+  auto uses_right = [](int64_t step) { return step % 3 == 2; };
+  TwoHeads reference;
+  fill(*reference, 5);
+  {
+    torch::optim::SGD optimizer(reference->parameters(), sgd());
+    for (int64_t s = 0; s < steps; ++s) {
+      optimizer.zero_grad();
+      F::cross_entropy(reference->forward(data.x[s], uses_right(s)), data.y[s]).backward();
+      optimizer.step();
+    }
+  }
+  dpt::testing::run_ranks(2, [&](Communicator& comm) {
+    TwoHeads model;
+    fill(*model, 5);
+    DistributedDataParallel ddp(model, borrow(comm), DDPOptions().find_unused_parameters(true));
+    torch::optim::SGD optimizer(ddp.parameters(), sgd());
+    for (int64_t s = 0; s < steps; ++s) {
+      optimizer.zero_grad();
+      auto x = data.x[s].narrow(0, comm.rank() * 4, 4);
+      auto y = data.y[s].narrow(0, comm.rank() * 4, 4);
+      F::cross_entropy(ddp->forward(x, uses_right(s)), y).backward();
+      if (s == 0) EXPECT_FALSE(model->right->weight.grad().defined()) << "rank " << comm.rank();
+      optimizer.step();
+    }
+    EXPECT_LE(max_difference(model->parameters(), reference->parameters()), 1e-5) << "rank " << comm.rank();
+  });
+}
+
+TEST(DistributedDataParallel, UnusedParameterWithoutFindUnusedNamesIt) {
+  const Batches data = make_batches(1, 8);
+  dpt::testing::run_ranks(2, [&](Communicator& comm) {
+    TwoHeads model;
+    DistributedDataParallel ddp(model, borrow(comm));
+    auto x = data.x[0].narrow(0, comm.rank() * 4, 4);
+    auto y = data.y[0].narrow(0, comm.rank() * 4, 4);
+    std::string message;
+    try {
+      F::cross_entropy(ddp->forward(x, false), y).backward();
+    } catch (const std::exception& e) {
+      message = e.what();
+    }
+    EXPECT_NE(message.find(dpt::str("rank ", comm.rank(), ": parameter(s) right.weight, right.bias received no "
+                                    "gradient in this backward pass")),
+              std::string::npos)
+        << message;
+    EXPECT_NE(message.find("find_unused_parameters"), std::string::npos) << message;
+  });
+}
+
+TEST(DistributedDataParallel, DifferentModelsFailOnEveryRankWithTheFirstDifference) {
+  dpt::testing::run_ranks(2, [&](Communicator& comm) {
+    auto model = make_mlp(comm.rank() == 0 ? 8 : 9);
+    try {
+      DistributedDataParallel ddp(model, borrow(comm));
+      ADD_FAILURE() << "rank " << comm.rank() << " accepted different models";
+    } catch (const dpt::ConfigError& e) {
+      EXPECT_EQ(std::string(e.what()),
+                dpt::str("rank ", comm.rank(), ": DistributedDataParallel: the model differs between rank 0 and "
+                         "rank 1 (6 vs 6 parameters and buffers). First difference, entry 2: rank 0 has parameter "
+                         "'2.weight' of shape [8, 16] and dtype Float, rank 1 has parameter '2.weight' of shape "
+                         "[9, 16] and dtype Float. Build the same model on every rank"));
+    }
+  });
+}
+
+TEST(DistributedDataParallel, GradientsLiveInTheBucketsAndTimingIsReported) {
+  dpt::testing::run_ranks(2, [&](Communicator& comm) {
+    auto model = make_mlp();
+    DistributedDataParallel ddp(model, borrow(comm));
+    const Batches data = make_batches(1, 4);
+    F::cross_entropy(ddp->forward(data.x[0]), data.y[0]).backward();
+    // One bucket (the model is far below 1 MiB): every gradient is a slice of one buffer.
+    ASSERT_EQ(ddp.reducer().bucket_indices().size(), 1u);
+    const auto params = model->parameters();
+    for (size_t i = 1; i < params.size(); ++i) {
+      EXPECT_TRUE(params[i].grad().is_alias_of(params[0].grad())) << "parameter " << i;
+    }
+    const auto timing = ddp.last_timing();
+    EXPECT_GE(timing.forward_ms, 0);
+    EXPECT_GE(timing.backward_ms, timing.comm_wait_ms);
+  });
+}
+
+}  // namespace

@@ -1,0 +1,68 @@
+#include <gtest/gtest.h>
+
+#include <torch/torch.h>
+
+#include "dptrain/parallel/reducer.h"
+#include "support/thread_ranks.h"
+
+namespace {
+
+using Buckets = std::vector<std::vector<size_t>>;
+
+TEST(AssignBuckets, ReverseOrderFirstBucketSmallOneBucketPerDtype) {
+  std::vector<at::Tensor> params{
+      at::zeros({100}),              // 400 bytes
+      at::zeros({200}),              // 800
+      at::zeros({300}),              // 1200
+      at::zeros({400}),              // 1600: closes the first float bucket (limit 1000)
+      at::zeros({50}, at::kDouble),  // 400, its own dtype, never full
+  };
+  EXPECT_EQ(dpt::assign_buckets(params, /*first_cap_bytes=*/1000, /*cap_bytes=*/2000),
+            (Buckets{{4}, {3}, {2, 1}, {0}}));
+}
+
+TEST(AssignBuckets, EverythingInOneBucketWhenItFits) {
+  std::vector<at::Tensor> params{at::zeros({3}), at::zeros({4}), at::zeros({5})};
+  EXPECT_EQ(dpt::assign_buckets(params, 1 << 20, 1 << 20), (Buckets{{2, 1, 0}}));
+}
+
+TEST(AssignBuckets, OneParameterPerBucketWhenLimitsAreTiny) {
+  std::vector<at::Tensor> params{at::zeros({3}), at::zeros({4}), at::zeros({5})};
+  EXPECT_EQ(dpt::assign_buckets(params, 1, 1), (Buckets{{2}, {1}, {0}}));
+}
+
+// The reducer on its own, as a front end other than DDP drives it: explicit arming, a custom
+// hook (sum instead of mean) that records the order buckets are launched in.
+TEST(Reducer, LaunchesBucketsInOrderAndLeavesTheReducedGradientInGrad) {
+  dpt::testing::run_ranks(2, [](dpt::dist::Communicator& comm) {
+    torch::nn::Sequential model(torch::nn::Linear(4, 8), torch::nn::Linear(8, 2));
+    std::vector<dpt::NamedParameter> params;
+    for (const auto& p : model->named_parameters()) params.push_back({p.key(), p.value()});
+    // 4-byte limits: one bucket per parameter, the last registered first.
+    dpt::Reducer reducer(params, {std::shared_ptr<void>(), &comm},
+                         dpt::ReducerOptions().first_bucket_cap_mb(4.0 / (1 << 20)).bucket_cap_mb(4.0 / (1 << 20)));
+    ASSERT_EQ(reducer.bucket_indices(), (Buckets{{3}, {2}, {1}, {0}}));
+    std::vector<int64_t> launched;
+    reducer.set_comm_hook([&launched](dpt::dist::Communicator& c, at::Tensor bucket) {
+      launched.push_back(bucket.numel());
+      return dpt::PendingReduction(c.all_reduce_async(bucket, dpt::dist::ReduceOp::Sum));
+    });
+    const at::Tensor x = at::full({3, 4}, comm.rank() + 1.0);
+
+    // Not armed: a local backward, nothing launched.
+    model->forward(x).sum().backward();
+    EXPECT_TRUE(launched.empty());
+    const at::Tensor local_bias_grad = model[1]->as<torch::nn::Linear>()->bias.grad().clone();
+    EXPECT_TRUE(local_bias_grad.equal(at::full({2}, 3.0)));
+
+    for (auto& p : model->parameters()) p.mutable_grad().zero_();
+    reducer.prepare_for_backward();
+    model->forward(x).sum().backward();
+    EXPECT_EQ(launched, (std::vector<int64_t>{2, 16, 8, 32}));
+    // d(sum)/d(bias) is the batch size on each rank: 3 + 3 after the summing hook.
+    EXPECT_TRUE(model[1]->as<torch::nn::Linear>()->bias.grad().equal(at::full({2}, 6.0)));
+    EXPECT_FALSE(reducer.armed());
+  });
+}
+
+}  // namespace
