@@ -27,7 +27,7 @@ if(TARGET torch_cuda OR CUDA_FOUND)
   endif()
 endif()
 
-if(DPTRAIN_BUILD_TOOLS)
+if(DPTRAIN_BUILD_TOOLS OR DPTRAIN_BUILD_EXAMPLES)
   find_package(CLI11 REQUIRED)
   find_package(nlohmann_json REQUIRED)
 endif()
