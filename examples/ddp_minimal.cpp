@@ -1,8 +1,10 @@
 // ddp_minimal: the DistributedDataParallel tutorial, in C++. Each process trains a ResNet-20 on
-// its shard of a learnable synthetic image set; gradients are averaged during backward; the
-// validation accuracy is computed over all ranks exactly (summed counts, no padded duplicates).
+// its shard of the data (a learnable synthetic image set, or an ImageFolder with train/ and val/);
+// gradients are averaged during backward; the validation accuracy is computed over all ranks
+// exactly (summed counts, no padded duplicates).
 //
 //   dptrain launch --standalone --nproc-per-node 2 -- build/bin/ddp_minimal --epochs 3
+//   dptrain launch --standalone --nproc-per-node 2 -- build/bin/ddp_minimal --data digits/
 //
 // The Python original: torch.distributed.init_process_group + DistributedSampler +
 // DistributedDataParallel + dist.all_reduce of the metrics.
@@ -15,6 +17,7 @@
 #include <torch/torch.h>
 
 #include "dptrain/common/error.h"
+#include "dptrain/data/image_folder.h"
 #include "dptrain/data/loader.h"
 #include "dptrain/data/sampler.h"
 #include "dptrain/data/synthetic.h"
@@ -25,6 +28,7 @@
 namespace {
 
 struct Flags {
+  std::string data;  // an ImageFolder with train/ and val/; empty: the synthetic set
   int epochs = 3;
   int64_t batch_size = 64;  // per process, as in the tutorials
   double lr = 0.1;
@@ -54,13 +58,19 @@ int run(const Flags& flags) {
   auto train_transform = data::Transform(
       data::TransformOptions().mode(data::TransformMode::Train).size(32).scale_min(0.35).seed(0));
   auto eval_transform = data::Transform(data::TransformOptions().mode(data::TransformMode::Eval).resize(32).size(32));
-  auto train_set = std::make_shared<data::SyntheticDataset>(
-      data::SyntheticOptions().size(flags.train_size).image_size(40).seed(0), train_transform);
-  auto val_set = std::make_shared<data::SyntheticDataset>(
-      data::SyntheticOptions().size(flags.val_size).image_size(40).seed(1), eval_transform);
+  std::shared_ptr<const data::Dataset> train_set, val_set;
+  if (flags.data.empty()) {
+    train_set = std::make_shared<data::SyntheticDataset>(
+        data::SyntheticOptions().size(flags.train_size).image_size(40).seed(0), train_transform);
+    val_set = std::make_shared<data::SyntheticDataset>(
+        data::SyntheticOptions().size(flags.val_size).image_size(40).seed(1), eval_transform);
+  } else {
+    train_set = std::make_shared<data::ImageFolder>(flags.data + "/train", train_transform);
+    val_set = std::make_shared<data::ImageFolder>(flags.data + "/val", eval_transform);
+  }
 
   torch::manual_seed(rank);  // different on purpose: DDP copies rank 0's weights to every rank
-  auto model = dpt::models::resnet20(dpt::models::ResNetOptions().num_classes(10));
+  auto model = dpt::models::resnet20(dpt::models::ResNetOptions().num_classes(train_set->num_classes()));
   dpt::DistributedDataParallel ddp(model, comm);
   torch::optim::SGD optimizer(ddp.parameters(),
                               torch::optim::SGDOptions(flags.lr).momentum(0.9).weight_decay(5e-4));
@@ -70,7 +80,7 @@ int run(const Flags& flags) {
   if (rank == 0) {
     std::printf("ddp_minimal: %d process(es), batch %lld per process (%lld global), %lld training images\n", world,
                 static_cast<long long>(flags.batch_size), static_cast<long long>(flags.batch_size * world),
-                static_cast<long long>(flags.train_size));
+                static_cast<long long>(train_set->size()));
   }
   double accuracy = 0;
   for (int epoch = 0; epoch < flags.epochs; ++epoch) {
@@ -119,6 +129,7 @@ int run(const Flags& flags) {
 int main(int argc, char** argv) {
   Flags flags;
   CLI::App app{"DistributedDataParallel on a synthetic image set; start it with dptrain launch"};
+  app.add_option("--data", flags.data, "ImageFolder with train/ and val/ (default: the synthetic set)");
   app.add_option("--epochs", flags.epochs)->capture_default_str();
   app.add_option("-b,--batch-size", flags.batch_size, "per process")->capture_default_str();
   app.add_option("--lr", flags.lr)->capture_default_str();
