@@ -6,3 +6,4 @@
 #include "dptrain/dist.h"
 #include "dptrain/launch.h"
 #include "dptrain/models.h"
+#include "dptrain/train.h"

@@ -1,0 +1,3 @@
+#pragma once
+// The train layer: learning-rate schedules, loss scaling, distributed metrics, checkpoint files.
+#include "dptrain/train/lr_schedule.h"
