@@ -1,3 +1,4 @@
 #pragma once
 // The train layer: learning-rate schedules, loss scaling, distributed metrics, checkpoint files.
+#include "dptrain/train/grad_scaler.h"
 #include "dptrain/train/lr_schedule.h"
