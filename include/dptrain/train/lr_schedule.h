@@ -13,6 +13,8 @@
 //   }
 //
 // Nothing here has state: after a resume, the same (epoch, step) gives the same rate, exactly.
+// Decay counts epochs from the start of training but begins when warm-up ends: a step or
+// milestone inside the warm-up applies from its first step after.
 
 #include <cstdint>
 #include <optional>
