@@ -8,3 +8,4 @@
 #include "dptrain/launch.h"
 #include "dptrain/parallel.h"
 #include "dptrain/models.h"
+#include "dptrain/train.h"

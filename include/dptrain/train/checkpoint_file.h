@@ -1,0 +1,47 @@
+#pragma once
+// Checkpoint files that are always complete: written beside the target, flushed to disk and
+// renamed over it, so a crash at any moment leaves either the old file or the new one.
+//
+//   namespace fs = std::filesystem;
+//   const fs::path file = dpt::train::epoch_checkpoint_path(dir, epoch);   // checkpoint_epoch7.pt
+//   dpt::train::save_checkpoint(state, file);                              // state: e.g. a GenericDict
+//   if (is_best) dpt::train::copy_file_atomically(file, dir / dpt::train::kBestCheckpointName);
+//   dpt::train::rotate_checkpoints(dir, /*keep_last=*/3);
+//   c10::IValue state = dpt::train::load_checkpoint(file);                 // CheckpointError if bad
+
+#include <cstdint>
+#include <filesystem>
+#include <vector>
+
+#include <ATen/core/ivalue.h>
+
+namespace dpt::train {
+
+inline constexpr const char* kBestCheckpointName = "model_best.pt";
+
+// Replaces `path` with `bytes`: writes `<path>.tmp.<pid>` in the same folder, fsyncs it, renames
+// it over `path` and fsyncs the folder. Throws CheckpointError naming the file, the failing
+// operation and the system's reason; the old file, if any, is then untouched and the temporary
+// file removed.
+void write_file_atomically(const std::filesystem::path& path, const std::vector<char>& bytes);
+
+// Copies `from` to `to` with the same guarantee for `to` (e.g. to model_best.pt).
+void copy_file_atomically(const std::filesystem::path& from, const std::filesystem::path& to);
+
+// Pickles `state` (torch::pickle_save, the format torch.load reads) and writes it atomically.
+void save_checkpoint(const c10::IValue& state, const std::filesystem::path& path);
+
+// Reads what save_checkpoint wrote. A missing, truncated or corrupt file throws CheckpointError
+// naming the file and what to do.
+c10::IValue load_checkpoint(const std::filesystem::path& path);
+
+// <dir>/checkpoint_epoch<epoch>.pt
+std::filesystem::path epoch_checkpoint_path(const std::filesystem::path& dir, int64_t epoch);
+
+// Deletes checkpoint_epoch<N>.pt files in `dir` beyond the `keep_last` with the highest N, lowest
+// N first. Other files (model_best.pt included) are never touched. Returns what was deleted.
+// Throws ConfigError when keep_last < 1, CheckpointError when a file cannot be deleted.
+std::vector<std::filesystem::path> rotate_checkpoints(const std::filesystem::path& dir,
+                                                      int64_t keep_last);
+
+}  // namespace dpt::train

@@ -1,0 +1,85 @@
+#include "dptrain/train/metrics.h"
+
+#include <fmt/format.h>
+
+#include "dptrain/common/error.h"
+
+namespace dpt::train {
+
+std::vector<int64_t> topk_correct(const at::Tensor& logits, const at::Tensor& targets,
+                                  const std::vector<int64_t>& ks) {
+  DPT_CHECK(logits.dim() == 2, ConfigError, "top-k accuracy needs logits of shape [N, C], got ",
+            logits.sizes());
+  DPT_CHECK(targets.dim() == 1 && targets.size(0) == logits.size(0), ConfigError,
+            "top-k accuracy needs one target per row of the logits: logits ", logits.sizes(),
+            ", targets ", targets.sizes());
+  at::NoGradGuard no_grad;
+  const at::Tensor target = targets.to(logits.device(), at::kLong).unsqueeze(1);
+  const at::Tensor target_logit = logits.gather(1, target);
+  const at::Tensor classes = at::arange(logits.size(1), target.options()).unsqueeze(0);
+  const at::Tensor rank = logits.gt(target_logit).sum(1) +
+                          logits.eq(target_logit).logical_and(classes.lt(target)).sum(1);
+  std::vector<at::Tensor> counts;
+  for (int64_t k : ks) {
+    DPT_CHECK(k > 0, ConfigError, "top-k accuracy needs k > 0, got ", k);
+    counts.push_back(rank.lt(k).sum());
+  }
+  const at::Tensor host = at::stack(counts).cpu();  // one synchronization for all k
+  return std::vector<int64_t>(host.data_ptr<int64_t>(), host.data_ptr<int64_t>() + ks.size());
+}
+
+void MetricSums::add(const at::Tensor& logits, const at::Tensor& targets, double mean_loss) {
+  const auto correct = topk_correct(logits, targets, {1, 5});
+  const int64_t n = logits.size(0);
+  loss_sum += mean_loss * n;
+  correct1 += correct[0];
+  correct5 += correct[1];
+  count += n;
+}
+
+void MetricSums::add(const MetricSums& other) {
+  loss_sum += other.loss_sum;
+  correct1 += other.correct1;
+  correct5 += other.correct5;
+  count += other.count;
+}
+
+MetricSums MetricSums::reduced(dist::Communicator& comm) const {
+  at::Tensor values = at::tensor({loss_sum, static_cast<double>(correct1),
+                                  static_cast<double>(correct5), static_cast<double>(count)},
+                                 at::kDouble)
+                          .to(comm.device());
+  comm.all_reduce(values, dist::ReduceOp::Sum);
+  values = values.cpu();
+  const double* v = values.data_ptr<double>();
+  MetricSums out;
+  out.loss_sum = v[0];
+  out.correct1 = static_cast<int64_t>(v[1]);
+  out.correct5 = static_cast<int64_t>(v[2]);
+  out.count = static_cast<int64_t>(v[3]);
+  return out;
+}
+
+double MetricSums::loss() const { return count > 0 ? loss_sum / count : 0.0; }
+double MetricSums::top1_percent() const { return count > 0 ? 100.0 * correct1 / count : 0.0; }
+double MetricSums::top5_percent() const { return count > 0 ? 100.0 * correct5 / count : 0.0; }
+
+AverageMeter::AverageMeter(std::string name, int precision)
+    : name_(std::move(name)), precision_(precision) {}
+
+void AverageMeter::update(double value, int64_t n) {
+  value_ = value;
+  sum_ += value * n;
+  count_ += n;
+}
+
+void AverageMeter::reset() { *this = AverageMeter(name_, precision_); }
+
+std::string AverageMeter::str() const {
+  // pytorch/examples print "{name} {val:6.2f} ({avg:6.2f})": a width that keeps columns aligned.
+  const int width = precision_ + 4;
+  return fmt::format("{} {:{}.{}f} ({:{}.{}f})", name_, value_, width, precision_, average(), width,
+                     precision_);
+}
+
+}  // namespace dpt::train

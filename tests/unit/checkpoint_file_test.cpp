@@ -1,0 +1,143 @@
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include <ATen/core/Dict.h>
+#include <torch/torch.h>
+
+#include "dptrain/common/error.h"
+#include "dptrain/train/checkpoint_file.h"
+
+namespace fs = std::filesystem;
+using namespace dpt::train;
+
+namespace {
+
+// A fresh folder per test, removed afterwards.
+class CheckpointFile : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir = fs::temp_directory_path() /
+          ("dptrain_checkpoint_" + std::to_string(::getpid()) + "_" +
+           ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir);
+    fs::create_directories(dir);
+  }
+  void TearDown() override { fs::remove_all(dir); }
+
+  static c10::impl::GenericDict state(int64_t epoch) {
+    c10::impl::GenericDict d(c10::StringType::get(), c10::AnyType::get());
+    d.insert("epoch", epoch);
+    d.insert("weights", torch::arange(6, torch::kFloat).reshape({2, 3}) * epoch);
+    return d;
+  }
+
+  static std::string contents(const fs::path& file) {
+    std::ifstream in(file, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  }
+
+  std::vector<std::string> names() const {
+    std::vector<std::string> out;
+    for (const auto& entry : fs::directory_iterator(dir)) out.push_back(entry.path().filename());
+    std::sort(out.begin(), out.end());
+    return out;
+  }
+
+  fs::path dir;
+};
+
+std::string load_error(const fs::path& file) {
+  try {
+    load_checkpoint(file);
+  } catch (const dpt::CheckpointError& e) {
+    return e.what();
+  }
+  return "no error";
+}
+
+}  // namespace
+
+TEST_F(CheckpointFile, RoundTripReplacesTheOldFileAndLeavesNoTemporaries) {
+  const fs::path file = epoch_checkpoint_path(dir, 3);
+  EXPECT_EQ(file.string(), (dir / "checkpoint_epoch3.pt").string());
+  save_checkpoint(state(2), file);
+  save_checkpoint(state(3), file);
+  const auto loaded = load_checkpoint(file).toGenericDict();
+  EXPECT_EQ(loaded.at("epoch").toInt(), 3);
+  EXPECT_TRUE(loaded.at("weights").toTensor().equal(torch::arange(6, torch::kFloat).reshape({2, 3}) * 3));
+  EXPECT_EQ(names(), (std::vector<std::string>{"checkpoint_epoch3.pt"}));
+
+  copy_file_atomically(file, dir / kBestCheckpointName);
+  EXPECT_EQ(contents(dir / kBestCheckpointName), contents(file));
+}
+
+TEST_F(CheckpointFile, TruncatedOrCorruptFilesGiveACheckpointError) {
+  const fs::path file = dir / "checkpoint_epoch1.pt";
+  save_checkpoint(state(1), file);
+  const auto size = fs::file_size(file);
+  for (auto keep : {size - 1, size / 2, uintmax_t{10}, uintmax_t{0}}) {
+    fs::resize_file(file, keep);
+    const std::string message = load_error(file);
+    EXPECT_NE(message.find("checkpoint " + file.string() + " (" + std::to_string(keep) +
+                           " bytes) is truncated or corrupt: "),
+              std::string::npos)
+        << message;
+    EXPECT_NE(message.find("resume from an older checkpoint_epoch<N>.pt"), std::string::npos)
+        << message;
+  }
+  std::ofstream(file, std::ios::binary) << std::string(4096, '\x5a');
+  EXPECT_NE(load_error(file).find("is truncated or corrupt"), std::string::npos);
+  EXPECT_EQ(load_error(dir / "missing.pt"),
+            "checkpoint " + (dir / "missing.pt").string() +
+                " does not exist; check the path given to resume from");
+}
+
+TEST_F(CheckpointFile, RotationKeepsExactlyTheLastK) {
+  for (int64_t epoch : {1, 2, 9, 10, 11}) save_checkpoint(state(epoch), epoch_checkpoint_path(dir, epoch));
+  save_checkpoint(state(9), dir / kBestCheckpointName);
+  std::ofstream(dir / "notes.txt") << "kept";
+  std::vector<std::string> deleted;  // as strings: gtest cannot print paths
+  for (const auto& file : rotate_checkpoints(dir, 2)) deleted.push_back(file.filename());
+  EXPECT_EQ(deleted, (std::vector<std::string>{"checkpoint_epoch1.pt", "checkpoint_epoch2.pt",
+                                               "checkpoint_epoch9.pt"}));
+  EXPECT_EQ(names(), (std::vector<std::string>{"checkpoint_epoch10.pt", "checkpoint_epoch11.pt",
+                                               "model_best.pt", "notes.txt"}));
+  EXPECT_TRUE(rotate_checkpoints(dir, 2).empty());
+  rotate_checkpoints(dir, 1);
+  EXPECT_EQ(names(), (std::vector<std::string>{"checkpoint_epoch11.pt", "model_best.pt", "notes.txt"}));
+  EXPECT_THROW(rotate_checkpoints(dir, 0), dpt::ConfigError);
+}
+
+TEST_F(CheckpointFile, AFailedWriteLeavesTheOldFileIntact) {
+  const fs::path file = dir / "checkpoint_epoch1.pt";
+  save_checkpoint(state(1), file);
+  const std::string before = contents(file);
+  // A folder where the temporary file should go makes the write fail after the old file exists.
+  const fs::path blocker(file.string() + ".tmp." + std::to_string(::getpid()));
+  fs::create_directory(blocker);
+  try {
+    save_checkpoint(state(2), file);
+    FAIL() << "no error";
+  } catch (const dpt::CheckpointError& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "cannot create " + blocker.string() +
+                  ": Is a directory; check that the folder exists, is writable and has free space");
+  }
+  EXPECT_EQ(contents(file), before);
+  EXPECT_TRUE(fs::is_directory(blocker));
+  fs::remove(blocker);
+
+  EXPECT_THROW(save_checkpoint(state(2), dir / "no_such_folder" / "checkpoint.pt"), dpt::CheckpointError);
+  if (::geteuid() != 0) {  // root writes anywhere
+    fs::permissions(dir, fs::perms::owner_read | fs::perms::owner_exec);
+    EXPECT_THROW(save_checkpoint(state(2), file), dpt::CheckpointError);
+    fs::permissions(dir, fs::perms::owner_all);
+    EXPECT_EQ(contents(file), before);
+  }
+}

@@ -1,0 +1,161 @@
+#include <gtest/gtest.h>
+
+#include <limits>
+
+#include <torch/optim/sgd.h>
+#include <torch/serialize.h>
+
+#include "dptrain/common/error.h"
+#include "dptrain/train/grad_scaler.h"
+#include "support/thread_ranks.h"
+
+using dpt::train::GradScaler;
+using dpt::train::GradScalerOptions;
+
+namespace {
+
+// One parameter [1, 2] under plain SGD with lr 1, so a step subtracts the unscaled gradient.
+struct Fixture {
+  torch::Tensor param = torch::tensor({1.0f, 2.0f}).requires_grad_();
+  torch::optim::SGD sgd{std::vector<torch::Tensor>{param}, torch::optim::SGDOptions(1.0)};
+
+  void set_grad(std::vector<float> values) { param.mutable_grad() = torch::tensor(values); }
+};
+
+constexpr float kInf = std::numeric_limits<float>::infinity();
+
+}  // namespace
+
+TEST(GradScaler, ScalesTheLoss) {
+  GradScaler scaler;
+  EXPECT_EQ(scaler.get_scale(), 65536.0);
+  EXPECT_EQ(scaler.scale(torch::tensor(0.75f)).item<float>(), 49152.0f);
+}
+
+TEST(GradScaler, UnscaleDividesExactlyAndStepUsesTheTrueGradients) {
+  Fixture f;
+  GradScaler scaler;
+  f.set_grad({65536.0f * 1.5f, -65536.0f * 0.25f});
+  scaler.unscale_(f.sgd);
+  EXPECT_TRUE(f.param.grad().equal(torch::tensor({1.5f, -0.25f})));
+  EXPECT_TRUE(scaler.step(f.sgd));  // does not unscale twice
+  EXPECT_TRUE(f.param.detach().equal(torch::tensor({-0.5f, 2.25f})));
+  scaler.update();
+  EXPECT_EQ(scaler.get_scale(), 65536.0);
+  EXPECT_EQ(scaler.growth_tracker(), 1);
+}
+
+TEST(GradScaler, SkipsTheStepAndBacksOffOnInfOrNaN) {
+  for (float bad : {kInf, -kInf, std::numeric_limits<float>::quiet_NaN()}) {
+    Fixture f;
+    GradScaler scaler(GradScalerOptions().init_scale(1024.0));
+    f.set_grad({1.0f, 1.0f});
+    scaler.step(f.sgd);
+    scaler.update();
+    EXPECT_EQ(scaler.growth_tracker(), 1);
+
+    f.set_grad({1.0f, bad});
+    EXPECT_FALSE(scaler.step(f.sgd));
+    scaler.update();
+    EXPECT_EQ(scaler.get_scale(), 512.0) << bad;
+    EXPECT_EQ(scaler.growth_tracker(), 0) << bad;
+    // Only the first, good step moved the parameter.
+    EXPECT_TRUE(f.param.detach().equal(torch::tensor({1.0f - 1.0f / 1024, 2.0f - 1.0f / 1024})));
+  }
+}
+
+TEST(GradScaler, GrowsAfterTheIntervalOfGoodSteps) {
+  Fixture f;
+  GradScaler scaler(GradScalerOptions().init_scale(8.0).growth_interval(3));
+  const double expected_scale[] = {8, 8, 16, 16, 16, 32};
+  for (int i = 0; i < 6; ++i) {
+    f.set_grad({1.0f, 1.0f});
+    EXPECT_TRUE(scaler.step(f.sgd));
+    scaler.update();
+    EXPECT_EQ(scaler.get_scale(), expected_scale[i]) << i;
+    EXPECT_EQ(scaler.growth_tracker(), (i + 1) % 3) << i;
+  }
+}
+
+TEST(GradScaler, DisabledPassesThrough) {
+  Fixture f;
+  GradScaler scaler(GradScalerOptions().enabled(false));
+  auto loss = torch::tensor(3.0f);
+  EXPECT_TRUE(scaler.scale(loss).is_same(loss));
+  f.set_grad({2.0f, kInf});
+  scaler.unscale_(f.sgd);
+  EXPECT_TRUE(scaler.step(f.sgd));  // no inf check: the step happens
+  scaler.update();
+  EXPECT_EQ(scaler.get_scale(), 1.0);
+  EXPECT_TRUE(scaler.state_dict().empty());
+}
+
+TEST(GradScaler, OrderOfCallsIsChecked) {
+  Fixture f;
+  GradScaler scaler;
+  EXPECT_THROW(scaler.update(), dpt::ConfigError);
+  f.set_grad({1.0f, 1.0f});
+  scaler.unscale_(f.sgd);
+  EXPECT_THROW(scaler.unscale_(f.sgd), dpt::ConfigError);
+  scaler.step(f.sgd);
+  EXPECT_THROW(scaler.step(f.sgd), dpt::ConfigError);
+  scaler.update();
+  scaler.unscale_(f.sgd);  // a new iteration
+}
+
+TEST(GradScaler, StateRoundTripsThroughAPickledDict) {
+  Fixture f;
+  GradScaler scaler(GradScalerOptions().init_scale(256.0).growth_interval(5));
+  for (int i = 0; i < 3; ++i) {
+    f.set_grad({1.0f, 1.0f});
+    scaler.step(f.sgd);
+    scaler.update();
+  }
+  const auto bytes = torch::pickle_save(scaler.state_dict());
+  auto state = torch::pickle_load(bytes).toGenericDict();
+  EXPECT_EQ(state.at("scale").toDouble(), 256.0);
+  EXPECT_EQ(state.at("_growth_tracker").toInt(), 3);
+
+  GradScaler restored;
+  restored.load_state_dict(state);
+  EXPECT_EQ(restored.get_scale(), 256.0);
+  EXPECT_EQ(restored.growth_tracker(), 3);
+  EXPECT_EQ(restored.options().growth_interval(), 5);
+  // Both grow on the same step from here.
+  for (int i = 0; i < 2; ++i) {
+    for (GradScaler* s : {&scaler, &restored}) {
+      f.set_grad({1.0f, 1.0f});
+      s->step(f.sgd);
+      s->update();
+    }
+  }
+  EXPECT_EQ(scaler.get_scale(), 512.0);
+  EXPECT_EQ(restored.get_scale(), 512.0);
+
+  ASSERT_EQ(state.erase("_growth_tracker"), 1u);
+  try {
+    restored.load_state_dict(state);
+    FAIL() << "no error";
+  } catch (const dpt::CheckpointError& e) {
+    EXPECT_STREQ(e.what(),
+                 "the loss-scaler state has no '_growth_tracker' entry; was it saved by a GradScaler?");
+  }
+  EXPECT_THROW(restored.load_state_dict(c10::impl::GenericDict(c10::StringType::get(), c10::AnyType::get())), dpt::CheckpointError);
+}
+
+TEST(GradScaler, EveryRankSkipsWhenOneRankFindsInf) {
+  dpt::testing::run_ranks(2, [](dpt::dist::Communicator& comm) {
+    Fixture f;
+    GradScaler scaler(GradScalerOptions().init_scale(4.0), &comm);
+    f.set_grad({4.0f, comm.rank() == 1 ? kInf : 4.0f});
+    EXPECT_FALSE(scaler.step(f.sgd));
+    scaler.update();
+    EXPECT_EQ(scaler.get_scale(), 2.0);
+    EXPECT_TRUE(f.param.detach().equal(torch::tensor({1.0f, 2.0f})));
+
+    f.set_grad({2.0f, 2.0f});
+    EXPECT_TRUE(scaler.step(f.sgd));
+    scaler.update();
+    EXPECT_TRUE(f.param.detach().equal(torch::tensor({0.0f, 1.0f})));
+  });
+}
