@@ -21,6 +21,7 @@ parser.add_argument("--image-size", type=int, default=64)
 parser.add_argument("--steps", type=int, default=20)
 parser.add_argument("--warmup", type=int, default=3)
 parser.add_argument("--threads", type=int, default=1)
+parser.add_argument("--bucket-cap-mb", type=float, default=25)
 parser.add_argument("--overlap", action="store_true")
 parser.add_argument("--allreduce-repeats", type=int, default=3)
 args = parser.parse_args()
@@ -30,7 +31,7 @@ dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=300))
 rank, world = dist.get_rank(), dist.get_world_size()
 torch.manual_seed(rank)
 model = getattr(torchvision.models, args.arch)(num_classes=1000)
-ddp = torch.nn.parallel.DistributedDataParallel(model)
+ddp = torch.nn.parallel.DistributedDataParallel(model, bucket_cap_mb=args.bucket_cap_mb)
 optimizer = torch.optim.SGD(ddp.parameters(), lr=0.01, momentum=0.9, weight_decay=1e-4)
 images = torch.randn(args.batch_size, 3, args.image_size, args.image_size)
 labels = torch.randint(1000, (args.batch_size,))
@@ -74,27 +75,31 @@ def all_reduce_buckets(buffers):
 
 
 timed(args.warmup, train_step)
-synced_seconds = timed(args.steps, train_step)
-no_sync_seconds = allreduce_seconds = 0.0
+# Each synchronized step's seconds; then (--overlap) each step under no_sync(), interleaved with them
+# so that both see the same machine load; then the bucket allreduce and the peak RSS.
+stats = torch.zeros(2 * args.steps + 2, dtype=torch.float64)
+for step in range(args.steps):
+    stats[step] = timed(1, train_step)
+    if args.overlap:
+        stats[args.steps + step] = timed(1, no_sync_step)
 buffers = []
 if args.overlap:
-    no_sync_seconds = timed(args.steps, no_sync_step)
     buffers = bucket_buffers()
     all_reduce_buckets(buffers)  # warm the connections up
-    allreduce_seconds = timed(args.allreduce_repeats, lambda: all_reduce_buckets(buffers))
+    stats[-2] = timed(args.allreduce_repeats, lambda: all_reduce_buckets(buffers)) / args.allreduce_repeats
+stats[-1] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 # The slowest rank sets the pace.
-stats = torch.tensor([synced_seconds, no_sync_seconds, allreduce_seconds,
-                      resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0], dtype=torch.float64)
 dist.all_reduce(stats, op=dist.ReduceOp.MAX)
-seconds = stats[0].item()
+step_ms = 1000 * stats[:2 * args.steps].view(2, args.steps)
+seconds = stats[:args.steps].sum().item()
 if rank == 0:
     report = {"arch": args.arch, "world_size": world, "batch_size_per_rank": args.batch_size,
               "image_size": args.image_size, "steps": args.steps,
               "img_s": args.steps * args.batch_size * world / seconds,
-              "step_ms": 1000 * seconds / args.steps, "peak_rss_mb": stats[3].item()}
+              "step_ms": 1000 * seconds / args.steps, "peak_rss_mb": stats[-1].item()}
     if args.overlap:
-        report.update(no_sync_step_ms=1000 * stats[1].item() / args.steps,
-                      allreduce_ms=1000 * stats[2].item() / args.allreduce_repeats,
+        report.update(no_sync_step_ms=step_ms[1].mean().item(), each_step_ms=step_ms[0].tolist(),
+                      each_no_sync_step_ms=step_ms[1].tolist(), allreduce_ms=1000 * stats[-2].item(),
                       allreduce_mb=sum(b.numel() for b in buffers) * 4 / 2**20, buckets=len(buffers))
     print(json.dumps(report), flush=True)
 dist.destroy_process_group()

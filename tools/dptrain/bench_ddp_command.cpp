@@ -49,6 +49,11 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
+std::vector<double> to_vector(const at::Tensor& values) {
+  const at::Tensor flat = values.contiguous();
+  return {flat.data_ptr<double>(), flat.data_ptr<double>() + flat.numel()};
+}
+
 // Seconds this rank took for `count` calls of `body`, started together on every rank.
 double timed(dist::Communicator& comm, int64_t count, const std::function<void()>& body) {
   comm.barrier();
@@ -97,31 +102,36 @@ int run_bench_ddp(const BenchDdpFlags& flags) {
     optimizer.step();
   };
   timed(*comm, flags.warmup, train_step);
-  const double synced_seconds = timed(*comm, flags.steps, [&] {
-    train_step();
+  // Each synchronized step's seconds; then (--overlap) each step under no_sync(), interleaved with
+  // them so that both see the same machine load; then the bucket allreduce and the peak RSS.
+  at::Tensor stats = torch::zeros({2 * flags.steps + 2}, at::kDouble);
+  for (int64_t step = 0; step < flags.steps; ++step) {
+    stats[step] = timed(*comm, 1, train_step);
     const StepTiming timing = ddp.last_timing();
     total.forward_ms += timing.forward_ms;
     total.backward_ms += timing.backward_ms;
     total.comm_wait_ms += timing.comm_wait_ms;
-  });
-  double no_sync_seconds = 0;
-  double allreduce_seconds = 0;
+    if (flags.overlap) {
+      stats[flags.steps + step] = timed(*comm, 1, [&] {
+        auto guard = ddp.no_sync();
+        train_step();
+      });
+    }
+  }
   std::vector<at::Tensor> buffers;
   if (flags.overlap) {
-    no_sync_seconds = timed(*comm, flags.steps, [&] {
-      auto guard = ddp.no_sync();
-      train_step();
-    });
     buffers = bucket_buffers(ddp);
     all_reduce_buckets(*comm, buffers);  // warm the connections up
-    allreduce_seconds = timed(*comm, flags.allreduce_repeats, [&] { all_reduce_buckets(*comm, buffers); });
+    stats[-2] = timed(*comm, flags.allreduce_repeats, [&] { all_reduce_buckets(*comm, buffers); }) /
+                static_cast<double>(flags.allreduce_repeats);
   }
+  stats[-1] = peak_rss_mb();
   // The slowest rank sets the pace.
-  at::Tensor stats = torch::tensor({synced_seconds, no_sync_seconds, allreduce_seconds, peak_rss_mb()}, at::kDouble);
   comm->all_reduce(stats, dist::ReduceOp::Max);
   if (comm->rank() == 0) {
     const double steps = static_cast<double>(flags.steps);
-    const double seconds = stats[0].item<double>();
+    const at::Tensor step_ms = 1000 * stats.narrow(0, 0, 2 * flags.steps).view({2, flags.steps});
+    const double seconds = stats.narrow(0, 0, flags.steps).sum().item<double>();
     nlohmann::json report = {{"arch", flags.arch},
                              {"world_size", comm->size()},
                              {"batch_size_per_rank", flags.batch_size},
@@ -133,12 +143,14 @@ int run_bench_ddp(const BenchDdpFlags& flags) {
                              {"backward_ms", total.backward_ms / steps},
                              {"comm_wait_ms", total.comm_wait_ms / steps},
                              {"buckets", ddp.reducer().bucket_indices().size()},
-                             {"peak_rss_mb", stats[3].item<double>()}};
+                             {"peak_rss_mb", stats[-1].item<double>()}};
     if (flags.overlap) {
       int64_t numel = 0;
       for (const auto& buffer : buffers) numel += buffer.numel();
-      report["no_sync_step_ms"] = 1000 * stats[1].item<double>() / steps;
-      report["allreduce_ms"] = 1000 * stats[2].item<double>() / static_cast<double>(flags.allreduce_repeats);
+      report["no_sync_step_ms"] = step_ms[1].mean().item<double>();
+      report["each_step_ms"] = to_vector(step_ms[0]);
+      report["each_no_sync_step_ms"] = to_vector(step_ms[1]);
+      report["allreduce_ms"] = 1000 * stats[-2].item<double>();
       report["allreduce_mb"] = static_cast<double>(numel * 4) / (1 << 20);
     }
     std::cout << report.dump() << std::endl;
