@@ -2,10 +2,16 @@
 // per process (start it with `dptrain launch`). Rank 0 ends with one JSON line: images per second
 // over all ranks, the mean per-step forward / backward / exposed-communication times, and the
 // largest peak RSS of any rank. bench/ddp runs it next to Python PyTorch's DDP.
+//
+// With --overlap it then measures how much of the gradient allreduce stays exposed: the same
+// number of steps under no_sync() (no gradient communication), and the time to all-reduce flat
+// buffers of the buckets' sizes with nothing else running. bench/ddp_net runs that across a
+// shaped link.
 
 #include <sys/resource.h>
 
 #include <chrono>
+#include <functional>
 #include <iostream>
 
 #include <nlohmann/json.hpp>
@@ -29,6 +35,8 @@ struct BenchDdpFlags {
   int64_t warmup = 3;
   int threads = 1;
   double bucket_cap_mb = 25;
+  bool overlap = false;
+  int64_t allreduce_repeats = 3;
 };
 
 double peak_rss_mb() {
@@ -37,9 +45,47 @@ double peak_rss_mb() {
   return static_cast<double>(usage.ru_maxrss) / 1024.0;  // Linux reports KiB
 }
 
+double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+std::vector<double> to_vector(const at::Tensor& values) {
+  const at::Tensor flat = values.contiguous();
+  return {flat.data_ptr<double>(), flat.data_ptr<double>() + flat.numel()};
+}
+
+// Seconds this rank took for `count` calls of `body`, started together on every rank.
+double timed(dist::Communicator& comm, int64_t count, const std::function<void()>& body) {
+  comm.barrier();
+  const auto start = std::chrono::steady_clock::now();
+  for (int64_t i = 0; i < count; ++i) body();
+  return seconds_since(start);
+}
+
+// One flat float buffer per gradient bucket, as large as the bucket.
+std::vector<at::Tensor> bucket_buffers(const DistributedDataParallelBase& ddp) {
+  const std::vector<at::Tensor> params = ddp.parameters();
+  std::vector<at::Tensor> buffers;
+  for (const auto& bucket : ddp.reducer().bucket_indices()) {
+    int64_t numel = 0;
+    for (size_t index : bucket) numel += params.at(index).numel();
+    buffers.push_back(torch::ones({numel}));
+  }
+  return buffers;
+}
+
+// All buckets reduced as the reducer does (launched together, then awaited), no compute beside.
+void all_reduce_buckets(dist::Communicator& comm, const std::vector<at::Tensor>& buffers) {
+  std::vector<dist::Work> pending;
+  for (const auto& buffer : buffers) pending.push_back(comm.all_reduce_async(buffer, dist::ReduceOp::Mean));
+  for (auto& work : pending) work.wait();
+}
+
 int run_bench_ddp(const BenchDdpFlags& flags) {
   DPT_CHECK(flags.steps > 0 && flags.warmup >= 0 && flags.batch_size > 0, ConfigError,
             "--steps and --batch-size must be positive and --warmup not negative");
+  DPT_CHECK(flags.allreduce_repeats > 0, ConfigError, "--allreduce-repeats must be positive, got ",
+            flags.allreduce_repeats);
   at::set_num_threads(flags.threads);
   auto comm = dist::init_process_group();
   torch::manual_seed(comm->rank());
@@ -50,30 +96,42 @@ int run_bench_ddp(const BenchDdpFlags& flags) {
   const at::Tensor labels = torch::randint(1000, {flags.batch_size}, at::kLong);
 
   StepTiming total;
-  std::chrono::steady_clock::time_point start;
-  for (int64_t step = 0; step < flags.warmup + flags.steps; ++step) {
-    if (step == flags.warmup) {
-      comm->barrier();
-      start = std::chrono::steady_clock::now();
-    }
+  const auto train_step = [&] {
     optimizer.zero_grad();
     torch::nn::functional::cross_entropy(ddp->forward(images), labels).backward();
     optimizer.step();
-    if (step >= flags.warmup) {
-      const StepTiming timing = ddp.last_timing();
-      total.forward_ms += timing.forward_ms;
-      total.backward_ms += timing.backward_ms;
-      total.comm_wait_ms += timing.comm_wait_ms;
+  };
+  timed(*comm, flags.warmup, train_step);
+  // Each synchronized step's seconds; then (--overlap) each step under no_sync(), interleaved with
+  // them so that both see the same machine load; then the bucket allreduce and the peak RSS.
+  at::Tensor stats = torch::zeros({2 * flags.steps + 2}, at::kDouble);
+  for (int64_t step = 0; step < flags.steps; ++step) {
+    stats[step] = timed(*comm, 1, train_step);
+    const StepTiming timing = ddp.last_timing();
+    total.forward_ms += timing.forward_ms;
+    total.backward_ms += timing.backward_ms;
+    total.comm_wait_ms += timing.comm_wait_ms;
+    if (flags.overlap) {
+      stats[flags.steps + step] = timed(*comm, 1, [&] {
+        auto guard = ddp.no_sync();
+        train_step();
+      });
     }
   }
+  std::vector<at::Tensor> buffers;
+  if (flags.overlap) {
+    buffers = bucket_buffers(ddp);
+    all_reduce_buckets(*comm, buffers);  // warm the connections up
+    stats[-2] = timed(*comm, flags.allreduce_repeats, [&] { all_reduce_buckets(*comm, buffers); }) /
+                static_cast<double>(flags.allreduce_repeats);
+  }
+  stats[-1] = peak_rss_mb();
   // The slowest rank sets the pace.
-  at::Tensor stats = torch::tensor({std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(),
-                                    peak_rss_mb()},
-                                   at::kDouble);
   comm->all_reduce(stats, dist::ReduceOp::Max);
-  const double seconds = stats[0].item<double>();
   if (comm->rank() == 0) {
     const double steps = static_cast<double>(flags.steps);
+    const at::Tensor step_ms = 1000 * stats.narrow(0, 0, 2 * flags.steps).view({2, flags.steps});
+    const double seconds = stats.narrow(0, 0, flags.steps).sum().item<double>();
     nlohmann::json report = {{"arch", flags.arch},
                              {"world_size", comm->size()},
                              {"batch_size_per_rank", flags.batch_size},
@@ -85,7 +143,16 @@ int run_bench_ddp(const BenchDdpFlags& flags) {
                              {"backward_ms", total.backward_ms / steps},
                              {"comm_wait_ms", total.comm_wait_ms / steps},
                              {"buckets", ddp.reducer().bucket_indices().size()},
-                             {"peak_rss_mb", stats[1].item<double>()}};
+                             {"peak_rss_mb", stats[-1].item<double>()}};
+    if (flags.overlap) {
+      int64_t numel = 0;
+      for (const auto& buffer : buffers) numel += buffer.numel();
+      report["no_sync_step_ms"] = step_ms[1].mean().item<double>();
+      report["each_step_ms"] = to_vector(step_ms[0]);
+      report["each_no_sync_step_ms"] = to_vector(step_ms[1]);
+      report["allreduce_ms"] = 1000 * stats[-2].item<double>();
+      report["allreduce_mb"] = static_cast<double>(numel * 4) / (1 << 20);
+    }
     std::cout << report.dump() << std::endl;
   }
   return 0;
@@ -104,6 +171,10 @@ Command add_bench_ddp_command(CLI::App& root) {
   app->add_option("--warmup", flags->warmup, "steps run before measuring")->capture_default_str();
   app->add_option("--threads", flags->threads, "intra-op threads per rank")->capture_default_str();
   app->add_option("--bucket-cap-mb", flags->bucket_cap_mb, "gradient bucket size in MiB")->capture_default_str();
+  app->add_flag("--overlap", flags->overlap,
+                "also time the steps under no_sync() and all-reducing the buckets alone (exposed communication)");
+  app->add_option("--allreduce-repeats", flags->allreduce_repeats, "timed bucket allreduces with --overlap")
+      ->capture_default_str();
   return {app, [flags](const std::vector<std::string>&) { return run_bench_ddp(*flags); }};
 }
 
