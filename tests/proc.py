@@ -3,6 +3,7 @@ test starts is ended by its PID (never by name) when the test is done."""
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -92,6 +93,13 @@ def run(args, timeout, env=None, **kwargs):
         return started.wait(timeout)
     finally:
         started.close()
+
+
+def free_port():
+    """A TCP port on 127.0.0.1 that was free a moment ago."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def env_with(**overrides):

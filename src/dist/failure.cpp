@@ -13,10 +13,6 @@ std::string short_message(const std::exception& e) {
   return newline == std::string::npos ? text : text.substr(0, newline);
 }
 
-namespace {
-bool mentions(const std::string& text, const char* needle) { return text.find(needle) != std::string::npos; }
-}  // namespace
-
 void throw_collective_failure(int rank, const std::string& operation, const std::exception& cause,
                               std::chrono::milliseconds timeout) {
   if (dynamic_cast<const Error*>(&cause) != nullptr) throw;  // already ours, already explained

@@ -31,8 +31,6 @@ std::string read_string(c10d::Store& store, const std::string& key) {
   return std::string(bytes.begin(), bytes.end());
 }
 
-bool mentions(const std::string& text, const char* needle) { return text.find(needle) != std::string::npos; }
-
 // Returns once something accepts TCP connections on host:port, or at the deadline. LibTorch's
 // store client retries a refused connection only after about a second; probing first lets the
 // common case, a master that comes up a few milliseconds after its peers, cost milliseconds.
@@ -82,13 +80,13 @@ compat::StorePtr make_tcp_store(const std::string& host, int port, const WorldIn
     return c10::make_intrusive<c10d::TCPStore>(host, tcp);
   } catch (const std::exception& e) {
     std::string cause = detail::short_message(e);
-    if (world.rank == 0 && (mentions(cause, "in use") || mentions(cause, "listen"))) {
+    if (world.rank == 0 && (detail::mentions(cause, "in use") || detail::mentions(cause, "listen"))) {
       throw DistError(str("rank 0: cannot start the rendezvous store on port ", port,
                           ": the port is busy (another job, or a leftover process from an earlier run, "
                           "holds it). Pick a free --master-port / MASTER_PORT or stop that process. (",
                           cause, ")"));
     }
-    if (mentions(cause, "timed out") || mentions(cause, "timeout")) {
+    if (detail::mentions(cause, "timed out") || detail::mentions(cause, "timeout")) {
       throw unreachable_master(world, host, port, options, cause);
     }
     throw DistError(str("rank ", world.rank, ": rendezvous with the master at ", host, ":", port,

@@ -225,15 +225,12 @@ GroupResult WorkerGroup::run() {
   start_all();
   GroupResult result;
   while (any_running()) {
-    pollfd signal_fd{signals.fd(), POLLIN, 0};
-    if (poll(&signal_fd, 1, 0) > 0) {
-      if (int signal = signals.take()) {
-        result.outcome = GroupResult::Outcome::Interrupted;
-        result.signal = signal;
-        result.exit_code = 128 + signal;
-        stop_all(signal, signals);
-        break;
-      }
+    if (int signal = signals.take()) {
+      result.outcome = GroupResult::Outcome::Interrupted;
+      result.signal = signal;
+      result.exit_code = 128 + signal;
+      stop_all(signal, signals);
+      break;
     }
     reap_and_drain(true);
     for (auto& w : workers_) {

@@ -7,13 +7,7 @@ import tempfile
 import time
 import unittest
 
-from proc import Started, dptrain, env_with, run
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from proc import Started, dptrain, env_with, free_port, run
 
 
 def check(rank, world, port, timeout=5, *extra):

@@ -3,13 +3,12 @@ same initial weights and data, 20 SGD steps with momentum and weight decay; the 
 must agree within 1e-5."""
 
 import os
-import socket
 import tempfile
 import unittest
 
 import torch
 
-from proc import PYTHON, Started, env_with
+from proc import PYTHON, Started, env_with, free_port
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 WORLD = 2
@@ -21,12 +20,6 @@ def oracle_program():
     if not os.access(path, os.X_OK):
         raise RuntimeError(f"{path} not found: build the dptrain_ddp_oracle target, or set DPT_BUILD")
     return path
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def run_world(args, timeout=120, expected_code=0):

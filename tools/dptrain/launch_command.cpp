@@ -22,14 +22,18 @@ struct LaunchFlags {
   double grace_period_s = 5;
 };
 
+// A small non-negative decimal number (one that std::stoi cannot overflow on).
+bool is_small_count(const std::string& text) {
+  return !text.empty() && text.size() < 6 && text.find_first_not_of("0123456789") == std::string::npos;
+}
+
 std::vector<int> parse_gpu_list(const std::string& text) {
   std::vector<int> gpus;
   size_t start = 0;
   while (start < text.size()) {
     size_t comma = text.find(',', start);
     std::string item = text.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
-    DPT_CHECK(!item.empty() && item.find_first_not_of("0123456789") == std::string::npos && item.size() < 6,
-              ConfigError, "--gpus '", text, "': '", item, "' is not a GPU index; use a list like 1,3");
+    DPT_CHECK(is_small_count(item), ConfigError, "--gpus '", text, "': '", item, "' is not a GPU index; use a list like 1,3");
     gpus.push_back(std::stoi(item));
     if (comma == std::string::npos) break;
     start = comma + 1;
@@ -50,10 +54,7 @@ int run_launch(const LaunchFlags& flags, const std::vector<std::string>& program
                      .run_id(flags.run_id)
                      .grace_period(std::chrono::milliseconds(static_cast<int64_t>(flags.grace_period_s * 1000)));
   if (flags.nproc_per_node != "auto") {
-    DPT_CHECK(!flags.nproc_per_node.empty() &&
-                  flags.nproc_per_node.find_first_not_of("0123456789") == std::string::npos &&
-                  flags.nproc_per_node.size() < 6,
-              ConfigError, "--nproc-per-node '", flags.nproc_per_node, "' is neither a number nor 'auto'");
+    DPT_CHECK(is_small_count(flags.nproc_per_node), ConfigError, "--nproc-per-node '", flags.nproc_per_node, "' is neither a number nor 'auto'");
     options.nproc_per_node(std::stoi(flags.nproc_per_node));
   }
   return launch::launch(options, program, Environment::current());
