@@ -4,3 +4,4 @@
 #include "dptrain/train/grad_scaler.h"
 #include "dptrain/train/lr_schedule.h"
 #include "dptrain/train/metrics.h"
+#include "dptrain/train/report.h"
