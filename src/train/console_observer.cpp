@@ -33,8 +33,9 @@ std::string position(const StepReport& r) {
 
 std::string bar(const StepReport& r) {
   const int64_t done =
-      r.steps_per_epoch > 0 ? std::clamp(r.step_in_epoch * kBarWidth / r.steps_per_epoch, int64_t{0}, kBarWidth)
-                            : 0;
+      r.steps_per_epoch > 0
+          ? std::clamp(r.step_in_epoch * kBarWidth / r.steps_per_epoch, int64_t{0}, kBarWidth)
+          : 0;
   if (done == kBarWidth) return std::string(kBarWidth, '=');
   return std::string(done, '=') + '>' + std::string(kBarWidth - done - 1, '.');
 }
@@ -64,7 +65,8 @@ void ConsoleObserver::on_step(const StepReport& r) {
     }
     return;
   }
-  std::string line = fmt::format("Epoch: [{}] [{}] {}  {}", r.epoch, bar(r), position(r), step_metrics(r));
+  std::string line =
+      fmt::format("Epoch: [{}] [{}] {}  {}", r.epoch, bar(r), position(r), step_metrics(r));
   const size_t width = line.size();
   if (width < open_line_width_) line.append(open_line_width_ - width, ' ');
   const bool last = r.step_in_epoch >= r.steps_per_epoch;
@@ -74,9 +76,10 @@ void ConsoleObserver::on_step(const StepReport& r) {
 
 void ConsoleObserver::on_epoch(const EpochReport& r) {
   end_open_line();
-  std::string line = fmt::format(
-      "Epoch: [{}] {:<5}  Loss {:.4f}  Acc@1 {:.2f}  Acc@5 {:.2f}  samples {}  img/s {:.1f}  time {:.1f}s",
-      r.epoch, r.phase, r.loss, r.acc1, r.acc5, r.samples, r.images_per_s, r.seconds);
+  std::string line = fmt::format("Epoch: [{}] {:<5}  Loss {:.4f}  Acc@1 {:.2f}  Acc@5 {:.2f}",
+                                 r.epoch, r.phase, r.loss, r.acc1, r.acc5);
+  line += fmt::format("  samples {}  img/s {:.1f}  time {:.1f}s", r.samples, r.images_per_s,
+                      r.seconds);
   if (r.skipped_images > 0) line += fmt::format("  bad images {}", r.skipped_images);
   put(line + "\n");
 }

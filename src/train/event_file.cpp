@@ -23,7 +23,9 @@ void put_little_endian(std::string& out, uint64_t value, int bytes) {
   for (int i = 0; i < bytes; ++i) out.push_back(static_cast<char>((value >> (8 * i)) & 0xFF));
 }
 
-void put_key(std::string& out, uint32_t field, WireType type) { put_varint(out, (field << 3) | type); }
+void put_key(std::string& out, uint32_t field, WireType type) {
+  put_varint(out, (field << 3) | type);
+}
 
 void put_double(std::string& out, uint32_t field, double value) {
   uint64_t bits = 0;

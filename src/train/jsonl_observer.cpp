@@ -32,20 +32,33 @@ JsonlObserver::JsonlObserver(const JsonlOptions& options)
 
 void JsonlObserver::on_step(const StepReport& r) {
   if (!logs_step(r, print_freq_)) return;
-  const nlohmann::ordered_json record = {
-      {"phase", "train_step"}, {"epoch", r.epoch},   {"step", r.step_in_epoch},
-      {"steps", r.steps_per_epoch}, {"global_step", r.global_step}, {"loss", r.loss},
-      {"acc1", r.acc1},        {"acc5", r.acc5},     {"lr", r.lr},
-      {"img_per_s", r.images_per_s}, {"eta_s", r.eta_s}, {"time", clock_()}};
+  const nlohmann::ordered_json record = {{"phase", "train_step"},
+                                         {"epoch", r.epoch},
+                                         {"step", r.step_in_epoch},
+                                         {"steps", r.steps_per_epoch},
+                                         {"global_step", r.global_step},
+                                         {"loss", r.loss},
+                                         {"acc1", r.acc1},
+                                         {"acc5", r.acc5},
+                                         {"lr", r.lr},
+                                         {"img_per_s", r.images_per_s},
+                                         {"eta_s", r.eta_s},
+                                         {"time", clock_()}};
   file_.write(line(record));
 }
 
 void JsonlObserver::on_epoch(const EpochReport& r) {
-  const nlohmann::ordered_json record = {
-      {"phase", r.phase},       {"epoch", r.epoch},         {"global_step", r.global_step},
-      {"loss", r.loss},         {"acc1", r.acc1},           {"acc5", r.acc5},
-      {"samples", r.samples},   {"img_per_s", r.images_per_s}, {"seconds", r.seconds},
-      {"skipped_images", r.skipped_images}, {"time", clock_()}};
+  const nlohmann::ordered_json record = {{"phase", r.phase},
+                                         {"epoch", r.epoch},
+                                         {"global_step", r.global_step},
+                                         {"loss", r.loss},
+                                         {"acc1", r.acc1},
+                                         {"acc5", r.acc5},
+                                         {"samples", r.samples},
+                                         {"img_per_s", r.images_per_s},
+                                         {"seconds", r.seconds},
+                                         {"skipped_images", r.skipped_images},
+                                         {"time", clock_()}};
   file_.write(line(record));
 }
 

@@ -35,7 +35,8 @@ LogFile SummaryWriter::create_event_file(const SummaryWriterOptions& options) {
   const std::string name = fmt::format("events.out.tfevents.{:010d}.{}",
                                        static_cast<int64_t>(std::floor(options.clock()())), host);
   for (int attempt = 0;; ++attempt) {
-    const fs::path path = options.dir() / (attempt == 0 ? name : fmt::format("{}.{}", name, attempt));
+    const fs::path path =
+        options.dir() / (attempt == 0 ? name : fmt::format("{}.{}", name, attempt));
     if (auto file = LogFile::create_new(path)) return std::move(*file);
   }
 }

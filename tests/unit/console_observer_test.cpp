@@ -1,5 +1,9 @@
 #include <gtest/gtest.h>
 
+#include <fcntl.h>
+#include <stdlib.h>
+#include <unistd.h>
+
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -106,6 +110,20 @@ TEST(ConsoleObserver, FinishEndsAnOpenLine) {
   console.on_finish();
   EXPECT_EQ(out.text(),
             "\rEpoch: [3] [===============>....] 3/4  Loss 0.6667  Acc@1 10.00  Acc@5 53.00  lr 0.1000  img/s 345.6  ETA 0:00:02\n");
+}
+
+// A pseudo-terminal stands in for an interactive console.
+TEST(ConsoleObserver, DetectsATerminal) {
+  const int master = ::posix_openpt(O_RDWR | O_NOCTTY);
+  ASSERT_GE(master, 0);
+  ASSERT_EQ(::grantpt(master), 0);
+  ASSERT_EQ(::unlockpt(master), 0);
+  FILE* terminal = std::fopen(::ptsname(master), "w");
+  ASSERT_NE(terminal, nullptr);
+  EXPECT_TRUE(ConsoleObserver(ConsoleOptions().out(terminal)).interactive());
+  EXPECT_FALSE(ConsoleObserver(ConsoleOptions().out(terminal).interactive(false)).interactive());
+  std::fclose(terminal);
+  ::close(master);
 }
 
 TEST(ConsoleObserver, PrintFreqMustBePositive) {
