@@ -25,7 +25,7 @@ std::string step_metrics(const StepReport& r) {
                      r.loss, r.acc1, r.acc5, r.lr, r.images_per_s, hours_minutes_seconds(r.eta_s));
 }
 
-// "[ 41/100]"-style position: the step padded to the width of the step count.
+// " 41/100": the step, padded to the width of the step count (imagenet/main.py's format).
 std::string position(const StepReport& r) {
   const int width = static_cast<int>(std::to_string(r.steps_per_epoch).size());
   return fmt::format("{:>{}}/{}", r.step_in_epoch, width, r.steps_per_epoch);
