@@ -27,9 +27,10 @@ if(TARGET torch_cuda OR CUDA_FOUND)
   endif()
 endif()
 
+# nlohmann_json (header-only) writes the train layer's metrics.jsonl and the tools' reports.
+find_package(nlohmann_json REQUIRED)
 if(DPTRAIN_BUILD_TOOLS OR DPTRAIN_BUILD_EXAMPLES)
   find_package(CLI11 REQUIRED)
-  find_package(nlohmann_json REQUIRED)
 endif()
 
 # The data layer decodes JPEG with libjpeg-turbo (DCT scaling, partial decoding), PNG with libpng.

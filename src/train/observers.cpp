@@ -1,0 +1,36 @@
+#include "dptrain/train/observers.h"
+
+#include "dptrain/common/error.h"
+#include "dptrain/train/console_observer.h"
+#include "dptrain/train/jsonl_observer.h"
+#include "dptrain/train/tensorboard_observer.h"
+
+namespace dpt::train {
+
+int64_t checked_print_freq(int64_t print_freq) {
+  DPT_CHECK(print_freq >= 1, ConfigError, "--print-freq must be at least 1, got ", print_freq);
+  return print_freq;
+}
+
+std::vector<std::shared_ptr<TrainObserver>> make_observers(const LogOptions& options) {
+  checked_print_freq(options.print_freq());
+  std::vector<std::shared_ptr<TrainObserver>> observers;
+  if (options.console() != nullptr) {
+    observers.push_back(std::make_shared<ConsoleObserver>(ConsoleOptions()
+                                                              .out(options.console())
+                                                              .print_freq(options.print_freq())
+                                                              .interactive(options.interactive())));
+  }
+  if (options.output_dir().empty()) return observers;
+  if (options.jsonl()) {
+    observers.push_back(std::make_shared<JsonlObserver>(
+        JsonlOptions(options.output_dir()).print_freq(options.print_freq())));
+  }
+  if (options.tensorboard()) {
+    observers.push_back(std::make_shared<TensorBoardObserver>(
+        TensorBoardOptions(options.output_dir()).print_freq(options.print_freq())));
+  }
+  return observers;
+}
+
+}  // namespace dpt::train
