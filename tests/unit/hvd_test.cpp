@@ -1,5 +1,8 @@
 #include <gtest/gtest.h>
 
+#include <map>
+#include <thread>
+
 #include <torch/torch.h>
 
 #include "dptrain/common/error.h"
@@ -367,6 +370,42 @@ TEST(HvdProcessContext, FreeFunctionsNeedInitAndFollowTheGuard) {
   EXPECT_FALSE(hvd::is_initialized());
   EXPECT_EQ(error_of([] { hvd::allreduce(torch::ones({1}), "x"); }).substr(0, 60),
             "dpt::hvd::allreduce() was called before dpt::hvd::init() (or");
+}
+
+// Two ranks started as mpirun or srun would start them (threads here), meeting through a file.
+TEST(HvdProcessContext, ContextsFromOpenMpiAndSlurmEnvironments) {
+  for (const std::string launcher : {"OpenMPI", "Slurm"}) {
+    dpt::testing::TempDir dir;
+    std::vector<std::string> seen(2);
+    std::vector<std::thread> threads;
+    for (int r = 0; r < 2; ++r) {
+      threads.emplace_back([&, r] {
+        const std::string rank = std::to_string(r);
+        std::map<std::string, std::string> vars;
+        if (launcher == "OpenMPI") {
+          vars = {{"OMPI_COMM_WORLD_RANK", rank}, {"OMPI_COMM_WORLD_SIZE", "2"},
+                  {"OMPI_COMM_WORLD_LOCAL_RANK", rank}, {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"}};
+        } else {
+          vars = {{"SLURM_PROCID", rank}, {"SLURM_NTASKS", "2"}, {"SLURM_LOCALID", rank},
+                  {"SLURM_NTASKS_PER_NODE", "2"}};
+        }
+        try {
+          auto ctx = hvd::Context::create(dpt::dist::InitOptions()
+                                              .init_method("file://" + dir.path() + "/rendezvous")
+                                              .timeout(std::chrono::seconds(30)),
+                                          dpt::Environment(vars));
+          const double sum = ctx->allreduce(torch::tensor({r + 1.0}), "sum", hvd::ReduceOp::Sum).item<double>();
+          seen[r] = dpt::str("rank ", ctx->rank(), "/", ctx->size(), ", local ", ctx->local_rank(), "/",
+                             ctx->local_size(), ", sum ", sum);
+        } catch (const std::exception& e) {
+          seen[r] = e.what();
+        }
+      });
+    }
+    for (auto& t : threads) t.join();
+    EXPECT_EQ(seen, (std::vector<std::string>{"rank 0/2, local 0/2, sum 3", "rank 1/2, local 1/2, sum 3"}))
+        << launcher;
+  }
 }
 
 }  // namespace
