@@ -6,5 +6,6 @@
 
 #include "dptrain/parallel/comm_hooks.h"
 #include "dptrain/parallel/ddp.h"
+#include "dptrain/parallel/hvd.h"
 #include "dptrain/parallel/reducer.h"
 #include "dptrain/parallel/replicas.h"

@@ -8,12 +8,19 @@ CommHook allreduce_mean() {
   };
 }
 
+CommHook allreduce_sum() {
+  return [](dist::Communicator& comm, at::Tensor bucket) {
+    return PendingReduction(comm.all_reduce_async(bucket, dist::ReduceOp::Sum));
+  };
+}
+
 namespace {
 
 // Dividing before the sum (not after) keeps the float16 partial sums small, as PyTorch's hook does.
-CommHook compress_to(at::ScalarType wire_type) {
-  return [wire_type](dist::Communicator& comm, at::Tensor bucket) {
-    at::Tensor wire = bucket.to(wire_type).div_(comm.size());
+CommHook compress_to(at::ScalarType wire_type, bool average = true) {
+  return [wire_type, average](dist::Communicator& comm, at::Tensor bucket) {
+    at::Tensor wire = bucket.to(wire_type);
+    if (average) wire.div_(comm.size());
     dist::Work work = comm.all_reduce_async(wire, dist::ReduceOp::Sum);
     return PendingReduction(std::move(work), [bucket, wire]() mutable { bucket.copy_(wire); });
   };
@@ -22,6 +29,8 @@ CommHook compress_to(at::ScalarType wire_type) {
 }  // namespace
 
 CommHook fp16_compress() { return compress_to(at::kHalf); }
+
+CommHook fp16_compress_sum() { return compress_to(at::kHalf, /*average=*/false); }
 
 CommHook bf16_compress() { return compress_to(at::kBFloat16); }
 

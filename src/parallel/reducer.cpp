@@ -81,6 +81,8 @@ Reducer::Reducer(std::vector<NamedParameter> params, std::shared_ptr<dist::Commu
   DPT_CHECK(options_.bucket_cap_mb() > 0 && options_.first_bucket_cap_mb() > 0, ConfigError,
             "bucket sizes must be positive, got bucket_cap_mb=", options_.bucket_cap_mb(),
             " and first_bucket_cap_mb=", options_.first_bucket_cap_mb());
+  DPT_CHECK(options_.backward_passes() >= 1, ConfigError, "backward passes per reduction must be at least 1, got ",
+            options_.backward_passes());
   std::vector<at::Tensor> tensors;
   for (const auto& p : params_) {
     DPT_CHECK(p.tensor.requires_grad(), ConfigError, "rank ", comm_->rank(), ": parameter '", p.name,
@@ -154,6 +156,8 @@ void Reducer::prepare_for_backward() {
   rebind_gradients();
   armed_ = true;
   finish_queued_ = false;
+  passes_done_ = 0;
+  pass_end_queued_ = false;
   next_launch_ = 0;
   for (auto& bucket : buckets_) {
     bucket.pending = bucket.params.size();
@@ -166,9 +170,31 @@ bool Reducer::armed() const {
   return armed_;
 }
 
+int Reducer::accumulated_passes() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return passes_done_;
+}
+
+// Whether the current backward is one of the armed reducer's local passes. Passes are counted
+// at the end of each backward (not per parameter), so a parameter unused in one pass does not
+// shift the count.
+bool Reducer::accumulating_locally() {
+  if (passes_done_ + 1 >= options_.backward_passes()) return false;
+  if (!pass_end_queued_) {
+    pass_end_queued_ = true;
+    torch::autograd::Engine::get_default_engine().queue_callback([this] {
+      std::lock_guard<std::mutex> lock(mutex_);
+      ++passes_done_;
+      pass_end_queued_ = false;
+    });
+  }
+  return true;
+}
+
 void Reducer::mark_ready(size_t index) {
   std::lock_guard<std::mutex> lock(mutex_);
   if (!armed_) return;  // local accumulation (no_sync, or no prepare_for_backward)
+  if (accumulating_locally()) return;
   Slot& slot = slots_[index];
   DPT_CHECK(!slot.ready, ConfigError, "rank ", comm_->rank(), ": parameter '", params_[index].name,
             "' received a second gradient within one synchronized backward pass; run forward before "

@@ -56,22 +56,34 @@ std::vector<std::string> describe_module(const torch::nn::Module& module) {
   return lines;
 }
 
-void verify_replicas(dist::Communicator& comm, const std::vector<std::string>& description, const std::string& what) {
-  if (comm.size() == 1) return;
-  const auto texts = all_gather_strings(comm, join_lines(description));
+std::optional<Disagreement> compare_with_root(dist::Communicator& comm, const std::vector<std::string>& lines) {
+  if (comm.size() == 1) return std::nullopt;
+  const auto texts = all_gather_strings(comm, join_lines(lines));
   const auto reference = split_lines(texts[0]);
   for (int r = 1; r < comm.size(); ++r) {
     if (texts[r] == texts[0]) continue;
-    const auto lines = split_lines(texts[r]);
+    const auto other = split_lines(texts[r]);
     size_t i = 0;
-    while (i < reference.size() && i < lines.size() && reference[i] == lines[i]) ++i;
-    const std::string on_root = i < reference.size() ? reference[i] : "nothing (no more entries)";
-    const std::string on_rank = i < lines.size() ? lines[i] : "nothing (no more entries)";
-    throw ConfigError(str("rank ", comm.rank(), ": ", what, ": the model differs between rank 0 and rank ", r,
-                          " (", reference.size(), " vs ", lines.size(), " parameters and buffers). First difference, "
-                          "entry ", i, ": rank 0 has ", on_root, ", rank ", r, " has ", on_rank,
-                          ". Build the same model on every rank"));
+    while (i < reference.size() && i < other.size() && reference[i] == other[i]) ++i;
+    Disagreement d;
+    d.rank = r;
+    d.entry = i;
+    d.on_root = i < reference.size() ? reference[i] : "nothing (no more entries)";
+    d.on_rank = i < other.size() ? other[i] : "nothing (no more entries)";
+    d.root_lines = reference.size();
+    d.rank_lines = other.size();
+    return d;
   }
+  return std::nullopt;
+}
+
+void verify_replicas(dist::Communicator& comm, const std::vector<std::string>& description, const std::string& what) {
+  const auto d = compare_with_root(comm, description);
+  if (!d) return;
+  throw ConfigError(str("rank ", comm.rank(), ": ", what, ": the model differs between rank 0 and rank ", d->rank,
+                        " (", d->root_lines, " vs ", d->rank_lines, " parameters and buffers). First difference, "
+                        "entry ", d->entry, ": rank 0 has ", d->on_root, ", rank ", d->rank, " has ", d->on_rank,
+                        ". Build the same model on every rank"));
 }
 
 void broadcast_coalesced(dist::Communicator& comm, const std::vector<at::Tensor>& tensors, int root) {

@@ -28,5 +28,22 @@ class DdpMinimal(unittest.TestCase):
         self.assertNotIn("[rank 1] epoch", out)  # only rank 0 reports
 
 
+class HorovodStyle(unittest.TestCase):
+    def test_trains_on_two_processes_with_fp16_gradients(self):
+        code, out, err = run([dptrain(), "launch", "--standalone", "--nproc-per-node", "2", "--",
+                              example("horovod_style"), "--epochs", "2", "--train-size", "2560", "--val-size", "333",
+                              "--timeout", "120"], timeout=280)
+        self.assertEqual(code, 0, out + err)
+        self.assertIn("[rank 0] horovod_style: 2 process(es), lr 0.1 (0.05 x 2), batch 64 per process", out)
+        epochs = re.findall(r"epoch (\d)/2: train loss ([\d.]+), val loss ([\d.]+), val top-1 ([\d.]+)% "
+                            r"\((\d+) images\)", out)
+        self.assertEqual(len(epochs), 2, out)
+        self.assertEqual([e[4] for e in epochs], ["333", "333"])  # summed with hvd::allreduce, none padded
+        # It learns, as ddp_minimal does with the same global learning rate.
+        self.assertLess(float(epochs[1][1]), 0.7 * float(epochs[0][1]))
+        self.assertGreater(float(epochs[1][3]), 30.0)
+        self.assertNotIn("[rank 1] epoch", out)
+
+
 if __name__ == "__main__":
     unittest.main()

@@ -1,10 +1,10 @@
 #include <gtest/gtest.h>
 
-#include <ATen/CPUGeneratorImpl.h>
 #include <torch/torch.h>
 
 #include "dptrain/parallel/ddp.h"
 #include "support/thread_ranks.h"
+#include "support/tiny_training.h"
 
 namespace {
 
@@ -12,52 +12,14 @@ namespace F = torch::nn::functional;
 using dpt::DDPOptions;
 using dpt::DistributedDataParallel;
 using dpt::dist::Communicator;
-
-// run_ranks owns the communicators; DDP takes a shared handle.
-std::shared_ptr<Communicator> borrow(Communicator& comm) { return {std::shared_ptr<void>(), &comm}; }
-
-torch::nn::Sequential make_mlp(int64_t hidden = 8) {
-  return torch::nn::Sequential(torch::nn::Linear(6, 16), torch::nn::ReLU(), torch::nn::Linear(16, hidden),
-                               torch::nn::Tanh(), torch::nn::Linear(hidden, 3));
-}
-
-// Seeded from a private generator: the global one is shared by the rank threads.
-void fill(torch::nn::Module& module, uint64_t seed) {
-  auto gen = at::make_generator<at::CPUGeneratorImpl>(seed);
-  torch::NoGradGuard no_grad;
-  for (auto& p : module.parameters()) p.copy_(at::randn(p.sizes(), gen) * 0.5);
-}
-
-struct Batches {
-  at::Tensor x;  // [steps, batch, 6]
-  at::Tensor y;  // [steps, batch]
-};
-
-Batches make_batches(int64_t steps, int64_t batch) {
-  auto gen = at::make_generator<at::CPUGeneratorImpl>(7);
-  return {at::randn({steps, batch, 6}, gen), at::randint(3, {steps, batch}, gen, at::kLong)};
-}
-
-double max_difference(const std::vector<at::Tensor>& a, const std::vector<at::Tensor>& b) {
-  double worst = 0;
-  for (size_t i = 0; i < a.size(); ++i) worst = std::max(worst, (a[i] - b[i]).abs().max().item<double>());
-  return worst;
-}
-
-torch::optim::SGDOptions sgd() { return torch::optim::SGDOptions(0.05).momentum(0.9).weight_decay(1e-3); }
-
-// One process, the whole batch each step.
-std::vector<at::Tensor> train_reference(const Batches& data, uint64_t seed) {
-  auto model = make_mlp();
-  fill(*model, seed);
-  torch::optim::SGD optimizer(model->parameters(), sgd());
-  for (int64_t s = 0; s < data.x.size(0); ++s) {
-    optimizer.zero_grad();
-    F::cross_entropy(model->forward(data.x[s]), data.y[s]).backward();
-    optimizer.step();
-  }
-  return model->parameters();
-}
+using dpt::testing::Batches;
+using dpt::testing::borrow;
+using dpt::testing::fill;
+using dpt::testing::make_batches;
+using dpt::testing::make_mlp;
+using dpt::testing::max_difference;
+using dpt::testing::sgd;
+using dpt::testing::train_reference;
 
 // Each rank its slice of every batch, through DDP. Rank 1 starts from other weights: DDP must
 // copy rank 0's. Small buckets so that several are in flight.

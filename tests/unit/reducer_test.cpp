@@ -65,4 +65,35 @@ TEST(Reducer, LaunchesBucketsInOrderAndLeavesTheReducedGradientInGrad) {
   });
 }
 
+// backward_passes(3): two backward passes accumulate locally (counted per pass, not per
+// parameter: the second uses only the last layer), the third reduces the sum of all three.
+TEST(Reducer, ReducesOnceAfterTheConfiguredNumberOfBackwardPasses) {
+  dpt::testing::run_ranks(2, [](dpt::dist::Communicator& comm) {
+    torch::nn::Linear first(4, 8), last(8, 2);
+    std::vector<dpt::NamedParameter> params;
+    for (const auto& p : first->named_parameters()) params.push_back({"first." + p.key(), p.value()});
+    for (const auto& p : last->named_parameters()) params.push_back({"last." + p.key(), p.value()});
+    dpt::Reducer reducer(params, {std::shared_ptr<void>(), &comm},
+                         dpt::ReducerOptions().backward_passes(3));
+    int launches = 0;
+    reducer.set_comm_hook([&launches](dpt::dist::Communicator& c, at::Tensor bucket) {
+      ++launches;
+      return dpt::PendingReduction(c.all_reduce_async(bucket, dpt::dist::ReduceOp::Sum));
+    });
+    const at::Tensor x = at::full({3, 4}, comm.rank() + 1.0);
+    reducer.prepare_for_backward();
+    last->forward(first->forward(x)).sum().backward();
+    EXPECT_EQ(reducer.accumulated_passes(), 1);
+    last->forward(at::ones({3, 8})).sum().backward();
+    EXPECT_EQ(reducer.accumulated_passes(), 2);
+    EXPECT_EQ(launches, 0);
+    EXPECT_TRUE(reducer.armed());
+    last->forward(first->forward(x)).sum().backward();
+    EXPECT_EQ(launches, 1);
+    EXPECT_FALSE(reducer.armed());
+    // Per rank, d(sum)/d(last.bias) is the batch size (3) in each pass: 3 passes on 2 ranks.
+    EXPECT_TRUE(last->bias.grad().equal(at::full({2}, 18.0)));
+  });
+}
+
 }  // namespace

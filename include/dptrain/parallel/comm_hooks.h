@@ -45,9 +45,15 @@ namespace comm_hooks {
 // The mean over ranks in the bucket's dtype (PyTorch DDP's default allreduce hook).
 CommHook allreduce_mean();
 
+// The sum over ranks in the bucket's dtype (Horovod's op=Sum).
+CommHook allreduce_sum();
+
 // Divides by the world size, reduces in float16, writes the mean back in the bucket's dtype
 // (PyTorch's fp16_compress_hook). Values beyond float16's range (65504) overflow to inf.
 CommHook fp16_compress();
+
+// As fp16_compress, but the sum over ranks (no division): Horovod's fp16 compression with op=Sum.
+CommHook fp16_compress_sum();
 
 // As fp16_compress with bfloat16: float32's range, 8 bits of mantissa. On backends without
 // bfloat16 reductions (Gloo before LibTorch 2.3) the Communicator reduces through float32, so

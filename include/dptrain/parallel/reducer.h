@@ -38,6 +38,9 @@ struct ReducerOptions {
   // the parameters no rank used; those whose .grad was unset keep it unset, as in PyTorch, so
   // optimizers skip them. When false, an unused parameter is an error.
   TORCH_ARG(bool, find_unused_parameters) = false;
+  // Backward passes per reduction: once armed, the first n-1 backward passes accumulate into
+  // .grad locally and the n-th reduces the accumulated sum (Horovod's backward_passes_per_step).
+  TORCH_ARG(int, backward_passes) = 1;
 };
 
 struct NamedParameter {
@@ -63,13 +66,16 @@ class Reducer {
   // Replaces the default mean allreduce.
   void set_comm_hook(CommHook hook);
 
-  // Arms the hooks for the next backward: it will reduce. Without it, backward accumulates
-  // locally. Also points every parameter's .grad at its bucket slice, keeping its value (zero
+  // Arms the hooks: the next backward (the backward_passes-th from now) will reduce. Without it,
+  // backward accumulates locally. Also points every parameter's .grad at its bucket slice, keeping its value (zero
   // when unset), since optimizers may have reset gradients to undefined since the last step.
   void prepare_for_backward();
 
-  // Whether the hooks will reduce in the next backward.
+  // Whether the hooks will reduce in a coming backward (false once that reduction is done).
   bool armed() const;
+
+  // Backward passes that accumulated locally since the reducer was armed.
+  int accumulated_passes() const;
 
   const std::vector<std::vector<size_t>>& bucket_indices() const { return bucket_indices_; }
 
@@ -95,6 +101,7 @@ class Reducer {
   class ReadyHook;
 
   void mark_ready(size_t index);
+  bool accumulating_locally();
   void adopt_gradient(size_t index);
   void rebind_gradients();
   void launch_ready_buckets();
@@ -117,6 +124,8 @@ class Reducer {
   mutable std::mutex mutex_;
   bool armed_ = false;
   bool finish_queued_ = false;
+  int passes_done_ = 0;             // local backward passes since prepare_for_backward
+  bool pass_end_queued_ = false;    // this local pass's end-of-backward count is queued
   size_t next_launch_ = 0;
   double last_comm_wait_ms_ = 0;
   std::chrono::steady_clock::time_point last_finished_at_{};

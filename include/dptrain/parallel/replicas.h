@@ -5,6 +5,8 @@
 //   dpt::verify_replicas(comm, dpt::describe_module(*model), "DistributedDataParallel");
 //   dpt::broadcast_coalesced(comm, model->buffers(), /*root=*/0);
 
+#include <cstddef>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -16,6 +18,19 @@ namespace dpt {
 
 // One line per parameter and buffer: kind, name, shape and dtype, in registration order.
 std::vector<std::string> describe_module(const torch::nn::Module& module);
+
+// The first place where some rank's lines differ from rank 0's.
+struct Disagreement {
+  int rank = 0;                  // the lowest rank that differs from rank 0
+  size_t entry = 0;              // index of the first differing line
+  std::string on_root;           // rank 0's line there ("nothing (no more entries)" past its end)
+  std::string on_rank;           // that rank's line there
+  size_t root_lines = 0, rank_lines = 0;
+};
+
+// Compares every rank's lines with rank 0's (two collectives); every rank gets the same answer,
+// so all of them can fail together.
+std::optional<Disagreement> compare_with_root(dist::Communicator& comm, const std::vector<std::string>& lines);
 
 // Compares every rank's description with rank 0's. On a difference, every rank throws the same
 // ConfigError naming the first differing line and the ranks involved (two collectives; no rank
