@@ -164,6 +164,12 @@ ImageSize scaled_size(ImageSize full, int denominator) {
 
 ImageRegion decode_region(const std::vector<uint8_t>& bytes, const std::string& name, int denominator, PixelRect rect) {
   ImageRegion region;
+  decode_region(bytes, name, denominator, rect, region);
+  return region;
+}
+
+void decode_region(const std::vector<uint8_t>& bytes, const std::string& name, int denominator, PixelRect rect,
+                   ImageRegion& region) {
   switch (sniff_format(bytes)) {
     case ImageFormat::Jpeg: {
       ImageSize size;
@@ -179,7 +185,6 @@ ImageRegion decode_region(const std::vector<uint8_t>& bytes, const std::string& 
     case ImageFormat::Unknown:
       unsupported(bytes, name);
   }
-  return region;
 }
 
 Image decode_image(const std::vector<uint8_t>& bytes, const std::string& name) {
