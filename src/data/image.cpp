@@ -75,10 +75,16 @@ bool read_jpeg(const std::vector<uint8_t>& bytes, int denominator, const PixelRe
     out->image.width = static_cast<int>(width);
     out->image.height = rect->height;
     out->image.pixels.resize(static_cast<size_t>(width) * rect->height * 3);
+    // Several rows per call: libjpeg then writes upsampled row pairs straight into them instead
+    // of through its spare row.
     const JDIMENSION end = static_cast<JDIMENSION>(rect->top + rect->height);
+    JSAMPROW rows[16];
     while (cinfo.output_scanline < end) {
-      JSAMPROW row = out->image.row(static_cast<int>(cinfo.output_scanline) - rect->top);
-      jpeg_read_scanlines(&cinfo, &row, 1);
+      const JDIMENSION n = std::min<JDIMENSION>(end - cinfo.output_scanline, 16);
+      for (JDIMENSION k = 0; k < n; ++k) {
+        rows[k] = out->image.row(static_cast<int>(cinfo.output_scanline + k) - rect->top);
+      }
+      jpeg_read_scanlines(&cinfo, rows, n);
     }
   }
   jpeg_destroy_decompress(&cinfo);  // also stops a decode that has rows left
