@@ -90,11 +90,15 @@ void horizontal_pass_avx2(const Image& image, int left, int top, const Taps& h, 
 // (A 256-entry table per channel gives the same values but does not vectorize: it is slower.)
 __attribute__((target_clones("avx2", "default"))) void normalize_row(const int32_t* acc, float mean, float std, int n,
                                                                      bool flip, float* out) {
-  const int step = flip ? -1 : 1;
-  float* dst = flip ? out + n - 1 : out;
-  for (int x = 0; x < n; ++x) {
+  auto normalized = [&](int x) {
     const float v = static_cast<float>(std::clamp(acc[x] >> kPrecisionBits, 0, 255));
-    dst[x * step] = (v / 255.0f - mean) / std;
+    return (v / 255.0f - mean) / std;
+  };
+  // Two loops with constant strides: a stride known only at run time defeats the vectorizer.
+  if (flip) {
+    for (int x = 0; x < n; ++x) out[n - 1 - x] = normalized(x);
+  } else {
+    for (int x = 0; x < n; ++x) out[x] = normalized(x);
   }
 }
 
