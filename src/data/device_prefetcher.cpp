@@ -25,8 +25,12 @@ DevicePrefetcher::DevicePrefetcher(Loader& loader, DevicePrefetcherOptions optio
 
 DevicePrefetcher::~DevicePrefetcher() {
   if (!side_stream_) return;
-  // Queued copies still read the host buffers the loader will reuse or free.
-  c10::impl::VirtualGuardImpl(side_stream_->device_type()).synchronizeStream(*side_stream_);
+  // Queued copies still read the host buffers the loader will reuse or free. A destructor must not
+  // throw; a device that cannot even synchronize a stream has failed beyond what waiting can fix.
+  try {
+    c10::impl::VirtualGuardImpl(side_stream_->device_type()).synchronizeStream(*side_stream_);
+  } catch (const std::exception&) {
+  }
 }
 
 void DevicePrefetcher::start_copy() {
