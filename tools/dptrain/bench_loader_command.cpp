@@ -43,7 +43,11 @@ int run_bench_loader(const BenchLoaderFlags& f) {
   auto dataset = std::make_shared<data::ImageFolder>(f.data, transform);
   DPT_CHECK(dataset->size() > 0, DataError, "no images under ", f.data);
   data::DistributedSampler sampler(dataset->size(), data::SamplerOptions(1, 0));
-  auto options = data::LoaderOptions().batch_size(f.batch_size).threads(f.threads);
+  // One buffer pool for all epochs, as a training loop would keep one.
+  auto options = data::LoaderOptions()
+                     .batch_size(f.batch_size)
+                     .threads(f.threads)
+                     .buffer_pool(std::make_shared<data::BufferPool>());
   {  // epoch 0, untimed, warms the page cache and the allocator
     data::Loader warmup(dataset, sampler.indices(), 0, options);
     while (warmup.next()) {
