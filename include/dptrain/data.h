@@ -2,6 +2,7 @@
 // The data layer: samplers, datasets (ImageFolder, CIFAR-10, synthetic), fused transforms, loader.
 #include "dptrain/data/cifar.h"
 #include "dptrain/data/dataset.h"
+#include "dptrain/data/device_prefetcher.h"
 #include "dptrain/data/image.h"
 #include "dptrain/data/image_folder.h"
 #include "dptrain/data/loader.h"

@@ -75,10 +75,16 @@ bool read_jpeg(const std::vector<uint8_t>& bytes, int denominator, const PixelRe
     out->image.width = static_cast<int>(width);
     out->image.height = rect->height;
     out->image.pixels.resize(static_cast<size_t>(width) * rect->height * 3);
+    // Several rows per call: libjpeg then writes upsampled row pairs straight into them instead
+    // of through its spare row.
     const JDIMENSION end = static_cast<JDIMENSION>(rect->top + rect->height);
+    JSAMPROW rows[16];
     while (cinfo.output_scanline < end) {
-      JSAMPROW row = out->image.row(static_cast<int>(cinfo.output_scanline) - rect->top);
-      jpeg_read_scanlines(&cinfo, &row, 1);
+      const JDIMENSION n = std::min<JDIMENSION>(end - cinfo.output_scanline, 16);
+      for (JDIMENSION k = 0; k < n; ++k) {
+        rows[k] = out->image.row(static_cast<int>(cinfo.output_scanline + k) - rect->top);
+      }
+      jpeg_read_scanlines(&cinfo, rows, n);
     }
   }
   jpeg_destroy_decompress(&cinfo);  // also stops a decode that has rows left
@@ -164,6 +170,12 @@ ImageSize scaled_size(ImageSize full, int denominator) {
 
 ImageRegion decode_region(const std::vector<uint8_t>& bytes, const std::string& name, int denominator, PixelRect rect) {
   ImageRegion region;
+  decode_region(bytes, name, denominator, rect, region);
+  return region;
+}
+
+void decode_region(const std::vector<uint8_t>& bytes, const std::string& name, int denominator, PixelRect rect,
+                   ImageRegion& region) {
   switch (sniff_format(bytes)) {
     case ImageFormat::Jpeg: {
       ImageSize size;
@@ -179,7 +191,6 @@ ImageRegion decode_region(const std::vector<uint8_t>& bytes, const std::string& 
     case ImageFormat::Unknown:
       unsupported(bytes, name);
   }
-  return region;
 }
 
 Image decode_image(const std::vector<uint8_t>& bytes, const std::string& name) {

@@ -18,6 +18,7 @@ Loader::Loader(std::shared_ptr<const Dataset> dataset, std::vector<int64_t> indi
   DPT_CHECK(!options.pin_memory(), ConfigError,
             "loader: pin_memory needs a CUDA build of dptrain; this one is CPU-only");
 #endif
+  pool_ = options.buffer_pool() ? options.buffer_pool() : std::make_shared<BufferPool>();
   const int64_t n = static_cast<int64_t>(indices_.size());
   const int64_t b = options.batch_size();
   num_batches_ = options.drop_last() ? n / b : (n + b - 1) / b;
@@ -64,23 +65,26 @@ void Loader::work() {
   }
 }
 
-at::Tensor Loader::allocate(const std::vector<int64_t>& shape) {
+at::Tensor BufferPool::acquire(const std::vector<int64_t>& shape, bool pinned, size_t capacity) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    for (const auto& buffer : pool_) {
-      // Only the pool still holds the tensor and its storage (no batch, no view of one): the
-      // consumer is done with it, and nobody can obtain it again but through the pool.
-      if (buffer.use_count() == 1 && buffer.storage().use_count() == 1 && buffer.sizes() == shape) return buffer;
+    for (const auto& buffer : buffers_) {
+      // Only the pool still holds the tensor and its storage (no batch, no view of one): its last
+      // user is done with it, and nobody can obtain it again but through the pool.
+      if (buffer.pinned == pinned && buffer.tensor.use_count() == 1 && buffer.tensor.storage().use_count() == 1 &&
+          buffer.tensor.sizes() == shape) {
+        return buffer.tensor;
+      }
     }
   }
   auto options = at::TensorOptions().dtype(at::kFloat);
 #if defined(DPTRAIN_WITH_CUDA)
-  if (options_.pin_memory()) options = options.pinned_memory(true);
+  if (pinned) options = options.pinned_memory(true);
 #endif
-  at::Tensor buffer = at::empty(shape, options);
+  at::Tensor tensor = at::empty(shape, options);
   std::lock_guard<std::mutex> lock(mutex_);
-  if (static_cast<int>(pool_.size()) < options_.prefetch_batches() + options_.threads() + 2) pool_.push_back(buffer);
-  return buffer;
+  if (buffers_.size() < capacity) buffers_.push_back({tensor, pinned});
+  return tensor;
 }
 
 Loader::Built Loader::build(int64_t number) {
@@ -93,7 +97,8 @@ Loader::Built Loader::build(int64_t number) {
   Built built;
   Batch& batch = built.batch;
   batch.number = number;
-  batch.images = allocate(shape);
+  const size_t capacity = static_cast<size_t>(options_.prefetch_batches() + options_.threads() + 2);
+  batch.images = pool_->acquire(shape, options_.pin_memory(), capacity);
   batch.labels = at::empty({count}, at::kLong);
   float* images = batch.images.data_ptr<float>();
   int64_t* labels = batch.labels.data_ptr<int64_t>();

@@ -4,14 +4,11 @@
 #include <cmath>
 
 #include "dptrain/common/error.h"
+#include "resample_avx2.h"
 
 namespace dpt::data {
 
 namespace {
-
-// PIL's fixed point: weights scaled by 2^22 leave room for 255 * (sum of weights) in int32.
-constexpr int kPrecisionBits = 32 - 8 - 2;
-constexpr int32_t kHalf = 1 << (kPrecisionBits - 1);
 
 uint8_t clip8(int32_t v) {
   if (v >= (255 << kPrecisionBits)) return 255;
@@ -19,12 +16,12 @@ uint8_t clip8(int32_t v) {
   return static_cast<uint8_t>(v >> kPrecisionBits);
 }
 
-// One output row of the horizontal pass, written as three planes (R, G, B) of `count` bytes so
-// that the vertical pass can write each output plane contiguously. K > 0 fixes the tap count at
-// compile time so the compiler unrolls it; K == 0 reads each output's own length.
+// Outputs [first, count) of one row of the horizontal pass, written as three planes (R, G, B) of
+// `count` bytes so that the vertical pass can write each output plane contiguously. K > 0 fixes
+// the tap count at compile time so the compiler unrolls it; K == 0 reads each output's own length.
 template <int K>
-void horizontal_row(const uint8_t* in, int left, const Taps& h, int count, uint8_t* dst) {
-  for (int x = 0; x < count; ++x) {
+void horizontal_row(const uint8_t* in, int left, const Taps& h, int first, int count, uint8_t* dst) {
+  for (int x = first; x < count; ++x) {
     const int32_t* k = &h.weight[static_cast<size_t>(x) * h.ksize];
     const uint8_t* src = in + (h.start[x] - left) * 3;
     const int n = K > 0 ? K : h.length[x];
@@ -44,7 +41,44 @@ template <int K>
 void horizontal_pass(const Image& image, int left, int top, const Taps& h, int row_first, int row_count, int count,
                      uint8_t* rows) {
   for (int r = 0; r < row_count; ++r) {
-    horizontal_row<K>(image.row(row_first + r - top), left, h, count, rows + static_cast<size_t>(r) * count * 3);
+    horizontal_row<K>(image.row(row_first + r - top), left, h, 0, count, rows + static_cast<size_t>(r) * count * 3);
+  }
+}
+
+// The portable pass: unrolled for the common tap counts when all outputs share one.
+void horizontal_pass_fallback(const Image& image, int left, int top, const Taps& h, bool fixed, int row_first,
+                              int row_count, int count, uint8_t* rows) {
+  switch (fixed ? h.length[0] : 0) {
+    case 2:
+      horizontal_pass<2>(image, left, top, h, row_first, row_count, count, rows);
+      break;
+    case 3:
+      horizontal_pass<3>(image, left, top, h, row_first, row_count, count, rows);
+      break;
+    case 4:
+      horizontal_pass<4>(image, left, top, h, row_first, row_count, count, rows);
+      break;
+    case 5:
+      horizontal_pass<5>(image, left, top, h, row_first, row_count, count, rows);
+      break;
+    case 6:
+      horizontal_pass<6>(image, left, top, h, row_first, row_count, count, rows);
+      break;
+    default:
+      horizontal_pass<0>(image, left, top, h, row_first, row_count, count, rows);
+      break;
+  }
+}
+
+void horizontal_pass_avx2(const Image& image, int left, int top, const Taps& h, int row_first, int row_count,
+                          int count, uint8_t* rows) {
+  const WideTaps wide = widen_taps(h);
+  const uint8_t* end = image.pixels.data() + image.pixels.size();
+  for (int r = 0; r < row_count; ++r) {
+    const uint8_t* in = image.row(row_first + r - top);
+    uint8_t* dst = rows + static_cast<size_t>(r) * count * 3;
+    const int done = horizontal_row_avx2(in, static_cast<size_t>(end - in), left, h, wide, dst);
+    horizontal_row<0>(in, left, h, done, count, dst);
   }
 }
 
@@ -53,13 +87,18 @@ void horizontal_pass(const Image& image, int left, int top, const Taps& h, int r
 // One output row of one channel: clamp the fixed-point sums to bytes, normalize in torchvision's
 // float32 order of operations (ToTensor's / 255, then Normalize's - mean, / std: IEEE division,
 // so the results are bit-identical), mirrored when flip is set. Vectorizes; AVX2 where available.
+// (A 256-entry table per channel gives the same values but does not vectorize: it is slower.)
 __attribute__((target_clones("avx2", "default"))) void normalize_row(const int32_t* acc, float mean, float std, int n,
                                                                      bool flip, float* out) {
-  const int step = flip ? -1 : 1;
-  float* dst = flip ? out + n - 1 : out;
-  for (int x = 0; x < n; ++x) {
+  auto normalized = [&](int x) {
     const float v = static_cast<float>(std::clamp(acc[x] >> kPrecisionBits, 0, 255));
-    dst[x * step] = (v / 255.0f - mean) / std;
+    return (v / 255.0f - mean) / std;
+  };
+  // Two loops with constant strides: a stride known only at run time defeats the vectorizer.
+  if (flip) {
+    for (int x = 0; x < n; ++x) out[n - 1 - x] = normalized(x);
+  } else {
+    for (int x = 0; x < n; ++x) out[x] = normalized(x);
   }
 }
 
@@ -139,25 +178,10 @@ void resample(const Image& image, int left, int top, const Taps& h, const Taps& 
   rows.resize(static_cast<size_t>(row_count) * stride);
   acc.resize(stride);
   const bool fixed = std::all_of(h.length.begin(), h.length.end(), [&](int n) { return n == h.length[0]; });
-  switch (fixed ? h.length[0] : 0) {
-    case 2:
-      horizontal_pass<2>(image, left, top, h, row_first, row_count, size, rows.data());
-      break;
-    case 3:
-      horizontal_pass<3>(image, left, top, h, row_first, row_count, size, rows.data());
-      break;
-    case 4:
-      horizontal_pass<4>(image, left, top, h, row_first, row_count, size, rows.data());
-      break;
-    case 5:
-      horizontal_pass<5>(image, left, top, h, row_first, row_count, size, rows.data());
-      break;
-    case 6:
-      horizontal_pass<6>(image, left, top, h, row_first, row_count, size, rows.data());
-      break;
-    default:
-      horizontal_pass<0>(image, left, top, h, row_first, row_count, size, rows.data());
-      break;
+  if (fixed && have_avx2()) {
+    horizontal_pass_avx2(image, left, top, h, row_first, row_count, size, rows.data());
+  } else {
+    horizontal_pass_fallback(image, left, top, h, fixed, row_first, row_count, size, rows.data());
   }
 
   // Vertical pass, then clamp, flip and normalize into the three CHW planes.

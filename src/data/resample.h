@@ -11,6 +11,10 @@
 
 namespace dpt::data {
 
+// PIL's fixed point: weights scaled by 2^22 leave room for 255 * (sum of weights) in int32.
+constexpr int kPrecisionBits = 32 - 8 - 2;
+constexpr int32_t kHalf = 1 << (kPrecisionBits - 1);
+
 // Taps of one resize direction for the outputs of a window: output i reads length[i] inputs from
 // start[i] with 22-bit fixed-point weights (ksize slots reserved per output).
 struct Taps {

@@ -126,7 +126,8 @@ void Transform::apply_encoded(const std::vector<uint8_t>& bytes, const std::stri
   int right = 0, bottom = 0;
   for (size_t i = 0; i < h.start.size(); ++i) right = std::max(right, h.start[i] + h.length[i]);
   for (size_t i = 0; i < v.start.size(); ++i) bottom = std::max(bottom, v.start[i] + v.length[i]);
-  const ImageRegion region = decode_region(bytes, name, denominator, {left, top, right - left, bottom - top});
+  thread_local ImageRegion region;
+  decode_region(bytes, name, denominator, {left, top, right - left, bottom - top}, region);
   resample(region.image, region.left, region.top, h, v, p.flip, options_.mean(), options_.std(), out);
 }
 

@@ -5,6 +5,7 @@
 #include <atomic>
 #include <filesystem>
 #include <fstream>
+#include <set>
 
 #include "dptrain/common/error.h"
 #include "dptrain/data/image_folder.h"
@@ -170,4 +171,30 @@ TEST(Loader, SkipsCorruptFilesInAnImageFolder) {
   EXPECT_EQ(skipped[1].what, "image file " + dir.path() + "/b/empty.jpg is empty (0 bytes)");
   EXPECT_EQ(skipped[2].what, "cannot open " + dir.path() + "/b/link.jpg: No such file or directory");
   EXPECT_NE(skipped[3].what.find("b/text.png is neither JPEG nor PNG"), std::string::npos) << skipped[3].what;
+}
+
+// Loaders sharing a pool (one per epoch) reuse the buffers of batches their consumer let go of,
+// never one a batch still holds.
+TEST(Loader, SharedBufferPoolReusesReleasedBuffersOnly) {
+  auto ds = synthetic(12);
+  auto pool = std::make_shared<BufferPool>();
+  const auto options = LoaderOptions().batch_size(4).threads(1).prefetch_batches(1).buffer_pool(pool);
+  std::set<const void*> first_epoch;
+  std::optional<Batch> kept;
+  {
+    Loader loader(ds, iota(12), 0, options);
+    while (auto b = loader.next()) {
+      first_epoch.insert(b->images.data_ptr());
+      if (!kept) kept = std::move(b);
+    }
+  }
+  Loader loader(ds, iota(12), 1, options);
+  int64_t count = 0;
+  while (auto b = loader.next()) {
+    EXPECT_NE(b->images.data_ptr(), kept->images.data_ptr()) << "batch " << b->number;
+    // The first batch is built while no other batch of the first epoch but `kept` is alive.
+    if (b->number == 0) EXPECT_EQ(first_epoch.count(b->images.data_ptr()), 1u);
+    ++count;
+  }
+  EXPECT_EQ(count, 3);
 }

@@ -97,6 +97,35 @@ TEST(Transform, TrainCropMatchesTorchvisionResizedCrop) {
   EXPECT_LT(max_abs_diff(out, (*expected)[0]), 1e-6);
 }
 
+// Many crops at once, from upscales (2 taps per output) to 6x shrinks (13 taps, several SIMD
+// groups), flipped or not, decoded whole or only where the taps read (where the last outputs of
+// a row sit at the end of the decoded buffer): all equal torchvision's output.
+TEST(Transform, ManyTrainCropsMatchTorchvision) {
+  dpt::testing::TempDir dir;
+  const std::string path = dir.path() + "/a.jpg";
+  const auto bytes = encode_jpeg(dpt::testing::gradient_image(150, 101, 1), 90);
+  write_file(path, bytes);
+  Transform train(TransformOptions().mode(TransformMode::Train).size(24).seed(7).dct_scaling(false));
+  constexpr int kCrops = 16;
+  std::string crops;
+  for (int64_t index = 0; index < kCrops; ++index) {
+    const CropPlan p = train.plan(150, 101, 1, index);
+    crops += dpt::str("lambda im: (F.hflip if ", p.flip ? "True" : "False", " else (lambda x: x))(F.resized_crop(im, ",
+                      p.top, ", ", p.left, ", ", p.height, ", ", p.width, ", [24, 24])), ");
+  }
+  auto expected = torchvision_outputs(path, crops);
+  if (!expected) GTEST_SKIP() << "/usr/bin/python3 with torchvision is not available";
+  ASSERT_EQ(expected->size(), static_cast<size_t>(kCrops));
+  const Image full = decode_image(bytes, path);
+  std::vector<float> whole(train.sample_numel()), region(train.sample_numel());
+  for (int64_t index = 0; index < kCrops; ++index) {
+    train.apply(full, 1, index, whole.data());
+    EXPECT_LT(max_abs_diff(whole, (*expected)[index]), 1e-6) << "crop " << index;
+    train.apply_encoded(bytes, path, 1, index, region.data());
+    EXPECT_EQ(region, whole) << "crop " << index;
+  }
+}
+
 TEST(Transform, RandomResizedCropFollowsTorchvisionRules) {
   Transform train(TransformOptions().mode(TransformMode::Train).size(32).seed(11));
   int flips = 0;

@@ -13,6 +13,11 @@
 // Backpressure: at most prefetch_batches batches are being built or waiting at any time. A worker's
 // exception is rethrown by next() with its original type and text. The destructor stops the
 // workers mid-epoch and joins them.
+//
+// Batch buffers are reused once the consumer lets go of them. To reuse them across epochs too
+// (one loader per epoch), pass the same pool to each:
+//   auto pool = std::make_shared<dpt::data::BufferPool>();
+//   for (...) { Loader loader(ds, indices, epoch, LoaderOptions().buffer_pool(pool)); ... }
 
 #include <ATen/ATen.h>
 #include <torch/arg.h>
@@ -32,6 +37,23 @@
 
 namespace dpt::data {
 
+// Batch buffers kept for reuse: a fresh 20 MB allocation costs more in page faults than decoding
+// its images. Thread-safe; may be shared by loaders, also ones alive at the same time.
+class BufferPool {
+ public:
+  // A float tensor of `shape` (page-locked when `pinned`) that nobody else holds: a pooled one,
+  // else a new one, kept for reuse while the pool holds fewer than `capacity`.
+  at::Tensor acquire(const std::vector<int64_t>& shape, bool pinned, size_t capacity);
+
+ private:
+  struct Buffer {
+    at::Tensor tensor;
+    bool pinned = false;
+  };
+  std::mutex mutex_;
+  std::vector<Buffer> buffers_;
+};
+
 struct LoaderOptions {
   // Samples per batch.
   TORCH_ARG(int64_t, batch_size) = 32;
@@ -45,6 +67,8 @@ struct LoaderOptions {
   TORCH_ARG(BadImagePolicy, bad_image_policy) = BadImagePolicy::Skip;
   // Allocate batches in page-locked memory for asynchronous copies to the GPU (CUDA builds only).
   TORCH_ARG(bool, pin_memory) = false;
+  // Where batch buffers come from and return to; unset: a pool of the loader's own.
+  TORCH_ARG(std::shared_ptr<BufferPool>, buffer_pool) = nullptr;
 };
 
 struct Batch {
@@ -81,8 +105,6 @@ class Loader {
   };
   void work();
   Built build(int64_t number);
-  // A batch buffer: a pooled one the consumer has released, else a new one.
-  at::Tensor allocate(const std::vector<int64_t>& shape);
   void stop();
 
   std::shared_ptr<const Dataset> dataset_;
@@ -99,8 +121,7 @@ class Loader {
   int64_t next_to_return_ = 0;
   bool stopping_ = false;
   std::vector<SkippedSample> skipped_;
-  // Batch buffers for reuse: fresh 20 MB allocations cost more in page faults than the decoding.
-  std::vector<at::Tensor> pool_;
+  std::shared_ptr<BufferPool> pool_;
   std::vector<std::thread> workers_;
 };
 

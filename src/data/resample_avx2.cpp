@@ -1,0 +1,95 @@
+#include "resample_avx2.h"
+
+#include <cstring>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define DPT_RESAMPLE_X86 1
+#endif
+
+namespace dpt::data {
+
+#if defined(DPT_RESAMPLE_X86)
+
+bool have_avx2() {
+  static const bool avx2 = __builtin_cpu_supports("avx2");
+  return avx2;
+}
+
+WideTaps widen_taps(const Taps& h) {
+  WideTaps wide;
+  const int n = h.length.front();
+  wide.groups = (n + 3) / 4;
+  const size_t per_output = static_cast<size_t>(wide.groups) * 16;
+  wide.weight.assign(h.start.size() * per_output, 0);
+  for (size_t x = 0; x < h.start.size(); ++x) {
+    int32_t* w = &wide.weight[x * per_output];
+    for (int t = 0; t < n; ++t) {
+      // Tap t is pixel t % 4 of group t / 4: its weight fills that pixel's four int32 lanes.
+      for (int lane = 0; lane < 4; ++lane) w[(t / 4) * 16 + (t % 4) * 4 + lane] = h.weight[x * h.ksize + t];
+    }
+  }
+  return wide;
+}
+
+namespace {
+
+// Fixed-point R, G, B sums (lane 3 unused) of one output pixel. Each group loads 16 bytes, of
+// which 4 RGB pixels (12 bytes) are used, spreads them to 32-bit lanes, two pixels per vector,
+// and multiplies them by their tap weights: the same int32 products and sums as the scalar pass.
+__attribute__((target("avx2"))) __m128i pixel_sums(const uint8_t* src, const int32_t* w, int groups) {
+  const __m256i first_pair = _mm256_setr_epi8(0, -1, -1, -1, 1, -1, -1, -1, 2, -1, -1, -1, -1, -1, -1, -1,  //
+                                              3, -1, -1, -1, 4, -1, -1, -1, 5, -1, -1, -1, -1, -1, -1, -1);
+  const __m256i second_pair = _mm256_setr_epi8(6, -1, -1, -1, 7, -1, -1, -1, 8, -1, -1, -1, -1, -1, -1, -1,  //
+                                               9, -1, -1, -1, 10, -1, -1, -1, 11, -1, -1, -1, -1, -1, -1, -1);
+  __m256i acc = _mm256_setzero_si256();
+  for (int g = 0; g < groups; ++g) {
+    const __m256i px = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + 12 * g)));
+    const __m256i* wg = reinterpret_cast<const __m256i*>(w + 16 * g);
+    acc = _mm256_add_epi32(acc, _mm256_mullo_epi32(_mm256_shuffle_epi8(px, first_pair), _mm256_loadu_si256(wg)));
+    acc = _mm256_add_epi32(acc, _mm256_mullo_epi32(_mm256_shuffle_epi8(px, second_pair), _mm256_loadu_si256(wg + 1)));
+  }
+  const __m128i sum = _mm_add_epi32(_mm256_castsi256_si128(acc), _mm256_extracti128_si256(acc, 1));
+  return _mm_srai_epi32(_mm_add_epi32(sum, _mm_set1_epi32(kHalf)), kPrecisionBits);
+}
+
+}  // namespace
+
+__attribute__((target("avx2"))) int horizontal_row_avx2(const uint8_t* in, size_t readable, int left, const Taps& h,
+                                                        const WideTaps& wide, uint8_t* dst) {
+  const int count = static_cast<int>(h.start.size());
+  // An output may load 16 bytes past the start of its last group; those near the end of the
+  // buffer are left to the scalar pass.
+  const size_t span = static_cast<size_t>(12 * (wide.groups - 1) + 16);
+  int safe = count;
+  while (safe > 0 && static_cast<size_t>(h.start[safe - 1] - left) * 3 + span > readable) --safe;
+  // Four outputs at a time: packing saturates like clip8 (negative to 0, above 255 to 255), then
+  // the bytes are regrouped from R G B x per pixel into 4 R, 4 G and 4 B for the planar rows.
+  const __m128i planar = _mm_setr_epi8(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+  const size_t per_output = static_cast<size_t>(wide.groups) * 16;
+  int x = 0;
+  for (; x + 4 <= safe; x += 4) {
+    __m128i s[4];
+    for (int i = 0; i < 4; ++i) {
+      s[i] = pixel_sums(in + static_cast<size_t>(h.start[x + i] - left) * 3, &wide.weight[(x + i) * per_output],
+                        wide.groups);
+    }
+    const __m128i bytes =
+        _mm_shuffle_epi8(_mm_packus_epi16(_mm_packs_epi32(s[0], s[1]), _mm_packs_epi32(s[2], s[3])), planar);
+    const int32_t r = _mm_cvtsi128_si32(bytes), g = _mm_extract_epi32(bytes, 1), b = _mm_extract_epi32(bytes, 2);
+    std::memcpy(dst + x, &r, 4);
+    std::memcpy(dst + count + x, &g, 4);
+    std::memcpy(dst + 2 * count + x, &b, 4);
+  }
+  return x;
+}
+
+#else
+
+bool have_avx2() { return false; }
+WideTaps widen_taps(const Taps&) { return {}; }
+int horizontal_row_avx2(const uint8_t*, size_t, int, const Taps&, const WideTaps&, uint8_t*) { return 0; }
+
+#endif
+
+}  // namespace dpt::data

@@ -1,0 +1,85 @@
+#include "dptrain/data/device_prefetcher.h"
+
+#include <ATen/Context.h>
+#include <gtest/gtest.h>
+
+#include "dptrain/common/error.h"
+#include "dptrain/data/synthetic.h"
+
+using namespace dpt::data;
+
+namespace {
+
+std::shared_ptr<const Dataset> synthetic(int64_t size) {
+  return std::make_shared<SyntheticDataset>(SyntheticOptions().size(size).num_classes(5).image_size(16),
+                                            Transform(TransformOptions().mode(TransformMode::Train).size(8).seed(4)));
+}
+
+std::vector<int64_t> order(int64_t n) {
+  std::vector<int64_t> v(n);
+  for (int64_t i = 0; i < n; ++i) v[i] = (7 * i) % n;
+  return v;
+}
+
+// Every batch of `prefetcher` equals the plain loader's, in order, moved to `device`.
+void expect_same_batches(DevicePrefetcher& prefetcher, Loader& plain, at::Device device) {
+  int64_t count = 0;
+  while (auto expected = plain.next()) {
+    auto got = prefetcher.next();
+    ASSERT_TRUE(got.has_value()) << "batch " << expected->number;
+    EXPECT_EQ(got->number, expected->number);
+    EXPECT_EQ(got->indices, expected->indices);
+    EXPECT_EQ(got->images.device(), device);
+    EXPECT_EQ(got->labels.device(), device);
+    EXPECT_TRUE(at::equal(got->images.cpu(), expected->images)) << "batch " << expected->number;
+    EXPECT_TRUE(at::equal(got->labels.cpu(), expected->labels)) << "batch " << expected->number;
+    ++count;
+  }
+  EXPECT_EQ(count, 6);
+  EXPECT_FALSE(prefetcher.next().has_value());
+  EXPECT_FALSE(prefetcher.next().has_value());
+}
+
+}  // namespace
+
+TEST(DevicePrefetcher, CpuPassesBatchesThroughInOrder) {
+  auto ds = synthetic(23);
+  const auto options = LoaderOptions().batch_size(4).threads(2);
+  Loader plain(ds, order(23), 1, options), loader(ds, order(23), 1, options);
+  DevicePrefetcher prefetcher(loader, DevicePrefetcherOptions(at::kCPU));
+  expect_same_batches(prefetcher, plain, at::Device(at::kCPU));
+}
+
+TEST(DevicePrefetcher, StopsCleanlyMidEpoch) {
+  auto ds = synthetic(200);
+  Loader loader(ds, order(200), 0, LoaderOptions().batch_size(2).threads(2).prefetch_batches(2));
+  DevicePrefetcher prefetcher(loader, DevicePrefetcherOptions(at::kCPU));
+  ASSERT_TRUE(prefetcher.next().has_value());
+  auto second = prefetcher.next();
+  ASSERT_TRUE(second.has_value());
+  EXPECT_EQ(second->number, 1);
+  // Leaving the scope destroys the prefetcher, then the loader with its workers mid-epoch.
+}
+
+TEST(DevicePrefetcher, RejectsDeviceTypeWithoutSupport) {
+  if (at::hasCUDA()) GTEST_SKIP() << "this LibTorch supports CUDA";
+  auto ds = synthetic(4);
+  Loader loader(ds, order(4), 0, LoaderOptions().batch_size(2));
+  try {
+    DevicePrefetcher prefetcher(loader, DevicePrefetcherOptions(at::kCUDA));
+    FAIL() << "expected a ConfigError";
+  } catch (const dpt::ConfigError& e) {
+    EXPECT_STREQ(e.what(),
+                 "device prefetcher: this LibTorch has no cuda support; prefetch to the CPU or use a LibTorch build "
+                 "with cuda");
+  }
+}
+
+TEST(DevicePrefetcher, CopiesBatchesToTheGpu_CUDA) {
+  if (!at::hasCUDA()) GTEST_SKIP() << "no CUDA device";
+  auto ds = synthetic(23);
+  const auto options = LoaderOptions().batch_size(4).threads(2);
+  Loader plain(ds, order(23), 1, options), loader(ds, order(23), 1, LoaderOptions(options).pin_memory(true));
+  DevicePrefetcher prefetcher(loader, DevicePrefetcherOptions(at::Device(at::kCUDA, 0)));
+  expect_same_batches(prefetcher, plain, at::Device(at::kCUDA, 0));
+}
