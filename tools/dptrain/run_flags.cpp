@@ -8,6 +8,8 @@
 namespace dpt::cli {
 
 void add_run_flags(CLI::App& app, RunFlags& f) {
+  // As with argparse, a flag given twice takes its last value (handy after a shell alias).
+  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   app.add_option("data", f.data, "ImageFolder root with train/ and val/, or a CIFAR-10 binary folder");
   app.add_option("-a,--arch", f.arch, "model: resnet18/34/50/101/152, or resnet20/56 for small images");
   app.add_option("-j,--workers", f.workers, "loader threads per process")->capture_default_str();

@@ -1,0 +1,16 @@
+"""Helpers for the tests that run `dptrain train` and `dptrain eval`."""
+
+import json
+
+from proc import env_with, free_port
+
+
+def alone():
+    """The environment of a single-process run: its own rendezvous port, so tests running side by
+    side do not collide on the default one."""
+    return env_with(MASTER_PORT=free_port())
+
+
+def last_json(out):
+    """The JSON line rank 0 ends with."""
+    return json.loads(out.strip().splitlines()[-1])
