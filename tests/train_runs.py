@@ -1,6 +1,7 @@
 """Helpers for the tests that run `dptrain train` and `dptrain eval`."""
 
 import json
+import re
 
 from proc import env_with, free_port
 
@@ -12,5 +13,5 @@ def alone():
 
 
 def last_json(out):
-    """The JSON line rank 0 ends with."""
-    return json.loads(out.strip().splitlines()[-1])
+    """The JSON line rank 0 ends with (under `dptrain launch`, after its "[rank 0] " prefix)."""
+    return json.loads(re.sub(r"^\[rank \d+\] ", "", out.strip().splitlines()[-1]))

@@ -382,7 +382,10 @@ MetricSums Trainer::evaluate() {
   MetricSums local;
   while (auto batch = loader.next()) {
     auto [images, labels] = s.to_device(*batch);
-    auto [logits, loss] = s.forward(images, labels, /*train=*/false);
+    auto logits = s.forward(images, labels, /*train=*/false).first;
+    // Per-sample losses in float64: the sum then depends on the samples, not on how the ranks
+    // batched them (a float32 batch mean rounds differently for every batch composition).
+    const auto loss = torch::nn::functional::cross_entropy(logits.to(at::kDouble), labels);
     local.add(logits, labels, loss.item<double>());
   }
   at::Tensor skipped = at::tensor({static_cast<double>(loader.skipped().size())}, at::kDouble).to(s.comm->device());

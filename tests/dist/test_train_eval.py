@@ -36,9 +36,9 @@ class DistributedEval(unittest.TestCase):
             for key in ("count", "correct1", "correct5"):
                 self.assertEqual(two[key], single[key], key)
                 self.assertEqual(evaluate_flag[key], single[key], key)
-            # The per-sample losses are the same; only the order of their summation differs.
-            self.assertAlmostEqual(two["loss_sum"], single["loss_sum"], delta=1e-9 * abs(single["loss_sum"]))
-            self.assertAlmostEqual(evaluate_flag["loss_sum"], single["loss_sum"], delta=1e-9 * abs(single["loss_sum"]))
+            # The per-sample losses are the same (float64); only the order of their summation differs.
+            self.assertAlmostEqual(two["loss_sum"], single["loss_sum"], delta=1e-12 * abs(single["loss_sum"]))
+            self.assertAlmostEqual(evaluate_flag["loss_sum"], single["loss_sum"], delta=1e-12 * abs(single["loss_sum"]))
 
 
 if __name__ == "__main__":
