@@ -13,9 +13,13 @@ namespace fs = std::filesystem;
 
 namespace {
 
-data::Transform train_transform(int size, double scale_min, uint64_t seed) {
-  return data::Transform(
-      data::TransformOptions().mode(data::TransformMode::Train).size(size).scale_min(scale_min).seed(seed));
+data::Transform train_transform(const TrainOptions& options, int size, double scale_min) {
+  return data::Transform(data::TransformOptions()
+                             .mode(data::TransformMode::Train)
+                             .size(size)
+                             .scale_min(scale_min)
+                             .flip_probability(options.flip() ? 0.5 : 0.0)
+                             .seed(options.seed()));
 }
 
 data::Transform eval_transform(int size, int resize) {
@@ -33,7 +37,7 @@ RunDatasets open_datasets(const TrainOptions& options) {
     const int drawn = size + size / 4;
     return {std::make_shared<data::SyntheticDataset>(
                 data::SyntheticOptions().size(options.dummy_train_size()).image_size(drawn).seed(options.seed()),
-                train_transform(size, kSmallImageScaleMin, options.seed())),
+                train_transform(options, size, kSmallImageScaleMin)),
             std::make_shared<data::SyntheticDataset>(
                 data::SyntheticOptions().size(options.dummy_val_size()).image_size(drawn).seed(options.seed() + 1),
                 eval_transform(size, size)),
@@ -46,7 +50,7 @@ RunDatasets open_datasets(const TrainOptions& options) {
   if (fs::exists(root / data::cifar_files(true).front())) {
     const int size = options.image_size().value_or(data::kCifarSide);
     return {std::make_shared<data::Cifar10>(root.string(), true,
-                                            train_transform(size, kSmallImageScaleMin, options.seed())),
+                                            train_transform(options, size, kSmallImageScaleMin)),
             std::make_shared<data::Cifar10>(root.string(), false, eval_transform(size, size)), "CIFAR-10"};
   }
   for (const char* split : {"train", "val"}) {
@@ -58,7 +62,7 @@ RunDatasets open_datasets(const TrainOptions& options) {
   const int size = options.image_size().value_or(224);
   const int resize = static_cast<int>(size * 256.0 / 224.0 + 0.5);
   const double scale_min = size <= 64 ? kSmallImageScaleMin : 0.08;
-  return {std::make_shared<data::ImageFolder>((root / "train").string(), train_transform(size, scale_min, options.seed()),
+  return {std::make_shared<data::ImageFolder>((root / "train").string(), train_transform(options, size, scale_min),
                                               options.bad_images()),
           std::make_shared<data::ImageFolder>((root / "val").string(), eval_transform(size, resize),
                                               options.bad_images()),

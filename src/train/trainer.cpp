@@ -12,7 +12,6 @@
 #include <cmath>
 #include <filesystem>
 #include <optional>
-#include <thread>
 
 #include "datasets.h"
 #include "dptrain/common/error.h"
@@ -162,11 +161,6 @@ Trainer::Trainer(TrainOptions options) : state_(std::make_unique<State>(std::mov
 
   s.comm = dist::init_process_group(o.dist());
   const auto& world = s.comm->world();
-  if (!o.deterministic() && world.local_world_size > 1) {
-    // Processes on one node share its cores rather than each starting one thread per core.
-    const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-    at::set_num_threads(std::max(1, cores / world.local_world_size));
-  }
   s.device = s.comm->device();
   if (o.gpu()) {
     DPT_CHECK(torch::cuda::is_available(), ConfigError, "rank ", world.rank, ": --gpu ", *o.gpu(),
@@ -183,11 +177,16 @@ Trainer::Trainer(TrainOptions options) : state_(std::make_unique<State>(std::mov
   s.sampler = std::make_unique<data::DistributedSampler>(
       s.data.train->size(), data::SamplerOptions(s.comm->size(), s.comm->rank()).seed(o.seed()));
   const int64_t global_batch = o.batch_size() * s.comm->size();
+  // Goyal et al. warm up from the unscaled rate to the scaled one; with a global batch under 256
+  // the scaled rate is the smaller, and starting above it would defeat the warm-up.
+  constexpr int64_t kReferenceBatch = 256;
+  const double peak_lr = o.lr_scaling() ? o.lr() * static_cast<double>(global_batch) / kReferenceBatch : o.lr();
   s.schedule = std::make_unique<LrSchedule>(
       LrScheduleOptions(o.lr())
           .global_batch(global_batch)
-          .reference_batch(o.lr_scaling() ? std::optional<int64_t>(256) : std::nullopt)
+          .reference_batch(o.lr_scaling() ? std::optional<int64_t>(kReferenceBatch) : std::nullopt)
           .warmup_epochs(o.warmup_epochs())
+          .warmup_start_lr(std::min(o.lr(), peak_lr))
           .decay(o.lr_schedule())
           .step_epochs(o.lr_step_epochs())
           .gamma(o.lr_gamma())

@@ -21,6 +21,7 @@ void add_run_flags(CLI::App& app, RunFlags& f) {
   app.add_option("--dummy-train-size", f.dummy_train_size)->capture_default_str();
   app.add_option("--dummy-val-size", f.dummy_val_size)->capture_default_str();
   app.add_option("--image-size", f.image_size, "input side (default 224 for ImageFolder, 32 otherwise)");
+  app.add_flag("--no-flip", f.no_flip, "no random horizontal flips (for digits, text, ...)");
   app.add_flag("--amp", f.amp, "mixed precision: bf16 autocast on CPU, fp16 with loss scaling on CUDA");
   app.add_flag("--channels-last", f.channels_last, "NHWC memory format for weights and inputs");
   app.add_flag("--deterministic", f.deterministic, "bitwise-repeatable CPU runs (one compute thread)");
@@ -44,6 +45,7 @@ train::TrainOptions run_options(const RunFlags& f, const std::string& arch) {
                      .dummy_train_size(f.dummy_train_size)
                      .dummy_val_size(f.dummy_val_size)
                      .image_size(f.image_size)
+                     .flip(!f.no_flip)
                      .batch_size(f.batch_size)
                      .workers(f.workers)
                      .amp(f.amp)

@@ -25,6 +25,7 @@ struct RunFlags {
   int64_t dummy_train_size = 4000;
   int64_t dummy_val_size = 1001;
   std::optional<int> image_size;
+  bool no_flip = false;
   bool amp = false;
   bool channels_last = false;
   bool deterministic = false;

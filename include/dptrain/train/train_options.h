@@ -41,6 +41,8 @@ struct TrainOptions {
   TORCH_ARG(int64_t, dummy_val_size) = 1001;
   // Side of the network's input. Unset: 224 for ImageFolder data, 32 for CIFAR and the dummy set.
   TORCH_ARG(std::optional<int>, image_size) = std::nullopt;
+  // Random horizontal flips in training (off for data where mirroring changes the class, e.g. digits).
+  TORCH_ARG(bool, flip) = true;
 
   TORCH_ARG(int64_t, epochs) = 90;
   // First epoch when not resuming (the schedule starts there as if earlier epochs had run).
