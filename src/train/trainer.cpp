@@ -251,7 +251,7 @@ MetricSums Trainer::State::step(const data::Batch& batch) {
   // alike. The scaler skips such steps; without it, continuing would spread NaN into the weights.
   if (!scaler->is_enabled()) {
     DPT_CHECK(std::isfinite(all.loss_sum), Error, "rank ", comm->rank(), ": the loss is not finite at step ",
-              global_step() + 1, " (epoch ", epoch, ", step ", step_in_epoch + 1,
+              global_step() + 1, " (epoch ", epoch + 1, ", step ", step_in_epoch + 1,
               "); lower --lr or lengthen --warmup-epochs");
   }
   scaler->step(*optimizer);

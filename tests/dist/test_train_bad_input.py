@@ -54,6 +54,18 @@ class BadInput(unittest.TestCase):
             self.assertIn(f"dptrain: error: checkpoint {bad} (21 bytes) is truncated or corrupt: ", lines[0])
             self.assertNotIn("timed out", err)
 
+    def test_non_finite_loss_stops_every_rank_at_the_same_step(self):
+        code, out, err = run([dptrain(), "launch", "--standalone", "--nproc-per-node", "2", "--", dptrain(),
+                              "train", "--dummy", "-a", "resnet20", "--image-size", "16", "--dummy-train-size", "64",
+                              "-b", "8", "-j", "1", "--lr", "1e30"], timeout=120)
+        self.assertNotEqual(code, 0)
+        # Every rank that got to print (the launcher stops the rest once one fails) names the same step.
+        lines = [line for line in err.splitlines() if "dptrain: error:" in line]
+        self.assertGreaterEqual(len(lines), 1, err)
+        for line in lines:
+            self.assertRegex(line, r"^\[rank (\d)\] dptrain: error: rank \1: the loss is not finite at step 2 "
+                                   r"\(epoch 1, step 2\); lower --lr or lengthen --warmup-epochs$")
+
     def test_eval_of_a_missing_checkpoint(self):
         code, out, err = run([dptrain(), "eval", "--dummy", "--checkpoint", "/nonexistent/w.pt"], timeout=60)
         self.assertEqual((code, err), (1, "dptrain: error: checkpoint /nonexistent/w.pt does not exist; check the "
