@@ -60,7 +60,7 @@ class BadInput(unittest.TestCase):
                               "-b", "8", "-j", "1", "--lr", "1e30"], timeout=120)
         self.assertNotEqual(code, 0)
         # Every rank that got to print (the launcher stops the rest once one fails) names the same step.
-        lines = [line for line in err.splitlines() if "dptrain: error:" in line]
+        lines = [line for line in err.splitlines() if line.startswith("[rank ") and "dptrain: error:" in line]
         self.assertGreaterEqual(len(lines), 1, err)
         for line in lines:
             self.assertRegex(line, r"^\[rank (\d)\] dptrain: error: rank \1: the loss is not finite at step 2 "
