@@ -1,6 +1,6 @@
 #pragma once
 // The train layer: learning-rate schedules, loss scaling, distributed metrics, checkpoint files,
-// progress and metrics logs (console, JSONL, TensorBoard).
+// progress and metrics logs (console, JSONL, TensorBoard), the training loop.
 #include "dptrain/train/checkpoint_file.h"
 #include "dptrain/train/console_observer.h"
 #include "dptrain/train/crc32c.h"
@@ -11,6 +11,10 @@
 #include "dptrain/train/lr_schedule.h"
 #include "dptrain/train/metrics.h"
 #include "dptrain/train/observers.h"
+#include "dptrain/train/optimizer_state.h"
 #include "dptrain/train/report.h"
 #include "dptrain/train/summary_writer.h"
 #include "dptrain/train/tensorboard_observer.h"
+#include "dptrain/train/train_options.h"
+#include "dptrain/train/trainer.h"
+#include "dptrain/train/training_checkpoint.h"

@@ -27,5 +27,7 @@ Command add_check_command(CLI::App& root);
 Command add_make_dataset_command(CLI::App& root);
 Command add_bench_loader_command(CLI::App& root);
 Command add_bench_ddp_command(CLI::App& root);
+Command add_train_command(CLI::App& root);
+Command add_eval_command(CLI::App& root);
 
 }  // namespace dpt::cli

@@ -1,0 +1,51 @@
+#pragma once
+// What a training checkpoint holds, as a dict that Python's torch.load reads like pytorch/examples'
+// checkpoints (`epoch`, `arch`, `state_dict` with torchvision's names, `best_acc1`, `optimizer` as
+// optimizer.state_dict()) plus what an exact resume needs: the step within the epoch, the global
+// step and batch, the sampler, the scaler, the seed and the CPU random generator.
+//
+//   dpt::train::TrainingCheckpoint cp;
+//   cp.arch = "resnet18"; cp.epoch = 3; cp.state_dict = dpt::models::state_dict(*model);
+//   cp.optimizer = dpt::train::sgd_state_dict(optimizer);
+//   dpt::train::save_checkpoint(cp.to_ivalue(), dir / "checkpoint.pt");
+//   auto back = dpt::train::TrainingCheckpoint::from_ivalue(dpt::train::load_checkpoint(file), file);
+//
+// Python: ck = torch.load("checkpoint.pt"); torchvision.models.resnet18().load_state_dict(ck["state_dict"])
+
+#include <cstdint>
+#include <filesystem>
+#include <string>
+
+#include <ATen/core/Dict.h>
+#include <ATen/core/ivalue.h>
+
+#include "dptrain/data/sampler.h"
+#include "dptrain/models/state_dict.h"
+
+namespace dpt::train {
+
+struct TrainingCheckpoint {
+  std::string arch;
+  int64_t epoch = 0;          // the epoch to continue with (pytorch/examples' meaning)
+  int64_t step_in_epoch = 0;  // optimizer steps of `epoch` already done (a --max-steps stop)
+  int64_t global_step = 0;    // optimizer steps since training began
+  int64_t global_batch = 0;   // samples per step over all ranks, which step_in_epoch counts in
+  double best_acc1 = 0;
+  uint64_t seed = 0;
+  data::SamplerState sampler;
+  models::StateDict state_dict;           // unwrapped names, CPU tensors
+  c10::impl::GenericDict optimizer{c10::StringType::get(), c10::AnyType::get()};
+  c10::impl::GenericDict scaler{c10::StringType::get(), c10::AnyType::get()};  // empty without AMP
+  at::Tensor rng_state;                   // the default CPU generator's state
+
+  c10::IValue to_ivalue() const;
+  // Throws CheckpointError naming `file` and the missing or mistyped entry.
+  static TrainingCheckpoint from_ivalue(const c10::IValue& value, const std::filesystem::path& file);
+};
+
+// Reads a weights file for --pretrained: a TrainingCheckpoint (its state_dict) or a dict of name ->
+// tensor saved from Python (torch.save(dict(model.state_dict()), path)). Throws CheckpointError
+// naming the file when it is missing, unreadable or neither.
+models::StateDict read_weights(const std::filesystem::path& file);
+
+}  // namespace dpt::train

@@ -1,0 +1,72 @@
+#include "datasets.h"
+
+#include <filesystem>
+
+#include "dptrain/common/error.h"
+#include "dptrain/data/cifar.h"
+#include "dptrain/data/image_folder.h"
+#include "dptrain/data/synthetic.h"
+
+namespace dpt::train {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+data::Transform train_transform(const TrainOptions& options, int size, double scale_min) {
+  return data::Transform(data::TransformOptions()
+                             .mode(data::TransformMode::Train)
+                             .size(size)
+                             .scale_min(scale_min)
+                             .flip_probability(options.flip() ? 0.5 : 0.0)
+                             .seed(options.seed()));
+}
+
+data::Transform eval_transform(int size, int resize) {
+  return data::Transform(data::TransformOptions().mode(data::TransformMode::Eval).size(size).resize(resize));
+}
+
+}  // namespace
+
+RunDatasets open_datasets(const TrainOptions& options) {
+  // Small images keep more of themselves in a crop than ImageNet's 8% floor allows.
+  constexpr double kSmallImageScaleMin = 0.35;
+  if (options.dummy()) {
+    const int size = options.image_size().value_or(32);
+    // Drawn a quarter larger than the input, so that crops and the eval resize have room.
+    const int drawn = size + size / 4;
+    return {std::make_shared<data::SyntheticDataset>(
+                data::SyntheticOptions().size(options.dummy_train_size()).image_size(drawn).seed(options.seed()),
+                train_transform(options, size, kSmallImageScaleMin)),
+            std::make_shared<data::SyntheticDataset>(
+                data::SyntheticOptions().size(options.dummy_val_size()).image_size(drawn).seed(options.seed() + 1),
+                eval_transform(size, size)),
+            "synthetic"};
+  }
+  const fs::path root(options.data());
+  DPT_CHECK(!options.data().empty(), ConfigError, "no data folder given: pass DATA (an ImageFolder with train/ and val/, "
+            "or a CIFAR-10 binary folder), or --dummy for the synthetic set");
+  DPT_CHECK(fs::is_directory(root), DataError, "data folder '", root.string(), "' does not exist or is not a folder");
+  if (fs::exists(root / data::cifar_files(true).front())) {
+    const int size = options.image_size().value_or(data::kCifarSide);
+    return {std::make_shared<data::Cifar10>(root.string(), true,
+                                            train_transform(options, size, kSmallImageScaleMin)),
+            std::make_shared<data::Cifar10>(root.string(), false, eval_transform(size, size)), "CIFAR-10"};
+  }
+  for (const char* split : {"train", "val"}) {
+    DPT_CHECK(fs::is_directory(root / split), DataError, "data folder '", root.string(), "' has no ", split,
+              "/ folder; expected an ImageFolder root with train/ and val/, or CIFAR-10 binary files");
+  }
+  // torchvision's recipe: RandomResizedCrop(224) for training, Resize(256) + CenterCrop(224)
+  // for validation; other sizes keep the 256/224 ratio.
+  const int size = options.image_size().value_or(224);
+  const int resize = static_cast<int>(size * 256.0 / 224.0 + 0.5);
+  const double scale_min = size <= 64 ? kSmallImageScaleMin : 0.08;
+  return {std::make_shared<data::ImageFolder>((root / "train").string(), train_transform(options, size, scale_min),
+                                              options.bad_images()),
+          std::make_shared<data::ImageFolder>((root / "val").string(), eval_transform(size, resize),
+                                              options.bad_images()),
+          "ImageFolder"};
+}
+
+}  // namespace dpt::train

@@ -1,0 +1,408 @@
+#include "dptrain/train/trainer.h"
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <ATen/Parallel.h>
+#include <torch/cuda.h>
+#include <torch/nn/functional/loss.h>
+#include <torch/optim/sgd.h>
+#include <torch/utils.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <optional>
+
+#include "datasets.h"
+#include "dptrain/common/error.h"
+#include "dptrain/compat/compat.h"
+#include "dptrain/data/loader.h"
+#include "dptrain/data/sampler.h"
+#include "dptrain/dist/init.h"
+#include "dptrain/models/registry.h"
+#include "dptrain/parallel/ddp.h"
+#include "dptrain/train/checkpoint_file.h"
+#include "dptrain/train/grad_scaler.h"
+#include "dptrain/train/lr_schedule.h"
+#include "dptrain/train/optimizer_state.h"
+#include "dptrain/train/training_checkpoint.h"
+
+namespace dpt::train {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+void check_options(const TrainOptions& o) {
+  DPT_CHECK(o.batch_size() > 0, ConfigError, "--batch-size must be positive, got ", o.batch_size());
+  DPT_CHECK(o.epochs() > 0, ConfigError, "--epochs must be positive, got ", o.epochs());
+  DPT_CHECK(o.start_epoch() >= 0 && o.start_epoch() < o.epochs(), ConfigError, "--start-epoch must be in [0, ",
+            o.epochs(), "), got ", o.start_epoch());
+  DPT_CHECK(o.workers() > 0, ConfigError, "--workers must be at least 1, got ", o.workers());
+  DPT_CHECK(o.keep_checkpoints() >= 1, ConfigError, "--keep-checkpoints must be at least 1, got ",
+            o.keep_checkpoints());
+  DPT_CHECK(!o.max_steps() || *o.max_steps() > 0, ConfigError, "--max-steps must be positive, got ",
+            o.max_steps().value_or(0));
+  DPT_CHECK(o.resume().empty() || o.pretrained().empty(), ConfigError,
+            "--resume and --pretrained exclude each other: a resumed run continues with its own weights");
+}
+
+// Channels-last weights make convolutions pick NHWC kernels; the inputs follow the same layout.
+void to_channels_last(torch::nn::Module& module) {
+  for (auto& p : module.parameters()) {
+    if (p.dim() == 4) p.set_data(p.data().contiguous(at::MemoryFormat::ChannelsLast));
+  }
+}
+
+// pytorch/examples' convention: 'epoch' in a checkpoint is the epoch to start with next.
+TrainingCheckpoint read_resume_checkpoint(const TrainOptions& o) {
+  const fs::path file(o.resume());
+  DPT_CHECK(fs::is_regular_file(file), CheckpointError, "checkpoint ", file.string(),
+            " does not exist; check the path given to --resume");
+  auto checkpoint = TrainingCheckpoint::from_ivalue(load_checkpoint(file), file);
+  DPT_CHECK(checkpoint.arch == o.arch(), CheckpointError, "checkpoint ", file.string(), " is for ", checkpoint.arch,
+            ", not ", o.arch(), "; pass -a ", checkpoint.arch);
+  return checkpoint;
+}
+
+}  // namespace
+
+struct Trainer::State {
+  TrainOptions options;
+  RunDatasets data;
+  models::ResNet model{nullptr};
+  std::optional<TrainingCheckpoint> resumed;
+  std::shared_ptr<dist::Communicator> comm;
+  at::Device device{at::kCPU};
+  std::unique_ptr<DistributedDataParallel<models::ResNet>> ddp;
+  std::unique_ptr<torch::optim::SGD> optimizer;
+  std::unique_ptr<GradScaler> scaler;
+  std::unique_ptr<data::DistributedSampler> sampler;
+  std::unique_ptr<LrSchedule> schedule;
+  int64_t epoch = 0;
+  int64_t step_in_epoch = 0;
+  double best_acc1 = 0;
+
+  explicit State(TrainOptions o) : options(std::move(o)) {}
+
+  bool leader() const { return comm->rank() == 0; }
+  int64_t steps_per_epoch() const {
+    return (sampler->num_samples() + options.batch_size() - 1) / options.batch_size();
+  }
+  int64_t global_step() const { return epoch * steps_per_epoch() + step_in_epoch; }
+
+  template <typename F>
+  void notify(F&& tell) {
+    if (!leader()) return;
+    for (auto& observer : options.observers()) tell(*observer);
+  }
+
+  // The forward pass and loss, in the precision --amp asks for: bf16 autocast on the CPU, fp16
+  // on CUDA. The loss is computed in float32 outside autocast.
+  std::pair<at::Tensor, at::Tensor> forward(const at::Tensor& images, const at::Tensor& labels, bool train) {
+    at::Tensor logits;
+    {
+      compat::AutocastGuard autocast(device.type(), device.is_cuda() ? at::kHalf : at::kBFloat16, options.amp());
+      logits = train ? ddp->forward(images) : model->forward(images);
+    }
+    logits = logits.to(at::kFloat);
+    return {logits, torch::nn::functional::cross_entropy(logits, labels)};
+  }
+
+  std::pair<at::Tensor, at::Tensor> to_device(const data::Batch& batch) const {
+    auto images = batch.images.to(device, /*non_blocking=*/true);
+    if (options.channels_last()) images = images.contiguous(at::MemoryFormat::ChannelsLast);
+    return {images, batch.labels.to(device, /*non_blocking=*/true)};
+  }
+
+  data::LoaderOptions loader_options() const {
+    return data::LoaderOptions()
+        .batch_size(options.batch_size())
+        .threads(options.workers())
+        .bad_image_policy(options.bad_images())
+        .pin_memory(device.is_cuda());
+  }
+
+  void print_banner() const;
+  void save_checkpoint(bool epoch_done, bool is_best) const;
+  // One optimizer step; returns the step's sums over all ranks.
+  MetricSums step(const data::Batch& batch);
+  // Trains one epoch from step_in_epoch on; returns false when max_steps stopped it early.
+  bool train_epoch(MetricSums& sums, int64_t& skipped);
+};
+
+Trainer::Trainer(TrainOptions options) : state_(std::make_unique<State>(std::move(options))) {
+  State& s = *state_;
+  TrainOptions& o = s.options;
+  check_options(o);
+  // Everything local first: a bad folder, name or file fails here on every rank alike.
+  if (!o.resume().empty()) {
+    s.resumed = read_resume_checkpoint(o);
+    o.seed(s.resumed->seed);
+  }
+  s.data = open_datasets(o);
+  torch::manual_seed(o.seed());  // the same initial weights on every rank
+  s.model = models::create(o.arch(), models::ResNetOptions().num_classes(s.data.train->num_classes()));
+  if (s.resumed) {
+    models::load_state_dict(*s.model, s.resumed->state_dict);
+  } else if (!o.pretrained().empty()) {
+    models::load_state_dict(*s.model, read_weights(o.pretrained()));
+  }
+  if (o.deterministic()) {
+    at::set_num_threads(1);
+    at::globalContext().setDeterministicAlgorithms(true, /*warn_only=*/false);
+  }
+
+  s.comm = dist::init_process_group(o.dist());
+  const auto& world = s.comm->world();
+  s.device = s.comm->device();
+  if (o.gpu()) {
+    DPT_CHECK(torch::cuda::is_available(), ConfigError, "rank ", world.rank, ": --gpu ", *o.gpu(),
+              " given but no CUDA device is visible");
+    s.device = at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(*o.gpu()));
+  }
+  s.model->to(s.device);
+  if (o.channels_last()) to_channels_last(*s.model);
+  s.ddp = std::make_unique<DistributedDataParallel<models::ResNet>>(s.model, s.comm);
+  s.optimizer = std::make_unique<torch::optim::SGD>(
+      s.model->parameters(), torch::optim::SGDOptions(o.lr()).momentum(o.momentum()).weight_decay(o.weight_decay()));
+  // Loss scaling keeps fp16 gradients from underflowing; bf16 has float32's range and needs none.
+  s.scaler = std::make_unique<GradScaler>(GradScalerOptions().enabled(o.amp() && s.device.is_cuda()), s.comm.get());
+  s.sampler = std::make_unique<data::DistributedSampler>(
+      s.data.train->size(), data::SamplerOptions(s.comm->size(), s.comm->rank()).seed(o.seed()));
+  const int64_t global_batch = o.batch_size() * s.comm->size();
+  // Goyal et al. warm up from the unscaled rate to the scaled one; with a global batch under 256
+  // the scaled rate is the smaller, and starting above it would defeat the warm-up.
+  constexpr int64_t kReferenceBatch = 256;
+  const double peak_lr = o.lr_scaling() ? o.lr() * static_cast<double>(global_batch) / kReferenceBatch : o.lr();
+  s.schedule = std::make_unique<LrSchedule>(
+      LrScheduleOptions(o.lr())
+          .global_batch(global_batch)
+          .reference_batch(o.lr_scaling() ? std::optional<int64_t>(kReferenceBatch) : std::nullopt)
+          .warmup_epochs(o.warmup_epochs())
+          .warmup_start_lr(std::min(o.lr(), peak_lr))
+          .decay(o.lr_schedule())
+          .step_epochs(o.lr_step_epochs())
+          .gamma(o.lr_gamma())
+          .milestones(o.lr_milestones())
+          .epochs(o.epochs()),
+      s.steps_per_epoch());
+
+  s.epoch = o.start_epoch();
+  if (s.resumed) {
+    const TrainingCheckpoint& cp = *s.resumed;
+    DPT_CHECK(cp.step_in_epoch == 0 || cp.global_batch == global_batch, ConfigError, "rank ", world.rank,
+              ": checkpoint ", o.resume(), " stopped mid-epoch with a global batch of ", cp.global_batch,
+              " samples; resume it with the same world size and --batch-size (now ", global_batch, ")");
+    s.epoch = cp.epoch;
+    s.step_in_epoch = cp.step_in_epoch;
+    s.best_acc1 = cp.best_acc1;
+    s.sampler->load_state(cp.sampler);
+    load_sgd_state_dict(*s.optimizer, cp.optimizer);
+    if (s.scaler->is_enabled() && cp.scaler.size() > 0) s.scaler->load_state_dict(cp.scaler);
+    if (cp.rng_state.numel() > 0) {
+      at::Generator generator = at::detail::getDefaultCPUGenerator();  // shares the default's state
+      generator.set_state(cp.rng_state);
+    }
+    s.resumed.reset();  // the weights now live in the model
+  }
+  if (s.leader() && !o.output_dir().empty()) fs::create_directories(o.output_dir());
+  s.print_banner();
+}
+
+Trainer::~Trainer() {
+  if (state_->comm) state_->notify([](TrainObserver& o) { o.on_finish(); });
+}
+
+int Trainer::rank() const { return state_->comm->rank(); }
+int Trainer::world_size() const { return state_->comm->size(); }
+
+void Trainer::State::print_banner() const {
+  if (!leader() || options.log() == nullptr) return;
+  const int64_t global_batch = options.batch_size() * comm->size();
+  auto& out = *options.log();
+  out << "dptrain train: " << options.arch() << ", " << comm->size() << " process(es), batch "
+      << options.batch_size() << " per process (" << global_batch << " global), lr " << schedule->peak_lr();
+  if (options.lr_scaling()) out << " (" << options.lr() << " x " << global_batch << "/256)";
+  out << ", warm-up " << options.warmup_epochs() << " epoch(s), " << to_string(options.lr_schedule())
+      << " schedule, amp " << (options.amp() ? (device.is_cuda() ? "fp16" : "bf16") : "off") << ", device "
+      << device.str() << "\n"
+      << "data: " << data.kind << ", " << data.train->size() << " training and " << data.val->size()
+      << " validation images, " << data.train->num_classes() << " classes, " << steps_per_epoch()
+      << " steps per epoch" << std::endl;
+}
+
+MetricSums Trainer::State::step(const data::Batch& batch) {
+  set_lr(*optimizer, schedule->lr_at(global_step()));
+  auto [images, labels] = to_device(batch);
+  optimizer->zero_grad();
+  auto [logits, loss] = forward(images, labels, /*train=*/true);
+  scaler->scale(loss).backward();
+  MetricSums local;
+  local.add(logits.detach(), labels, loss.item<double>());
+  MetricSums all = local.reduced(*comm);
+  // NaN or inf on any rank makes the summed loss non-finite on every rank, so all ranks decide
+  // alike. The scaler skips such steps; without it, continuing would spread NaN into the weights.
+  if (!scaler->is_enabled()) {
+    DPT_CHECK(std::isfinite(all.loss_sum), Error, "rank ", comm->rank(), ": the loss is not finite at step ",
+              global_step() + 1, " (epoch ", epoch + 1, ", step ", step_in_epoch + 1,
+              "); lower --lr or lengthen --warmup-epochs");
+  }
+  scaler->step(*optimizer);
+  scaler->update();
+  ++step_in_epoch;
+  return all;
+}
+
+bool Trainer::State::train_epoch(MetricSums& sums, int64_t& skipped) {
+  model->train();
+  sampler->set_epoch(epoch);
+  // Resuming mid-epoch: batch k holds indices[k*B, (k+1)*B) with augmentation fixed by
+  // (seed, epoch, index), so dropping the done batches' indices continues exactly.
+  auto indices = sampler->indices();
+  const int64_t done = std::min<int64_t>(step_in_epoch * options.batch_size(), indices.size());
+  indices.erase(indices.begin(), indices.begin() + done);
+  data::Loader loader(data.train, std::move(indices), epoch, loader_options());
+  const int64_t steps = options.max_steps()
+                            ? std::min(steps_per_epoch(), *options.max_steps() - epoch * steps_per_epoch())
+                            : steps_per_epoch();
+  const auto start = Clock::now();
+  const int64_t first_step = step_in_epoch;
+  bool stopped = false;
+  while (true) {
+    if (options.max_steps() && global_step() >= *options.max_steps()) {
+      stopped = step_in_epoch < steps_per_epoch();
+      break;
+    }
+    auto batch = loader.next();
+    if (!batch) break;
+    const MetricSums all = step(*batch);
+    sums.add(all);
+    const double elapsed = seconds_since(start);
+    const int64_t taken = step_in_epoch - first_step;
+    StepReport report;
+    report.epoch = epoch;
+    report.step_in_epoch = step_in_epoch;
+    report.steps_per_epoch = steps;
+    report.global_step = global_step();
+    report.loss = all.loss();
+    report.acc1 = all.top1_percent();
+    report.acc5 = all.top5_percent();
+    report.lr = schedule->lr_at(global_step() - 1);
+    report.images_per_s = elapsed > 0 ? static_cast<double>(sums.count) / elapsed : 0.0;
+    report.eta_s = taken > 0 ? elapsed / taken * static_cast<double>(std::max<int64_t>(0, steps - step_in_epoch)) : 0.0;
+    notify([&](TrainObserver& o) { o.on_step(report); });
+  }
+  skipped = static_cast<int64_t>(loader.skipped().size());
+  return !stopped;
+}
+
+void Trainer::State::save_checkpoint(bool epoch_done, bool is_best) const {
+  if (!leader() || options.output_dir().empty()) return;
+  TrainingCheckpoint cp;
+  cp.arch = options.arch();
+  cp.epoch = epoch;
+  cp.step_in_epoch = step_in_epoch;
+  cp.global_step = global_step();
+  cp.global_batch = options.batch_size() * comm->size();
+  cp.best_acc1 = best_acc1;
+  cp.seed = options.seed();
+  cp.sampler = sampler->state();
+  cp.state_dict = models::state_dict(*model);
+  cp.optimizer = sgd_state_dict(*optimizer);
+  cp.scaler = scaler->state_dict();
+  at::Generator generator = at::detail::getDefaultCPUGenerator();
+  cp.rng_state = generator.get_state();
+  const fs::path dir(options.output_dir());
+  const fs::path latest = dir / "checkpoint.pt";
+  train::save_checkpoint(cp.to_ivalue(), latest);
+  if (epoch_done) {
+    copy_file_atomically(latest, epoch_checkpoint_path(dir, epoch));
+    rotate_checkpoints(dir, options.keep_checkpoints());
+  }
+  if (is_best || !fs::exists(dir / kBestCheckpointName)) copy_file_atomically(latest, dir / kBestCheckpointName);
+}
+
+TrainResult Trainer::train() {
+  State& s = *state_;
+  TrainResult result;
+  while (s.epoch < s.options.epochs()) {
+    const auto start = Clock::now();
+    MetricSums sums;
+    int64_t skipped_local = 0;
+    const bool finished = s.train_epoch(sums, skipped_local);
+    if (!finished) {
+      s.save_checkpoint(/*epoch_done=*/false, /*is_best=*/false);
+      break;
+    }
+    at::Tensor skipped = at::tensor({static_cast<double>(skipped_local)}, at::kDouble).to(s.comm->device());
+    s.comm->all_reduce(skipped, dist::ReduceOp::Sum);
+    EpochReport report;
+    report.phase = "train";
+    report.epoch = s.epoch;
+    report.global_step = s.global_step();
+    report.loss = sums.loss();
+    report.acc1 = sums.top1_percent();
+    report.acc5 = sums.top5_percent();
+    report.samples = sums.count;
+    report.seconds = seconds_since(start);
+    report.images_per_s = report.seconds > 0 ? static_cast<double>(sums.count) / report.seconds : 0.0;
+    report.skipped_images = static_cast<int64_t>(skipped.item<double>());
+    s.notify([&](TrainObserver& o) { o.on_epoch(report); });
+
+    result.last_val = evaluate();
+    const double acc1 = result.last_val.top1_percent();
+    const bool is_best = acc1 > s.best_acc1;
+    s.best_acc1 = std::max(s.best_acc1, acc1);
+    ++s.epoch;
+    s.step_in_epoch = 0;
+    s.save_checkpoint(/*epoch_done=*/true, is_best);
+    if (s.options.max_steps() && s.global_step() >= *s.options.max_steps()) break;
+  }
+  result.epochs_done = s.epoch;
+  result.global_step = s.global_step();
+  result.best_acc1 = s.best_acc1;
+  return result;
+}
+
+MetricSums Trainer::evaluate() {
+  State& s = *state_;
+  const auto start = Clock::now();
+  s.model->eval();
+  torch::NoGradGuard no_grad;
+  data::EvalSampler val_sampler(s.data.val->size(), s.comm->size(), s.comm->rank());
+  data::Loader loader(s.data.val, val_sampler.indices(), /*epoch=*/0, s.loader_options());
+  MetricSums local;
+  while (auto batch = loader.next()) {
+    auto [images, labels] = s.to_device(*batch);
+    auto logits = s.forward(images, labels, /*train=*/false).first;
+    // Per-sample losses in float64: the sum then depends on the samples, not on how the ranks
+    // batched them (a float32 batch mean rounds differently for every batch composition).
+    const auto loss = torch::nn::functional::cross_entropy(logits.to(at::kDouble), labels);
+    local.add(logits, labels, loss.item<double>());
+  }
+  at::Tensor skipped = at::tensor({static_cast<double>(loader.skipped().size())}, at::kDouble).to(s.comm->device());
+  s.comm->all_reduce(skipped, dist::ReduceOp::Sum);
+  const MetricSums all = local.reduced(*s.comm);
+  EpochReport report;
+  report.phase = "val";
+  report.epoch = s.epoch;
+  report.global_step = s.global_step();
+  report.loss = all.loss();
+  report.acc1 = all.top1_percent();
+  report.acc5 = all.top5_percent();
+  report.samples = all.count;
+  report.seconds = seconds_since(start);
+  report.images_per_s = report.seconds > 0 ? static_cast<double>(all.count) / report.seconds : 0.0;
+  report.skipped_images = static_cast<int64_t>(skipped.item<double>());
+  s.notify([&](TrainObserver& o) { o.on_epoch(report); });
+  return all;
+}
+
+}  // namespace dpt::train

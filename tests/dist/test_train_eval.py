@@ -1,0 +1,45 @@
+"""Distributed evaluation is exact: `dptrain eval` on 2 processes over a validation set of odd size
+(unequal shards, no padded duplicates) gives the counts of one process exactly and the same loss
+(`dptrain train -e` too)."""
+
+import os
+import tempfile
+import unittest
+
+from proc import dptrain, run
+from train_runs import alone, last_json
+
+DATA = ["--dummy", "--image-size", "16", "--dummy-train-size", "32", "--dummy-val-size", "101", "-j", "1"]
+
+
+class DistributedEval(unittest.TestCase):
+    def test_two_ranks_equal_one_process(self):
+        with tempfile.TemporaryDirectory(prefix="dpt_eval_") as tmp:
+            code, out, err = run([dptrain(), "train", *DATA, "-a", "resnet20", "-b", "16", "--max-steps", "2",
+                                  "--output", tmp], timeout=240, env=alone())
+            self.assertEqual(code, 0, out + err)
+            checkpoint = os.path.join(tmp, "checkpoint.pt")
+            code, out, err = run([dptrain(), "eval", *DATA, "-b", "16", "--checkpoint", checkpoint], timeout=240, env=alone())
+            self.assertEqual(code, 0, out + err)
+            single = last_json(out)
+            code, out, err = run([dptrain(), "launch", "--standalone", "--nproc-per-node", "2", "--", dptrain(),
+                                  "eval", *DATA, "-b", "16", "--checkpoint", checkpoint], timeout=240)
+            self.assertEqual(code, 0, out + err)
+            two = last_json(out)
+            code, out, err = run([dptrain(), "launch", "--standalone", "--nproc-per-node", "2", "--", dptrain(),
+                                  "train", *DATA, "-a", "resnet20", "-b", "16", "-e", "--resume", checkpoint],
+                                 timeout=240)
+            self.assertEqual(code, 0, out + err)
+            evaluate_flag = last_json(out)["val"]
+            print("single", single, "two ranks", two)
+            self.assertEqual(single["count"], 101)
+            for key in ("count", "correct1", "correct5"):
+                self.assertEqual(two[key], single[key], key)
+                self.assertEqual(evaluate_flag[key], single[key], key)
+            # The per-sample losses are the same (float64); only the order of their summation differs.
+            self.assertAlmostEqual(two["loss_sum"], single["loss_sum"], delta=1e-12 * abs(single["loss_sum"]))
+            self.assertAlmostEqual(evaluate_flag["loss_sum"], single["loss_sum"], delta=1e-12 * abs(single["loss_sum"]))
+
+
+if __name__ == "__main__":
+    unittest.main()

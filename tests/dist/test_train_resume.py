@@ -1,0 +1,102 @@
+"""`dptrain train` checkpoints: N optimizer steps straight end with the same weights, bit for bit,
+as N/2 steps, a stop (--max-steps, mid-epoch), --resume and N/2 more, on 2 processes under
+--deterministic; epoch checkpoints rotate (keep last K) beside model_best.pt; a run killed at any
+moment leaves a checkpoint.pt that loads."""
+
+import os
+import signal
+import tempfile
+import time
+import unittest
+
+from proc import PYTHON, Started, dptrain, run
+from train_runs import alone
+
+# ResNet-20 on 16 px synthetic images: 96 training images over 2 ranks, batch 8 per rank, so 6
+# steps per epoch; 8 steps end 2 steps into epoch 2 and the half-way stop is mid-epoch 1.
+SMALL = ["--dummy", "-a", "resnet20", "--image-size", "16", "--dummy-train-size", "96", "--dummy-val-size", "33",
+         "-b", "8", "-j", "1", "--lr", "0.2", "--seed", "3", "--deterministic", "--epochs", "3", "-p", "100"]
+
+COMPARE = r"""
+import sys, torch
+a, b = torch.load(sys.argv[1]), torch.load(sys.argv[2])
+print(a["global_step"], a["epoch"], a["step_in_epoch"], b["global_step"], b["epoch"], b["step_in_epoch"])
+assert list(a["state_dict"]) == list(b["state_dict"])
+diff = max((x.double() - b["state_dict"][k].double()).abs().max().item() for k, x in a["state_dict"].items())
+same = all(torch.equal(x, b["state_dict"][k]) for k, x in a["state_dict"].items())
+sa, sb = a["optimizer"]["state"], b["optimizer"]["state"]
+same_momentum = sorted(sa) == sorted(sb) and all(
+    torch.equal(sa[i]["momentum_buffer"], sb[i]["momentum_buffer"]) for i in sa)
+print("max_abs_diff", diff, "bitwise", same, "momentum_bitwise", same_momentum, "entries", len(sa))
+"""
+
+
+def launch(*args):
+    return [dptrain(), "launch", "--standalone", "--nproc-per-node", "2", "--", dptrain(), "train", *args]
+
+
+class ExactResume(unittest.TestCase):
+    def test_stop_and_resume_equals_straight_run_bitwise(self):
+        with tempfile.TemporaryDirectory(prefix="dpt_resume_") as tmp:
+            straight, halves = os.path.join(tmp, "straight"), os.path.join(tmp, "halves")
+            code, out, err = run(launch(*SMALL, "--max-steps", "8", "--output", straight), timeout=240)
+            self.assertEqual(code, 0, out + err)
+            code, out, err = run(launch(*SMALL, "--max-steps", "4", "--output", halves), timeout=240)
+            self.assertEqual(code, 0, out + err)
+            self.assertIn('"global_step":4', out)
+            code, out, err = run(launch(*SMALL, "--max-steps", "8", "--output", halves,
+                                        "--resume", os.path.join(halves, "checkpoint.pt")), timeout=240)
+            self.assertEqual(code, 0, out + err)
+            self.assertIn('"global_step":8', out)
+            code, out, err = run([PYTHON, "-c", COMPARE, os.path.join(straight, "checkpoint.pt"),
+                                  os.path.join(halves, "checkpoint.pt")], timeout=120)
+            self.assertEqual(code, 0, err)
+            lines = out.splitlines()
+            self.assertEqual(lines[0], "8 1 2 8 1 2")  # global step, epoch, step in epoch
+            self.assertEqual(lines[1], "max_abs_diff 0.0 bitwise True momentum_bitwise True entries 59")
+
+
+class CheckpointFiles(unittest.TestCase):
+    def test_keep_last_k_and_best_all_load_in_python(self):
+        with tempfile.TemporaryDirectory(prefix="dpt_ckfiles_") as tmp:
+            code, out, err = run([dptrain(), "train", *SMALL, "--epochs", "4", "--dummy-train-size", "32",
+                                  "--keep-checkpoints", "2", "--output", tmp], timeout=240, env=alone())
+            self.assertEqual(code, 0, out + err)
+            names = sorted(os.listdir(tmp))
+            self.assertEqual(names, ["checkpoint.pt", "checkpoint_epoch3.pt", "checkpoint_epoch4.pt", "model_best.pt"])
+            code, out, err = run([PYTHON, "-c", (
+                "import sys, torch\n"
+                "for f in sys.argv[1:]:\n"
+                "    c = torch.load(f)\n"
+                "    print(f.rsplit('/', 1)[1], c['epoch'], c['arch'], c['global_step'], round(c['best_acc1'], 6) >= 0)\n"),
+                *[os.path.join(tmp, n) for n in names]], timeout=120)
+            self.assertEqual(code, 0, err)
+            self.assertEqual(out.splitlines(), ["checkpoint.pt 4 resnet20 16 True", "checkpoint_epoch3.pt 3 resnet20 12 True",
+                                                "checkpoint_epoch4.pt 4 resnet20 16 True",
+                                                out.splitlines()[3]])
+            self.assertRegex(out.splitlines()[3], r"^model_best.pt [1-4] resnet20 (4|8|12|16) True$")
+
+    def test_killed_run_leaves_a_loadable_checkpoint(self):
+        with tempfile.TemporaryDirectory(prefix="dpt_kill_") as tmp:
+            started = Started([dptrain(), "train", *SMALL, "--epochs", "1000", "--dummy-train-size", "16",
+                               "--output", tmp], env=alone())
+            try:
+                deadline = time.monotonic() + 120
+                while not os.path.exists(os.path.join(tmp, "checkpoint_epoch2.pt")) and time.monotonic() < deadline:
+                    time.sleep(0.05)
+                self.assertTrue(os.path.exists(os.path.join(tmp, "checkpoint_epoch2.pt")), "no checkpoint in 120 s")
+                os.killpg(started.proc.pid, signal.SIGKILL)  # at whatever point of a write it is
+                started.proc.wait(timeout=30)
+            finally:
+                started.close()
+            code, out, err = run([PYTHON, "-c", (
+                "import sys, torch\n"
+                "c = torch.load(sys.argv[1])\n"
+                "print(c['arch'], c['epoch'] >= 2, len(c['state_dict']))\n"), os.path.join(tmp, "checkpoint.pt")],
+                timeout=120)
+            self.assertEqual(code, 0, err)
+            self.assertEqual(out.strip(), "resnet20 True 116")
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,108 @@
+"""dptrain checkpoints and Python: a checkpoint of a resnet18 run loads with torch.load into
+torchvision's resnet18 and gives dptrain's logits on the same input; its optimizer state loads into
+torch.optim.SGD; a Python-saved dict(state_dict) evaluates through `dptrain eval` (and `train
+--pretrained -e`) to the counts and loss Python computes with torchvision's transforms."""
+
+import json
+import os
+import tempfile
+import unittest
+
+from proc import PYTHON, dptrain, run
+from train_runs import alone, last_json
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+ORACLE = os.path.join(os.path.dirname(dptrain()), "dptrain_models_oracle")
+
+TO_TORCHVISION = r"""
+import sys, torch, torchvision
+ck = torch.load(sys.argv[1])
+assert ck["arch"] == "resnet18" and ck["epoch"] == 0 and ck["global_step"] == 2, (ck["arch"], ck["epoch"])
+model = torchvision.models.resnet18(num_classes=10)
+model.load_state_dict(ck["state_dict"])
+opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+opt.load_state_dict(ck["optimizer"])
+g = opt.param_groups[0]
+print("optimizer", len(opt.state), g["momentum"], g["weight_decay"], g["nesterov"])
+model.eval()
+torch.manual_seed(0)
+x = torch.randn(3, 3, 32, 32)
+with torch.no_grad():
+    logits = model(x)
+torch.save(dict(ck["state_dict"]), sys.argv[2] + "/state.pt")
+torch.save({"input": x, "logits": logits}, sys.argv[2] + "/io.pt")
+"""
+
+MAX_DIFF = r"""
+import sys, torch
+a = torch.load(sys.argv[1])["logits"]; b = torch.load(sys.argv[2])["logits"]
+print("max_abs_logit_diff", (a - b).abs().max().item())
+"""
+
+PYTHON_EVAL = r"""
+import json, sys, torch, torchvision
+from torchvision import transforms as T
+torch.manual_seed(5)
+model = torchvision.models.resnet18(num_classes=10)
+torch.save(dict(model.state_dict()), sys.argv[2])
+model.eval()
+tf = T.Compose([T.Resize(37), T.CenterCrop(32), T.ToTensor(), T.Normalize([0.485, 0.456, 0.406], [0.229, 0.224, 0.225])])
+ds = torchvision.datasets.ImageFolder(sys.argv[1] + "/val", tf)
+loader = torch.utils.data.DataLoader(ds, batch_size=64)
+loss_sum, correct1, correct5, count = 0.0, 0, 0, 0
+with torch.no_grad():
+    for x, y in loader:
+        out = model(x)
+        loss_sum += torch.nn.functional.cross_entropy(out, y).item() * len(y)
+        top5 = out.topk(5, 1).indices
+        correct1 += (top5[:, 0] == y).sum().item()
+        correct5 += (top5 == y[:, None]).any(1).sum().item()
+        count += len(y)
+print(json.dumps({"loss_sum": loss_sum, "correct1": correct1, "correct5": correct5, "count": count}))
+"""
+
+
+class Interop(unittest.TestCase):
+    def test_checkpoint_loads_into_torchvision_with_the_same_logits(self):
+        with tempfile.TemporaryDirectory(prefix="dpt_interop_") as tmp:
+            code, out, err = run([dptrain(), "train", "--dummy", "-a", "resnet18", "--image-size", "32",
+                                  "--dummy-train-size", "32", "--dummy-val-size", "8", "-b", "8", "-j", "1",
+                                  "--max-steps", "2", "--output", tmp], timeout=240, env=alone())
+            self.assertEqual(code, 0, out + err)
+            code, out, err = run([PYTHON, "-c", TO_TORCHVISION, os.path.join(tmp, "checkpoint.pt"), tmp], timeout=120)
+            self.assertEqual(code, 0, err)
+            self.assertEqual(out.strip(), "optimizer 62 0.9 0.0001 False")
+            code, out, err = run([ORACLE, "import", "resnet18", "10", os.path.join(tmp, "state.pt"),
+                                  os.path.join(tmp, "io.pt"), os.path.join(tmp, "dptrain.pt")], timeout=120)
+            self.assertEqual(code, 0, err)
+            code, out, err = run([PYTHON, "-c", MAX_DIFF, os.path.join(tmp, "io.pt"), os.path.join(tmp, "dptrain.pt")],
+                                 timeout=120)
+            self.assertEqual(code, 0, err)
+            print(out.strip())
+            self.assertLess(float(out.split()[1]), 1e-4)
+
+    def test_python_state_dict_evaluates_like_python(self):
+        with tempfile.TemporaryDirectory(prefix="dpt_interop_") as tmp:
+            data, weights = os.path.join(tmp, "digits"), os.path.join(tmp, "python.pt")
+            code, out, err = run([PYTHON, os.path.join(ROOT, "scripts", "make-digits-imagefolder"), data], timeout=120)
+            self.assertEqual(code, 0, err)
+            code, out, err = run([PYTHON, "-c", PYTHON_EVAL, data, weights], timeout=180)
+            self.assertEqual(code, 0, err)
+            expected = json.loads(out)
+            code, out, err = run([dptrain(), "eval", data, "-a", "resnet18", "--image-size", "32", "-b", "64",
+                                  "-j", "1", "--checkpoint", weights], timeout=180, env=alone())
+            self.assertEqual(code, 0, out + err)
+            got = last_json(out)
+            code, out, err = run([dptrain(), "train", data, "-a", "resnet18", "--image-size", "32", "-b", "64",
+                                  "-j", "1", "-e", "--pretrained", weights], timeout=180, env=alone())
+            self.assertEqual(code, 0, out + err)
+            pretrained = last_json(out)["val"]
+            print("python", expected, "dptrain", got)
+            for result in (got, pretrained):
+                for key in ("count", "correct1", "correct5"):
+                    self.assertEqual(result[key], expected[key], key)
+                self.assertAlmostEqual(result["loss_sum"], expected["loss_sum"], delta=1e-4 * expected["count"])
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,57 @@
+// `dptrain eval`: one validation pass of a checkpoint (or a Python-saved state dict) over the
+// process group, with counts summed exactly over ranks. Rank 0 ends with one JSON line.
+//
+//   dptrain eval /data/imagenet --checkpoint run1/model_best.pt
+//   dptrain launch --standalone --nproc-per-node 2 -- dptrain eval --dummy --checkpoint ck.pt
+
+#include <iostream>
+
+#include "command.h"
+#include "dptrain/common/error.h"
+#include "dptrain/train/checkpoint_file.h"
+#include "dptrain/train/trainer.h"
+#include "run_flags.h"
+
+namespace dpt::cli {
+
+namespace {
+
+struct EvalFlags {
+  RunFlags run;
+  std::string checkpoint;
+};
+
+// The model name a dptrain checkpoint records; plain state dicts record none.
+std::string checkpoint_arch(const std::string& file) {
+  DPT_CHECK(std::filesystem::is_regular_file(file), CheckpointError, "checkpoint ", file,
+            " does not exist; check the path given to --checkpoint");
+  const auto loaded = train::load_checkpoint(file);
+  if (loaded.isGenericDict()) {
+    const auto dict = loaded.toGenericDict();
+    auto arch = dict.find("arch");
+    if (arch != dict.end() && arch->value().isString()) return arch->value().toStringRef();
+  }
+  throw ConfigError("checkpoint " + file + " does not say which model it holds; pass -a");
+}
+
+int run_eval(const EvalFlags& f) {
+  const std::string arch = f.run.arch ? *f.run.arch : checkpoint_arch(f.checkpoint);
+  train::Trainer trainer(run_options(f.run, arch).pretrained(f.checkpoint));
+  const auto m = trainer.evaluate();
+  if (trainer.rank() == 0) {
+    std::cout << metrics_json(m).dump() << std::endl;
+  }
+  return 0;
+}
+
+}  // namespace
+
+Command add_eval_command(CLI::App& root) {
+  auto flags = std::make_shared<EvalFlags>();
+  auto* app = root.add_subcommand("eval", "evaluate a checkpoint on the validation set, over the process group");
+  add_run_flags(*app, flags->run);
+  app->add_option("--checkpoint", flags->checkpoint, "a dptrain checkpoint or a Python dict(state_dict)")->required();
+  return {app, [flags](const std::vector<std::string>&) { return run_eval(*flags); }};
+}
+
+}  // namespace dpt::cli

@@ -1,0 +1,99 @@
+// `dptrain train`: the ImageNet-style trainer, flags as in pytorch/examples' imagenet/main.py.
+// Rank 0 prints a banner, progress lines and, at the end, one JSON line with the results.
+//
+//   dptrain launch --standalone --nproc-per-node 2 -- dptrain train --dummy -a resnet20 -b 64 --epochs 3
+//   dptrain train /data/imagenet -a resnet50 -b 64 --warmup-epochs 5 --output run1 --amp
+
+#include <iostream>
+
+#include <nlohmann/json.hpp>
+
+#include "command.h"
+#include "dptrain/train/trainer.h"
+#include "run_flags.h"
+
+namespace dpt::cli {
+
+namespace {
+
+struct TrainFlags {
+  RunFlags run;
+  int64_t epochs = 90;
+  int64_t start_epoch = 0;
+  double lr = 0.1;
+  double momentum = 0.9;
+  double weight_decay = 1e-4;
+  std::string resume;
+  bool evaluate = false;
+  std::string pretrained;
+  int64_t warmup_epochs = 0;
+  std::string lr_schedule = "step";
+  int64_t lr_step = 30;
+  double lr_gamma = 0.1;
+  std::vector<int64_t> lr_milestones;
+  bool no_lr_scaling = false;
+  std::string output;
+  int64_t keep_checkpoints = 3;
+  std::optional<int64_t> max_steps;
+};
+
+int run_train(const TrainFlags& f) {
+  auto options = run_options(f.run, f.run.arch.value_or("resnet18"))
+                     .epochs(f.epochs)
+                     .start_epoch(f.start_epoch)
+                     .lr(f.lr)
+                     .lr_scaling(!f.no_lr_scaling)
+                     .momentum(f.momentum)
+                     .weight_decay(f.weight_decay)
+                     .warmup_epochs(f.warmup_epochs)
+                     .lr_schedule(train::parse_lr_decay(f.lr_schedule))
+                     .lr_step_epochs(f.lr_step)
+                     .lr_gamma(f.lr_gamma)
+                     .lr_milestones(f.lr_milestones)
+                     .resume(f.resume)
+                     .pretrained(f.pretrained)
+                     .output_dir(f.output)
+                     .keep_checkpoints(f.keep_checkpoints)
+                     .max_steps(f.max_steps);
+  train::Trainer trainer(options);
+  nlohmann::json summary;
+  if (f.evaluate) {
+    summary = {{"val", metrics_json(trainer.evaluate())}};
+  } else {
+    const auto result = trainer.train();
+    summary = {{"epochs", result.epochs_done},
+               {"global_step", result.global_step},
+               {"best_acc1", result.best_acc1},
+               {"val", metrics_json(result.last_val)}};
+  }
+  if (trainer.rank() == 0) std::cout << summary.dump() << std::endl;
+  return 0;
+}
+
+}  // namespace
+
+Command add_train_command(CLI::App& root) {
+  auto flags = std::make_shared<TrainFlags>();
+  auto* app = root.add_subcommand("train", "train an image classifier, data-parallel over the process group");
+  add_run_flags(*app, flags->run);
+  app->add_option("--epochs", flags->epochs)->capture_default_str();
+  app->add_option("--start-epoch", flags->start_epoch, "first epoch when not resuming")->capture_default_str();
+  app->add_option("--lr", flags->lr, "base learning rate for a global batch of 256")->capture_default_str();
+  app->add_option("--momentum", flags->momentum)->capture_default_str();
+  app->add_option("--wd,--weight-decay", flags->weight_decay)->capture_default_str();
+  app->add_option("--resume", flags->resume, "checkpoint to continue from exactly");
+  app->add_flag("-e,--evaluate", flags->evaluate, "evaluate the model (from --resume or --pretrained) and stop");
+  app->add_option("--pretrained", flags->pretrained, "initial weights: a checkpoint or a Python dict(state_dict)");
+  app->add_option("--warmup-epochs", flags->warmup_epochs, "linear warm-up length")->capture_default_str();
+  app->add_option("--lr-schedule", flags->lr_schedule, "step, multistep, cosine or none")->capture_default_str();
+  app->add_option("--lr-step", flags->lr_step, "step schedule: epochs between decays")->capture_default_str();
+  app->add_option("--lr-gamma", flags->lr_gamma, "step and multistep: decay factor")->capture_default_str();
+  app->add_option("--lr-milestones", flags->lr_milestones, "multistep: decay epochs")->delimiter(',');
+  app->add_flag("--no-lr-scaling", flags->no_lr_scaling, "use --lr as is, not lr x global batch / 256");
+  app->add_option("--output", flags->output, "folder for checkpoints (rank 0 writes)");
+  app->add_option("--keep-checkpoints", flags->keep_checkpoints, "epoch checkpoints to keep")->capture_default_str();
+  app->add_option("--max-steps", flags->max_steps, "stop after N optimizer steps in all, mid-epoch if need be");
+  return {app, [flags](const std::vector<std::string>&) { return run_train(*flags); }};
+}
+
+}  // namespace dpt::cli
