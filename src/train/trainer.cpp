@@ -212,7 +212,14 @@ Trainer::Trainer(TrainOptions options) : state_(std::make_unique<State>(std::mov
     }
     s.resumed.reset();  // the weights now live in the model
   }
-  if (s.leader() && !o.output_dir().empty()) fs::create_directories(o.output_dir());
+  if (s.leader()) {
+    if (!o.output_dir().empty()) fs::create_directories(o.output_dir());
+    if (o.logs()) {
+      LogOptions logs = *o.logs();
+      if (logs.output_dir().empty()) logs.output_dir(o.output_dir());
+      for (auto& observer : make_observers(logs)) o.observers().push_back(std::move(observer));
+    }
+  }
   s.print_banner();
 }
 

@@ -3,7 +3,7 @@
 #include <chrono>
 #include <iostream>
 
-#include "plain_observer.h"
+#include "dptrain/train/observers.h"
 
 namespace dpt::cli {
 
@@ -59,8 +59,8 @@ train::TrainOptions run_options(const RunFlags& f, const std::string& arch) {
                                .init_method(f.dist_url)
                                .world(world)
                                .timeout(std::chrono::milliseconds(static_cast<int64_t>(f.dist_timeout_s * 1000))))
-                     .log(&std::cout);
-  options.observers().push_back(std::make_shared<PlainObserver>(f.print_freq));
+                     .log(&std::cout)
+                     .logs(train::LogOptions().print_freq(train::checked_print_freq(f.print_freq)));
   return options;
 }
 

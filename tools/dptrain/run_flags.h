@@ -38,8 +38,8 @@ struct RunFlags {
 
 void add_run_flags(CLI::App& app, RunFlags& flags);
 
-// Options for `arch` with every shared flag applied; the log goes to stdout and a plain-lines
-// observer printing every print_freq steps is attached.
+// Options for `arch` with every shared flag applied; the banner and the progress display go to
+// stdout (the standard logs of train/observers.h, every print_freq steps).
 train::TrainOptions run_options(const RunFlags& flags, const std::string& arch);
 
 // Means and exact sums (loss, acc1, acc5, loss_sum, correct1, correct5, count), for the JSON line

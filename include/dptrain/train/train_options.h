@@ -19,6 +19,7 @@
 #include "dptrain/data/dataset.h"
 #include "dptrain/dist/init.h"
 #include "dptrain/train/lr_schedule.h"
+#include "dptrain/train/observers.h"
 #include "dptrain/train/report.h"
 
 namespace dpt::train {
@@ -88,6 +89,10 @@ struct TrainOptions {
   TORCH_ARG(dist::InitOptions, dist) = {};
   // Told about every step and epoch, on rank 0 only.
   TORCH_ARG(std::vector<std::shared_ptr<TrainObserver>>, observers) = {};
+  // The standard logs, made on rank 0 once ranks are known (so other ranks create no files) and
+  // added to the observers: console progress, plus metrics.jsonl and TensorBoard event files in
+  // output_dir when LogOptions has no folder of its own. Unset: none.
+  TORCH_ARG(std::optional<LogOptions>, logs) = std::nullopt;
   // Where rank 0 writes the start-up banner; null: nowhere.
   TORCH_ARG(LogStream, log) = nullptr;
 };
