@@ -27,7 +27,7 @@ std::shared_ptr<Communicator> borrow(Communicator& comm) { return {std::shared_p
 
 double max_abs_diff(const Tensor& a, const Tensor& b) {
   if (a.numel() == 0) return 0;
-  return (a.to(torch::kDouble) - b.to(torch::kDouble)).abs().max().item<double>();
+  return (a.to(torch::kCPU, torch::kDouble) - b.to(torch::kCPU, torch::kDouble)).abs().max().item<double>();
 }
 
 constexpr int64_t kChannels = 3;
@@ -92,7 +92,7 @@ struct Deltas {
 // Runs SyncBatchNorm on len(sizes) ranks, rank r holding sizes[r] samples of each step's joined
 // batch, and compares everything with the joined BatchNorm2d.
 void expect_matches_joined_batch(const std::vector<int64_t>& sizes, const SyncBatchNormOptions& options,
-                                 const char* label) {
+                                 const char* label, torch::Device device = torch::kCPU) {
   const int64_t total = std::accumulate(sizes.begin(), sizes.end(), int64_t{0});
   const Joined j = joined_reference(total, options);
   Deltas deltas;
@@ -105,20 +105,21 @@ void expect_matches_joined_batch(const std::vector<int64_t>& sizes, const SyncBa
       bn->weight.copy_(j.weight);
       bn->bias.copy_(j.bias);
     }
+    bn->to(device);
     double d_out = 0, d_grad_in = 0, d_grad_affine = 0;
     for (int step = 0; step < kSteps; ++step) {
-      auto x = j.inputs[step].slice(0, begin, end).clone().requires_grad_();
+      auto x = j.inputs[step].slice(0, begin, end).clone().to(device).requires_grad_();
       auto y = bn(x);
       if (bn->weight.defined()) {
         bn->weight.mutable_grad() = Tensor();
         bn->bias.mutable_grad() = Tensor();
       }
-      (y * j.grad_outputs[step].slice(0, begin, end)).sum().backward();
+      (y * j.grad_outputs[step].slice(0, begin, end).to(device)).sum().backward();
       d_out = std::max(d_out, max_abs_diff(y, j.outputs[step].slice(0, begin, end)));
       d_grad_in = std::max(d_grad_in, max_abs_diff(x.grad(), j.grad_inputs[step].slice(0, begin, end)));
       if (options.affine()) {
         // Each rank holds its own share; their sum is the joined gradient (DDP averages them).
-        auto grads = torch::cat({bn->weight.grad(), bn->bias.grad()});
+        auto grads = torch::cat({bn->weight.grad(), bn->bias.grad()}).cpu();
         comm.all_reduce(grads);
         d_grad_affine = std::max(
             d_grad_affine, max_abs_diff(grads, torch::cat({j.grad_weights[step], j.grad_biases[step]})));
@@ -160,6 +161,12 @@ TEST(SyncBatchNorm, CumulativeAverageWithoutAffineEqualsBatchNorm) {
 TEST(SyncBatchNorm, WithoutRunningStatsEqualsBatchNorm) {
   expect_matches_joined_batch({3, 2}, SyncBatchNormOptions(kChannels).track_running_stats(false),
                               "track_running_stats off");
+}
+
+// CUDA tensors with a Gloo group: the statistics travel through the communicator's device (CPU).
+TEST(SyncBatchNorm, TwoRanksOnCudaTensors_CUDA) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  expect_matches_joined_batch({3, 5}, SyncBatchNormOptions(kChannels), "CUDA, 2 ranks x (3, 5)", torch::kCUDA);
 }
 
 // Same state, same input: eval mode must be BatchNorm2d's computation, with no communication at
