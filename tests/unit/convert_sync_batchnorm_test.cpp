@@ -43,7 +43,8 @@ double max_state_diff(const torch::nn::Module& a, const torch::nn::Module& b) {
   double diff = 0;
   for (size_t i = 0; i < std::min(sa.size(), sb.size()); ++i) {
     EXPECT_EQ(sa[i].first, sb[i].first);
-    diff = std::max(diff, (sa[i].second.to(torch::kDouble) - sb[i].second.to(torch::kDouble)).abs().max().item<double>());
+    const auto delta = sa[i].second.to(torch::kDouble) - sb[i].second.to(torch::kDouble);
+    diff = std::max(diff, delta.abs().max().item<double>());
   }
   return diff;
 }
