@@ -5,7 +5,10 @@
 //   dpt::DistributedDataParallel ddp(model, dpt::dist::init_process_group());
 
 #include "dptrain/parallel/comm_hooks.h"
+#include "dptrain/parallel/convert_sync_batchnorm.h"
 #include "dptrain/parallel/ddp.h"
 #include "dptrain/parallel/hvd.h"
+#include "dptrain/parallel/norm_layer_holder.h"
 #include "dptrain/parallel/reducer.h"
 #include "dptrain/parallel/replicas.h"
+#include "dptrain/parallel/sync_batch_norm.h"

@@ -4,6 +4,7 @@
 #include <torch/nn/modules/batchnorm.h>
 
 #include "dptrain/common/error.h"
+#include "dptrain/parallel/sync_batch_norm.h"
 
 namespace dpt::models {
 namespace {
@@ -44,6 +45,18 @@ void zero_weight(torch::nn::AnyModule& norm_layer) {
   weight->zero_();
 }
 
+// The member holding the norm layer `name` among `slots`; a ConfigError naming those there are
+// otherwise.
+torch::nn::AnyModule& norm_slot(const std::string& owner, const std::string& name,
+                                std::initializer_list<std::pair<const char*, torch::nn::AnyModule*>> slots) {
+  std::string known;
+  for (const auto& [slot_name, slot] : slots) {
+    if (name == slot_name) return *slot;
+    known += str(known.empty() ? "" : ", ", slot_name);
+  }
+  throw ConfigError(str(owner, " has no norm layer '", name, "' (it has ", known, ")"));
+}
+
 torch::Tensor add_shortcut(const torch::Tensor& out, const torch::Tensor& x,
                            torch::nn::Sequential& downsample) {
   return torch::relu(out + (downsample ? downsample->forward(x) : x));
@@ -54,6 +67,15 @@ torch::Tensor add_shortcut(const torch::Tensor& out, const torch::Tensor& x,
 torch::nn::AnyModule make_norm(const NormLayer& factory, int64_t num_features) {
   if (factory) return factory(num_features);
   return torch::nn::AnyModule(torch::nn::BatchNorm2d(num_features));
+}
+
+void swap_norm_layer(torch::nn::Module& owner, const std::string& name, torch::nn::AnyModule& slot,
+                     torch::nn::AnyModule layer, NormLayer& factory) {
+  if (auto* sync = layer.ptr()->as<SyncBatchNorm>()) {
+    factory = sync_batch_norm_factory(sync->communicator(), sync->options);
+  }
+  slot = std::move(layer);
+  owner.replace_module(name, slot.ptr());
 }
 
 ZeroPadShortcutImpl::ZeroPadShortcutImpl(int64_t stride, int64_t out_channels)
@@ -92,6 +114,11 @@ torch::Tensor BasicBlockImpl::forward(const torch::Tensor& x) {
 
 void BasicBlockImpl::zero_init_last_norm() { zero_weight(bn2_); }
 
+void BasicBlockImpl::replace_norm_layer(const std::string& name, torch::nn::AnyModule layer) {
+  auto& slot = norm_slot("BasicBlock", name, {{"bn1", &bn1_}, {"bn2", &bn2_}});
+  swap_norm_layer(*this, name, slot, std::move(layer), options.norm_layer());
+}
+
 BottleneckImpl::BottleneckImpl(BlockOptions options_) : options(std::move(options_)) { reset(); }
 
 void BottleneckImpl::reset() {
@@ -118,5 +145,10 @@ torch::Tensor BottleneckImpl::forward(const torch::Tensor& x) {
 }
 
 void BottleneckImpl::zero_init_last_norm() { zero_weight(bn3_); }
+
+void BottleneckImpl::replace_norm_layer(const std::string& name, torch::nn::AnyModule layer) {
+  auto& slot = norm_slot("Bottleneck", name, {{"bn1", &bn1_}, {"bn2", &bn2_}, {"bn3", &bn3_}});
+  swap_norm_layer(*this, name, slot, std::move(layer), options.norm_layer());
+}
 
 }  // namespace dpt::models

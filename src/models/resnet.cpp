@@ -7,6 +7,7 @@
 #include <torch/nn/modules/normalization.h>
 
 #include "dptrain/common/error.h"
+#include "dptrain/parallel/sync_batch_norm.h"
 
 namespace dpt::models {
 namespace {
@@ -85,6 +86,7 @@ void ResNetImpl::initialise() {
     }
     // Already the LibTorch defaults for these two; set explicitly as torchvision does.
     reset_affine<nn::BatchNorm2dImpl>(*module);
+    reset_affine<SyncBatchNormImpl>(*module);
     reset_affine<nn::GroupNormImpl>(*module);
   }
   // After the loop above, which would otherwise set the zeroed weights back to one.
@@ -93,6 +95,12 @@ void ResNetImpl::initialise() {
     if (auto* basic = module->as<BasicBlock>()) basic->zero_init_last_norm();
     if (auto* bottleneck = module->as<Bottleneck>()) bottleneck->zero_init_last_norm();
   }
+}
+
+void ResNetImpl::replace_norm_layer(const std::string& name, torch::nn::AnyModule layer) {
+  DPT_CHECK(name == "bn1", ConfigError, "ResNet has no norm layer '", name, "' of its own (it has bn1; the ",
+            "blocks in layer1... hold the others)");
+  swap_norm_layer(*this, name, bn1_, std::move(layer), options.norm_layer());
 }
 
 torch::Tensor ResNetImpl::forward(torch::Tensor x) {

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <string>
 
 #include <torch/arg.h>
 #include <torch/nn/cloneable.h>
@@ -17,15 +18,24 @@
 #include <torch/nn/modules/conv.h>
 #include <torch/nn/pimpl.h>
 
+#include "dptrain/parallel/norm_layer_holder.h"
+
 namespace dpt::models {
 
 // Makes the normalisation layer for `num_features` channels. The default is BatchNorm2d; a
-// data-parallel run can pass a factory for synchronised batch norm instead.
+// data-parallel run can pass a factory for synchronised batch norm instead
+// (dpt::sync_batch_norm_factory(comm)).
 using NormLayer = std::function<torch::nn::AnyModule(int64_t num_features)>;
 
 // A norm layer from `factory`, or BatchNorm2d with PyTorch's defaults (eps 1e-5, momentum 0.1)
 // when the factory is empty.
 torch::nn::AnyModule make_norm(const NormLayer& factory, int64_t num_features);
+
+// The NormLayerHolder step shared by the blocks and the ResNet: `layer` becomes `owner`'s child
+// `name` and the member `slot` forward() calls. A SyncBatchNorm also becomes what `factory`
+// builds, so that reset() and clone() (which rebuilds from the options) keep synchronised norms.
+void swap_norm_layer(torch::nn::Module& owner, const std::string& name, torch::nn::AnyModule& slot,
+                     torch::nn::AnyModule layer, NormLayer& factory);
 
 // How a block's identity path adapts when the block changes the resolution or channel count.
 enum class Shortcut {
@@ -65,7 +75,7 @@ class ZeroPadShortcutImpl : public torch::nn::Cloneable<ZeroPadShortcutImpl> {
 TORCH_MODULE(ZeroPadShortcut);
 
 // Two 3x3 convolutions and a residual connection (ResNet-18/34, the CIFAR ResNets).
-class BasicBlockImpl : public torch::nn::Cloneable<BasicBlockImpl> {
+class BasicBlockImpl : public torch::nn::Cloneable<BasicBlockImpl>, public NormLayerHolder {
  public:
   static constexpr int64_t kExpansion = 1;
 
@@ -75,6 +85,8 @@ class BasicBlockImpl : public torch::nn::Cloneable<BasicBlockImpl> {
   // Sets the scale of the last norm layer to zero, so the block starts as the identity
   // (torchvision's zero_init_residual).
   void zero_init_last_norm();
+  // Swaps bn1 or bn2 (see dpt::convert_sync_batchnorm); the downsample norm lives in a Sequential.
+  void replace_norm_layer(const std::string& name, torch::nn::AnyModule layer) override;
 
   BlockOptions options;
 
@@ -87,7 +99,7 @@ TORCH_MODULE(BasicBlock);
 
 // 1x1 reduce, 3x3 (with the stride, as torchvision's "ResNet v1.5"), 1x1 expand by 4
 // (ResNet-50/101/152).
-class BottleneckImpl : public torch::nn::Cloneable<BottleneckImpl> {
+class BottleneckImpl : public torch::nn::Cloneable<BottleneckImpl>, public NormLayerHolder {
  public:
   static constexpr int64_t kExpansion = 4;
 
@@ -96,6 +108,8 @@ class BottleneckImpl : public torch::nn::Cloneable<BottleneckImpl> {
   torch::Tensor forward(const torch::Tensor& x);
   // See BasicBlockImpl::zero_init_last_norm.
   void zero_init_last_norm();
+  // Swaps bn1, bn2 or bn3 (see dpt::convert_sync_batchnorm).
+  void replace_norm_layer(const std::string& name, torch::nn::AnyModule layer) override;
 
   BlockOptions options;
 

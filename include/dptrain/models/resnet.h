@@ -9,6 +9,7 @@
 // Every module here is Cloneable, so `model->clone(device)` gives an independent deep copy.
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include <torch/arg.h>
@@ -54,13 +55,15 @@ struct ResNetOptions {
   TORCH_ARG(NormLayer, norm_layer) = nullptr;
 };
 
-class ResNetImpl : public torch::nn::Cloneable<ResNetImpl> {
+class ResNetImpl : public torch::nn::Cloneable<ResNetImpl>, public NormLayerHolder {
  public:
   ResNetImpl(ResNetLayout layout, ResNetOptions options);
   // (Re)creates all layers and initialises them like torchvision: Kaiming-normal (fan_out, ReLU)
-  // convolutions, BatchNorm/GroupNorm weight 1 and bias 0, LibTorch's default Linear.
+  // convolutions, (Sync)BatchNorm/GroupNorm weight 1 and bias 0, LibTorch's default Linear.
   void reset() override;
   torch::Tensor forward(torch::Tensor x);
+  // Swaps the stem's bn1 (see dpt::convert_sync_batchnorm); the blocks swap their own.
+  void replace_norm_layer(const std::string& name, torch::nn::AnyModule layer) override;
 
   ResNetLayout layout;
   ResNetOptions options;
