@@ -5,6 +5,8 @@
 //
 //   dptrain launch --standalone --nproc-per-node 2 -- build/bin/ddp_minimal --epochs 3
 //   dptrain launch --standalone --nproc-per-node 2 -- build/bin/ddp_minimal --data digits/
+//   srun -N1 -n2 build/bin/ddp_minimal                 # rank, world and master from Slurm
+//   mpirun -np 2 build/bin/ddp_minimal --dist-url file:///shared/rdzv
 //
 // The Python original: torch.distributed.init_process_group + DistributedSampler +
 // DistributedDataParallel + dist.all_reduce of the metrics.
@@ -29,6 +31,7 @@ namespace {
 
 struct Flags {
   std::string data;  // an ImageFolder with train/ and val/; empty: the synthetic set
+  std::string dist_url = "env://";  // how the ranks meet: env://, tcp://HOST:PORT, file:///PATH
   int epochs = 3;
   int64_t batch_size = 64;  // per process, as in the tutorials
   double lr = 0.1;
@@ -52,7 +55,7 @@ Totals reduce(dpt::dist::Communicator& comm, const Totals& local) {
 int run(const Flags& flags) {
   namespace data = dpt::data;
   auto comm = dpt::dist::init_process_group(
-      dpt::dist::InitOptions().timeout(std::chrono::milliseconds(static_cast<int64_t>(flags.timeout_s * 1000))));
+      dpt::dist::InitOptions().init_method(flags.dist_url).timeout(std::chrono::milliseconds(static_cast<int64_t>(flags.timeout_s * 1000))));
   const int rank = comm->rank(), world = comm->size();
 
   auto train_transform = data::Transform(
@@ -130,6 +133,7 @@ int main(int argc, char** argv) {
   Flags flags;
   CLI::App app{"DistributedDataParallel on a synthetic image set; start it with dptrain launch"};
   app.add_option("--data", flags.data, "ImageFolder with train/ and val/ (default: the synthetic set)");
+  app.add_option("--dist-url", flags.dist_url, "env://, tcp://HOST:PORT or file:///PATH")->capture_default_str();
   app.add_option("--epochs", flags.epochs)->capture_default_str();
   app.add_option("-b,--batch-size", flags.batch_size, "per process")->capture_default_str();
   app.add_option("--lr", flags.lr)->capture_default_str();
