@@ -45,6 +45,7 @@ SelectType=select/cons_tres
 SelectTypeParameters=CR_CPU
 SchedulerType=sched/builtin
 MpiDefault=none
+MailProg=/bin/true
 ReturnToService=2
 NodeName={node} CPUs={cpus} Boards={boards} SocketsPerBoard={sockets} CoresPerSocket={cores} ThreadsPerCore={threads} RealMemory=1000 State=UNKNOWN
 PartitionName=debug Nodes={node} Default=YES MaxTime=INFINITE State=UP
