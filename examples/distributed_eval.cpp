@@ -15,6 +15,7 @@
 #include <chrono>
 #include <cstdio>
 #include <iostream>
+#include <numeric>
 
 #include <CLI/CLI.hpp>
 #include <torch/torch.h>
@@ -40,6 +41,12 @@ struct Flags {
   bool verify = false;  // rank 0 also evaluates everything alone and compares
   double timeout_s = 120;
 };
+
+std::vector<int64_t> all_indices(int64_t n) {
+  std::vector<int64_t> indices(static_cast<size_t>(n));
+  std::iota(indices.begin(), indices.end(), int64_t{0});
+  return indices;
+}
 
 struct Predictions {
   at::Tensor predicted;  // the predicted class of each sample, in the order of the indices given
@@ -67,10 +74,9 @@ void fit(dpt::models::ResNet& model, int64_t steps, int64_t batch_size) {
   auto train_set = std::make_shared<data::SyntheticDataset>(
       data::SyntheticOptions().size(steps * batch_size).image_size(40).seed(0),
       data::Transform(data::TransformOptions().mode(data::TransformMode::Train).size(32).scale_min(0.35).seed(0)));
-  std::vector<int64_t> indices(static_cast<size_t>(train_set->size()));
-  for (size_t i = 0; i < indices.size(); ++i) indices[i] = static_cast<int64_t>(i);
   torch::optim::SGD optimizer(model->parameters(), torch::optim::SGDOptions(0.05).momentum(0.9));
-  data::Loader loader(train_set, indices, 0, data::LoaderOptions().batch_size(batch_size).threads(1));
+  data::Loader loader(train_set, all_indices(train_set->size()), 0,
+                      data::LoaderOptions().batch_size(batch_size).threads(1));
   model->train();
   while (auto batch = loader.next()) {
     optimizer.zero_grad();
@@ -120,7 +126,7 @@ int run(const Flags& flags) {
     val_set = std::make_shared<data::ImageFolder>(flags.data + "/val", transform);
   }
 
-  torch::manual_seed(0);
+  torch::manual_seed(0);  // the same model in every run, whatever the world size
   auto model = dpt::models::resnet20(dpt::models::ResNetOptions().num_classes(val_set->num_classes()));
   if (flags.checkpoint.empty()) {
     // Rank 0 trains; its parameters and BatchNorm statistics are then copied to every rank.
@@ -151,9 +157,7 @@ int run(const Flags& flags) {
                 static_cast<long long>(correct), static_cast<long long>(total),
                 static_cast<long long>(digest(by_index)));
     if (flags.verify) {
-      std::vector<int64_t> everything(static_cast<size_t>(val_set->size()));
-      for (size_t i = 0; i < everything.size(); ++i) everything[i] = static_cast<int64_t>(i);
-      const auto alone = predict(model, val_set, everything, flags.batch_size).predicted;
+      const auto alone = predict(model, val_set, all_indices(val_set->size()), flags.batch_size).predicted;
       if (!alone.equal(by_index)) {
         std::fprintf(stderr, "distributed_eval: the gathered predictions differ from rank 0's own evaluation in %lld "
                      "of %lld samples\n", static_cast<long long>(alone.ne(by_index).sum().item<int64_t>()),
