@@ -54,8 +54,8 @@ Totals reduce(dpt::dist::Communicator& comm, const Totals& local) {
 
 int run(const Flags& flags) {
   namespace data = dpt::data;
-  auto comm = dpt::dist::init_process_group(
-      dpt::dist::InitOptions().init_method(flags.dist_url).timeout(std::chrono::milliseconds(static_cast<int64_t>(flags.timeout_s * 1000))));
+  auto comm = dpt::dist::init_process_group(dpt::dist::InitOptions().init_method(flags.dist_url).timeout(
+      std::chrono::milliseconds(static_cast<int64_t>(flags.timeout_s * 1000))));
   const int rank = comm->rank(), world = comm->size();
 
   auto train_transform = data::Transform(
