@@ -5,6 +5,8 @@
 //
 //   dptrain launch --standalone --nproc-per-node 2 -- build/bin/ddp_minimal --epochs 3
 //   dptrain launch --standalone --nproc-per-node 2 -- build/bin/ddp_minimal --data digits/
+//   srun -N1 -n2 build/bin/ddp_minimal                 # rank, world and master from Slurm
+//   mpirun -np 2 build/bin/ddp_minimal --dist-url file:///shared/rdzv
 //
 // The Python original: torch.distributed.init_process_group + DistributedSampler +
 // DistributedDataParallel + dist.all_reduce of the metrics.
@@ -34,8 +36,8 @@ examples::Totals reduce(dpt::dist::Communicator& comm, const examples::Totals& l
 
 int run(const examples::Flags& flags) {
   namespace data = dpt::data;
-  auto comm = dpt::dist::init_process_group(
-      dpt::dist::InitOptions().timeout(std::chrono::milliseconds(static_cast<int64_t>(flags.timeout_s * 1000))));
+  auto comm = dpt::dist::init_process_group(dpt::dist::InitOptions().init_method(flags.dist_url).timeout(
+      std::chrono::milliseconds(static_cast<int64_t>(flags.timeout_s * 1000))));
   const int rank = comm->rank(), world = comm->size();
   const auto sets = examples::make_datasets(flags);
 

@@ -24,6 +24,7 @@ namespace examples {
 
 struct Flags {
   std::string data;  // an ImageFolder with train/ and val/; empty: the synthetic set
+  std::string dist_url = "env://";  // how the ranks meet: env://, tcp://HOST:PORT, file:///PATH
   int epochs = 3;
   int64_t batch_size = 64;  // per process, as in the tutorials
   double lr = 0.1;
@@ -35,6 +36,7 @@ struct Flags {
 
 inline void add_flags(CLI::App& app, Flags& flags) {
   app.add_option("--data", flags.data, "ImageFolder with train/ and val/ (default: the synthetic set)");
+  app.add_option("--dist-url", flags.dist_url, "env://, tcp://HOST:PORT or file:///PATH")->capture_default_str();
   app.add_option("--epochs", flags.epochs)->capture_default_str();
   app.add_option("-b,--batch-size", flags.batch_size, "per process")->capture_default_str();
   app.add_option("--lr", flags.lr)->capture_default_str();

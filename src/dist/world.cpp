@@ -77,7 +77,10 @@ WorldInfo from_slurm(const Environment& env) {
              !nodes.empty()) {
     w.master_addr = expand_nodelist(nodes).front();
   }
-  w.master_port = int_or(env, "MASTER_PORT", kDefaultMasterPort);
+  // Jobs sharing a node must not all listen on 29500: without MASTER_PORT the port follows the
+  // job id, the same on every task of the job.
+  const int job_port = static_cast<int>(kSlurmPortBase + int_or(env, "SLURM_JOB_ID", 0) % kSlurmPortRange);
+  w.master_port = int_or(env, "MASTER_PORT", env.has("SLURM_JOB_ID") ? job_port : kDefaultMasterPort);
   return w;
 }
 
@@ -88,7 +91,9 @@ WorldInfo from_openmpi(const Environment& env) {
   w.world_size = require_int(env, "OMPI_COMM_WORLD_SIZE");
   w.local_rank = int_or(env, "OMPI_COMM_WORLD_LOCAL_RANK", 0);
   w.local_world_size = int_or(env, "OMPI_COMM_WORLD_LOCAL_SIZE", w.world_size);
-  w.node_rank = int_or(env, "OMPI_COMM_WORLD_NODE_RANK", w.rank / std::max(1, w.local_world_size));
+  // Not OMPI_COMM_WORLD_NODE_RANK: that is the process's rank among all jobs' processes on its
+  // node, not the node's index. mpirun fills nodes in order (--map-by slot) by default.
+  w.node_rank = w.rank / std::max(1, w.local_world_size);
   w.master_addr = env.get("MASTER_ADDR").value_or("127.0.0.1");
   w.master_port = int_or(env, "MASTER_PORT", kDefaultMasterPort);
   return w;

@@ -20,6 +20,7 @@
 #include "dptrain/data/sampler.h"
 #include "dptrain/dist/init.h"
 #include "dptrain/models/registry.h"
+#include "dptrain/parallel/convert_sync_batchnorm.h"
 #include "dptrain/parallel/ddp.h"
 #include "dptrain/train/checkpoint_file.h"
 #include "dptrain/train/grad_scaler.h"
@@ -169,6 +170,7 @@ Trainer::Trainer(TrainOptions options) : state_(std::make_unique<State>(std::mov
   }
   s.model->to(s.device);
   if (o.channels_last()) to_channels_last(*s.model);
+  if (o.sync_bn()) convert_sync_batchnorm(*s.model, s.comm);
   s.ddp = std::make_unique<DistributedDataParallel<models::ResNet>>(s.model, s.comm);
   s.optimizer = std::make_unique<torch::optim::SGD>(
       s.model->parameters(), torch::optim::SGDOptions(o.lr()).momentum(o.momentum()).weight_decay(o.weight_decay()));

@@ -4,7 +4,7 @@ import os
 import re
 import unittest
 
-from proc import dptrain, run
+from proc import dptrain, env_with, run
 
 
 def example(name):
@@ -63,6 +63,23 @@ class AmpSyncBn(unittest.TestCase):
         self.assertLess(float(epochs[1][1]), 0.7 * float(epochs[0][1]))
         self.assertGreater(float(epochs[1][3]), 35.0)
         self.assertNotIn("[rank 1] epoch", out)
+
+
+class DistributedEval(unittest.TestCase):
+    def test_two_processes_give_exactly_the_single_process_evaluation(self):
+        args = [example("distributed_eval"), "--val-size", "333", "--fit-steps", "20", "--timeout", "120"]
+        env = env_with(OMP_NUM_THREADS=1)  # the same arithmetic in both runs
+        code, alone, err = run(args, timeout=200, env=env)
+        self.assertEqual(code, 0, alone + err)
+        code, out, err = run([dptrain(), "launch", "--standalone", "--nproc-per-node", "2", "--", *args, "--verify"],
+                             timeout=200, env=env)
+        self.assertEqual(code, 0, out + err)
+        self.assertIn("[rank 0] distributed_eval: 2 process(es), shard sizes 166..167", out)
+        result = re.compile(r"top-1 ([\d.]+)% \((\d+)/333 images\), predictions digest (\d+)")
+        self.assertEqual(result.findall(out), result.findall(alone), out + alone)
+        self.assertGreater(float(result.findall(alone)[0][0]), 30.0)  # the model it evaluates has learnt
+        self.assertIn("[rank 0] equal to a single process's evaluation of all 333 samples", out)
+        self.assertNotIn("[rank 1] top-1", out)
 
 
 if __name__ == "__main__":

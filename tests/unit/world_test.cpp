@@ -64,6 +64,25 @@ TEST(DetectWorld, SlurmTasksPerNodeFormAndExplicitMaster) {
   EXPECT_EQ(w.master_port, 12000);
 }
 
+TEST(DetectWorld, SlurmPortFollowsTheJobIdUnlessMasterPortIsSet) {
+  auto w = detect_world(env({{"SLURM_PROCID", "1"}, {"SLURM_NTASKS", "2"}, {"SLURM_JOB_ID", "123456"}}));
+  EXPECT_EQ(w.master_port, 15000 + 3456);
+  w = detect_world(env({{"SLURM_PROCID", "1"}, {"SLURM_NTASKS", "2"}, {"SLURM_JOB_ID", "123456"},
+                        {"MASTER_PORT", "12000"}}));
+  EXPECT_EQ(w.master_port, 12000);
+}
+
+TEST(DetectWorld, OpenMPINodeRankIsTheNodeIndexNotOmpisPerNodeCount) {
+  // mpirun -np 2 on one node sets OMPI_COMM_WORLD_NODE_RANK to 0 and 1: both ranks are on node 0.
+  auto w = detect_world(env({{"OMPI_COMM_WORLD_RANK", "1"}, {"OMPI_COMM_WORLD_SIZE", "2"},
+                             {"OMPI_COMM_WORLD_LOCAL_RANK", "1"}, {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"},
+                             {"OMPI_COMM_WORLD_NODE_RANK", "1"}}));
+  EXPECT_EQ(w.node_rank, 0);
+  EXPECT_EQ(w.local_rank, 1);
+  EXPECT_EQ(w.master_addr, "127.0.0.1");
+  EXPECT_EQ(w.master_port, dpt::dist::kDefaultMasterPort);
+}
+
 TEST(DetectWorld, OpenMPI) {
   auto w = detect_world(env({{"OMPI_COMM_WORLD_RANK", "2"}, {"OMPI_COMM_WORLD_SIZE", "4"},
                              {"OMPI_COMM_WORLD_LOCAL_RANK", "0"}, {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"}}));

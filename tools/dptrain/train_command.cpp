@@ -35,6 +35,7 @@ struct TrainFlags {
   std::string output;
   int64_t keep_checkpoints = 3;
   std::optional<int64_t> max_steps;
+  bool sync_bn = false;
 };
 
 int run_train(const TrainFlags& f) {
@@ -54,7 +55,8 @@ int run_train(const TrainFlags& f) {
                      .pretrained(f.pretrained)
                      .output_dir(f.output)
                      .keep_checkpoints(f.keep_checkpoints)
-                     .max_steps(f.max_steps);
+                     .max_steps(f.max_steps)
+                     .sync_bn(f.sync_bn);
   train::Trainer trainer(options);
   nlohmann::json summary;
   if (f.evaluate) {
@@ -89,6 +91,7 @@ Command add_train_command(CLI::App& root) {
   app->add_option("--lr-step", flags->lr_step, "step schedule: epochs between decays")->capture_default_str();
   app->add_option("--lr-gamma", flags->lr_gamma, "step and multistep: decay factor")->capture_default_str();
   app->add_option("--lr-milestones", flags->lr_milestones, "multistep: decay epochs")->delimiter(',');
+  app->add_flag("--sync-bn", flags->sync_bn, "batch-norm statistics over all processes (SyncBatchNorm)");
   app->add_flag("--no-lr-scaling", flags->no_lr_scaling, "use --lr as is, not lr x global batch / 256");
   app->add_option("--output", flags->output, "folder for checkpoints (rank 0 writes)");
   app->add_option("--keep-checkpoints", flags->keep_checkpoints, "epoch checkpoints to keep")->capture_default_str();

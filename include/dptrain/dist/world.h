@@ -21,6 +21,10 @@ std::string to_string(WorldSource source);
 
 // The default rendezvous port, the same as PyTorch's.
 constexpr int kDefaultMasterPort = 29500;
+// Under Slurm without MASTER_PORT: kSlurmPortBase + SLURM_JOB_ID % kSlurmPortRange, below Linux's
+// ephemeral ports, so that two jobs on one node do not collide.
+constexpr int kSlurmPortBase = 15000;
+constexpr int kSlurmPortRange = 10000;
 
 struct WorldInfo {
   int rank = 0;               // global rank, 0..world_size-1

@@ -66,6 +66,9 @@ struct TrainOptions {
   // bf16 autocast on CPU; fp16 autocast with loss scaling on CUDA.
   TORCH_ARG(bool, amp) = false;
   TORCH_ARG(bool, channels_last) = false;
+  // Batch statistics over all ranks (SyncBatchNorm): every BatchNorm layer is converted before
+  // DistributedDataParallel wraps the model; checkpoints keep BatchNorm's names.
+  TORCH_ARG(bool, sync_bn) = false;
   // Bitwise-repeatable CPU runs: one compute thread per process, deterministic algorithms.
   TORCH_ARG(bool, deterministic) = false;
   // Seeds the weights (the same on every rank), the sampler's shuffles and the augmentation.
