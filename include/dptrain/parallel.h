@@ -5,6 +5,7 @@
 //   dpt::DistributedDataParallel ddp(model, dpt::dist::init_process_group());
 
 #include "dptrain/parallel/comm_hooks.h"
+#include "dptrain/parallel/data_parallel.h"
 #include "dptrain/parallel/ddp.h"
 #include "dptrain/parallel/reducer.h"
 #include "dptrain/parallel/replicas.h"
