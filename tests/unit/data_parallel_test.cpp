@@ -8,6 +8,7 @@
 #include <mutex>
 
 #include "dptrain/common/error.h"
+#include "dptrain/models/resnet.h"
 #include "dptrain/parallel/data_parallel.h"
 
 namespace {
@@ -125,6 +126,29 @@ TEST(DataParallel, GradientsAreThoseOfTheWholeBatchAndAccumulate) {
   const double diff = max_difference(expected, actual);
   std::cout << "K=3, batch 7, two accumulated backwards: max |grad difference| = " << diff << std::endl;
   EXPECT_LE(diff, 1e-5);
+}
+
+// As in PyTorch, BatchNorm normalizes each replica's piece on its own, and only the primary's
+// running statistics (from piece 0) are kept.
+TEST(DataParallel, WithBatchNormEachReplicaNormalizesItsOwnPiece) {
+  torch::manual_seed(0);
+  auto model = dpt::models::resnet20(dpt::models::ResNetOptions().num_classes(4));
+  auto first = std::dynamic_pointer_cast<dpt::models::ResNetImpl>(model->clone());
+  auto second = std::dynamic_pointer_cast<dpt::models::ResNetImpl>(model->clone());
+  DataParallel dp(model, DataParallelOptions(dpt::cpu_devices(2)));
+  const at::Tensor x = torch::randn({6, 3, 8, 8});
+  const at::Tensor y = torch::randint(4, {6}, at::kLong);
+  F::cross_entropy(torch::cat({first->forward(x.narrow(0, 0, 3)), second->forward(x.narrow(0, 3, 3))}), y).backward();
+  F::cross_entropy(dp->forward(x), y).backward();
+  std::vector<at::Tensor> expected, actual;
+  for (size_t i = 0; i < model->parameters().size(); ++i) {
+    expected.push_back(first->parameters()[i].grad() + second->parameters()[i].grad());
+    actual.push_back(model->parameters()[i].grad());
+  }
+  const double diff = max_difference(expected, actual);
+  std::cout << "ResNet-20 with BatchNorm, K=2, batch 6: max |grad difference| = " << diff << std::endl;
+  EXPECT_LE(diff, 1e-5);
+  EXPECT_EQ(max_difference(first->buffers(), model->buffers()), 0.0);
 }
 
 TEST(DataParallel, EvaluationUsesThePrimarysBuffersAndMode) {
