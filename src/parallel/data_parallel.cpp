@@ -6,6 +6,7 @@
 #include <ATen/Parallel.h>
 #include <c10/core/DeviceGuard.h>
 #include <torch/csrc/autograd/autograd.h>
+#include <torch/csrc/autograd/engine.h>
 #include <torch/csrc/autograd/function.h>
 #include <torch/cuda.h>
 
@@ -28,22 +29,56 @@ c10::optional<torch::Device> current_device_for(torch::Device device) {
   return device.is_cpu() ? c10::nullopt : c10::optional<torch::Device>(device);
 }
 
-// The backward of the gather: it receives the gradient of the whole gathered output, runs each
-// replica's backward on its piece in that replica's thread (so the replicas' backward passes run
-// in parallel, as their forwards did), then adds replicas 1..K-1's gradients into the primary's,
-// in replica order. It has no next edges: the replicas' graphs are reached only from here.
+// The primary's .grad += replica k's .grad for k = 1, 2, ... (the order PyTorch's reduce-add
+// uses); each replica's .grad is then dropped, so its next backward starts from nothing.
+void reduce_into_primary(std::vector<std::vector<at::Tensor>>& parameters, size_t used) {
+  torch::NoGradGuard no_grad;
+  std::vector<at::Tensor>& primary = parameters[0];
+  for (size_t i = 0; i < primary.size(); ++i) {
+    for (size_t k = 1; k < used; ++k) {
+      at::Tensor& replica_grad = parameters[k][i].mutable_grad();
+      if (!replica_grad.defined()) continue;
+      at::Tensor& grad = primary[i].mutable_grad();
+      at::Tensor moved = replica_grad.to(primary[i].device());
+      replica_grad = at::Tensor();
+      if (grad.defined()) {
+        grad.add_(moved);
+      } else {
+        grad = std::move(moved);
+      }
+    }
+  }
+}
+
+// The backward of the gather. It receives the gradient of the whole gathered output and hands
+// each replica its piece, then the replicas' gradients are added into the primary's.
+//
+// How the replicas' backward passes run in parallel depends on the device. LibTorch's autograd
+// engine runs CPU work on the thread that called backward, so with CPU replicas this node runs
+// each replica's backward itself, in that replica's thread (a backward of its own, from a thread
+// that is not one of the engine's), and has no next edges. CUDA work, in contrast, runs on the
+// engine's thread for its device, and this node itself runs on the output device's thread: a
+// backward started from another thread and waited for here would queue work behind this very
+// node and never finish. So with CUDA replicas the pieces are simply returned along edges to the
+// replicas' outputs, each device's thread runs its replica's part, and the sum into the primary
+// runs as a callback at the end of the whole backward, as DDP's reducer finishes its work.
 class GatherBackward : public torch::autograd::Node {
  public:
   GatherBackward(std::vector<at::Tensor> outputs, std::vector<int64_t> sizes, int64_t dim,
                  std::vector<torch::Device> devices, std::vector<std::vector<at::Tensor>> parameters,
                  std::shared_ptr<detail::ReplicaThreads> threads, std::shared_ptr<std::atomic<int>> pending)
-      : outputs_(std::move(outputs)),
+      : threads_on_cpu_(devices.at(0).is_cpu()),
         sizes_(std::move(sizes)),
         dim_(dim),
         devices_(std::move(devices)),
         parameters_(std::move(parameters)),
         threads_(std::move(threads)),
         pending_(std::move(pending)) {
+    if (threads_on_cpu_) {
+      outputs_ = std::move(outputs);
+    } else {
+      for (const auto& output : outputs) add_next_edge(torch::autograd::impl::gradient_edge(output));
+    }
     ++*pending_;
   }
   ~GatherBackward() override { release(); }
@@ -51,22 +86,27 @@ class GatherBackward : public torch::autograd::Node {
   std::string name() const override { return "dpt::DataParallelGatherBackward"; }
 
   torch::autograd::variable_list apply(torch::autograd::variable_list&& grads) override {
-    DPT_CHECK(!outputs_.empty(), ConfigError,
+    DPT_CHECK(!released_, ConfigError,
               "DataParallel: backward reached the same output a second time; each replica's graph is freed by "
               "the first backward (retain_graph is not supported). Run forward again");
+    release();
     const at::Tensor grad = grads.at(0);
+    const auto offsets = offsets_of(sizes_);
+    const auto piece = [&](size_t k) { return grad.narrow(dim_, offsets[k], sizes_[k]).to(devices_[k]); };
+    if (!threads_on_cpu_) {
+      torch::autograd::variable_list pieces;
+      for (size_t k = 0; k < sizes_.size(); ++k) pieces.push_back(grad.defined() ? piece(k) : at::Tensor());
+      torch::autograd::Engine::get_default_engine().queue_callback(
+          [parameters = parameters_, used = sizes_.size()]() mutable { reduce_into_primary(parameters, used); });
+      return pieces;
+    }
     std::vector<at::Tensor> outputs = std::move(outputs_);
     outputs_.clear();
-    release();
     if (!grad.defined()) return {};
-    const auto offsets = offsets_of(sizes_);
     threads_->run(outputs.size(), [&](size_t k) {
-      c10::OptionalDeviceGuard guard(current_device_for(devices_[k]));
-      if (!outputs[k].requires_grad()) return;
-      at::Tensor piece = grad.narrow(dim_, offsets[k], sizes_[k]).to(devices_[k]);
-      torch::autograd::backward({outputs[k]}, {piece});
+      if (outputs[k].requires_grad()) torch::autograd::backward({outputs[k]}, {piece(k)});
     });
-    reduce_into_primary(outputs.size());
+    reduce_into_primary(parameters_, outputs.size());
     return {};
   }
 
@@ -77,28 +117,8 @@ class GatherBackward : public torch::autograd::Node {
     released_ = true;
   }
 
-  // The primary's .grad += replica k's .grad for k = 1, 2, ... (the order PyTorch's reduce-add
-  // uses); each replica's .grad is then dropped, so its next backward starts from nothing.
-  void reduce_into_primary(size_t used) {
-    torch::NoGradGuard no_grad;
-    std::vector<at::Tensor>& primary = parameters_[0];
-    for (size_t i = 0; i < primary.size(); ++i) {
-      for (size_t k = 1; k < used; ++k) {
-        at::Tensor& replica_grad = parameters_[k][i].mutable_grad();
-        if (!replica_grad.defined()) continue;
-        at::Tensor& grad = primary[i].mutable_grad();
-        at::Tensor moved = replica_grad.to(primary[i].device());
-        replica_grad = at::Tensor();
-        if (grad.defined()) {
-          grad.add_(moved);
-        } else {
-          grad = std::move(moved);
-        }
-      }
-    }
-  }
-
-  std::vector<at::Tensor> outputs_;
+  bool threads_on_cpu_;  // CPU replicas: the backward passes run in the replica threads
+  std::vector<at::Tensor> outputs_;  // CPU replicas only; CUDA replicas are reached by next edges
   std::vector<int64_t> sizes_;
   int64_t dim_;
   std::vector<torch::Device> devices_;

@@ -12,8 +12,9 @@
 // in its own thread (a long-lived one per replica, with its own intra-op thread count), and
 // concatenates the outputs on the output device. The loss is computed once, on that gathered
 // output, so backward starts from the full batch's output gradient: each replica's backward runs
-// on its piece of it, again one thread per replica, and the other replicas' gradients are then
-// added into the primary module's .grad (replica 0 is the module given, on devices[0]). Before
+// on its piece of it, in parallel again (CPU replicas: in their threads; CUDA replicas: on the
+// autograd engine's thread for each device), and the other replicas' gradients are then added
+// into the primary module's .grad (replica 0 is the module given, on devices[0]). Before
 // each forward, the primary's parameters, buffers and train/eval mode are copied to the others.
 //
 // The result equals one replica on the whole batch up to the order of floating-point sums.
