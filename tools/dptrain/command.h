@@ -27,5 +27,6 @@ Command add_check_command(CLI::App& root);
 Command add_make_dataset_command(CLI::App& root);
 Command add_bench_loader_command(CLI::App& root);
 Command add_bench_ddp_command(CLI::App& root);
+Command add_bench_dp_command(CLI::App& root);
 
 }  // namespace dpt::cli
