@@ -214,8 +214,8 @@ DataParallelBase::DataParallelBase(std::vector<std::shared_ptr<torch::nn::Module
 DataParallelBase::~DataParallelBase() = default;
 
 // Before every forward, as PyTorch's DataParallel replicates before every forward: LibTorch's
-// optimizers update parameters through .data(), which leaves version counters unchanged, so
-// nothing cheaper tells what changed. While an earlier output still awaits its backward, the
+// optimizers (1.13's at least) update parameters through .data(), which leaves their version
+// counters unchanged, so nothing cheaper tells what changed. While an earlier output still awaits its backward, the
 // replicas' tensors are saved in its graph: then only tensors that differ are copied (identical
 // weights, as in a siamese forward, are left alone), and a real change makes that backward fail
 // loudly on autograd's in-place check instead of using the new values.
