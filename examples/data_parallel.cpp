@@ -2,7 +2,7 @@
 // each step's batch is split among them, they run forward and backward in parallel (one thread
 // each), their gradients are summed into the model, and one optimizer steps it.
 //
-//   build/bin/data_parallel --replicas 2 --epochs 3            # CPU: 2 replicas, one thread each
+//   OMP_WAIT_POLICY=PASSIVE build/bin/data_parallel --replicas 2 --epochs 3   # CPU: 2 replicas, one thread each
 //   build/bin/data_parallel --gpus 4,5,6,7 --epochs 3          # CUDA build: cuda:4 is the primary
 //
 // The Python original: model = nn.DataParallel(model, device_ids=[4, 5, 6, 7]).
