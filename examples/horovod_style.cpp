@@ -27,7 +27,7 @@
 #include "dptrain/models/resnet.h"
 #include "dptrain/models/state_dict.h"
 #include "dptrain/parallel/hvd.h"
-#include "support/image_task.h"
+#include "common.h"
 
 namespace {
 
@@ -75,7 +75,9 @@ int run(const examples::Flags& flags) {
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     // BatchNorm statistics are per rank under Horovod; validate one model, rank 0's.
     hvd::broadcast_parameters(buffers, /*root_rank=*/0);
-    const auto local_val = examples::evaluate(model, sets.val, val_sampler.indices());
+    model->eval();
+    const auto local_val = examples::evaluate([&](const at::Tensor& x) { return model->forward(x); }, sets.val,
+                                              val_sampler.indices(), torch::kCPU);
     // Sums, not the tutorial's mean of per-rank means: exact when shards differ in size.
     const auto val = examples::Totals::from_tensor(hvd::allreduce(local_val.as_tensor(), "val_totals", hvd::ReduceOp::Sum));
     train = examples::Totals::from_tensor(hvd::allreduce(train.as_tensor(), "train_totals", hvd::ReduceOp::Sum));
@@ -90,7 +92,7 @@ int main(int argc, char** argv) {
   examples::Flags flags;
   flags.lr = 0.05;  // per process; scaled by the number of processes
   CLI::App app{"The Horovod tutorial on dpt::hvd; start it with dptrain launch, srun or mpirun"};
-  examples::add_flags(app, flags);
+  examples::add_flags(app, flags, "per process");
   CLI11_PARSE(app, argc, argv);
   try {
     return run(flags);

@@ -2,6 +2,7 @@
 test starts is ended by its PID (never by name) when the test is done."""
 
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -110,3 +111,23 @@ def env_with(**overrides):
         else:
             env[key] = str(value)
     return env
+
+
+def pids_in(text):
+    """The pids of "PID <n>" lines, which the test workers print first."""
+    return [int(p) for p in re.findall(r"PID (\d+)", text)]
+
+
+def wait_for_pids(started, count, timeout=30):
+    """Reads `started`'s stdout until `count` PID lines have appeared; returns the pids, which
+    close() then kills as well."""
+    pids, deadline = [], time.monotonic() + timeout
+    while len(pids) < count and time.monotonic() < deadline:
+        line = started.proc.stdout.readline()
+        if not line:
+            break
+        pids += pids_in(line)
+    started.extra_pids += pids
+    if len(pids) < count:
+        raise AssertionError(f"saw {len(pids)} of {count} worker pids")
+    return pids

@@ -6,6 +6,7 @@
 
 #include "dptrain/parallel/comm_hooks.h"
 #include "dptrain/parallel/convert_sync_batchnorm.h"
+#include "dptrain/parallel/data_parallel.h"
 #include "dptrain/parallel/ddp.h"
 #include "dptrain/parallel/hvd.h"
 #include "dptrain/parallel/norm_layer_holder.h"

@@ -12,6 +12,7 @@
 #include <random>
 
 #include "dptrain/common/error.h"
+#include "dptrain/launch/visible_gpus.h"
 
 namespace dpt::launch {
 
@@ -22,25 +23,6 @@ int usable_cores() {
   CPU_ZERO(&set);
   if (sched_getaffinity(0, sizeof(set), &set) == 0) return std::max(1, CPU_COUNT(&set));
   return std::max(1, static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN)));
-}
-
-// GPUs a worker could be given, found without loading CUDA (the launcher stays light): the
-// entries of CUDA_VISIBLE_DEVICES when set, else the /dev/nvidiaN device files.
-int visible_gpu_count(const Environment& env) {
-  if (auto visible = env.get("CUDA_VISIBLE_DEVICES")) {
-    if (visible->empty()) return 0;
-    return static_cast<int>(std::count(visible->begin(), visible->end(), ',')) + 1;
-  }
-  int count = 0;
-  std::error_code error;
-  for (const auto& entry : std::filesystem::directory_iterator("/dev", error)) {
-    const std::string name = entry.path().filename().string();
-    if (name.size() > 6 && name.compare(0, 6, "nvidia") == 0 &&
-        name.find_first_not_of("0123456789", 6) == std::string::npos) {
-      ++count;
-    }
-  }
-  return count;
 }
 
 // A port that was free a moment ago: bind to port 0 and let the kernel choose.
@@ -79,7 +61,7 @@ LaunchOptions resolve(LaunchOptions options, const Environment& env) {
   if (!options.nproc_per_node()) {
     if (!gpus.empty()) {
       options.nproc_per_node(static_cast<int>(gpus.size()));
-    } else if (int devices = visible_gpu_count(env); devices > 0) {
+    } else if (int devices = static_cast<int>(visible_gpus(env).size()); devices > 0) {
       options.nproc_per_node(devices);
     } else {
       options.nproc_per_node(usable_cores());

@@ -1,39 +1,47 @@
 """The small training run the Slurm and MPI tests start under each launcher, and how to read its
 result. The program and its arguments are named here only, so another trainer can take its place."""
 
-import os
+import json
 import re
 
 from proc import dptrain
 
-# A ResNet-20 on 512 synthetic images for one epoch: a few seconds per process.
-ARGS = ["--epochs", "1", "--train-size", "512", "--val-size", "333", "--timeout", "60"]
-# Rank 0's result line: "epoch 1/1: train loss 2.1, val loss 2.0, val top-1 25.53% (333 images)".
-RESULT = re.compile(r"epoch \d+/\d+: train loss [\d.]+, val loss [\d.]+, val top-1 [\d.]+% \(\d+ images\)")
+# A ResNet-20 on 512 synthetic 32px images for one epoch: a few seconds per process.
+# --deterministic: one compute thread, so every launcher's run gives the same numbers bit for bit.
+ARGS = ["--dummy", "-a", "resnet20", "--epochs", "1", "--dummy-train-size", "512", "--dummy-val-size", "333",
+        "-b", "64", "-j", "1", "--deterministic", "--dist-timeout", "60"]
+# Rank 0's last line: one JSON object, e.g. {"best_acc1":25.5,"epochs":1,"global_step":4,"val":{...,"count":333}}.
+# It holds no timing, so it is the same for the same training under any launcher.
+RESULT = re.compile(r'\{"best_acc1":.*"val":\{.*\}\}')
 # Every sample of the validation set counted once over all ranks.
 VAL_IMAGES = 333
-# Arguments that make one rank fail after it has joined the group, and the line it then prints.
-FAILING_ARGS = ["--data", "/nonexistent"]
-FAILURE = re.compile(r"ddp_minimal: error: .*/nonexistent")
+# Arguments that make one rank fail (an unknown model) and the line it then prints.
+FAILING_ARGS = ["-a", "resnet7"]
+FAILURE = re.compile(r"dptrain: error: .*resnet7")
 
 
-def program():
-    """The training program, from the build directory."""
-    return os.path.join(os.path.dirname(dptrain()), "ddp_minimal")
+def argv():
+    """The training program and its subcommand."""
+    return [dptrain(), "train"]
 
 
 def command(*extra):
-    return [program(), *ARGS, *extra]
+    return [*argv(), *ARGS, *extra]
 
 
 def world_line(processes):
-    """The line rank 0 prints when it has joined a group of `processes`."""
-    return f"ddp_minimal: {processes} process(es)"
+    """The start-up line rank 0 prints when it has joined a group of `processes`."""
+    return f"dptrain train: resnet20, {processes} process(es)"
 
 
 def results(output):
-    """Rank 0's result lines, without the throughput (which differs from run to run)."""
+    """Rank 0's result lines."""
     return RESULT.findall(output)
+
+
+def val_images(result):
+    """How many validation samples a result line counted over all ranks."""
+    return json.loads(result)["val"]["count"]
 
 
 def launch_reference():

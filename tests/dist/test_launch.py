@@ -9,7 +9,7 @@ import tempfile
 import time
 import unittest
 
-from proc import PYTHON, Started, dptrain, env_with, pid_alive, run, wait_dead
+from proc import PYTHON, Started, dptrain, env_with, pid_alive, pids_in, run, wait_dead, wait_for_pids
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -20,24 +20,6 @@ def worker(name):
 
 def launch(*args):
     return [dptrain(), "launch", "--standalone", *args]
-
-
-def pids_in(text):
-    return [int(p) for p in re.findall(r"PID (\d+)", text)]
-
-
-def wait_for_pids(started, count, timeout=30):
-    """Reads the launcher's stdout until `count` PID lines have appeared; returns the pids."""
-    pids, deadline = [], time.monotonic() + timeout
-    while len(pids) < count and time.monotonic() < deadline:
-        line = started.proc.stdout.readline()
-        if not line:
-            break
-        pids += pids_in(line)
-    started.extra_pids += pids
-    if len(pids) < count:
-        raise AssertionError(f"saw {len(pids)} of {count} worker pids")
-    return pids
 
 
 class CollectivesThroughTheLauncher(unittest.TestCase):

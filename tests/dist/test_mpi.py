@@ -52,7 +52,7 @@ class Mpi(unittest.TestCase):
         ours, others = rank0_results(out)
         self.assertEqual(ours, self.reference, out)
         self.assertEqual(others, [], out)  # only rank 0 reports
-        self.assertIn(f"({small_training.VAL_IMAGES} images)", ours[0])
+        self.assertEqual(small_training.val_images(ours[0]), small_training.VAL_IMAGES)
 
     def test_master_port_from_the_environment_and_address_defaulting_to_this_host(self):
         code, out, err = run(mpirun("-np", "2", *small_training.command()), timeout=BOUND,
@@ -66,9 +66,9 @@ class Mpi(unittest.TestCase):
         self.assert_same_training(code, out, err)
 
     def test_a_failing_rank_ends_the_job_with_a_nonzero_code(self):
-        # Rank 1 stops at its data directory, after joining the group. Rank 0 then either fails in
-        # its next collective (the peer closed its connection) or is ended by mpirun; either way
-        # the job ends well before rank 0's 60 s collective timeout, with both ranks gone.
+        # Rank 1 stops at its arguments (an unknown model), before joining the group. Rank 0 then
+        # waits at the rendezvous until mpirun, seeing a rank fail, ends it: well before rank 0's
+        # 60 s timeout, with both ranks gone.
         failing = " ".join(small_training.FAILING_ARGS)
         script = (f'echo "pid $$"; if [ "$OMPI_COMM_WORLD_RANK" = 1 ]; then exec "$0" "$@" {failing}; '
                   'else exec "$0" "$@"; fi')

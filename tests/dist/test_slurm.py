@@ -43,7 +43,7 @@ class Slurm(unittest.TestCase):
         self.assertEqual(out.count(small_training.world_line(2)), 1, out)
         self.assertNotIn(small_training.world_line(1), out)
         self.assertEqual(small_training.results(out), self.reference, out)
-        self.assertIn(f"({small_training.VAL_IMAGES} images)", out)
+        self.assertEqual(small_training.val_images(small_training.results(out)[0]), small_training.VAL_IMAGES)
 
     def test_srun_trains_with_no_distributed_flags(self):
         code, out, err = self.cluster.run(["srun", "-N1", "-n2", *small_training.command()], timeout=BOUND,
@@ -64,7 +64,7 @@ class Slurm(unittest.TestCase):
             ["sbatch", "--wait", "--nodes=1", "--ntasks-per-node=2", "--cpus-per-task=1", "--gpus-per-node=0",
              "--time=5", f"--output={output}", os.path.join(REPO, "examples", "slurm.sbatch"),
              *small_training.ARGS],
-            timeout=BOUND, env=self.cluster.env(**THREADS, PROGRAM=small_training.program()), cwd=self.dir)
+            timeout=BOUND, env=self.cluster.env(**THREADS, PROGRAM=" ".join(small_training.argv())), cwd=self.dir)
         with open(output) if os.path.exists(output) else open(os.devnull) as f:
             job_out = f.read()
         self.assertIn("Submitted batch job", out)

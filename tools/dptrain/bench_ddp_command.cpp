@@ -8,8 +8,6 @@
 // buffers of the buckets' sizes with nothing else running. bench/ddp_net runs that across a
 // shaped link.
 
-#include <sys/resource.h>
-
 #include <chrono>
 #include <functional>
 #include <iostream>
@@ -17,6 +15,7 @@
 #include <nlohmann/json.hpp>
 #include <torch/torch.h>
 
+#include "bench_common.h"
 #include "command.h"
 #include "dptrain/common/error.h"
 #include "dptrain/dist/init.h"
@@ -38,16 +37,6 @@ struct BenchDdpFlags {
   bool overlap = false;
   int64_t allreduce_repeats = 3;
 };
-
-double peak_rss_mb() {
-  rusage usage{};
-  getrusage(RUSAGE_SELF, &usage);
-  return static_cast<double>(usage.ru_maxrss) / 1024.0;  // Linux reports KiB
-}
-
-double seconds_since(std::chrono::steady_clock::time_point start) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-}
 
 std::vector<double> to_vector(const at::Tensor& values) {
   const at::Tensor flat = values.contiguous();
