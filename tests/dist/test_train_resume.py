@@ -3,6 +3,7 @@ as N/2 steps, a stop (--max-steps, mid-epoch), --resume and N/2 more, on 2 proce
 --deterministic; epoch checkpoints rotate (keep last K) beside model_best.pt; a run killed at any
 moment leaves a checkpoint.pt that loads."""
 
+import json
 import os
 import signal
 import tempfile
@@ -62,8 +63,14 @@ class CheckpointFiles(unittest.TestCase):
             code, out, err = run([dptrain(), "train", *SMALL, "--epochs", "4", "--dummy-train-size", "32",
                                   "--keep-checkpoints", "2", "--output", tmp], timeout=240, env=alone())
             self.assertEqual(code, 0, out + err)
-            names = sorted(os.listdir(tmp))
+            names = sorted(n for n in os.listdir(tmp) if n.endswith(".pt"))
             self.assertEqual(names, ["checkpoint.pt", "checkpoint_epoch3.pt", "checkpoint_epoch4.pt", "model_best.pt"])
+            # Beside them, the logs: one JSONL record per epoch summary (4 train + 4 val) and per
+            # logged step, and one TensorBoard event file.
+            with open(os.path.join(tmp, "metrics.jsonl")) as f:
+                phases = [json.loads(line)["phase"] for line in f]
+            self.assertEqual((phases.count("train"), phases.count("val")), (4, 4), phases)
+            self.assertEqual(len([n for n in os.listdir(tmp) if n.startswith("events.out.tfevents.")]), 1)
             code, out, err = run([PYTHON, "-c", (
                 "import sys, torch\n"
                 "for f in sys.argv[1:]:\n"
