@@ -68,6 +68,21 @@ Totals evaluate(const std::function<at::Tensor(const at::Tensor&)>& forward,
   return totals;
 }
 
+Totals train_epoch(const Flags& flags, const std::shared_ptr<const data::Dataset>& set,
+                   const std::vector<int64_t>& indices, int epoch, torch::Device device,
+                   const std::function<at::Tensor(const at::Tensor& images, const at::Tensor& labels)>& step) {
+  data::Loader loader(set, indices, epoch,
+                      data::LoaderOptions().batch_size(flags.batch_size).threads(flags.loader_threads));
+  Totals totals;
+  while (auto batch = loader.next()) {
+    const at::Tensor labels = batch->labels.to(device);
+    const at::Tensor loss = step(batch->images.to(device), labels);
+    totals.loss_sum += loss.item<double>() * labels.size(0);
+    totals.count += static_cast<double>(labels.size(0));
+  }
+  return totals;
+}
+
 void print_epoch(int epoch, int epochs, const Totals& train, const Totals& val, double seconds) {
   std::printf("epoch %d/%d: train loss %.4f, val loss %.4f, val top-1 %.2f%% (%.0f images), %.0f img/s\n", epoch + 1,
               epochs, train.loss_sum / train.count, val.loss_sum / val.count, 100 * val.correct / val.count,
@@ -97,18 +112,14 @@ int train_ddp(const std::string& name, const Flags& flags, const std::shared_ptr
     const auto start = std::chrono::steady_clock::now();
     model->train();
     sampler.set_epoch(epoch);
-    data::Loader loader(sets.train, sampler.indices(), epoch,
-                        data::LoaderOptions().batch_size(flags.batch_size).threads(flags.loader_threads));
-    Totals train;
-    while (auto batch = loader.next()) {
-      const at::Tensor labels = batch->labels.to(device);
-      optimizer.zero_grad();
-      auto loss = torch::nn::functional::cross_entropy(ddp->forward(batch->images.to(device)), labels);
-      loss.backward();
-      optimizer.step();
-      train.loss_sum += loss.item<double>() * labels.size(0);
-      train.count += static_cast<double>(labels.size(0));
-    }
+    Totals train = train_epoch(flags, sets.train, sampler.indices(), epoch, device,
+                               [&](const at::Tensor& images, const at::Tensor& labels) {
+                                 optimizer.zero_grad();
+                                 auto loss = torch::nn::functional::cross_entropy(ddp->forward(images), labels);
+                                 loss.backward();
+                                 optimizer.step();
+                                 return loss;
+                               });
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     model->eval();
     const Totals val = evaluate([&](const at::Tensor& x) { return model->forward(x); }, sets.val,

@@ -56,6 +56,13 @@ Totals evaluate(const std::function<at::Tensor(const at::Tensor&)>& forward,
                 const std::shared_ptr<const dpt::data::Dataset>& set, const std::vector<int64_t>& indices,
                 torch::Device device);
 
+// One training pass over the samples `indices` of `set` in `epoch`'s order and augmentation:
+// `step(images, labels)` (both on `device`) takes one optimizer step the way the example teaches
+// and returns the batch's mean loss. Returns this rank's sums (count, loss; no correct counts).
+Totals train_epoch(const Flags& flags, const std::shared_ptr<const dpt::data::Dataset>& set,
+                   const std::vector<int64_t>& indices, int epoch, torch::Device device,
+                   const std::function<at::Tensor(const at::Tensor& images, const at::Tensor& labels)>& step);
+
 // "epoch 1/3: train loss 1.1500, val loss 0.9000, val top-1 68.00% (1001 images), 900 img/s"
 void print_epoch(int epoch, int epochs, const Totals& train, const Totals& val, double seconds);
 

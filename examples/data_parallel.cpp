@@ -11,7 +11,6 @@
 #include <iostream>
 
 #include "common.h"
-#include "dptrain/data/loader.h"
 #include "dptrain/data/sampler.h"
 #include "dptrain/models/resnet.h"
 #include "dptrain/parallel/data_parallel.h"
@@ -38,19 +37,18 @@ int run(const examples::Flags& flags, const std::vector<torch::Device>& devices)
     const auto start = std::chrono::steady_clock::now();
     model->train();
     sampler.set_epoch(epoch);
-    data::Loader loader(sets.train, sampler.indices(), epoch,
-                        data::LoaderOptions().batch_size(flags.batch_size).threads(flags.loader_threads));
-    examples::Totals train;
-    while (auto batch = loader.next()) {
-      const at::Tensor labels = batch->labels.to(device);
-      optimizer.zero_grad();
-      // The outputs of all replicas, gathered on the output device: one loss for the whole batch.
-      auto loss = torch::nn::functional::cross_entropy(dp->forward(batch->images), labels);
-      loss.backward();
-      optimizer.step();
-      train.loss_sum += loss.item<double>() * labels.size(0);
-      train.count += static_cast<double>(labels.size(0));
-    }
+    // The batch stays on the host: DataParallel scatters it to the replicas' devices.
+    const examples::Totals train =
+        examples::train_epoch(flags, sets.train, sampler.indices(), epoch, torch::kCPU,
+                              [&](const at::Tensor& images, const at::Tensor& labels) {
+                                optimizer.zero_grad();
+                                // The outputs of all replicas, gathered on the output device: one
+                                // loss for the whole batch.
+                                auto loss = torch::nn::functional::cross_entropy(dp->forward(images), labels.to(device));
+                                loss.backward();
+                                optimizer.step();
+                                return loss;
+                              });
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     model->eval();
     const examples::Totals val = examples::evaluate([&](const at::Tensor& x) { return dp->forward(x); }, sets.val,

@@ -22,7 +22,6 @@
 #include <CLI/CLI.hpp>
 #include <torch/torch.h>
 
-#include "dptrain/data/loader.h"
 #include "dptrain/data/sampler.h"
 #include "dptrain/models/resnet.h"
 #include "dptrain/models/state_dict.h"
@@ -61,17 +60,15 @@ int run(const examples::Flags& flags) {
     const auto start = std::chrono::steady_clock::now();
     model->train();
     sampler.set_epoch(epoch);
-    data::Loader loader(sets.train, sampler.indices(), epoch,
-                        data::LoaderOptions().batch_size(flags.batch_size).threads(flags.loader_threads));
-    examples::Totals train;
-    while (auto batch = loader.next()) {
-      optimizer.zero_grad();
-      auto loss = torch::nn::functional::cross_entropy(model->forward(batch->images), batch->labels);
-      loss.backward();
-      optimizer.step();
-      train.loss_sum += loss.item<double>() * batch->labels.size(0);
-      train.count += static_cast<double>(batch->labels.size(0));
-    }
+    examples::Totals train = examples::train_epoch(flags, sets.train, sampler.indices(), epoch, torch::kCPU,
+                                                   [&](const at::Tensor& images, const at::Tensor& labels) {
+                                                     optimizer.zero_grad();
+                                                     auto loss = torch::nn::functional::cross_entropy(
+                                                         model->forward(images), labels);
+                                                     loss.backward();
+                                                     optimizer.step();
+                                                     return loss;
+                                                   });
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     // BatchNorm statistics are per rank under Horovod; validate one model, rank 0's.
     hvd::broadcast_parameters(buffers, /*root_rank=*/0);
