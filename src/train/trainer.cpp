@@ -21,12 +21,12 @@
 #include "dptrain/dist/init.h"
 #include "dptrain/models/registry.h"
 #include "dptrain/parallel/convert_sync_batchnorm.h"
-#include "dptrain/parallel/ddp.h"
 #include "dptrain/train/checkpoint_file.h"
 #include "dptrain/train/grad_scaler.h"
 #include "dptrain/train/lr_schedule.h"
 #include "dptrain/train/optimizer_state.h"
 #include "dptrain/train/training_checkpoint.h"
+#include "parallel_style.h"
 
 namespace dpt::train {
 
@@ -81,8 +81,8 @@ struct Trainer::State {
   std::optional<TrainingCheckpoint> resumed;
   std::shared_ptr<dist::Communicator> comm;
   at::Device device{at::kCPU};
-  std::unique_ptr<DistributedDataParallel<models::ResNet>> ddp;
-  std::unique_ptr<torch::optim::SGD> optimizer;
+  std::shared_ptr<torch::optim::SGD> optimizer;
+  std::unique_ptr<ParallelStyle> style;
   std::unique_ptr<GradScaler> scaler;
   std::unique_ptr<data::DistributedSampler> sampler;
   std::unique_ptr<LrSchedule> schedule;
@@ -110,7 +110,7 @@ struct Trainer::State {
     at::Tensor logits;
     {
       compat::AutocastGuard autocast(device.type(), device.is_cuda() ? at::kHalf : at::kBFloat16, options.amp());
-      logits = train ? ddp->forward(images) : model->forward(images);
+      logits = train ? style->forward(images) : model->forward(images);
     }
     logits = logits.to(at::kFloat);
     return {logits, torch::nn::functional::cross_entropy(logits, labels)};
@@ -168,12 +168,14 @@ Trainer::Trainer(TrainOptions options) : state_(std::make_unique<State>(std::mov
               " given but no CUDA device is visible");
     s.device = at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(*o.gpu()));
   }
+  // DataParallel's model lives on its first replica's device.
+  if (o.mode() == ParallelMode::Dp) s.device = data_parallel_devices(o).front();
   s.model->to(s.device);
   if (o.channels_last()) to_channels_last(*s.model);
   if (o.sync_bn()) convert_sync_batchnorm(*s.model, s.comm);
-  s.ddp = std::make_unique<DistributedDataParallel<models::ResNet>>(s.model, s.comm);
-  s.optimizer = std::make_unique<torch::optim::SGD>(
+  s.optimizer = std::make_shared<torch::optim::SGD>(
       s.model->parameters(), torch::optim::SGDOptions(o.lr()).momentum(o.momentum()).weight_decay(o.weight_decay()));
+  s.style = make_parallel_style(o, s.model, s.optimizer, s.comm);
   // Loss scaling keeps fp16 gradients from underflowing; bf16 has float32's range and needs none.
   s.scaler = std::make_unique<GradScaler>(GradScalerOptions().enabled(o.amp() && s.device.is_cuda()), s.comm.get());
   s.sampler = std::make_unique<data::DistributedSampler>(
@@ -241,7 +243,7 @@ void Trainer::State::print_banner() const {
   if (options.lr_scaling()) out << " (" << options.lr() << " x " << global_batch << "/256)";
   out << ", warm-up " << options.warmup_epochs() << " epoch(s), " << to_string(options.lr_schedule())
       << " schedule, amp " << (options.amp() ? (device.is_cuda() ? "fp16" : "bf16") : "off") << ", device "
-      << device.str() << "\n"
+      << device.str() << ", " << style->describe() << "\n"
       << "data: " << data.kind << ", " << data.train->size() << " training and " << data.val->size()
       << " validation images, " << data.train->num_classes() << " classes, " << steps_per_epoch()
       << " steps per epoch" << std::endl;
@@ -250,9 +252,10 @@ void Trainer::State::print_banner() const {
 MetricSums Trainer::State::step(const data::Batch& batch) {
   set_lr(*optimizer, schedule->lr_at(global_step()));
   auto [images, labels] = to_device(batch);
-  optimizer->zero_grad();
+  style->zero_grad();
   auto [logits, loss] = forward(images, labels, /*train=*/true);
   scaler->scale(loss).backward();
+  style->synchronize();
   MetricSums local;
   local.add(logits.detach(), labels, loss.item<double>());
   MetricSums all = local.reduced(*comm);
@@ -383,6 +386,7 @@ TrainResult Trainer::train() {
 MetricSums Trainer::evaluate() {
   State& s = *state_;
   const auto start = Clock::now();
+  s.style->before_evaluate();
   s.model->eval();
   torch::NoGradGuard no_grad;
   data::EvalSampler val_sampler(s.data.val->size(), s.comm->size(), s.comm->rank());

@@ -3,12 +3,17 @@
 //
 //   dptrain launch --standalone --nproc-per-node 2 -- dptrain train --dummy -a resnet20 -b 64 --epochs 3
 //   dptrain train /data/imagenet -a resnet50 -b 64 --warmup-epochs 5 --output run1 --amp
+//   dptrain train --multiprocessing-distributed --dummy -a resnet20      # one worker per GPU, mp.spawn style
+//   dptrain train --mode dp --replicas 2 --dummy -a resnet20 -b 128      # one process, two replicas
+//   dptrain launch --standalone --nproc-per-node 2 -- dptrain train --mode hvd --dummy -a resnet20
 
 #include <iostream>
 
 #include <nlohmann/json.hpp>
 
 #include "command.h"
+#include "dptrain/common/error.h"
+#include "dptrain/launch/spawn.h"
 #include "dptrain/train/trainer.h"
 #include "run_flags.h"
 
@@ -36,10 +41,16 @@ struct TrainFlags {
   int64_t keep_checkpoints = 3;
   std::optional<int64_t> max_steps;
   bool sync_bn = false;
+  std::string mode = "ddp";
+  std::optional<int> replicas;
+  std::vector<int> gpus;
+  bool multiprocessing_distributed = false;
+  std::optional<int> nprocs;
 };
 
-int run_train(const TrainFlags& f) {
-  auto options = run_options(f.run, f.run.arch.value_or("resnet18"))
+// One process's training, with `run` (rather than f.run) for its shared flags.
+int train_process(const TrainFlags& f, const RunFlags& run) {
+  auto options = run_options(run, run.arch.value_or("resnet18"))
                      .epochs(f.epochs)
                      .start_epoch(f.start_epoch)
                      .lr(f.lr)
@@ -56,7 +67,10 @@ int run_train(const TrainFlags& f) {
                      .output_dir(f.output)
                      .keep_checkpoints(f.keep_checkpoints)
                      .max_steps(f.max_steps)
-                     .sync_bn(f.sync_bn);
+                     .sync_bn(f.sync_bn)
+                     .mode(train::parse_parallel_mode(f.mode))
+                     .replicas(f.replicas)
+                     .gpus(f.gpus);
   train::Trainer trainer(options);
   nlohmann::json summary;
   if (f.evaluate) {
@@ -70,6 +84,44 @@ int run_train(const TrainFlags& f) {
   }
   if (trainer.rank() == 0) std::cout << summary.dump() << std::endl;
   return 0;
+}
+
+// "tcp://HOST:PORT" -> spawn's rendezvous; env:// (the default) -> a free port on this host.
+launch::SpawnOptions spawn_options(const RunFlags& run) {
+  auto options = launch::SpawnOptions().nnodes(run.world_size.value_or(1)).node_rank(run.rank.value_or(0));
+  const std::string tcp = "tcp://";
+  if (run.dist_url.rfind(tcp, 0) == 0) {
+    const std::string address = run.dist_url.substr(tcp.size());
+    const size_t colon = address.rfind(':');
+    DPT_CHECK(colon != std::string::npos && colon > 0, ConfigError, "--dist-url '", run.dist_url,
+              "' has no port; use tcp://HOST:PORT");
+    options.master_addr(address.substr(0, colon));
+    try {
+      options.master_port(std::stoi(address.substr(colon + 1)));
+    } catch (const std::exception&) {
+      DPT_CHECK(false, ConfigError, "--dist-url '", run.dist_url, "': '", address.substr(colon + 1), "' is not a port");
+    }
+  } else {
+    DPT_CHECK(run.dist_url == "env://", ConfigError, "--multiprocessing-distributed rendezvous over tcp://HOST:PORT ",
+              "(or a free local port when --dist-url is not given), not '", run.dist_url, "'");
+  }
+  DPT_CHECK(options.nnodes() == 1 || options.master_port(), ConfigError, "--world-size ", options.nnodes(),
+            " nodes with --multiprocessing-distributed need --dist-url tcp://HOST:PORT of node 0");
+  return options;
+}
+
+// imagenet/main.py's --multiprocessing-distributed: --world-size counts nodes and --rank is this
+// node's index; each worker's rank and the job's size come from spawn's environment.
+int run_train(const TrainFlags& f) {
+  if (!f.multiprocessing_distributed) return train_process(f, f.run);
+  DPT_CHECK(f.mode != "dp", ConfigError, "--mode dp is one process; it cannot be combined with --multiprocessing-distributed");
+  const auto options = spawn_options(f.run);
+  RunFlags worker = f.run;
+  worker.world_size.reset();
+  worker.rank.reset();
+  // The workers find MASTER_ADDR/MASTER_PORT (those of --dist-url) in their environment.
+  worker.dist_url = "env://";
+  return launch::spawn([&](int) { return train_process(f, worker); }, f.nprocs, options);
 }
 
 }  // namespace
@@ -96,6 +148,21 @@ Command add_train_command(CLI::App& root) {
   app->add_option("--output", flags->output, "folder for checkpoints (rank 0 writes)");
   app->add_option("--keep-checkpoints", flags->keep_checkpoints, "epoch checkpoints to keep")->capture_default_str();
   app->add_option("--max-steps", flags->max_steps, "stop after N optimizer steps in all, mid-epoch if need be");
+  app->add_option("--mode", flags->mode,
+                  "ddp: one process per replica (DistributedDataParallel); dp: one process driving the "
+                  "--replicas/--gpus replicas, -b then being the batch per step split over them "
+                  "(nn.DataParallel); hvd: Horovod's DistributedOptimizer with broadcast weights")
+      ->check(CLI::IsMember({"ddp", "dp", "hvd"}))
+      ->capture_default_str();
+  app->add_option("--replicas", flags->replicas, "--mode dp: this many CPU replicas");
+  app->add_option("--gpus", flags->gpus, "--mode dp: CUDA devices of the replicas, e.g. 0,1 (the first holds the model)")
+      ->delimiter(',');
+  app->add_flag("--multiprocessing-distributed", flags->multiprocessing_distributed,
+                "start one worker per visible GPU (or --nprocs) and supervise them, as mp.spawn; "
+                "--world-size is then the number of nodes and --rank this node's index (world = nodes x "
+                "workers, rank = node rank x workers + local rank), --dist-url tcp://HOST:PORT the "
+                "rendezvous (default: a free local port)");
+  app->add_option("--nprocs", flags->nprocs, "--multiprocessing-distributed: workers on this node (default: one per GPU)");
   return {app, [flags](const std::vector<std::string>&) { return run_train(*flags); }};
 }
 

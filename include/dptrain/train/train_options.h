@@ -24,6 +24,14 @@
 
 namespace dpt::train {
 
+// How the replicas agree on a step: DistributedDataParallel (one process per replica),
+// DataParallel (one process driving several replicas; batch_size is then the whole step's batch,
+// split over them), or Horovod's DistributedOptimizer with broadcast weights.
+enum class ParallelMode { Ddp, Dp, Hvd };
+// "ddp", "dp" or "hvd"; ConfigError for anything else.
+ParallelMode parse_parallel_mode(const std::string& name);
+std::string to_string(ParallelMode mode);
+
 // Where text output goes (an alias, because TORCH_ARG cannot take a pointer type as written).
 using LogStream = std::ostream*;
 
@@ -48,7 +56,8 @@ struct TrainOptions {
   TORCH_ARG(int64_t, epochs) = 90;
   // First epoch when not resuming (the schedule starts there as if earlier epochs had run).
   TORCH_ARG(int64_t, start_epoch) = 0;
-  // Samples per step on each process; the global batch is this times the world size.
+  // Samples per step on each process; the global batch is this times the world size. Mode Dp:
+  // samples per step, split over the replicas.
   TORCH_ARG(int64_t, batch_size) = 256;
   // Loader threads per process.
   TORCH_ARG(int, workers) = 4;
@@ -69,6 +78,10 @@ struct TrainOptions {
   // Batch statistics over all ranks (SyncBatchNorm): every BatchNorm layer is converted before
   // DistributedDataParallel wraps the model; checkpoints keep BatchNorm's names.
   TORCH_ARG(bool, sync_bn) = false;
+  TORCH_ARG(ParallelMode, mode) = ParallelMode::Ddp;
+  // Mode Dp: this many replicas on the CPU, or the listed CUDA devices (the first holds the model).
+  TORCH_ARG(std::optional<int>, replicas) = std::nullopt;
+  TORCH_ARG(std::vector<int>, gpus) = {};
   // Bitwise-repeatable CPU runs: one compute thread per process, deterministic algorithms.
   TORCH_ARG(bool, deterministic) = false;
   // Seeds the weights (the same on every rank), the sampler's shuffles and the augmentation.

@@ -1,0 +1,59 @@
+#pragma once
+// How the trainer's replicas come to agree on a step (TrainOptions::mode): the parts of a training
+// step that differ between DistributedDataParallel, single-process DataParallel and the Horovod
+// style. Everything else (sampler, schedule, metrics, checkpoints) is the trainer's and the same
+// in every style; checkpoints always hold the plain model's names.
+//
+//   auto style = make_parallel_style(options, model, optimizer, comm);
+//   style->zero_grad();
+//   auto loss = cross_entropy(style->forward(images), labels);
+//   loss.backward();
+//   style->synchronize();            // the gradients are now the reduced ones
+//   optimizer->step();
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <torch/optim/sgd.h>
+
+#include "dptrain/dist/communicator.h"
+#include "dptrain/models/resnet.h"
+#include "dptrain/train/train_options.h"
+
+namespace dpt::train {
+
+class ParallelStyle {
+ public:
+  virtual ~ParallelStyle() = default;
+  // The training forward of this process's whole batch.
+  virtual at::Tensor forward(const at::Tensor& images) = 0;
+  // Before the step's forward.
+  virtual void zero_grad() = 0;
+  // After backward, before the optimizer steps.
+  virtual void synchronize() {}
+  // Before a validation pass.
+  virtual void before_evaluate() {}
+  // For the start-up banner: "DistributedDataParallel", "DataParallel over 2 replicas (cpu, cpu)".
+  virtual std::string describe() const = 0;
+};
+
+// The devices of --mode dp's replicas: cuda_devices(gpus) or `replicas` CPU replicas; the first
+// is where the model lives. ConfigError unless exactly one of the two is given.
+std::vector<torch::Device> data_parallel_devices(const TrainOptions& options);
+
+// The style options.mode() names, over `model` (already on its device) and `optimizer` (over the
+// model's parameters). ConfigError for combinations the style cannot run.
+std::unique_ptr<ParallelStyle> make_parallel_style(const TrainOptions& options, models::ResNet model,
+                                                   std::shared_ptr<torch::optim::SGD> optimizer,
+                                                   std::shared_ptr<dist::Communicator> comm);
+
+std::unique_ptr<ParallelStyle> make_ddp_style(models::ResNet model, std::shared_ptr<torch::optim::SGD> optimizer,
+                                              std::shared_ptr<dist::Communicator> comm);
+std::unique_ptr<ParallelStyle> make_dp_style(const TrainOptions& options, models::ResNet model,
+                                             std::shared_ptr<torch::optim::SGD> optimizer,
+                                             const dist::Communicator& comm);
+std::unique_ptr<ParallelStyle> make_hvd_style(models::ResNet model, std::shared_ptr<torch::optim::SGD> optimizer,
+                                              std::shared_ptr<dist::Communicator> comm);
+
+}  // namespace dpt::train
