@@ -50,11 +50,13 @@ DistributedDataParallelBase::DistributedDataParallelBase(std::shared_ptr<torch::
 
 void DistributedDataParallelBase::before_forward() {
   forward_start_ = std::chrono::steady_clock::now();
-  if (options_.broadcast_buffers()) broadcast_coalesced(*comm_, buffers_, /*root=*/0);
+  if (options_.broadcast_buffers()) broadcast_buffers();
   // Otherwise backward accumulates into .grad, wherever it lives; the next synchronized step
   // moves it into the buckets.
   if (sync_ && torch::GradMode::is_enabled()) reducer_.prepare_for_backward();
 }
+
+void DistributedDataParallelBase::broadcast_buffers() { broadcast_coalesced(*comm_, buffers_, /*root=*/0); }
 
 void DistributedDataParallelBase::after_forward() {
   if (!reducer_.armed()) return;  // timing describes synchronized steps only

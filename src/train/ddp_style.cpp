@@ -15,6 +15,9 @@ class DdpStyle : public ParallelStyle {
 
   at::Tensor forward(const at::Tensor& images) override { return ddp_.forward(images); }
   void zero_grad() override { optimizer_->zero_grad(); }
+  // Validation is split over the ranks and runs the model itself, not ddp_.forward: every rank
+  // first takes rank 0's BatchNorm statistics, so the pass measures the model rank 0 checkpoints.
+  void before_evaluate() override { ddp_.broadcast_buffers(); }
   std::string describe() const override { return "DistributedDataParallel"; }
 
  private:

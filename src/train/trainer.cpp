@@ -131,6 +131,9 @@ struct Trainer::State {
   }
 
   void print_banner() const;
+  // Tells the observers about a finished train or val pass: `all` are its sums over all ranks,
+  // `skipped_here` the bad images this rank's loader skipped (summed over ranks here: collective).
+  void report_pass(const std::string& phase, const MetricSums& all, size_t skipped_here, Clock::time_point start);
   void save_checkpoint(bool epoch_done, bool is_best) const;
   // One optimizer step; returns the step's sums over all ranks.
   MetricSums step(const data::Batch& batch);
@@ -353,20 +356,7 @@ TrainResult Trainer::train() {
       s.save_checkpoint(/*epoch_done=*/false, /*is_best=*/false);
       break;
     }
-    at::Tensor skipped = at::tensor({static_cast<double>(skipped_local)}, at::kDouble).to(s.comm->device());
-    s.comm->all_reduce(skipped, dist::ReduceOp::Sum);
-    EpochReport report;
-    report.phase = "train";
-    report.epoch = s.epoch;
-    report.global_step = s.global_step();
-    report.loss = sums.loss();
-    report.acc1 = sums.top1_percent();
-    report.acc5 = sums.top5_percent();
-    report.samples = sums.count;
-    report.seconds = seconds_since(start);
-    report.images_per_s = report.seconds > 0 ? static_cast<double>(sums.count) / report.seconds : 0.0;
-    report.skipped_images = static_cast<int64_t>(skipped.item<double>());
-    s.notify([&](TrainObserver& o) { o.on_epoch(report); });
+    s.report_pass("train", sums, static_cast<size_t>(skipped_local), start);
 
     result.last_val = evaluate();
     const double acc1 = result.last_val.top1_percent();
@@ -400,13 +390,19 @@ MetricSums Trainer::evaluate() {
     const auto loss = torch::nn::functional::cross_entropy(logits.to(at::kDouble), labels);
     local.add(logits, labels, loss.item<double>());
   }
-  at::Tensor skipped = at::tensor({static_cast<double>(loader.skipped().size())}, at::kDouble).to(s.comm->device());
-  s.comm->all_reduce(skipped, dist::ReduceOp::Sum);
   const MetricSums all = local.reduced(*s.comm);
+  s.report_pass("val", all, loader.skipped().size(), start);
+  return all;
+}
+
+void Trainer::State::report_pass(const std::string& phase, const MetricSums& all, size_t skipped_here,
+                                 Clock::time_point start) {
+  at::Tensor skipped = at::tensor({static_cast<double>(skipped_here)}, at::kDouble).to(comm->device());
+  comm->all_reduce(skipped, dist::ReduceOp::Sum);
   EpochReport report;
-  report.phase = "val";
-  report.epoch = s.epoch;
-  report.global_step = s.global_step();
+  report.phase = phase;
+  report.epoch = epoch;
+  report.global_step = global_step();
   report.loss = all.loss();
   report.acc1 = all.top1_percent();
   report.acc5 = all.top5_percent();
@@ -414,8 +410,7 @@ MetricSums Trainer::evaluate() {
   report.seconds = seconds_since(start);
   report.images_per_s = report.seconds > 0 ? static_cast<double>(all.count) / report.seconds : 0.0;
   report.skipped_images = static_cast<int64_t>(skipped.item<double>());
-  s.notify([&](TrainObserver& o) { o.on_epoch(report); });
-  return all;
+  notify([&](TrainObserver& o) { o.on_epoch(report); });
 }
 
 }  // namespace dpt::train

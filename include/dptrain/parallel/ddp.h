@@ -79,6 +79,11 @@ class DistributedDataParallelBase {
   // Replaces the default mean allreduce (see comm_hooks.h).
   void register_comm_hook(CommHook hook) { reducer_.set_comm_hook(std::move(hook)); }
 
+  // Copies rank 0's buffers (BatchNorm running statistics) to every rank, as each forward does
+  // first when broadcast_buffers is on. For using the wrapped module directly, e.g. to evaluate it
+  // once on every rank, as Python's DDP forward in eval mode would. Collective.
+  void broadcast_buffers();
+
   std::vector<at::Tensor> parameters() const { return module_->parameters(); }
   const DDPOptions& options() const { return options_; }
   dist::Communicator& communicator() const { return *comm_; }
