@@ -241,8 +241,14 @@ void Trainer::State::print_banner() const {
   if (!leader() || options.log() == nullptr) return;
   const int64_t global_batch = options.batch_size() * comm->size();
   auto& out = *options.log();
-  out << "dptrain train: " << options.arch() << ", " << comm->size() << " process(es), batch "
-      << options.batch_size() << " per process (" << global_batch << " global), lr " << schedule->peak_lr();
+  out << "dptrain train: " << options.arch() << ", " << comm->size() << " process(es), batch " << options.batch_size();
+  // Under --mode dp one process drives the replicas: -b is the batch of a step, as nn.DataParallel's.
+  if (options.mode() == ParallelMode::Dp) {
+    out << " per step (split over the replicas)";
+  } else {
+    out << " per process (" << global_batch << " global)";
+  }
+  out << ", lr " << schedule->peak_lr();
   if (options.lr_scaling()) out << " (" << options.lr() << " x " << global_batch << "/256)";
   out << ", warm-up " << options.warmup_epochs() << " epoch(s), " << to_string(options.lr_schedule())
       << " schedule, amp " << (options.amp() ? (device.is_cuda() ? "fp16" : "bf16") : "off") << ", device "

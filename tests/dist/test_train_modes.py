@@ -187,7 +187,7 @@ class DataParallelMode(unittest.TestCase):
     def test_one_replica_is_the_single_process_run(self):
         reference, _, _ = single_ddp()
         result, out = single("-b", "128", "--mode", "dp", "--replicas", "1")
-        self.assertIn(small_training.world_line(1) + ", batch 128 per process (128 global)", out)
+        self.assertIn(small_training.world_line(1) + ", batch 128 per step (split over the replicas), lr ", out)
         self.assertIn(", device cpu, DataParallel over 1 replicas (cpu)\n", out)
         self.assertEqual(result, reference)
 
