@@ -59,15 +59,22 @@ class Workers(unittest.TestCase):
         self.assertNotIn("[rank", out)
 
 
+def run_failing_probe(*args):
+    """Runs the probe until it exits (bounded); returns its code, output and the worker PIDs it
+    printed. The workers are killed by PID if the supervision under test left any behind."""
+    started = Started(probe(*args), env=NO_GPU)
+    try:
+        code, out, err = started.wait(timeout=60)
+        pids = pids_in(out)
+        started.extra_pids += pids
+    finally:
+        started.close()
+    return code, out, err, pids
+
+
 class Supervision(unittest.TestCase):
     def test_a_failing_worker_is_named_with_its_code_and_the_others_are_stopped(self):
-        started = Started(probe("--nprocs", "3", "--fail-rank", "1", "--sleep", "60"), env=NO_GPU)
-        try:
-            code, out, err = started.wait(timeout=60)
-            pids = pids_in(out)
-            started.extra_pids += pids
-        finally:
-            started.close()
+        code, out, err, pids = run_failing_probe("--nprocs", "3", "--fail-rank", "1", "--sleep", "60")
         self.assertEqual(code, 3, out + err)
         self.assertEqual(len(pids), 3, out)
         self.assertTrue(wait_dead(pids, 5), f"left alive: {[p for p in pids if pid_alive(p)]}")
@@ -79,13 +86,7 @@ class Supervision(unittest.TestCase):
         self.assertIn("spawn returned 3 in pid", out)
 
     def test_an_exception_in_a_worker_is_printed_with_its_rank_and_fails_it(self):
-        started = Started(probe("--nprocs", "2", "--throw-rank", "0", "--sleep", "60"), env=NO_GPU)
-        try:
-            code, out, err = started.wait(timeout=60)
-            pids = pids_in(out)
-            started.extra_pids += pids
-        finally:
-            started.close()
+        code, out, err, pids = run_failing_probe("--nprocs", "2", "--throw-rank", "0", "--sleep", "60")
         self.assertEqual(code, 1, out + err)
         self.assertTrue(wait_dead(pids, 5), f"left alive: {[p for p in pids if pid_alive(p)]}")
         self.assertRegex(err, r"spawn: rank 0 \(pid \d+\) failed first: it exited with code 1")
