@@ -186,6 +186,8 @@ void resample(const Image& image, int left, int top, const Taps& h, const Taps& 
 
   // Vertical pass, then clamp, flip and normalize into the three CHW planes.
   const size_t plane = static_cast<size_t>(size) * size;
+  // Every row starts 32-byte aligned when the first does and rows are whole vectors.
+  const bool streaming = have_avx2() && size % 8 == 0 && reinterpret_cast<uintptr_t>(out) % 32 == 0;
   std::vector<const uint8_t*> sources(v.ksize);
   for (int y = 0; y < size; ++y) {
     for (int t = 0; t < v.length[y]; ++t) {
@@ -193,10 +195,16 @@ void resample(const Image& image, int left, int top, const Taps& h, const Taps& 
     }
     accumulate_rows(sources.data(), &v.weight[static_cast<size_t>(y) * v.ksize], v.length[y], stride, acc.data());
     for (int c = 0; c < 3; ++c) {
-      normalize_row(&acc[static_cast<size_t>(c) * size], mean[c], std[c], size, flip,
-                    out + c * plane + static_cast<size_t>(y) * size);
+      const int32_t* sums = &acc[static_cast<size_t>(c) * size];
+      float* dst = out + c * plane + static_cast<size_t>(y) * size;
+      if (streaming) {
+        normalize_row_streaming(sums, mean[c], std[c], size, flip, dst);
+      } else {
+        normalize_row(sums, mean[c], std[c], size, flip, dst);
+      }
     }
   }
+  if (streaming) fence_streaming_stores();
 }
 
 }  // namespace dpt::data

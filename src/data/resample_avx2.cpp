@@ -1,5 +1,6 @@
 #include "resample_avx2.h"
 
+#include <cstddef>
 #include <cstring>
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -34,16 +35,20 @@ WideTaps widen_taps(const Taps& h) {
 
 namespace {
 
-// Fixed-point R, G, B sums (lane 3 unused) of one output pixel. Each group loads 16 bytes, of
-// which 4 RGB pixels (12 bytes) are used, spreads them to 32-bit lanes, two pixels per vector,
-// and multiplies them by their tap weights: the same int32 products and sums as the scalar pass.
-__attribute__((target("avx2"))) __m128i pixel_sums(const uint8_t* src, const int32_t* w, int groups) {
+// Fixed-point R, G, B sums (lane 3 unused) of one output pixel, shifted down to 8-bit range but
+// not yet clamped. Each group loads 16 bytes, of which 4 RGB pixels (12 bytes) are used, spreads
+// them to 32-bit lanes, two pixels per vector, and multiplies them by their tap weights: the same
+// int32 products and sums as the scalar pass. G > 0 fixes the group count at compile time so the
+// loop unrolls and the sums stay in registers; G == 0 takes it from `groups`.
+template <int G>
+__attribute__((target("avx2"))) inline __m128i pixel_sums(const uint8_t* src, const int32_t* w, int groups) {
   const __m256i first_pair = _mm256_setr_epi8(0, -1, -1, -1, 1, -1, -1, -1, 2, -1, -1, -1, -1, -1, -1, -1,  //
                                               3, -1, -1, -1, 4, -1, -1, -1, 5, -1, -1, -1, -1, -1, -1, -1);
   const __m256i second_pair = _mm256_setr_epi8(6, -1, -1, -1, 7, -1, -1, -1, 8, -1, -1, -1, -1, -1, -1, -1,  //
                                                9, -1, -1, -1, 10, -1, -1, -1, 11, -1, -1, -1, -1, -1, -1, -1);
+  const int n = G > 0 ? G : groups;
   __m256i acc = _mm256_setzero_si256();
-  for (int g = 0; g < groups; ++g) {
+  for (int g = 0; g < n; ++g) {
     const __m256i px = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + 12 * g)));
     const __m256i* wg = reinterpret_cast<const __m256i*>(w + 16 * g);
     acc = _mm256_add_epi32(acc, _mm256_mullo_epi32(_mm256_shuffle_epi8(px, first_pair), _mm256_loadu_si256(wg)));
@@ -51,6 +56,32 @@ __attribute__((target("avx2"))) __m128i pixel_sums(const uint8_t* src, const int
   }
   const __m128i sum = _mm_add_epi32(_mm256_castsi256_si128(acc), _mm256_extracti128_si256(acc, 1));
   return _mm_srai_epi32(_mm_add_epi32(sum, _mm_set1_epi32(kHalf)), kPrecisionBits);
+}
+
+// Outputs [0, end) in fours: packing saturates like clip8 (negative to 0, above 255 to 255),
+// then the bytes are regrouped from R G B x per pixel into 4 R, 4 G and 4 B for the planar rows.
+template <int G>
+__attribute__((target("avx2"))) int horizontal_quads(const uint8_t* in, int left, const Taps& h,
+                                                     const WideTaps& wide, int end, uint8_t* dst) {
+  const int count = static_cast<int>(h.start.size());
+  const __m128i planar = _mm_setr_epi8(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+  const size_t per_output = static_cast<size_t>(wide.groups) * 16;
+  const int* start = h.start.data();
+  const int32_t* w = wide.weight.data();
+  int x = 0;
+  for (; x + 4 <= end; x += 4, start += 4, w += 4 * per_output) {
+    const __m128i s0 = pixel_sums<G>(in + static_cast<std::ptrdiff_t>(start[0] - left) * 3, w, wide.groups);
+    const __m128i s1 = pixel_sums<G>(in + static_cast<std::ptrdiff_t>(start[1] - left) * 3, w + per_output, wide.groups);
+    const __m128i s2 = pixel_sums<G>(in + static_cast<std::ptrdiff_t>(start[2] - left) * 3, w + 2 * per_output, wide.groups);
+    const __m128i s3 = pixel_sums<G>(in + static_cast<std::ptrdiff_t>(start[3] - left) * 3, w + 3 * per_output, wide.groups);
+    const __m128i bytes =
+        _mm_shuffle_epi8(_mm_packus_epi16(_mm_packs_epi32(s0, s1), _mm_packs_epi32(s2, s3)), planar);
+    const int32_t r = _mm_cvtsi128_si32(bytes), g = _mm_extract_epi32(bytes, 1), b = _mm_extract_epi32(bytes, 2);
+    std::memcpy(dst + x, &r, 4);
+    std::memcpy(dst + count + x, &g, 4);
+    std::memcpy(dst + 2 * count + x, &b, 4);
+  }
+  return x;
 }
 
 }  // namespace
@@ -63,32 +94,44 @@ __attribute__((target("avx2"))) int horizontal_row_avx2(const uint8_t* in, size_
   const size_t span = static_cast<size_t>(12 * (wide.groups - 1) + 16);
   int safe = count;
   while (safe > 0 && static_cast<size_t>(h.start[safe - 1] - left) * 3 + span > readable) --safe;
-  // Four outputs at a time: packing saturates like clip8 (negative to 0, above 255 to 255), then
-  // the bytes are regrouped from R G B x per pixel into 4 R, 4 G and 4 B for the planar rows.
-  const __m128i planar = _mm_setr_epi8(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
-  const size_t per_output = static_cast<size_t>(wide.groups) * 16;
-  int x = 0;
-  for (; x + 4 <= safe; x += 4) {
-    __m128i s[4];
-    for (int i = 0; i < 4; ++i) {
-      s[i] = pixel_sums(in + static_cast<size_t>(h.start[x + i] - left) * 3, &wide.weight[(x + i) * per_output],
-                        wide.groups);
-    }
-    const __m128i bytes =
-        _mm_shuffle_epi8(_mm_packus_epi16(_mm_packs_epi32(s[0], s[1]), _mm_packs_epi32(s[2], s[3])), planar);
-    const int32_t r = _mm_cvtsi128_si32(bytes), g = _mm_extract_epi32(bytes, 1), b = _mm_extract_epi32(bytes, 2);
-    std::memcpy(dst + x, &r, 4);
-    std::memcpy(dst + count + x, &g, 4);
-    std::memcpy(dst + 2 * count + x, &b, 4);
+  // Up to 8 taps (shrinks below about 3.5x, what RandomResizedCrop mostly asks after DCT scaling)
+  // get an unrolled loop.
+  switch (wide.groups) {
+    case 1:
+      return horizontal_quads<1>(in, left, h, wide, safe, dst);
+    case 2:
+      return horizontal_quads<2>(in, left, h, wide, safe, dst);
+    default:
+      return horizontal_quads<0>(in, left, h, wide, safe, dst);
   }
-  return x;
 }
+
+__attribute__((target("avx2"))) void normalize_row_streaming(const int32_t* acc, float mean, float std, int n,
+                                                             bool flip, float* out) {
+  const __m256i low = _mm256_setzero_si256(), high = _mm256_set1_epi32(255);
+  const __m256 scale = _mm256_set1_ps(255.0f), m = _mm256_set1_ps(mean), s = _mm256_set1_ps(std);
+  const __m256i reverse = _mm256_setr_epi32(7, 6, 5, 4, 3, 2, 1, 0);
+  for (int x = 0; x < n; x += 8) {
+    __m256i v = _mm256_srai_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(acc + x)), kPrecisionBits);
+    v = _mm256_min_epi32(_mm256_max_epi32(v, low), high);
+    const __m256 f = _mm256_div_ps(_mm256_sub_ps(_mm256_div_ps(_mm256_cvtepi32_ps(v), scale), m), s);
+    if (flip) {
+      _mm256_stream_ps(out + n - 8 - x, _mm256_permutevar8x32_ps(f, reverse));
+    } else {
+      _mm256_stream_ps(out + x, f);
+    }
+  }
+}
+
+void fence_streaming_stores() { _mm_sfence(); }
 
 #else
 
 bool have_avx2() { return false; }
 WideTaps widen_taps(const Taps&) { return {}; }
 int horizontal_row_avx2(const uint8_t*, size_t, int, const Taps&, const WideTaps&, uint8_t*) { return 0; }
+void normalize_row_streaming(const int32_t*, float, float, int, bool, float*) {}
+void fence_streaming_stores() {}
 
 #endif
 

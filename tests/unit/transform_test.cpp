@@ -41,6 +41,23 @@ double max_abs_diff(const std::vector<float>& a, const std::vector<double>& b) {
   return worst;
 }
 
+// Floats starting `offset` floats past a 32-byte boundary: aligned outputs take the AVX2
+// streaming normalization, misaligned ones the portable loop.
+class OffsetBuffer {
+ public:
+  OffsetBuffer(size_t n, size_t offset) : storage_(n + 16), n_(n) {
+    const auto address = reinterpret_cast<uintptr_t>(storage_.data());
+    data_ = storage_.data() + ((32 - address % 32) % 32) / sizeof(float) + offset;
+  }
+  float* data() { return data_; }
+  std::vector<float> values() const { return {data_, data_ + n_}; }
+
+ private:
+  std::vector<float> storage_;
+  float* data_;
+  size_t n_;
+};
+
 double mean_abs_diff(const std::vector<float>& a, const std::vector<double>& b) {
   double total = 0;
   for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) total += std::abs(a[i] - b[i]);
@@ -99,7 +116,8 @@ TEST(Transform, TrainCropMatchesTorchvisionResizedCrop) {
 
 // Many crops at once, from upscales (2 taps per output) to 6x shrinks (13 taps, several SIMD
 // groups), flipped or not, decoded whole or only where the taps read (where the last outputs of
-// a row sit at the end of the decoded buffer): all equal torchvision's output.
+// a row sit at the end of the decoded buffer), written to aligned and misaligned memory: all
+// equal torchvision's output.
 TEST(Transform, ManyTrainCropsMatchTorchvision) {
   dpt::testing::TempDir dir;
   const std::string path = dir.path() + "/a.jpg";
@@ -117,10 +135,14 @@ TEST(Transform, ManyTrainCropsMatchTorchvision) {
   if (!expected) GTEST_SKIP() << "/usr/bin/python3 with torchvision is not available";
   ASSERT_EQ(expected->size(), static_cast<size_t>(kCrops));
   const Image full = decode_image(bytes, path);
-  std::vector<float> whole(train.sample_numel()), region(train.sample_numel());
+  OffsetBuffer aligned(train.sample_numel(), 0), misaligned(train.sample_numel(), 1);
+  std::vector<float> region(train.sample_numel());
   for (int64_t index = 0; index < kCrops; ++index) {
-    train.apply(full, 1, index, whole.data());
+    train.apply(full, 1, index, aligned.data());
+    const std::vector<float> whole = aligned.values();
     EXPECT_LT(max_abs_diff(whole, (*expected)[index]), 1e-6) << "crop " << index;
+    train.apply(full, 1, index, misaligned.data());
+    EXPECT_EQ(misaligned.values(), whole) << "crop " << index;
     train.apply_encoded(bytes, path, 1, index, region.data());
     EXPECT_EQ(region, whole) << "crop " << index;
   }
