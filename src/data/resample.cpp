@@ -193,15 +193,15 @@ void resample(const Image& image, int left, int top, const Taps& h, const Taps& 
     for (int t = 0; t < v.length[y]; ++t) {
       sources[t] = &rows[static_cast<size_t>(v.start[y] - row_first + t) * stride];
     }
-    accumulate_rows(sources.data(), &v.weight[static_cast<size_t>(y) * v.ksize], v.length[y], stride, acc.data());
+    const int32_t* weights = &v.weight[static_cast<size_t>(y) * v.ksize];
+    float* dst = out + static_cast<size_t>(y) * size;
+    if (streaming) {
+      vertical_row_streaming(sources.data(), weights, v.length[y], size, mean.data(), std.data(), flip, dst, plane);
+      continue;
+    }
+    accumulate_rows(sources.data(), weights, v.length[y], stride, acc.data());
     for (int c = 0; c < 3; ++c) {
-      const int32_t* sums = &acc[static_cast<size_t>(c) * size];
-      float* dst = out + c * plane + static_cast<size_t>(y) * size;
-      if (streaming) {
-        normalize_row_streaming(sums, mean[c], std[c], size, flip, dst);
-      } else {
-        normalize_row(sums, mean[c], std[c], size, flip, dst);
-      }
+      normalize_row(&acc[static_cast<size_t>(c) * size], mean[c], std[c], size, flip, dst + c * plane);
     }
   }
   if (streaming) fence_streaming_stores();

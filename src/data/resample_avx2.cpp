@@ -106,19 +106,32 @@ __attribute__((target("avx2"))) int horizontal_row_avx2(const uint8_t* in, size_
   }
 }
 
-__attribute__((target("avx2"))) void normalize_row_streaming(const int32_t* acc, float mean, float std, int n,
-                                                             bool flip, float* out) {
-  const __m256i low = _mm256_setzero_si256(), high = _mm256_set1_epi32(255);
-  const __m256 scale = _mm256_set1_ps(255.0f), m = _mm256_set1_ps(mean), s = _mm256_set1_ps(std);
+__attribute__((target("avx2"))) void vertical_row_streaming(const uint8_t* const* rows, const int32_t* k, int n,
+                                                            int size, const float* mean, const float* std,
+                                                            bool flip, float* out, size_t plane) {
+  const __m256i low = _mm256_setzero_si256(), high = _mm256_set1_epi32(255), half = _mm256_set1_epi32(kHalf);
+  const __m256 scale = _mm256_set1_ps(255.0f);
   const __m256i reverse = _mm256_setr_epi32(7, 6, 5, 4, 3, 2, 1, 0);
-  for (int x = 0; x < n; x += 8) {
-    __m256i v = _mm256_srai_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(acc + x)), kPrecisionBits);
-    v = _mm256_min_epi32(_mm256_max_epi32(v, low), high);
-    const __m256 f = _mm256_div_ps(_mm256_sub_ps(_mm256_div_ps(_mm256_cvtepi32_ps(v), scale), m), s);
-    if (flip) {
-      _mm256_stream_ps(out + n - 8 - x, _mm256_permutevar8x32_ps(f, reverse));
-    } else {
-      _mm256_stream_ps(out + x, f);
+  for (int c = 0; c < 3; ++c) {
+    const __m256 m = _mm256_set1_ps(mean[c]), s = _mm256_set1_ps(std[c]);
+    const size_t column = static_cast<size_t>(c) * size;
+    float* dst = out + c * plane;
+    for (int x = 0; x < size; x += 8) {
+      // The vertical taps' fixed-point sum for 8 outputs, kept in a register: accumulate_rows'
+      // products and sums.
+      __m256i acc = half;
+      for (int t = 0; t < n; ++t) {
+        const __m128i bytes = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(rows[t] + column + x));
+        acc = _mm256_add_epi32(acc, _mm256_mullo_epi32(_mm256_cvtepu8_epi32(bytes), _mm256_set1_epi32(k[t])));
+      }
+      // normalize_row: clamp to a byte, then the same IEEE operations in the same order.
+      const __m256i v = _mm256_min_epi32(_mm256_max_epi32(_mm256_srai_epi32(acc, kPrecisionBits), low), high);
+      const __m256 f = _mm256_div_ps(_mm256_sub_ps(_mm256_div_ps(_mm256_cvtepi32_ps(v), scale), m), s);
+      if (flip) {
+        _mm256_stream_ps(dst + size - 8 - x, _mm256_permutevar8x32_ps(f, reverse));
+      } else {
+        _mm256_stream_ps(dst + x, f);
+      }
     }
   }
 }
@@ -130,7 +143,8 @@ void fence_streaming_stores() { _mm_sfence(); }
 bool have_avx2() { return false; }
 WideTaps widen_taps(const Taps&) { return {}; }
 int horizontal_row_avx2(const uint8_t*, size_t, int, const Taps&, const WideTaps&, uint8_t*) { return 0; }
-void normalize_row_streaming(const int32_t*, float, float, int, bool, float*) {}
+void vertical_row_streaming(const uint8_t* const*, const int32_t*, int, int, const float*, const float*, bool, float*,
+                            size_t) {}
 void fence_streaming_stores() {}
 
 #endif

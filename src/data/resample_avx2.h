@@ -31,12 +31,18 @@ WideTaps widen_taps(const Taps& h);
 int horizontal_row_avx2(const uint8_t* in, size_t readable, int left, const Taps& h, const WideTaps& wide,
                         uint8_t* dst);
 
-// normalize_row for n a multiple of 8 and `out` 32-byte aligned: the same IEEE operations in
-// the same order (so the same floats), written with streaming stores. The batch is read long
-// after, by another thread, so writing past the caches saves reading every line of it in first
-// (a 224x224 sample is 588 KiB, a batch of 32 more than the last-level cache holds). Gathering
-// the 256 possible values from a table instead of dividing measured slower on AMD Zen 3.
-void normalize_row_streaming(const int32_t* acc, float mean, float std, int n, bool flip, float* out);
+// One output row of the vertical pass and the normalization, fused: output row `y` of each of
+// the three planes (`out` points at row y of the first, `plane` floats apart), from the n
+// horizontal-pass rows `rows` (each R, G, B runs of `size` bytes) weighted by k. The same
+// products, sums and IEEE float operations in the same order as accumulate_rows + normalize_row,
+// so the same floats, for size a multiple of 8 and `out` 32-byte aligned; the sums never leave
+// registers, and the floats are written with streaming stores: the batch is read long after, by
+// another thread, so writing past the caches saves reading every line of it in first (a 224x224
+// sample is 588 KiB, a batch of 32 more than the last-level cache holds). (Gathering the 256
+// possible values from a table instead of dividing, and dividing through a reciprocal with an
+// FMA correction, measured no faster on AMD Zen 3: the stores bound this loop.)
+void vertical_row_streaming(const uint8_t* const* rows, const int32_t* k, int n, int size, const float* mean,
+                            const float* std, bool flip, float* out, size_t plane);
 
 // Orders the streaming stores before the stores that follow, such as the one publishing the
 // finished batch to its consumer.
