@@ -2,9 +2,13 @@
 
 namespace dpt::comm_hooks {
 
+// Divides before the sum, as PyTorch's reducer does, rather than asking the communicator for a
+// mean: Gloo has no average, and the communicator's division once the sum arrives would run when
+// the reducer waits, after backward, for every bucket at once.
 CommHook allreduce_mean() {
   return [](dist::Communicator& comm, at::Tensor bucket) {
-    return PendingReduction(comm.all_reduce_async(bucket, dist::ReduceOp::Mean));
+    if (comm.size() > 1) bucket.div_(comm.size());
+    return PendingReduction(comm.all_reduce_async(bucket, dist::ReduceOp::Sum));
   };
 }
 
