@@ -12,8 +12,10 @@
 #include <nlohmann/json.hpp>
 
 #include "command.h"
+#include "dptrain/common/environment.h"
 #include "dptrain/common/error.h"
 #include "dptrain/launch/spawn.h"
+#include "dptrain/launch/visible_gpus.h"
 #include "dptrain/train/trainer.h"
 #include "run_flags.h"
 
@@ -115,6 +117,9 @@ launch::SpawnOptions spawn_options(const RunFlags& run) {
 int run_train(const TrainFlags& f) {
   if (!f.multiprocessing_distributed) return train_process(f, f.run);
   DPT_CHECK(f.mode != "dp", ConfigError, "--mode dp is one process; it cannot be combined with --multiprocessing-distributed");
+  DPT_CHECK(f.nprocs || !launch::visible_gpus(Environment::current()).empty(), ConfigError,
+            "--multiprocessing-distributed starts one worker per visible GPU and none is visible; give the "
+            "number of workers with --nprocs N");
   const auto options = spawn_options(f.run);
   RunFlags worker = f.run;
   worker.world_size.reset();
