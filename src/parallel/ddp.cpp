@@ -41,6 +41,7 @@ DistributedDataParallelBase::DistributedDataParallelBase(std::shared_ptr<torch::
                ReducerOptions()
                    .bucket_cap_mb(options.bucket_cap_mb())
                    .first_bucket_cap_mb(options.first_bucket_cap_mb())
+                   .last_bucket_cap_mb(options.last_bucket_cap_mb())
                    .find_unused_parameters(options.find_unused_parameters())),
       buffers_(module_->buffers()) {
   std::vector<at::Tensor> state = module_->parameters();

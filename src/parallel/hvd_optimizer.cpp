@@ -12,9 +12,10 @@ namespace dpt::hvd {
 namespace {
 
 constexpr double kMiB = 1024.0 * 1024.0;
-// Horovod starts reducing whatever is ready every few milliseconds; a small first buffer gives
-// the same early start (the last layers' gradients go out while backward continues).
-constexpr int64_t kFirstBufferBytes = 1024 * 1024;
+// Horovod reduces whatever is ready every few milliseconds; small first and last buffers give
+// the same early start (the last layers' gradients go out while backward continues) and a short
+// tail once backward ends.
+constexpr int64_t kEndBufferBytes = 1024 * 1024;
 
 // The parameters `optimizer` trains, named and in `named_parameters`' order. Every one of them
 // must have a name, as Horovod requires.
@@ -60,7 +61,8 @@ ReducerOptions reducer_options(const DistributedOptimizerOptions& options, int64
   const int64_t cap = std::max<int64_t>(options.fusion_threshold_bytes().value_or(context_threshold), 1);
   return ReducerOptions()
       .bucket_cap_mb(static_cast<double>(cap) / kMiB)
-      .first_bucket_cap_mb(static_cast<double>(std::min(cap, kFirstBufferBytes)) / kMiB)
+      .first_bucket_cap_mb(static_cast<double>(std::min(cap, kEndBufferBytes)) / kMiB)
+      .last_bucket_cap_mb(static_cast<double>(std::min(cap, kEndBufferBytes)) / kMiB)
       .find_unused_parameters(options.find_unused_parameters())
       .backward_passes(options.backward_passes_per_step());
 }

@@ -13,36 +13,46 @@
 
 namespace dpt {
 
-std::vector<std::vector<size_t>> assign_buckets(const std::vector<at::Tensor>& params,
-                                                int64_t first_cap_bytes, int64_t cap_bytes) {
-  struct Open {
-    std::vector<size_t> params;
-    int64_t bytes = 0;
-    bool first = true;  // the next bucket closed under this key is its first
-  };
+std::vector<std::vector<size_t>> assign_buckets(const std::vector<at::Tensor>& params, const BucketCaps& caps) {
+  // Parameters of one (dtype, device) share buckets, in registration order.
   using Key = std::tuple<int, int, int>;  // dtype, device type, device index
-  std::map<Key, Open> open;
-  std::vector<std::vector<size_t>> closed;
-  for (size_t i = params.size(); i-- > 0;) {
+  std::map<Key, std::vector<size_t>> groups;
+  for (size_t i = 0; i < params.size(); ++i) {
     const at::Tensor& p = params[i];
-    Open& bucket = open[Key(static_cast<int>(p.scalar_type()), static_cast<int>(p.device().type()),
-                            p.device().index())];
-    bucket.params.push_back(i);
-    bucket.bytes += p.numel() * static_cast<int64_t>(p.element_size());
-    if (bucket.bytes >= (bucket.first ? first_cap_bytes : cap_bytes)) {
-      closed.push_back(std::move(bucket.params));
-      bucket.params.clear();
-      bucket.bytes = 0;
-      bucket.first = false;
+    groups[Key(static_cast<int>(p.scalar_type()), static_cast<int>(p.device().type()), p.device().index())]
+        .push_back(i);
+  }
+  auto bytes_of = [&](size_t i) { return params[i].numel() * static_cast<int64_t>(params[i].element_size()); };
+
+  std::vector<std::vector<size_t>> buckets;
+  for (const auto& [key, indices] : groups) {
+    size_t lo = 0, hi = indices.size();  // indices[lo, hi) are not in a bucket yet
+    // A bucket from the top (the last registered parameters, whose gradients come first).
+    auto from_top = [&](int64_t cap) {
+      std::vector<size_t> bucket;
+      for (int64_t bytes = 0; hi > lo && bytes < cap; bytes += bytes_of(bucket.back())) bucket.push_back(indices[--hi]);
+      buckets.push_back(std::move(bucket));
+    };
+    // The first bucket: small, so that communication starts early in backward.
+    from_top(caps.first);
+    // The buckets at the end, from the bottom: the gradients of the first registered parameters
+    // come last, and what their buckets hold is left to communicate once backward ends. The last
+    // bucket reaches caps.last, each one before it twice as much, while that is below caps.rest.
+    for (int64_t cap = caps.last; hi > lo && cap < caps.rest; cap *= 2) {
+      std::vector<size_t> bucket;
+      for (int64_t bytes = 0; hi > lo && bytes < cap; bytes += bytes_of(bucket.back())) bucket.push_back(indices[lo++]);
+      std::reverse(bucket.begin(), bucket.end());
+      buckets.push_back(std::move(bucket));
     }
+    // The parameters in between, from the top, in buckets of caps.rest.
+    while (hi > lo) from_top(caps.rest);
   }
-  for (auto& [key, bucket] : open) {
-    if (!bucket.params.empty()) closed.push_back(std::move(bucket.params));
-  }
+  buckets.erase(std::remove_if(buckets.begin(), buckets.end(), [](const auto& b) { return b.empty(); }),
+                buckets.end());
   // Launch order: by when a bucket's first parameter is reached walking backwards.
-  std::sort(closed.begin(), closed.end(),
+  std::sort(buckets.begin(), buckets.end(),
             [](const std::vector<size_t>& a, const std::vector<size_t>& b) { return a.front() > b.front(); });
-  return closed;
+  return buckets;
 }
 
 // Runs after the parameter's AccumulateGrad node has added this backward's gradient to .grad.
@@ -78,9 +88,10 @@ Reducer::Reducer(std::vector<NamedParameter> params, std::shared_ptr<dist::Commu
                  ReducerOptions options)
     : params_(std::move(params)), comm_(std::move(comm)), options_(options), hook_(comm_hooks::allreduce_mean()) {
   DPT_ASSERT(comm_, "a reducer needs a communicator");
-  DPT_CHECK(options_.bucket_cap_mb() > 0 && options_.first_bucket_cap_mb() > 0, ConfigError,
-            "bucket sizes must be positive, got bucket_cap_mb=", options_.bucket_cap_mb(),
-            " and first_bucket_cap_mb=", options_.first_bucket_cap_mb());
+  DPT_CHECK(options_.bucket_cap_mb() > 0 && options_.first_bucket_cap_mb() > 0 && options_.last_bucket_cap_mb() > 0,
+            ConfigError, "bucket sizes must be positive, got bucket_cap_mb=", options_.bucket_cap_mb(),
+            ", first_bucket_cap_mb=", options_.first_bucket_cap_mb(), " and last_bucket_cap_mb=",
+            options_.last_bucket_cap_mb());
   DPT_CHECK(options_.backward_passes() >= 1, ConfigError, "backward passes per reduction must be at least 1, got ",
             options_.backward_passes());
   std::vector<at::Tensor> tensors;
@@ -91,8 +102,9 @@ Reducer::Reducer(std::vector<NamedParameter> params, std::shared_ptr<dist::Commu
               ": parameter '", p.name, "' is not a dense tensor; only dense parameters can be reduced");
     tensors.push_back(p.tensor);
   }
-  bucket_indices_ = assign_buckets(tensors, static_cast<int64_t>(options_.first_bucket_cap_mb() * kMiB),
-                                   static_cast<int64_t>(options_.bucket_cap_mb() * kMiB));
+  bucket_indices_ = assign_buckets(tensors, BucketCaps{static_cast<int64_t>(options_.first_bucket_cap_mb() * kMiB),
+                                                       static_cast<int64_t>(options_.bucket_cap_mb() * kMiB),
+                                                       static_cast<int64_t>(options_.last_bucket_cap_mb() * kMiB)});
 
   torch::NoGradGuard no_grad;
   slots_.resize(params_.size());

@@ -27,9 +27,11 @@ std::vector<at::Tensor> train_ddp(Communicator& comm, const Batches& data, uint6
                                   const dpt::CommHook& hook = {}) {
   auto model = make_mlp();
   fill(*model, seed + comm.rank());
-  DistributedDataParallel ddp(model, borrow(comm), DDPOptions().first_bucket_cap_mb(0.0001).bucket_cap_mb(0.0001));
-  // 104-byte limits: three buckets, the last layer's first.
-  EXPECT_EQ(ddp.reducer().bucket_indices(), (std::vector<std::vector<size_t>>{{5, 4}, {3, 2}, {1, 0}}));
+  DistributedDataParallel ddp(
+      model, borrow(comm),
+      DDPOptions().first_bucket_cap_mb(0.0001).bucket_cap_mb(0.0001).last_bucket_cap_mb(0.0001));
+  // 104-byte limits: four buckets, the last layer's first, the first layer's weight alone last.
+  EXPECT_EQ(ddp.reducer().bucket_indices(), (std::vector<std::vector<size_t>>{{5, 4}, {3, 2}, {1}, {0}}));
   if (hook) ddp.register_comm_hook(hook);
   torch::optim::SGD optimizer(ddp.parameters(), sgd());
   const int64_t per_rank = data.x.size(1) / comm.size();
@@ -84,7 +86,7 @@ TEST(DistributedDataParallel, NoSyncAccumulatesThenReducesTheSum) {
   dpt::testing::run_ranks(2, [&](Communicator& comm) {
     auto model = make_mlp();
     fill(*model, 100 + comm.rank());
-    DistributedDataParallel ddp(model, borrow(comm), DDPOptions().first_bucket_cap_mb(0.0002).bucket_cap_mb(0.0005));
+    DistributedDataParallel ddp(model, borrow(comm), DDPOptions().first_bucket_cap_mb(0.0002).bucket_cap_mb(0.0005).last_bucket_cap_mb(0.0002));
     torch::optim::SGD optimizer(ddp.parameters(), sgd());
     for (int64_t s = 0; s < steps; ++s) {
       optimizer.zero_grad();

@@ -41,6 +41,7 @@ std::vector<at::Tensor> train_hvd(const hvd::Context& ctx, const Batches& data, 
   auto sgd_optimizer = std::make_shared<torch::optim::SGD>(model->parameters(), sgd());
   hvd::DistributedOptimizer optimizer(ctx, sgd_optimizer, model->named_parameters(),
                                       options.fusion_threshold_bytes(kSmallFusion));
+  // Fusion buffers of the threshold all along, as Horovod's.
   EXPECT_EQ(optimizer.reducer().bucket_indices(), (std::vector<std::vector<size_t>>{{5, 4}, {3, 2}, {1, 0}}));
   const int64_t k = options.backward_passes_per_step();
   const int64_t micro = data.x.size(1) / ctx.size() / k;
@@ -60,7 +61,8 @@ std::vector<at::Tensor> train_ddp(Communicator& comm, const Batches& data, uint6
   auto model = make_mlp();
   fill(*model, seed + comm.rank());
   dpt::DistributedDataParallel ddp(model, borrow(comm),
-                                   dpt::DDPOptions().first_bucket_cap_mb(0.0001).bucket_cap_mb(0.0001));
+                                   dpt::DDPOptions().first_bucket_cap_mb(0.0001).bucket_cap_mb(0.0001).last_bucket_cap_mb(
+                                       0.0001));
   torch::optim::SGD optimizer(ddp.parameters(), sgd());
   const int64_t per_rank = data.x.size(1) / comm.size();
   for (int64_t s = 0; s < data.x.size(0); ++s) {

@@ -9,26 +9,38 @@ namespace {
 
 using Buckets = std::vector<std::vector<size_t>>;
 
-TEST(AssignBuckets, ReverseOrderFirstBucketSmallOneBucketPerDtype) {
+TEST(AssignBuckets, FirstBucketFromTheTopLastBucketsFromTheBottomOnePerDtype) {
   std::vector<at::Tensor> params{
-      at::zeros({100}),              // 400 bytes
-      at::zeros({200}),              // 800
-      at::zeros({300}),              // 1200
-      at::zeros({400}),              // 1600: closes the first float bucket (limit 1000)
+      at::zeros({100}),              // 400 bytes: the last float bucket (limit 500) ...
+      at::zeros({200}),              // 800: ... reaches its limit with this one
+      at::zeros({300}),              // 1200: the bucket before it (limit 1000)
+      at::zeros({400}),              // 1600: the first float bucket (limit 1000)
       at::zeros({50}, at::kDouble),  // 400, its own dtype, never full
   };
-  EXPECT_EQ(dpt::assign_buckets(params, /*first_cap_bytes=*/1000, /*cap_bytes=*/2000),
-            (Buckets{{4}, {3}, {2, 1}, {0}}));
+  EXPECT_EQ(dpt::assign_buckets(params, {/*first=*/1000, /*rest=*/2000, /*last=*/500}),
+            (Buckets{{4}, {3}, {2}, {1, 0}}));
+}
+
+// Parameters growing towards the output, as in a ResNet: the buckets at the end double from the
+// last one's limit up to the middle buckets' limit, which the rest fill from the top.
+TEST(AssignBuckets, BucketsDoubleFromTheLastUpToTheMiddleLimit) {
+  std::vector<at::Tensor> params;
+  for (int64_t numel : {25, 25, 50, 50, 100, 100, 200, 200, 400, 400}) params.push_back(at::zeros({numel}));
+  // Limits (bytes): first 100; last 100, then 200, 400, 800 (1600 would pass the middle's 1000).
+  EXPECT_EQ(dpt::assign_buckets(params, {100, 1000, 100}),
+            (Buckets{{9}, {8}, {7}, {6, 5}, {4, 3}, {2, 1}, {0}}));
+  // A last limit as large as the middle one gives PyTorch's layout: reverse order all along.
+  EXPECT_EQ(dpt::assign_buckets(params, {100, 1000, 1000}), (Buckets{{9}, {8}, {7, 6}, {5, 4, 3}, {2, 1, 0}}));
 }
 
 TEST(AssignBuckets, EverythingInOneBucketWhenItFits) {
   std::vector<at::Tensor> params{at::zeros({3}), at::zeros({4}), at::zeros({5})};
-  EXPECT_EQ(dpt::assign_buckets(params, 1 << 20, 1 << 20), (Buckets{{2, 1, 0}}));
+  EXPECT_EQ(dpt::assign_buckets(params, {1 << 20, 1 << 20, 1 << 20}), (Buckets{{2, 1, 0}}));
 }
 
 TEST(AssignBuckets, OneParameterPerBucketWhenLimitsAreTiny) {
   std::vector<at::Tensor> params{at::zeros({3}), at::zeros({4}), at::zeros({5})};
-  EXPECT_EQ(dpt::assign_buckets(params, 1, 1), (Buckets{{2}, {1}, {0}}));
+  EXPECT_EQ(dpt::assign_buckets(params, {1, 1, 1}), (Buckets{{2}, {1}, {0}}));
 }
 
 // The reducer on its own, as a front end other than DDP drives it: explicit arming, a custom
@@ -40,7 +52,10 @@ TEST(Reducer, LaunchesBucketsInOrderAndLeavesTheReducedGradientInGrad) {
     for (const auto& p : model->named_parameters()) params.push_back({p.key(), p.value()});
     // 4-byte limits: one bucket per parameter, the last registered first.
     dpt::Reducer reducer(params, {std::shared_ptr<void>(), &comm},
-                         dpt::ReducerOptions().first_bucket_cap_mb(4.0 / (1 << 20)).bucket_cap_mb(4.0 / (1 << 20)));
+                         dpt::ReducerOptions()
+                             .first_bucket_cap_mb(4.0 / (1 << 20))
+                             .bucket_cap_mb(4.0 / (1 << 20))
+                             .last_bucket_cap_mb(4.0 / (1 << 20)));
     ASSERT_EQ(reducer.bucket_indices(), (Buckets{{3}, {2}, {1}, {0}}));
     std::vector<int64_t> launched;
     reducer.set_comm_hook([&launched](dpt::dist::Communicator& c, at::Tensor bucket) {

@@ -34,6 +34,7 @@ struct BenchDdpFlags {
   int64_t warmup = 3;
   int threads = 1;
   double bucket_cap_mb = 25;
+  double last_bucket_cap_mb = 1;
   bool overlap = false;
   int64_t allreduce_repeats = 3;
 };
@@ -79,7 +80,7 @@ int run_bench_ddp(const BenchDdpFlags& flags) {
   auto comm = dist::init_process_group();
   torch::manual_seed(comm->rank());
   auto model = models::create(flags.arch);
-  DistributedDataParallel ddp(model, comm, DDPOptions().bucket_cap_mb(flags.bucket_cap_mb));
+  DistributedDataParallel ddp(model, comm, DDPOptions().bucket_cap_mb(flags.bucket_cap_mb).last_bucket_cap_mb(flags.last_bucket_cap_mb));
   torch::optim::SGD optimizer(ddp.parameters(), torch::optim::SGDOptions(0.01).momentum(0.9).weight_decay(1e-4));
   const at::Tensor images = torch::randn({flags.batch_size, 3, flags.image_size, flags.image_size});
   const at::Tensor labels = torch::randint(1000, {flags.batch_size}, at::kLong);
@@ -160,6 +161,10 @@ Command add_bench_ddp_command(CLI::App& root) {
   app->add_option("--warmup", flags->warmup, "steps run before measuring")->capture_default_str();
   app->add_option("--threads", flags->threads, "intra-op threads per rank")->capture_default_str();
   app->add_option("--bucket-cap-mb", flags->bucket_cap_mb, "gradient bucket size in MiB")->capture_default_str();
+  app->add_option("--last-bucket-cap-mb", flags->last_bucket_cap_mb,
+                  "size of the last bucket (the first layers' gradients) in MiB; as large as --bucket-cap-mb "
+                  "gives PyTorch's layout")
+      ->capture_default_str();
   app->add_flag("--overlap", flags->overlap,
                 "also time the steps under no_sync() and all-reducing the buckets alone (exposed communication)");
   app->add_option("--allreduce-repeats", flags->allreduce_repeats, "timed bucket allreduces with --overlap")

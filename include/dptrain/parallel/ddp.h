@@ -35,6 +35,9 @@ struct DDPOptions {
   TORCH_ARG(double, bucket_cap_mb) = 25;
   // Size limit of the first bucket (the last layers' gradients), in MiB.
   TORCH_ARG(double, first_bucket_cap_mb) = 1;
+  // Size limit of the last bucket (the first layers' gradients, ready when backward ends), in MiB;
+  // the buckets before it double in size up to bucket_cap_mb.
+  TORCH_ARG(double, last_bucket_cap_mb) = 1;
   // Copy rank 0's buffers (e.g. BatchNorm running statistics) to every rank before each forward.
   TORCH_ARG(bool, broadcast_buffers) = true;
   // Allow parameters that get no gradient in a step (they contribute their current .grad, zero

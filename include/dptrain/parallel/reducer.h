@@ -33,6 +33,10 @@ struct ReducerOptions {
   TORCH_ARG(double, bucket_cap_mb) = 25;
   // Size limit of the first bucket, in MiB: small, so that communication starts early.
   TORCH_ARG(double, first_bucket_cap_mb) = 1;
+  // Size limit of the last bucket, in MiB; the buckets before it double up to bucket_cap_mb. The
+  // parameters registered first get their gradients last: small buckets there leave little to
+  // communicate once backward ends.
+  TORCH_ARG(double, last_bucket_cap_mb) = 1;
   // When true, parameters that got no gradient by the end of backward count as ready with
   // whatever their .grad holds (zero after zero_grad). One more small allreduce per step finds
   // the parameters no rank used; those whose .grad was unset keep it unset, as in PyTorch, so
@@ -48,11 +52,20 @@ struct NamedParameter {
   at::Tensor tensor;
 };
 
-// The parameter indices of each bucket, in launch order. Parameters are taken in reverse order,
-// one open bucket per (dtype, device); a bucket closes once it reaches its limit (the first one
-// per (dtype, device) `first_cap_bytes`, later ones `cap_bytes`).
-std::vector<std::vector<size_t>> assign_buckets(const std::vector<at::Tensor>& params,
-                                                int64_t first_cap_bytes, int64_t cap_bytes);
+// Bucket size limits in bytes.
+struct BucketCaps {
+  int64_t first = 0;  // the first bucket launched
+  int64_t rest = 0;   // the buckets in between
+  int64_t last = 0;   // the last bucket launched
+};
+
+// The parameter indices of each bucket, in launch order, each bucket's in reverse order. Per
+// (dtype, device), a bucket closes once it reaches its limit: the first bucket takes the last
+// registered parameters up to caps.first; the last bucket the first registered ones up to
+// caps.last, each bucket before it twice as much while that is below caps.rest; the parameters in
+// between fill buckets of caps.rest from the top. With caps.last >= caps.rest that is PyTorch's
+// layout: reverse order all along.
+std::vector<std::vector<size_t>> assign_buckets(const std::vector<at::Tensor>& params, const BucketCaps& caps);
 
 class Reducer {
  public:
