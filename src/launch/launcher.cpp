@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstddef>
 #include <filesystem>
 #include <iostream>
 #include <random>
@@ -18,11 +19,34 @@ namespace dpt::launch {
 
 namespace {
 
-int usable_cores() {
+// The CPUs this process may run on (a Slurm allocation or taskset narrows them), in order.
+std::vector<int> usable_cpus() {
+  std::vector<int> cpus;
   cpu_set_t set;
   CPU_ZERO(&set);
-  if (sched_getaffinity(0, sizeof(set), &set) == 0) return std::max(1, CPU_COUNT(&set));
-  return std::max(1, static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN)));
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) {
+    for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
+      if (CPU_ISSET(cpu, &set)) cpus.push_back(cpu);
+    }
+  }
+  if (cpus.empty()) {
+    for (int cpu = 0; cpu < std::max(1, static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN))); ++cpu) cpus.push_back(cpu);
+  }
+  return cpus;
+}
+
+int usable_cores() { return static_cast<int>(usable_cpus().size()); }
+
+// "0-3,8-11": runs of consecutive CPUs.
+std::string describe_cpus(const std::vector<int>& cpus) {
+  std::string text;
+  for (size_t i = 0; i < cpus.size();) {
+    size_t j = i;
+    while (j + 1 < cpus.size() && cpus[j + 1] == cpus[j] + 1) ++j;
+    text += (text.empty() ? "" : ",") + std::to_string(cpus[i]) + (j > i ? "-" + std::to_string(cpus[j]) : "");
+    i = j + 1;
+  }
+  return text;
 }
 
 // A port that was free a moment ago: bind to port 0 and let the kernel choose.
@@ -50,6 +74,20 @@ std::string fresh_run_id() {
 }
 
 }  // namespace
+
+std::vector<std::vector<int>> split_cpus(const std::vector<int>& usable, int workers) {
+  if (workers < 1 || static_cast<int>(usable.size()) < workers) return {};
+  std::vector<std::vector<int>> blocks(workers);
+  const size_t share = usable.size() / workers, extra = usable.size() % workers;
+  size_t next = 0;
+  for (size_t w = 0; w < blocks.size(); ++w) {
+    const size_t size = share + (w < extra ? 1 : 0);
+    blocks[w].assign(usable.begin() + static_cast<std::ptrdiff_t>(next),
+                     usable.begin() + static_cast<std::ptrdiff_t>(next + size));
+    next += size;
+  }
+  return blocks;
+}
 
 LaunchOptions resolve(LaunchOptions options, const Environment& env) {
   DPT_CHECK(options.nnodes() >= 1, ConfigError, "--nnodes must be at least 1, got ", options.nnodes());
@@ -88,7 +126,10 @@ std::vector<WorkerSpec> make_worker_specs(const LaunchOptions& options, const st
   DPT_ASSERT(options.nproc_per_node().has_value(), "launch options must be resolved first");
   const int nproc = *options.nproc_per_node();
   const int world = nproc * options.nnodes();
-  const std::string threads = std::to_string(std::max(1, usable_cores() / nproc));
+  const std::vector<int> usable = usable_cpus();
+  const std::vector<std::vector<int>> blocks =
+      options.cpu_bind() == CpuBind::Cores ? split_cpus(usable, nproc) : std::vector<std::vector<int>>{};
+  const std::string threads = std::to_string(std::max(1, static_cast<int>(usable.size()) / nproc));
   std::optional<std::filesystem::path> log_dir;
   if (options.log_dir()) {
     log_dir = std::filesystem::path(*options.log_dir()) / ("attempt_" + std::to_string(restart_count));
@@ -118,7 +159,9 @@ std::vector<WorkerSpec> make_worker_specs(const LaunchOptions& options, const st
     set("TORCHELASTIC_RUN_ID", options.run_id());
     // The workers host their own store (rank 0), as with init_process_group outside torchrun.
     set("TORCHELASTIC_USE_AGENT_STORE", "False");
-    if (!base.has("OMP_NUM_THREADS")) set("OMP_NUM_THREADS", threads);
+    if (!base.has("OMP_NUM_THREADS")) {
+      set("OMP_NUM_THREADS", blocks.empty() ? threads : std::to_string(blocks[local].size()));
+    }
     if (!options.gpus().empty()) set("CUDA_VISIBLE_DEVICES", std::to_string(options.gpus()[local]));
 
     WorkerSpec spec;
@@ -126,6 +169,7 @@ std::vector<WorkerSpec> make_worker_specs(const LaunchOptions& options, const st
     spec.argv = program;
     spec.env = std::move(env);
     if (log_dir) spec.log_path = (*log_dir / ("rank_" + std::to_string(rank) + ".log")).string();
+    if (!blocks.empty()) spec.cpus = blocks[local];
     specs.push_back(std::move(spec));
   }
   return specs;
@@ -139,6 +183,15 @@ int launch(const LaunchOptions& requested, const std::vector<std::string>& progr
             << options.nnodes() << " (ranks " << first << ".." << first + nproc - 1 << " of "
             << nproc * options.nnodes() << "), master " << options.master_addr() << ":" << options.master_port()
             << ", run id " << options.run_id() << std::endl;
+  if (options.cpu_bind() == CpuBind::Cores) {
+    const auto blocks = split_cpus(usable_cpus(), nproc);
+    std::string placement;
+    for (const auto& block : blocks) placement += (placement.empty() ? "" : " | ") + describe_cpus(block);
+    std::cerr << "dptrain launch: "
+              << (blocks.empty() ? "fewer CPUs than workers, so the workers are not pinned"
+                                 : "worker CPUs (local rank order): " + placement)
+              << std::endl;
+  }
   for (int attempt = 0;; ++attempt) {
     WorkerGroup group(make_worker_specs(options, program, env, attempt),
                       SupervisorOptions().grace_period(options.grace_period()));

@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <poll.h>
+#include <sched.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -141,6 +142,9 @@ void WorkerGroup::start_all() {
     DPT_ASSERT(pipe2(out_pipe, O_CLOEXEC) == 0 && pipe2(err_pipe, O_CLOEXEC) == 0, "pipe2 failed: ",
                std::strerror(errno));
     const char* program = programs[i].c_str();
+    cpu_set_t cpus;
+    CPU_ZERO(&cpus);
+    for (int cpu : spec.cpus) CPU_SET(cpu, &cpus);
     pid_t pid = fork();
     DPT_ASSERT(pid >= 0, "fork failed: ", std::strerror(errno));
     if (pid == 0) {
@@ -152,6 +156,9 @@ void WorkerGroup::start_all() {
       dup2(dev_null, STDIN_FILENO);
       dup2(out_pipe[1], STDOUT_FILENO);
       dup2(err_pipe[1], STDERR_FILENO);
+      // Pinned before exec, so that every thread the program starts inherits the CPUs. Where the
+      // kernel refuses, the worker runs unpinned.
+      if (!spec.cpus.empty()) (void)sched_setaffinity(0, sizeof(cpus), &cpus);
       execve(program, argv.data(), envp.data());
       const char* reason = strerror(errno);
       (void)!write(STDERR_FILENO, "exec failed: ", 13);

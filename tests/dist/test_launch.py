@@ -22,6 +22,25 @@ def launch(*args):
     return [dptrain(), "launch", "--standalone", *args]
 
 
+def usable_cpus():
+    return sorted(os.sched_getaffinity(0))
+
+
+def cpu_blocks(workers):
+    """The launcher's split of this process's CPUs: contiguous blocks, the first ones larger by one
+    where they do not divide evenly; none when there are fewer CPUs than workers."""
+    cpus = usable_cpus()
+    if len(cpus) < workers:
+        return []
+    share, extra = divmod(len(cpus), workers)
+    blocks, start = [], 0
+    for w in range(workers):
+        size = share + (1 if w < extra else 0)
+        blocks.append(cpus[start:start + size])
+        start += size
+    return blocks
+
+
 class CollectivesThroughTheLauncher(unittest.TestCase):
     def check_world(self, n):
         code, out, err = run(launch("--nproc-per-node", str(n), "--", dptrain(), "check", "--timeout", "60"),
@@ -48,6 +67,41 @@ class CollectivesThroughTheLauncher(unittest.TestCase):
         self.assertIn("[rank 1] torch rank 1/2 ok sum=3", out)
 
 
+class CpuPlacement(unittest.TestCase):
+    """Each worker pinned to its own block of the launcher's CPUs, unless told otherwise."""
+
+    def allowed(self, *args):
+        code, out, err = run(launch(*args, "--", "grep", "Cpus_allowed_list", "/proc/self/status"), timeout=60)
+        self.assertEqual(code, 0, out + err)
+        allowed = {}
+        for line in out.splitlines():
+            m = re.match(r"\[rank (\d+)\] Cpus_allowed_list:\s*(\S+)", line)
+            if m:
+                cpus = []
+                for part in m.group(2).split(","):
+                    first, _, last = part.partition("-")
+                    cpus.extend(range(int(first), int(last or first) + 1))
+                allowed[int(m.group(1))] = cpus
+        return allowed, err
+
+    def test_workers_get_disjoint_blocks(self):
+        if len(usable_cpus()) < 2:
+            self.skipTest("needs 2 CPUs")
+        allowed, err = self.allowed("--nproc-per-node", "2")
+        self.assertEqual(allowed, dict(enumerate(cpu_blocks(2))))
+        self.assertIn("worker CPUs (local rank order): ", err)
+
+    def test_none_leaves_them_every_cpu(self):
+        allowed, _ = self.allowed("--nproc-per-node", "2", "--cpu-bind", "none")
+        self.assertEqual(allowed, {0: usable_cpus(), 1: usable_cpus()})
+
+    def test_more_workers_than_cpus_are_not_pinned(self):
+        workers = len(usable_cpus()) + 1
+        allowed, err = self.allowed("--nproc-per-node", str(workers))
+        self.assertEqual(allowed, {r: usable_cpus() for r in range(workers)})
+        self.assertIn("fewer CPUs than workers, so the workers are not pinned", err)
+
+
 class TorchrunEnvironment(unittest.TestCase):
     def test_contract(self):
         code, out, err = run(launch("--nproc-per-node", "2", "--gpus", "3,1", "--max-restarts", "2", "--run-id",
@@ -60,7 +114,7 @@ class TorchrunEnvironment(unittest.TestCase):
             if m:
                 envs[int(m.group(1))] = json.loads(m.group(2))
         self.assertEqual(sorted(envs), [0, 1])
-        threads = str(max(1, len(os.sched_getaffinity(0)) // 2))
+        blocks = cpu_blocks(2)
         for r, gpu in [(0, "3"), (1, "1")]:
             e = envs[r]
             self.assertEqual(e["RANK"], str(r))
@@ -75,7 +129,7 @@ class TorchrunEnvironment(unittest.TestCase):
             self.assertEqual(e["TORCHELASTIC_RESTART_COUNT"], "0")
             self.assertEqual(e["TORCHELASTIC_MAX_RESTARTS"], "2")
             self.assertEqual(e["TORCHELASTIC_RUN_ID"], "job42")
-            self.assertEqual(e["OMP_NUM_THREADS"], threads)
+            self.assertEqual(e["OMP_NUM_THREADS"], str(len(blocks[r]) if blocks else max(1, len(usable_cpus()) // 2)))
             self.assertEqual(e["CUDA_VISIBLE_DEVICES"], gpu)
 
     def test_user_omp_setting_is_kept(self):

@@ -1,12 +1,15 @@
 #include <gtest/gtest.h>
+#include <sched.h>
 
 #include "dptrain/common/error.h"
 #include "dptrain/launch/launcher.h"
 
 using dpt::Environment;
+using dpt::launch::CpuBind;
 using dpt::launch::LaunchOptions;
 using dpt::launch::make_worker_specs;
 using dpt::launch::resolve;
+using dpt::launch::split_cpus;
 
 TEST(Launcher, SpecsCarryTheTorchrunContractForTheirNode) {
   auto options = resolve(LaunchOptions().nproc_per_node(2).nnodes(3).node_rank(2).master_addr("10.0.0.7")
@@ -55,4 +58,31 @@ TEST(Launcher, ImpossibleOptionsAreConfigErrors) {
   EXPECT_THROW(resolve(LaunchOptions().max_restarts(-1), Environment()), dpt::ConfigError);
   auto ok = resolve(LaunchOptions().nproc_per_node(1), Environment());
   EXPECT_THROW(make_worker_specs(ok, {}, Environment(), 0), dpt::ConfigError);
+}
+
+TEST(Launcher, CpusSplitIntoContiguousBlocksOnePerWorker) {
+  using Blocks = std::vector<std::vector<int>>;
+  EXPECT_EQ(split_cpus({0, 1}, 2), (Blocks{{0}, {1}}));
+  EXPECT_EQ(split_cpus({0, 1, 2, 3, 4, 5, 6}, 3), (Blocks{{0, 1, 2}, {3, 4}, {5, 6}}));
+  // An allocation's CPUs, not 0..N-1.
+  EXPECT_EQ(split_cpus({2, 3, 8, 9}, 2), (Blocks{{2, 3}, {8, 9}}));
+  EXPECT_EQ(split_cpus({0, 1, 2, 3}, 1), (Blocks{{0, 1, 2, 3}}));
+  EXPECT_EQ(split_cpus({0, 1}, 3), Blocks{});  // fewer CPUs than workers: not pinned
+}
+
+// Each spec carries its block (and as many OpenMP threads); CpuBind::None carries none.
+TEST(Launcher, SpecsCarryTheirCpusWhenBinding) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  ASSERT_EQ(sched_getaffinity(0, sizeof(set), &set), 0);
+  std::vector<int> mine;
+  for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
+    if (CPU_ISSET(cpu, &set)) mine.push_back(cpu);
+  }
+  const auto options = resolve(LaunchOptions().nproc_per_node(1).run_id("x"), Environment());
+  const auto bound = make_worker_specs(options, {"prog"}, Environment(), 0);
+  EXPECT_EQ(bound.at(0).cpus, mine);
+  EXPECT_EQ(bound.at(0).env.at("OMP_NUM_THREADS"), std::to_string(mine.size()));
+  const auto unbound = make_worker_specs(LaunchOptions(options).cpu_bind(CpuBind::None), {"prog"}, Environment(), 0);
+  EXPECT_TRUE(unbound.at(0).cpus.empty());
 }

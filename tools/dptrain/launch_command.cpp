@@ -20,6 +20,7 @@ struct LaunchFlags {
   std::string gpus;
   std::string run_id;
   double grace_period_s = 5;
+  std::string cpu_bind = "cores";
 };
 
 // A small non-negative decimal number (one that std::stoi cannot overflow on).
@@ -52,7 +53,8 @@ int run_launch(const LaunchFlags& flags, const std::vector<std::string>& program
                      .log_dir(flags.log_dir)
                      .gpus(parse_gpu_list(flags.gpus))
                      .run_id(flags.run_id)
-                     .grace_period(std::chrono::milliseconds(static_cast<int64_t>(flags.grace_period_s * 1000)));
+                     .grace_period(std::chrono::milliseconds(static_cast<int64_t>(flags.grace_period_s * 1000)))
+                     .cpu_bind(flags.cpu_bind == "none" ? launch::CpuBind::None : launch::CpuBind::Cores);
   if (flags.nproc_per_node != "auto") {
     DPT_CHECK(is_small_count(flags.nproc_per_node), ConfigError, "--nproc-per-node '", flags.nproc_per_node, "' is neither a number nor 'auto'");
     options.nproc_per_node(std::stoi(flags.nproc_per_node));
@@ -82,6 +84,11 @@ Command add_launch_command(CLI::App& root) {
   app->add_option("--gpus", flags->gpus, "GPU indices, one per local worker (e.g. 1,3)");
   app->add_option("--run-id,--rdzv-id", flags->run_id, "job id exported as TORCHELASTIC_RUN_ID");
   app->add_option("--grace-period", flags->grace_period_s, "seconds between SIGTERM and SIGKILL")
+      ->capture_default_str();
+  app->add_option("--cpu-bind", flags->cpu_bind,
+                  "cores: pin each worker to its own block of the CPUs this command may use (as mpirun and "
+                  "srun do); none: leave placement to the kernel")
+      ->check(CLI::IsMember({"cores", "none"}))
       ->capture_default_str();
   return {app, [flags](const std::vector<std::string>& program) { return run_launch(*flags, program); },
           /*takes_program=*/true};

@@ -17,6 +17,12 @@
 
 namespace dpt::launch {
 
+// Where the local workers run on the CPUs this launcher may use.
+enum class CpuBind {
+  None,   // anywhere: the kernel moves them between cores
+  Cores,  // each worker pinned to its own contiguous block of those CPUs
+};
+
 struct LaunchOptions {
   // Workers on this node; unset ("auto"): one per --gpus entry, else per visible GPU, else per core.
   TORCH_ARG(std::optional<int>, nproc_per_node) = std::nullopt;
@@ -38,11 +44,20 @@ struct LaunchOptions {
   TORCH_ARG(std::string, run_id) = "";
   // Between SIGTERM and SIGKILL when stopping workers.
   TORCH_ARG(std::chrono::milliseconds, grace_period) = std::chrono::seconds(5);
+  // Pinning each worker to its own cores (what mpirun and srun do by default) keeps the kernel
+  // from moving it between cores, and a rank's communication threads then compete with its own
+  // compute rather than a neighbour's. Skipped when there are fewer usable CPUs than workers.
+  TORCH_ARG(CpuBind, cpu_bind) = CpuBind::Cores;
 };
+
+// The CPUs of `usable` (in order) split among `workers`: contiguous blocks, sizes differing by at
+// most one. Empty when there are fewer CPUs than workers.
+std::vector<std::vector<int>> split_cpus(const std::vector<int>& usable, int workers);
 
 // The environment of each local worker for one attempt: `base` plus the torchrun contract (RANK,
 // LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, GROUP_RANK, GROUP_WORLD_SIZE, ROLE_*, MASTER_ADDR,
-// MASTER_PORT, TORCHELASTIC_*), OMP_NUM_THREADS when unset, and CUDA_VISIBLE_DEVICES with --gpus.
+// MASTER_PORT, TORCHELASTIC_*), OMP_NUM_THREADS when unset (the worker's share of the usable
+// CPUs), CUDA_VISIBLE_DEVICES with --gpus, and the CPUs to pin it to with CpuBind::Cores.
 // Throws ConfigError for options that cannot work together. `options` must be resolved.
 std::vector<WorkerSpec> make_worker_specs(const LaunchOptions& options, const std::vector<std::string>& program,
                                           const Environment& base, int restart_count);

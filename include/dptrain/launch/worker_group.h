@@ -31,6 +31,7 @@ struct WorkerSpec {
   std::vector<std::string> argv;           // program and arguments; argv[0] is searched in PATH
   std::map<std::string, std::string> env;  // the complete environment of the process
   std::string log_path;                    // when set, output goes to this file, not the terminal
+  std::vector<int> cpus;                   // when set, the CPUs it is pinned to
 };
 
 struct SupervisorOptions {
