@@ -86,8 +86,8 @@ Command add_launch_command(CLI::App& root) {
   app->add_option("--grace-period", flags->grace_period_s, "seconds between SIGTERM and SIGKILL")
       ->capture_default_str();
   app->add_option("--cpu-bind", flags->cpu_bind,
-                  "cores: pin each worker to its own block of the CPUs this command may use (as mpirun and "
-                  "srun do); none: leave placement to the kernel")
+                  "cores: pin each worker to its own block of the CPUs this command may use (as Open MPI's "
+                  "mpirun does); none: leave placement to the kernel")
       ->check(CLI::IsMember({"cores", "none"}))
       ->capture_default_str();
   return {app, [flags](const std::vector<std::string>& program) { return run_launch(*flags, program); },

@@ -44,7 +44,7 @@ struct LaunchOptions {
   TORCH_ARG(std::string, run_id) = "";
   // Between SIGTERM and SIGKILL when stopping workers.
   TORCH_ARG(std::chrono::milliseconds, grace_period) = std::chrono::seconds(5);
-  // Pinning each worker to its own cores (what mpirun and srun do by default) keeps the kernel
+  // Pinning each worker to its own cores (what Open MPI's mpirun does by default) keeps the kernel
   // from moving it between cores, and a rank's communication threads then compete with its own
   // compute rather than a neighbour's. Skipped when there are fewer usable CPUs than workers.
   TORCH_ARG(CpuBind, cpu_bind) = CpuBind::Cores;
