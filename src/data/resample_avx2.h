@@ -1,8 +1,9 @@
 #pragma once
-// The horizontal resize pass and the normalization in AVX2, chosen at run time. The scalar pass
-// does 3 x taps multiply-adds per output pixel one at a time, this one does a pixel's three
-// channels and two taps per instruction with the same 32-bit fixed-point arithmetic, so the bytes
-// are identical. Other CPUs (and other architectures, where these are stubs) keep the portable code.
+// The resize passes in AVX2, chosen at run time: the horizontal one, and the vertical one fused
+// with the normalization. The scalar horizontal pass does 3 x taps multiply-adds per output pixel
+// one at a time, this one does a pixel's three channels and two taps per instruction with the same
+// 32-bit fixed-point arithmetic, so the bytes are identical. Other CPUs (and other architectures,
+// where these are stubs) keep the portable code.
 // Private to the data layer.
 
 #include <cstddef>
