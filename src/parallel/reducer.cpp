@@ -35,6 +35,7 @@ std::vector<std::vector<size_t>> assign_buckets(const std::vector<at::Tensor>& p
     };
     // The first bucket: small, so that communication starts early in backward.
     from_top(caps.first);
+    const size_t first = buckets.size() - 1;
     // The buckets at the end, from the bottom: the gradients of the first registered parameters
     // come last, and what their buckets hold is left to communicate once backward ends. The last
     // bucket reaches caps.last, each one before it twice as much, while that is below caps.rest.
@@ -44,7 +45,13 @@ std::vector<std::vector<size_t>> assign_buckets(const std::vector<at::Tensor>& p
       std::reverse(bucket.begin(), bucket.end());
       buckets.push_back(std::move(bucket));
     }
-    // The parameters in between, from the top, in buckets of caps.rest.
+    // The parameters in between, from the top, in buckets of caps.rest; a remainder smaller than
+    // the first bucket's limit joins the first bucket rather than costing a collective of its own.
+    int64_t between = 0;
+    for (size_t i = lo; i < hi; ++i) between += bytes_of(indices[i]);
+    if (between < caps.first) {
+      while (hi > lo) buckets[first].push_back(indices[--hi]);
+    }
     while (hi > lo) from_top(caps.rest);
   }
   buckets.erase(std::remove_if(buckets.begin(), buckets.end(), [](const auto& b) { return b.empty(); }),

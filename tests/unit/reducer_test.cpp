@@ -33,6 +33,16 @@ TEST(AssignBuckets, BucketsDoubleFromTheLastUpToTheMiddleLimit) {
   EXPECT_EQ(dpt::assign_buckets(params, {100, 1000, 1000}), (Buckets{{9}, {8}, {7, 6}, {5, 4, 3}, {2, 1, 0}}));
 }
 
+// What the buckets at the end leave between them and the first bucket, when it is less than the
+// first bucket's limit, joins the first bucket instead of making a bucket of its own.
+TEST(AssignBuckets, ASmallRemainderJoinsTheFirstBucket) {
+  std::vector<at::Tensor> params;
+  for (int64_t numel : {25, 25, 50, 50, 100, 100, 300, 10, 400}) params.push_back(at::zeros({numel}));
+  // The last buckets (limits 100, 200, 400, 800) end past their limit with parameter 6's 1200
+  // bytes; the next limit, 1600, is the middle's 1000 or more. Parameter 7's 40 bytes are left.
+  EXPECT_EQ(dpt::assign_buckets(params, {100, 1000, 100}), (Buckets{{8, 7}, {6, 5}, {4, 3}, {2, 1}, {0}}));
+}
+
 TEST(AssignBuckets, EverythingInOneBucketWhenItFits) {
   std::vector<at::Tensor> params{at::zeros({3}), at::zeros({4}), at::zeros({5})};
   EXPECT_EQ(dpt::assign_buckets(params, {1 << 20, 1 << 20, 1 << 20}), (Buckets{{2, 1, 0}}));

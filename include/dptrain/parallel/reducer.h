@@ -63,8 +63,9 @@ struct BucketCaps {
 // (dtype, device), a bucket closes once it reaches its limit: the first bucket takes the last
 // registered parameters up to caps.first; the last bucket the first registered ones up to
 // caps.last, each bucket before it twice as much while that is below caps.rest; the parameters in
-// between fill buckets of caps.rest from the top. With caps.last >= caps.rest that is PyTorch's
-// layout: reverse order all along.
+// between fill buckets of caps.rest from the top, or join the first bucket when they add up to
+// less than caps.first. With caps.last >= caps.rest that is PyTorch's layout: reverse order all
+// along.
 std::vector<std::vector<size_t>> assign_buckets(const std::vector<at::Tensor>& params, const BucketCaps& caps);
 
 class Reducer {
