@@ -1,9 +1,12 @@
 // dptrain-torch: every dptrain command, with LibTorch loaded. Users call it through `dptrain`.
 
 #include "command.h"
+#include "dptrain/common/host_memory.h"
 #include "dptrain/compat/compat.h"
 
 int main(int argc, char** argv) {
+  // Before any training allocates: every step then reuses the memory the one before it freed.
+  dpt::keep_freed_host_memory(dpt::Environment::current());
   CLI::App app{"dptrain: data-parallel training of image classifiers on LibTorch", "dptrain"};
   app.require_subcommand(1);
   app.set_version_flag("--version", "dptrain 0.1.0 (LibTorch " + dpt::compat::torch_version() + ")");
