@@ -1,6 +1,7 @@
 #include "dptrain/dist/communicator.h"
 
 #include "dptrain/common/error.h"
+#include "dptrain/dist/shared_memory_allreduce.h"
 #include "failure.h"
 
 namespace dpt::dist {
@@ -43,9 +44,23 @@ Communicator::Communicator(compat::BackendPtr backend, WorldInfo world, std::chr
              world_.rank, "/", world_.world_size);
 }
 
-Communicator::~Communicator() { compat::shutdown_backend(*backend_); }
+Communicator::~Communicator() {
+  local_.reset();  // its thread finishes or fails what is queued before the backend goes
+  compat::shutdown_backend(*backend_);
+}
 
 std::string Communicator::backend_name() const { return backend_->getBackendName(); }
+
+std::string Communicator::transport() const {
+  if (local_) return backend_name() + " + shared memory";
+  if (!no_shared_memory_because_.empty()) return backend_name() + " (no shared memory: " + no_shared_memory_because_ + ")";
+  return backend_name();
+}
+
+void Communicator::use_shared_memory(std::unique_ptr<SharedMemoryAllreduce> local, std::string why_not) {
+  local_ = std::move(local);
+  no_shared_memory_because_ = local_ ? std::string() : std::move(why_not);
+}
 
 namespace {
 
@@ -73,15 +88,21 @@ at::Tensor wire_tensor(const at::Tensor& tensor, const compat::Backend& backend)
 Work Communicator::start_all_reduce(at::Tensor tensor, ReduceOp op, const std::string& what) {
   DPT_CHECK(op != ReduceOp::Mean || at::isFloatingType(tensor.scalar_type()), ConfigError, "rank ", rank(),
             ": ", what, " with mean needs a floating-point tensor, got ", tensor.scalar_type());
-  const bool native_avg = compat::backend_supports_avg(*backend_);
   at::Tensor wire = wire_tensor(tensor, *backend_);
-  std::vector<at::Tensor> tensors{wire};
-  c10d::AllreduceOptions options;
-  options.reduceOp = to_c10d(op, native_avg);
-  options.timeout = timeout_;
+  const ReduceOp summed = op == ReduceOp::Mean ? ReduceOp::Sum : op;
+  const bool local = local_ && local_->accepts(wire, summed);
+  const bool native_avg = !local && compat::backend_supports_avg(*backend_);
   compat::WorkPtr work;
   try {
-    work = backend_->allreduce(tensors, options);
+    if (local) {
+      work = local_->all_reduce(wire, summed);
+    } else {
+      std::vector<at::Tensor> tensors{wire};
+      c10d::AllreduceOptions options;
+      options.reduceOp = to_c10d(op, native_avg);
+      options.timeout = timeout_;
+      work = backend_->allreduce(tensors, options);
+    }
   } catch (const std::exception& e) {
     detail::throw_collective_failure(rank(), what, e, timeout_);
   }

@@ -8,6 +8,7 @@
 #include "dptrain/common/error.h"
 #include "dptrain/dist/init_method.h"
 #include "dptrain/dist/rendezvous.h"
+#include "dptrain/dist/shared_memory_allreduce.h"
 
 #if defined(DPTRAIN_WITH_GLOO)
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
@@ -34,6 +35,12 @@ bool is_loopback(const std::string& host) {
 }
 
 #if defined(DPTRAIN_WITH_GLOO)
+// Every rank on this host, as the launcher (or torchrun, srun) says, and nobody said no.
+bool wants_shared_memory(const InitOptions& options, const Environment& env, const WorldInfo& world) {
+  return options.shared_memory() && env.get("DPTRAIN_SHM").value_or("1") != "0" && world.world_size > 1 &&
+         world.local_world_size == world.world_size;
+}
+
 compat::BackendPtr make_gloo(const compat::StorePtr& store, const WorldInfo& world, const std::string& master,
                              const std::optional<std::string>& interface, std::chrono::milliseconds timeout) {
   auto options = c10d::ProcessGroupGloo::Options::create(timeout);
@@ -82,7 +89,15 @@ std::shared_ptr<Communicator> init_process_group(const InitOptions& options, con
   if (backend == "gloo") {
 #if defined(DPTRAIN_WITH_GLOO)
     auto gloo = make_gloo(store, world, world.master_addr, interface, options.timeout());
-    return std::make_shared<Communicator>(std::move(gloo), world, options.timeout(), at::kCPU, store);
+    auto comm = std::make_shared<Communicator>(std::move(gloo), world, options.timeout(), at::kCPU, store);
+    if (wants_shared_memory(options, env, world)) {
+      c10d::PrefixStore prefixed("shm", store);
+      std::string why_not;
+      auto local = SharedMemoryAllreduce::attach(prefixed, world, SharedMemoryOptions().timeout(options.timeout()),
+                                                 &why_not);
+      comm->use_shared_memory(std::move(local), why_not);
+    }
+    return comm;
 #else
     throw ConfigError("this build of dptrain has no Gloo backend (its headers were missing at build time); "
                       "install libgloo-dev and rebuild, or use --dist-backend nccl");

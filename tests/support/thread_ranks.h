@@ -1,9 +1,11 @@
 #pragma once
 // Several ranks as threads of one test process: an in-memory HashStore for the rendezvous and a
-// real Gloo process group per thread over loopback. Every rank's exception is rethrown on the
-// calling thread, with its rank, after all threads have ended.
+// real Gloo process group per thread over loopback, with float all_reduce through shared memory
+// when asked. Every rank's exception is rethrown on the calling thread, with its rank, after all
+// threads have ended.
 //
 //   dpt::testing::run_ranks(2, [](dpt::dist::Communicator& comm) { ... });
+//   dpt::testing::run_ranks(2, body, timeout, dpt::testing::Transport::SharedMemory);
 
 #include <exception>
 #include <functional>
@@ -20,11 +22,17 @@
 #include "dptrain/common/error.h"
 #include "dptrain/dist/communicator.h"
 #include "dptrain/dist/rendezvous.h"
+#include "dptrain/dist/shared_memory_allreduce.h"
 
 namespace dpt::testing {
 
+enum class Transport { Gloo, SharedMemory };
+
+inline std::string to_string(Transport transport) { return transport == Transport::Gloo ? "Gloo" : "SharedMemory"; }
+
 inline void run_ranks(int world_size, const std::function<void(dist::Communicator&)>& body,
-                      std::chrono::milliseconds timeout = std::chrono::seconds(30)) {
+                      std::chrono::milliseconds timeout = std::chrono::seconds(30),
+                      Transport transport = Transport::Gloo) {
   auto store = c10::make_intrusive<c10d::HashStore>();
   std::vector<std::thread> threads;
   std::mutex mutex;
@@ -43,6 +51,14 @@ inline void run_ranks(int world_size, const std::function<void(dist::Communicato
         auto prefixed = c10::make_intrusive<c10d::PrefixStore>("gloo", store);
         auto backend = c10::make_intrusive<c10d::ProcessGroupGloo>(prefixed, rank, world_size, options);
         dist::Communicator comm(backend, world, timeout);
+        if (transport == Transport::SharedMemory && world_size > 1) {
+          c10d::PrefixStore shm_store("shm", store);
+          std::string why_not;
+          auto local = dist::SharedMemoryAllreduce::attach(shm_store, world,
+                                                           dist::SharedMemoryOptions().timeout(timeout), &why_not);
+          if (!local) throw std::runtime_error("no shared memory: " + why_not);
+          comm.use_shared_memory(std::move(local));
+        }
         body(comm);
       } catch (const std::exception& e) {
         std::lock_guard<std::mutex> lock(mutex);

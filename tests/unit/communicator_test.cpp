@@ -5,12 +5,20 @@
 
 using dpt::dist::Communicator;
 using dpt::dist::ReduceOp;
+using dpt::testing::Transport;
 
-class CommunicatorTest : public ::testing::TestWithParam<int> {};
+// Every collective over worlds of 1, 2 and 4 ranks, with Gloo alone and with float all_reduce
+// through shared memory.
+class CommunicatorTest : public ::testing::TestWithParam<std::tuple<int, Transport>> {
+ protected:
+  void run_ranks(const std::function<void(Communicator&)>& body) {
+    dpt::testing::run_ranks(std::get<0>(GetParam()), body, std::chrono::seconds(30), std::get<1>(GetParam()));
+  }
+};
 
 TEST_P(CommunicatorTest, AllReduceEveryOp) {
-  const int n = GetParam();
-  dpt::testing::run_ranks(n, [n](Communicator& comm) {
+  const int n = std::get<0>(GetParam());
+  run_ranks([n](Communicator& comm) {
     const double r = comm.rank() + 1;
     auto t = torch::full({5}, r);
     comm.all_reduce(t, ReduceOp::Sum);
@@ -27,8 +35,8 @@ TEST_P(CommunicatorTest, AllReduceEveryOp) {
 }
 
 TEST_P(CommunicatorTest, BFloat16AndNonContiguousTensorsAreReducedInPlace) {
-  const int n = GetParam();
-  dpt::testing::run_ranks(n, [n](Communicator& comm) {
+  const int n = std::get<0>(GetParam());
+  run_ranks([n](Communicator& comm) {
     auto bf = torch::full({4}, comm.rank() + 1.0, torch::kBFloat16);
     comm.all_reduce(bf, ReduceOp::Sum);
     EXPECT_EQ(bf.scalar_type(), torch::kBFloat16);
@@ -44,8 +52,8 @@ TEST_P(CommunicatorTest, BFloat16AndNonContiguousTensorsAreReducedInPlace) {
 }
 
 TEST_P(CommunicatorTest, AsyncAllReduceOverlaps) {
-  const int n = GetParam();
-  dpt::testing::run_ranks(n, [n](Communicator& comm) {
+  const int n = std::get<0>(GetParam());
+  run_ranks([n](Communicator& comm) {
     auto a = torch::ones({1000});
     auto b = torch::full({10}, 2.0);
     auto wa = comm.all_reduce_async(a, ReduceOp::Mean);
@@ -59,8 +67,8 @@ TEST_P(CommunicatorTest, AsyncAllReduceOverlaps) {
 }
 
 TEST_P(CommunicatorTest, BroadcastGatherScatterReduceValue) {
-  const int n = GetParam();
-  dpt::testing::run_ranks(n, [n](Communicator& comm) {
+  const int n = std::get<0>(GetParam());
+  run_ranks([n](Communicator& comm) {
     const int r = comm.rank();
     auto t = torch::arange(6).to(torch::kFloat) + 100 * r;
     comm.broadcast(t, n - 1);
@@ -79,7 +87,15 @@ TEST_P(CommunicatorTest, BroadcastGatherScatterReduceValue) {
   });
 }
 
-INSTANTIATE_TEST_SUITE_P(Worlds, CommunicatorTest, ::testing::Values(1, 2, 4));
+INSTANTIATE_TEST_SUITE_P(Worlds, CommunicatorTest,
+                         ::testing::Values(std::make_tuple(1, Transport::Gloo), std::make_tuple(2, Transport::Gloo),
+                                           std::make_tuple(4, Transport::Gloo),
+                                           std::make_tuple(2, Transport::SharedMemory),
+                                           std::make_tuple(4, Transport::SharedMemory)),
+                         [](const auto& info) {
+                           return dpt::testing::to_string(std::get<1>(info.param)) +
+                                  std::to_string(std::get<0>(info.param));
+                         });
 
 TEST(Communicator, MeanOfIntegersIsAConfigError) {
   dpt::testing::run_ranks(1, [](Communicator& comm) {
@@ -126,4 +142,53 @@ TEST(Communicator, APeerThatExitsIsReportedAsSuch) {
   });
   EXPECT_NE(message.find("rank 0: all_reduce(sum) failed: a peer closed its connection"), std::string::npos)
       << message;
+}
+
+TEST(Communicator, SharedMemoryNamesAPeerThatStaysAway) {
+  std::string message;
+  std::atomic<bool> rank0_done{false};
+  const auto start = std::chrono::steady_clock::now();
+  dpt::testing::run_ranks(
+      2,
+      [&](Communicator& comm) {
+        if (comm.rank() == 1) {  // alive, but never enters the collective
+          while (!rank0_done) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+          return;
+        }
+        try {
+          auto t = torch::ones({3});
+          comm.all_reduce(t);
+        } catch (const dpt::TimeoutError& e) {
+          message = e.what();
+        }
+        rank0_done = true;
+      },
+      std::chrono::milliseconds(1000), Transport::SharedMemory);
+  EXPECT_NE(message.find("rank 0: all_reduce over shared memory timed out: rank 1 did not start the same all_reduce "
+                         "within 1 s"),
+            std::string::npos)
+      << message;
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10));
+}
+
+TEST(Communicator, SharedMemoryNamesAPeerThatLeft) {
+  std::string message;
+  const auto start = std::chrono::steady_clock::now();
+  dpt::testing::run_ranks(
+      2,
+      [&](Communicator& comm) {
+        if (comm.rank() == 1) return;  // leaves: its communicator closes
+        try {
+          auto t = torch::ones({3});
+          comm.all_reduce(t);
+        } catch (const dpt::DistError& e) {
+          message = e.what();
+        }
+      },
+      std::chrono::seconds(60), Transport::SharedMemory);
+  EXPECT_NE(message.find("rank 0: all_reduce over shared memory failed while waiting for rank 1 to start the same "
+                         "all_reduce: rank 1 has closed its communicator"),
+            std::string::npos)
+      << message;
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(30)) << "not the 60 s timeout";
 }

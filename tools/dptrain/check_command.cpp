@@ -102,10 +102,11 @@ int run_check(const CheckFlags& flags) {
   ++checks;
   const double total_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   std::cout << "rank " << rank << "/" << n << ": " << checks << " collectives correct on "
-            << comm->backend_name() << " (" << comm->world().describe() << ")" << std::endl;
+            << comm->transport() << " (" << comm->world().describe() << ")" << std::endl;
   if (rank == 0) {
     nlohmann::json report = {{"world_size", n},
                              {"backend", comm->backend_name()},
+                             {"transport", comm->transport()},
                              {"checks", checks},
                              {"passed", true},
                              {"rendezvous_s", rendezvous_s},

@@ -10,7 +10,9 @@
 //   work.wait();
 //
 // A Communicator wraps one c10d backend (Gloo or NCCL). Backend gaps (Gloo has no AVG, and no
-// bfloat16 before LibTorch 2.3) are filled here, so callers never see them.
+// bfloat16 before LibTorch 2.3) are filled here, so callers never see them. When all ranks share
+// a host, float all_reduce goes through shared memory instead of Gloo's loopback TCP
+// (shared_memory_allreduce.h); init_process_group sets that up.
 
 #include <chrono>
 #include <functional>
@@ -22,6 +24,8 @@
 #include "dptrain/dist/world.h"
 
 namespace dpt::dist {
+
+class SharedMemoryAllreduce;
 
 enum class ReduceOp { Sum, Mean, Max, Min };
 std::string to_string(ReduceOp op);
@@ -69,6 +73,8 @@ class Communicator {
   int size() const { return world_.world_size; }
   const WorldInfo& world() const { return world_; }
   std::string backend_name() const;
+  // How all_reduce travels: "gloo", "gloo + shared memory", or why shared memory is not used.
+  std::string transport() const;
   std::chrono::milliseconds timeout() const { return timeout_; }
   at::Device device() const { return device_; }
 
@@ -99,6 +105,10 @@ class Communicator {
   // The wrapped c10d backend, for callers that need an operation not offered above.
   compat::Backend& backend() { return *backend_; }
 
+  // From now on, all_reduce of what `local` accepts goes through it. Every rank must make the same
+  // call at the same point. Null keeps the backend, and `why_not` says why in transport().
+  void use_shared_memory(std::unique_ptr<SharedMemoryAllreduce> local, std::string why_not = {});
+
  private:
   Work start_all_reduce(at::Tensor tensor, ReduceOp op, const std::string& what);
 
@@ -107,6 +117,8 @@ class Communicator {
   std::chrono::milliseconds timeout_;
   at::Device device_;
   compat::StorePtr store_;
+  std::unique_ptr<SharedMemoryAllreduce> local_;
+  std::string no_shared_memory_because_;
 };
 
 }  // namespace dpt::dist

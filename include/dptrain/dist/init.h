@@ -31,6 +31,10 @@ struct InitOptions {
   // loopback for a local master, else the address this host's name resolves to. NCCL: exported as
   // NCCL_SOCKET_IFNAME (unset leaves NCCL's own choice).
   TORCH_ARG(std::optional<std::string>, interface) = std::nullopt;
+  // When every rank is on this host (LOCAL_WORLD_SIZE equals WORLD_SIZE), Gloo's float all_reduce
+  // goes through /dev/shm (shared_memory_allreduce.h). DPTRAIN_SHM=0 in the environment turns it
+  // off as well; Communicator::transport() says which is in use, or why shared memory is not.
+  TORCH_ARG(bool, shared_memory) = true;
 };
 
 // Joins the process group described by `options` and the environment. A world of one process

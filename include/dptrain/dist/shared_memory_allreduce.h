@@ -1,0 +1,67 @@
+#pragma once
+// Allreduce through shared memory, for ranks that all run on one host.
+//
+// Gloo moves every byte of a local allreduce through loopback TCP: the kernel copies it into a
+// socket buffer and out again, on both sides, on the CPUs that are also computing backward.
+// Here every rank maps one segment of /dev/shm instead and each allreduce is three copies:
+//
+//   1. copy in:  each rank copies a chunk of its tensor into its own slot of the segment;
+//   2. reduce:   rank r reduces the r-th part of the chunk over all slots, into its tensor and
+//                its slot;
+//   3. copy out: each rank copies the other parts, already reduced, from their owners' slots.
+//
+// Chunks are at most `slot_bytes`; each rank has two slots, so one chunk's copy-out overlaps the
+// next one's copy-in. Ranks wait for each other on futexes in the segment, never by spinning (the
+// CPUs are busy with backward), with the communicator's timeout, and notice a peer that exited.
+// Operations run in order on one thread per rank, as Gloo's do.
+//
+//   std::string why_not;
+//   auto local = dpt::dist::SharedMemoryAllreduce::attach(store, world, {}, &why_not);  // collective
+//   if (local && local->accepts(bucket, ReduceOp::Sum)) local->all_reduce(bucket, ReduceOp::Sum)->wait();
+
+#include <chrono>
+#include <cstddef>
+#include <memory>
+#include <string>
+
+#include <torch/arg.h>
+
+#include "dptrain/compat/compat.h"
+#include "dptrain/dist/communicator.h"
+#include "dptrain/dist/world.h"
+
+namespace dpt::dist {
+
+struct SharedMemoryOptions {
+  // The largest chunk one allreduce step moves; the segment holds two per rank.
+  TORCH_ARG(size_t, slot_bytes) = size_t{4} << 20;
+  // Bound on attaching and on each operation.
+  TORCH_ARG(std::chrono::milliseconds, timeout) = kDefaultTimeout;
+};
+
+class SharedMemoryAllreduce {
+ public:
+  // Collective: every rank of `world` calls it with the same store and options. Rank 0 creates the
+  // segment and names it in `store`; the others map it. Returns null on every rank, with the
+  // reason in `*why_not`, when any rank could not map it (ranks on other hosts, /dev/shm too small).
+  static std::unique_ptr<SharedMemoryAllreduce> attach(c10d::Store& store, const WorldInfo& world,
+                                                       const SharedMemoryOptions& options = {},
+                                                       std::string* why_not = nullptr);
+  ~SharedMemoryAllreduce();
+  SharedMemoryAllreduce(const SharedMemoryAllreduce&) = delete;
+  SharedMemoryAllreduce& operator=(const SharedMemoryAllreduce&) = delete;
+
+  // Contiguous float32 or float64 CPU tensors, summed or reduced to the maximum or minimum.
+  bool accepts(const at::Tensor& tensor, ReduceOp op) const;
+
+  // In place, queued behind the operations started before it; wait() on the result.
+  compat::WorkPtr all_reduce(at::Tensor tensor, ReduceOp op);
+
+ private:
+  struct State;  // the segment, the queue and the thread that serves it
+  explicit SharedMemoryAllreduce(std::unique_ptr<State> state);
+
+  std::unique_ptr<State> state_;
+};
+
+}  // namespace dpt::dist

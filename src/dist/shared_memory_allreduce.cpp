@@ -1,0 +1,493 @@
+#include "dptrain/dist/shared_memory_allreduce.h"
+
+#include <fcntl.h>
+#include <linux/futex.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <climits>
+#include <condition_variable>
+#include <cstring>
+#include <deque>
+#include <mutex>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include "dptrain/common/error.h"
+
+namespace dpt::dist {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+constexpr uint64_t kMagic = 0x31306d6873747064;  // "dptshm01"
+// How often a waiting rank looks at its deadline, at its peers' pids and at shutdown.
+constexpr std::chrono::milliseconds kWaitSlice{100};
+// Polls of a counter before sleeping on it: a peer on another idle CPU often gets there in that time.
+constexpr int kSpins = 64;
+
+static_assert(std::atomic<uint32_t>::is_always_lock_free, "shared-memory counters must be lock-free");
+
+// One counter per cache line: each rank writes its own, every rank reads them all.
+struct alignas(64) Counter {
+  std::atomic<uint32_t> value{0};
+};
+
+// What a rank placed in one of its slots: every rank checks that all of them reduce the same thing.
+struct ChunkLabel {
+  uint64_t numel = 0;   // of the whole tensor
+  uint64_t offset = 0;  // of this chunk in it
+  int32_t dtype = 0;
+  int32_t op = 0;
+
+  bool operator==(const ChunkLabel& other) const {
+    return numel == other.numel && offset == other.offset && dtype == other.dtype && op == other.op;
+  }
+};
+
+// A rank's part of the segment's control area. The counters hold chunk numbers (mod 2^32).
+struct alignas(64) RankControl {
+  Counter arrived;   // the last chunk this rank copied into its slot
+  Counter reduced;   // the last chunk whose part this rank reduced
+  Counter finished;  // the last chunk this rank copied out completely (its slots may be reused)
+  Counter closed;    // 1 once this rank's communicator is gone
+  ChunkLabel labels[2];  // per slot
+  int32_t pid = 0;
+};
+
+struct alignas(64) SegmentHeader {
+  uint64_t magic = 0;
+  uint64_t world_size = 0;
+  uint64_t slot_bytes = 0;
+};
+
+size_t round_up(size_t value, size_t multiple) { return (value + multiple - 1) / multiple * multiple; }
+
+// Where things are in a segment for `world_size` ranks.
+struct Layout {
+  Layout(int world_size, size_t slot_bytes)
+      : data_offset(round_up(sizeof(SegmentHeader) + world_size * sizeof(RankControl), 4096)),
+        bytes(data_offset + 2 * world_size * slot_bytes) {}
+  size_t data_offset;
+  size_t bytes;
+};
+
+void futex_wait(std::atomic<uint32_t>& word, uint32_t seen, std::chrono::milliseconds timeout) {
+  timespec relative{static_cast<time_t>(timeout.count() / 1000), static_cast<long>(timeout.count() % 1000) * 1000000};
+  // Not FUTEX_PRIVATE: the word is shared with other processes. EAGAIN (already changed), EINTR
+  // and ETIMEDOUT all send the caller back to look at the word.
+  syscall(SYS_futex, reinterpret_cast<uint32_t*>(&word), FUTEX_WAIT, seen, &relative, nullptr, 0);
+}
+
+void futex_wake_all(std::atomic<uint32_t>& word) {
+  syscall(SYS_futex, reinterpret_cast<uint32_t*>(&word), FUTEX_WAKE, INT_MAX, nullptr, nullptr, 0);
+}
+
+void publish(Counter& counter, uint32_t chunk) {
+  counter.value.store(chunk, std::memory_order_release);
+  futex_wake_all(counter.value);
+}
+
+bool reached(uint32_t value, uint32_t target) { return static_cast<int32_t>(value - target) >= 0; }
+
+void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#endif
+}
+
+// out[i] = combine(a[i], b[i]); then out[i] = combine(out[i], c[i]) for a third rank and on.
+template <typename T, typename Combine>
+void combine_pair(T* __restrict out, const T* __restrict a, const T* __restrict b, int64_t count, Combine combine) {
+  for (int64_t i = 0; i < count; ++i) out[i] = combine(a[i], b[i]);
+}
+
+template <typename T, typename Combine>
+void combine_into(T* __restrict out, const T* __restrict b, int64_t count, Combine combine) {
+  for (int64_t i = 0; i < count; ++i) out[i] = combine(out[i], b[i]);
+}
+
+template <typename T, typename Combine>
+void reduce_over(T* out, const std::vector<const T*>& inputs, int64_t count, Combine combine) {
+  combine_pair(out, inputs[0], inputs[1], count, combine);
+  for (size_t k = 2; k < inputs.size(); ++k) combine_into(out, inputs[k], count, combine);
+}
+
+template <typename T>
+void reduce_over(T* out, const std::vector<const T*>& inputs, int64_t count, ReduceOp op) {
+  switch (op) {
+    case ReduceOp::Max: return reduce_over(out, inputs, count, [](T a, T b) { return a < b ? b : a; });
+    case ReduceOp::Min: return reduce_over(out, inputs, count, [](T a, T b) { return b < a ? b : a; });
+    default: return reduce_over(out, inputs, count, [](T a, T b) { return a + b; });
+  }
+}
+
+// An allreduce that the serving thread completes.
+class LocalWork : public c10d::Work {
+ public:
+  void complete(std::exception_ptr failure) { finish(std::move(failure)); }
+};
+
+std::string random_name() {
+  std::random_device device;
+  const uint64_t bits = (static_cast<uint64_t>(device()) << 32) | device();
+  char name[64];
+  std::snprintf(name, sizeof(name), "/dptrain-%d-%016llx", static_cast<int>(getpid()),
+                static_cast<unsigned long long>(bits));
+  return name;
+}
+
+std::string errno_text() { return std::strerror(errno); }
+
+// The mapped segment; unmapped when the last user is gone. The name is unlinked as soon as every
+// rank has mapped it, so nothing is left in /dev/shm whatever happens later.
+struct Segment {
+  Segment(void* base, size_t bytes, size_t data_offset, size_t slot_bytes)
+      : base(static_cast<char*>(base)), bytes(bytes), data_offset(data_offset), slot_bytes(slot_bytes) {}
+  ~Segment() { munmap(base, bytes); }
+  Segment(const Segment&) = delete;
+  Segment& operator=(const Segment&) = delete;
+
+  SegmentHeader& header() { return *reinterpret_cast<SegmentHeader*>(base); }
+  RankControl& control(int rank) {
+    return reinterpret_cast<RankControl*>(base + sizeof(SegmentHeader))[rank];
+  }
+  char* slot(int rank, int which) { return base + data_offset + (2 * rank + which) * slot_bytes; }
+
+  char* base;
+  size_t bytes;
+  size_t data_offset;
+  size_t slot_bytes;
+};
+
+}  // namespace
+
+struct SharedMemoryAllreduce::State {
+  struct Operation {
+    at::Tensor tensor;
+    ReduceOp op = ReduceOp::Sum;
+    c10::intrusive_ptr<LocalWork> work;
+  };
+
+  State(std::unique_ptr<Segment> segment, const WorldInfo& world, const SharedMemoryOptions& options,
+        bool peers_visible)
+      : segment(std::move(segment)),
+        rank(world.rank),
+        world_size(world.world_size),
+        options(options),
+        peers_visible(peers_visible),
+        worker([this] { serve(); }) {}
+
+  ~State() {
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      stopping = true;
+    }
+    queued.notify_all();
+    worker.join();
+    // Peers still waiting for this rank learn at once that it will not come.
+    RankControl& mine = segment->control(rank);
+    mine.closed.value.store(1, std::memory_order_release);
+    for (Counter* counter : {&mine.arrived, &mine.reduced, &mine.finished}) futex_wake_all(counter->value);
+  }
+
+  void serve();
+  void run(const Operation& operation);
+  // Returns once every other rank's `counter` has reached `chunk`; throws on timeout, on a peer
+  // that exited and on shutdown.
+  void wait_for_peers(Counter RankControl::*counter, uint32_t chunk, const char* step, Clock::time_point deadline);
+  void check_labels(int slot);
+  [[noreturn]] void fail_waiting(int peer, const char* step, const std::string& why);
+
+  std::unique_ptr<Segment> segment;
+  const int rank;
+  const int world_size;
+  const SharedMemoryOptions options;
+  const bool peers_visible;  // their pids can be checked from here (same pid namespace)
+  uint64_t chunks = 0;       // chunks moved so far; the same count on every rank
+
+  std::mutex mutex;
+  std::condition_variable queued;
+  std::deque<Operation> queue;
+  std::atomic<bool> stopping{false};
+  std::exception_ptr broken;  // the failure that ended this group; every later operation gets it
+  std::thread worker;         // last: starts once everything above exists
+};
+
+void SharedMemoryAllreduce::State::serve() {
+  for (;;) {
+    Operation operation;
+    {
+      std::unique_lock<std::mutex> lock(mutex);
+      queued.wait(lock, [&] { return stopping || !queue.empty(); });
+      if (queue.empty()) return;
+      operation = std::move(queue.front());
+      queue.pop_front();
+    }
+    if (!broken) {
+      try {
+        run(operation);
+      } catch (...) {
+        broken = std::current_exception();
+      }
+    }
+    operation.work->complete(broken);
+  }
+}
+
+void SharedMemoryAllreduce::State::run(const Operation& operation) {
+  const auto deadline = Clock::now() + options.timeout();
+  const at::Tensor& tensor = operation.tensor;
+  const size_t element = tensor.element_size();
+  const int64_t numel = tensor.numel();
+  const int64_t chunk_elements = static_cast<int64_t>(options.slot_bytes() / element);
+  const int64_t align = std::max<int64_t>(1, 64 / static_cast<int64_t>(element));  // parts start on cache lines
+  char* data = static_cast<char*>(tensor.data_ptr());
+  RankControl& mine = segment->control(rank);
+  std::vector<const char*> slots(world_size);
+
+  for (int64_t offset = 0; offset < numel; offset += chunk_elements) {
+    const int64_t count = std::min(chunk_elements, numel - offset);
+    const uint64_t chunk = ++chunks;
+    const uint32_t number = static_cast<uint32_t>(chunk);
+    const int slot = static_cast<int>(chunk & 1);
+    // Rank r reduces elements [bound(r), bound(r + 1)) of the chunk.
+    auto bound = [&](int r) { return r == world_size ? count : count * r / world_size / align * align; };
+
+    // 1. Copy in, once every rank has copied out the chunk that used this slot before.
+    if (chunk > 2) wait_for_peers(&RankControl::finished, number - 2, "finish the chunk before last", deadline);
+    std::memcpy(segment->slot(rank, slot), data + offset * element, count * element);
+    mine.labels[slot] = ChunkLabel{static_cast<uint64_t>(numel), static_cast<uint64_t>(offset),
+                                   static_cast<int32_t>(tensor.scalar_type()), static_cast<int32_t>(operation.op)};
+    publish(mine.arrived, number);
+    wait_for_peers(&RankControl::arrived, number, "start the same all_reduce", deadline);
+    check_labels(slot);
+
+    // 2. Reduce this rank's part over every rank's slot, into the tensor and into the own slot.
+    const int64_t begin = bound(rank), end = bound(rank + 1);
+    for (int r = 0; r < world_size; ++r) slots[r] = segment->slot(r, slot) + begin * element;
+    char* out = data + (offset + begin) * element;
+    if (tensor.scalar_type() == at::kDouble) {
+      std::vector<const double*> inputs(slots.size());
+      for (size_t r = 0; r < slots.size(); ++r) inputs[r] = reinterpret_cast<const double*>(slots[r]);
+      reduce_over(reinterpret_cast<double*>(out), inputs, end - begin, operation.op);
+    } else {
+      std::vector<const float*> inputs(slots.size());
+      for (size_t r = 0; r < slots.size(); ++r) inputs[r] = reinterpret_cast<const float*>(slots[r]);
+      reduce_over(reinterpret_cast<float*>(out), inputs, end - begin, operation.op);
+    }
+    std::memcpy(segment->slot(rank, slot) + begin * element, out, (end - begin) * element);
+    publish(mine.reduced, number);
+
+    // 3. Copy out the other ranks' parts.
+    wait_for_peers(&RankControl::reduced, number, "reduce its part", deadline);
+    for (int r = 0; r < world_size; ++r) {
+      if (r == rank) continue;
+      std::memcpy(data + (offset + bound(r)) * element, segment->slot(r, slot) + bound(r) * element,
+                  (bound(r + 1) - bound(r)) * element);
+    }
+    publish(mine.finished, number);
+  }
+}
+
+void SharedMemoryAllreduce::State::wait_for_peers(Counter RankControl::*counter, uint32_t chunk, const char* step,
+                                                  Clock::time_point deadline) {
+  for (int peer = 0; peer < world_size; ++peer) {
+    if (peer == rank) continue;
+    std::atomic<uint32_t>& value = (segment->control(peer).*counter).value;
+    for (int spin = 0;; ++spin) {
+      const uint32_t seen = value.load(std::memory_order_acquire);
+      if (reached(seen, chunk)) break;
+      if (spin < kSpins) {
+        cpu_relax();
+        continue;
+      }
+      if (stopping) fail_waiting(peer, step, "this rank's communicator was shut down");
+      if (segment->control(peer).closed.value.load(std::memory_order_acquire) != 0) {
+        fail_waiting(peer, step, str("rank ", peer, " has closed its communicator: it left the job or failed; "
+                                     "its own output says why"));
+      }
+      const int32_t pid = segment->control(peer).pid;
+      if (peers_visible && kill(pid, 0) != 0 && errno == ESRCH) {
+        fail_waiting(peer, step, str("rank ", peer, " (pid ", pid, ") has exited; its own output says why"));
+      }
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+      if (left.count() <= 0) {
+        throw TimeoutError(str("rank ", rank, ": all_reduce over shared memory timed out: rank ", peer, " did not ",
+                               step, " within ", options.timeout().count() / 1000.0,
+                               " s. It is stuck, much slower, or gone; check its output."));
+      }
+      futex_wait(value, seen, std::min(left, kWaitSlice));
+    }
+  }
+}
+
+void SharedMemoryAllreduce::State::check_labels(int slot) {
+  const ChunkLabel& own = segment->control(rank).labels[slot];
+  for (int peer = 0; peer < world_size; ++peer) {
+    const ChunkLabel& theirs = segment->control(peer).labels[slot];
+    if (theirs == own) continue;
+    throw DistError(str("rank ", rank, ": all_reduce over shared memory: ranks disagree on what they reduce: rank ",
+                        rank, " has ", own.numel, " elements of ", at::ScalarType(own.dtype), " (", 
+                        to_string(ReduceOp(own.op)), "), rank ", peer, " has ", theirs.numel, " of ",
+                        at::ScalarType(theirs.dtype), " (", to_string(ReduceOp(theirs.op)),
+                        "). Every rank must run the same collectives in the same order."));
+  }
+}
+
+void SharedMemoryAllreduce::State::fail_waiting(int peer, const char* step, const std::string& why) {
+  throw DistError(str("rank ", rank, ": all_reduce over shared memory failed while waiting for rank ", peer, " to ",
+                      step, ": ", why));
+}
+
+SharedMemoryAllreduce::SharedMemoryAllreduce(std::unique_ptr<State> state) : state_(std::move(state)) {}
+
+SharedMemoryAllreduce::~SharedMemoryAllreduce() = default;
+
+bool SharedMemoryAllreduce::accepts(const at::Tensor& tensor, ReduceOp op) const {
+  return tensor.device().is_cpu() && tensor.is_contiguous() && !tensor.is_sparse() &&
+         (tensor.scalar_type() == at::kFloat || tensor.scalar_type() == at::kDouble) &&
+         (op == ReduceOp::Sum || op == ReduceOp::Max || op == ReduceOp::Min);
+}
+
+compat::WorkPtr SharedMemoryAllreduce::all_reduce(at::Tensor tensor, ReduceOp op) {
+  DPT_ASSERT(accepts(tensor, op), "shared-memory all_reduce given a tensor or operation it does not take");
+  auto work = c10::make_intrusive<LocalWork>();
+  {
+    std::lock_guard<std::mutex> lock(state_->mutex);
+    state_->queue.push_back(State::Operation{std::move(tensor), op, work});
+  }
+  state_->queued.notify_one();
+  return work;
+}
+
+namespace {
+
+constexpr const char* kNameKey = "name";
+std::string rank_key(int rank) { return "attached/" + std::to_string(rank); }
+
+std::vector<uint8_t> bytes_of(const std::string& text) { return std::vector<uint8_t>(text.begin(), text.end()); }
+std::string text_of(const std::vector<uint8_t>& bytes) { return std::string(bytes.begin(), bytes.end()); }
+
+// Rank 0: creates, sizes and maps the segment. Returns null with the reason in `why`.
+std::unique_ptr<Segment> create_segment(const std::string& name, const Layout& layout, const WorldInfo& world,
+                                        size_t slot_bytes, std::string& why) {
+  const int fd = shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
+  if (fd < 0) {
+    why = str("cannot create ", name, " in /dev/shm: ", errno_text());
+    return nullptr;
+  }
+  // Reserved now, so that a full /dev/shm is an error here and not a SIGBUS in the middle of a step.
+  if (const int error = posix_fallocate(fd, 0, static_cast<off_t>(layout.bytes)); error != 0) {
+    close(fd);
+    shm_unlink(name.c_str());
+    why = str("/dev/shm has no room for ", layout.bytes >> 20, " MiB (", std::strerror(error), ")");
+    return nullptr;
+  }
+  void* base = mmap(nullptr, layout.bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  close(fd);
+  if (base == MAP_FAILED) {
+    shm_unlink(name.c_str());
+    why = str("cannot map ", name, ": ", errno_text());
+    return nullptr;
+  }
+  auto segment = std::make_unique<Segment>(base, layout.bytes, layout.data_offset, slot_bytes);
+  new (&segment->header()) SegmentHeader{kMagic, static_cast<uint64_t>(world.world_size), slot_bytes};
+  for (int r = 0; r < world.world_size; ++r) new (&segment->control(r)) RankControl();
+  return segment;
+}
+
+// Every other rank: maps rank 0's segment and checks that it is the one described.
+std::unique_ptr<Segment> open_segment(const std::string& name, const Layout& layout, const WorldInfo& world,
+                                      size_t slot_bytes, std::string& why) {
+  const int fd = shm_open(name.c_str(), O_RDWR, 0);
+  if (fd < 0) {
+    why = str("cannot open rank 0's ", name, " (", errno_text(), "): not on rank 0's host, or another /dev/shm");
+    return nullptr;
+  }
+  struct stat info {};
+  if (fstat(fd, &info) != 0 || static_cast<size_t>(info.st_size) != layout.bytes) {
+    close(fd);
+    why = str(name, " is not the size expected for ", world.world_size, " ranks");
+    return nullptr;
+  }
+  void* base = mmap(nullptr, layout.bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  close(fd);
+  if (base == MAP_FAILED) {
+    why = str("cannot map ", name, ": ", errno_text());
+    return nullptr;
+  }
+  auto segment = std::make_unique<Segment>(base, layout.bytes, layout.data_offset, slot_bytes);
+  const SegmentHeader& header = segment->header();
+  if (header.magic != kMagic || header.world_size != static_cast<uint64_t>(world.world_size) ||
+      header.slot_bytes != slot_bytes) {
+    why = str(name, " was made for another group");
+    return nullptr;
+  }
+  return segment;
+}
+
+}  // namespace
+
+std::unique_ptr<SharedMemoryAllreduce> SharedMemoryAllreduce::attach(c10d::Store& store, const WorldInfo& world,
+                                                                     const SharedMemoryOptions& options,
+                                                                     std::string* why_not) {
+  DPT_CHECK(world.world_size >= 2, ConfigError, "shared-memory all_reduce needs at least two ranks");
+  DPT_CHECK(options.slot_bytes() >= 4096 && options.slot_bytes() % 64 == 0, ConfigError,
+            "shared-memory slot_bytes must be a multiple of 64, at least 4096; got ", options.slot_bytes());
+  const Layout layout(world.world_size, options.slot_bytes());
+  std::string why;
+  std::unique_ptr<Segment> segment;
+  std::string name;
+  try {
+    if (world.rank == 0) {
+      name = random_name();
+      segment = create_segment(name, layout, world, options.slot_bytes(), why);
+      store.set(kNameKey, bytes_of(segment ? name : std::string()));
+    } else {
+      store.wait({kNameKey}, options.timeout());
+      name = text_of(store.get(kNameKey));
+      if (name.empty()) {
+        why = "rank 0 could not create the segment";
+      } else {
+        segment = open_segment(name, layout, world, options.slot_bytes(), why);
+      }
+    }
+    if (segment) segment->control(world.rank).pid = static_cast<int32_t>(getpid());
+    store.set(rank_key(world.rank), bytes_of(segment ? "ok" : why));
+
+    // Every rank reads every answer, so all of them take the same transport.
+    std::vector<std::string> keys;
+    for (int r = 0; r < world.world_size; ++r) keys.push_back(rank_key(r));
+    store.wait(keys, options.timeout());
+    for (int r = 0; r < world.world_size && why.empty(); ++r) {
+      const std::string answer = text_of(store.get(keys[r]));
+      if (answer != "ok") why = str("rank ", r, ": ", answer);
+    }
+  } catch (const std::exception& e) {
+    if (world.rank == 0 && segment) shm_unlink(name.c_str());
+    throw DistError(str("rank ", world.rank, ": setting up shared memory with the other ranks through the store "
+                        "failed: ", e.what(), ". A rank is missing or much slower; check the other ranks' output."));
+  }
+  if (world.rank == 0 && !name.empty() && segment) shm_unlink(name.c_str());  // every rank has answered
+  if (!why.empty()) {
+    if (why_not) *why_not = why;
+    return nullptr;
+  }
+  bool peers_visible = true;
+  for (int r = 0; r < world.world_size; ++r) {
+    const int32_t pid = segment->control(r).pid;
+    peers_visible = peers_visible && pid > 0 && (kill(pid, 0) == 0 || errno == EPERM);
+  }
+  return std::unique_ptr<SharedMemoryAllreduce>(
+      new SharedMemoryAllreduce(std::make_unique<State>(std::move(segment), world, options, peers_visible)));
+}
+
+}  // namespace dpt::dist
