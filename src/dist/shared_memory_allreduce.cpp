@@ -467,6 +467,7 @@ std::unique_ptr<SharedMemoryAllreduce> SharedMemoryAllreduce::attach(c10d::Store
     std::vector<std::string> keys;
     for (int r = 0; r < world.world_size; ++r) keys.push_back(rank_key(r));
     store.wait(keys, options.timeout());
+    why.clear();  // the first rank's failure, this one's included, read back like the others
     for (int r = 0; r < world.world_size && why.empty(); ++r) {
       const std::string answer = text_of(store.get(keys[r]));
       if (answer != "ok") why = str("rank ", r, ": ", answer);

@@ -29,6 +29,7 @@ namespace dpt::testing {
 enum class Transport { Gloo, SharedMemory };
 
 inline std::string to_string(Transport transport) { return transport == Transport::Gloo ? "Gloo" : "SharedMemory"; }
+inline void PrintTo(Transport transport, std::ostream* out) { *out << to_string(transport); }
 
 inline void run_ranks(int world_size, const std::function<void(dist::Communicator&)>& body,
                       std::chrono::milliseconds timeout = std::chrono::seconds(30),

@@ -1,0 +1,172 @@
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <functional>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <torch/csrc/distributed/c10d/FileStore.hpp>
+#include <torch/csrc/distributed/c10d/HashStore.hpp>
+#include <torch/torch.h>
+
+#include "dptrain/common/error.h"
+#include "dptrain/dist/shared_memory_allreduce.h"
+#include "support/temp_dir.h"
+
+using dpt::dist::ReduceOp;
+using dpt::dist::SharedMemoryAllreduce;
+using dpt::dist::SharedMemoryOptions;
+using dpt::dist::WorldInfo;
+
+namespace {
+
+WorldInfo world_of(int rank, int size) {
+  WorldInfo world;
+  world.rank = world.local_rank = rank;
+  world.world_size = world.local_world_size = size;
+  return world;
+}
+
+// `size` ranks as threads attaching to one segment through an in-memory store; body(rank, group)
+// runs on each (group is null when attaching failed, with the reason in why_not[rank]).
+void run_group(int size, const SharedMemoryOptions& options,
+               const std::function<void(int, SharedMemoryAllreduce*)>& body,
+               std::vector<std::string>* why_not = nullptr,
+               const std::function<SharedMemoryOptions(int)>& options_of = nullptr) {
+  auto store = c10::make_intrusive<c10d::HashStore>();
+  std::vector<std::string> reasons(size);
+  std::vector<std::thread> threads;
+  std::mutex mutex;
+  std::string failures;
+  for (int rank = 0; rank < size; ++rank) {
+    threads.emplace_back([&, rank] {
+      try {
+        auto group = SharedMemoryAllreduce::attach(*store, world_of(rank, size),
+                                                   options_of ? options_of(rank) : options, &reasons[rank]);
+        body(rank, group.get());
+      } catch (const std::exception& e) {
+        std::lock_guard<std::mutex> lock(mutex);
+        failures += "\n[rank " + std::to_string(rank) + "] " + e.what();
+      }
+    });
+  }
+  for (auto& thread : threads) thread.join();
+  if (why_not) *why_not = reasons;
+  if (!failures.empty()) throw std::runtime_error("rank thread(s) failed:" + failures);
+}
+
+// What rank r holds before reducing: distinct per rank and element, exact in float.
+at::Tensor input_of(int rank, int64_t numel, at::ScalarType dtype) {
+  return (torch::arange(numel, torch::kDouble).remainder(1000) * (rank + 1) + rank).to(dtype);
+}
+
+}  // namespace
+
+// Sizes around the chunk (1 KiB slots: 256 floats) and part boundaries, on 2 and 3 ranks; many
+// chunks reuse both slots, and the operations queue up behind each other.
+TEST(SharedMemoryAllreduce, SumMaxMinOverManyChunksEqualTheReference) {
+  for (int size : {2, 3}) {
+    run_group(size, SharedMemoryOptions().slot_bytes(4096), [size](int rank, SharedMemoryAllreduce* group) {
+      ASSERT_NE(group, nullptr);
+      for (at::ScalarType dtype : {at::kFloat, at::kDouble}) {
+        for (int64_t numel : {int64_t{0}, int64_t{1}, int64_t{15}, int64_t{1023}, int64_t{1024}, int64_t{1025},
+                              int64_t{100000}}) {
+          std::vector<at::Tensor> tensors;
+          std::vector<c10::intrusive_ptr<c10d::Work>> works;
+          for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Max, ReduceOp::Min}) {
+            tensors.push_back(input_of(rank, numel, dtype));
+            works.push_back(group->all_reduce(tensors.back(), op));
+          }
+          for (auto& work : works) work->wait();
+          at::Tensor sum = torch::zeros({numel}, dtype), max = input_of(size - 1, numel, dtype),
+                     min = input_of(0, numel, dtype);
+          for (int r = 0; r < size; ++r) sum += input_of(r, numel, dtype);
+          const std::string what = "world " + std::to_string(size) + ", " + std::to_string(numel) + " elements";
+          EXPECT_TRUE(tensors[0].equal(sum)) << what;
+          EXPECT_TRUE(tensors[1].equal(max)) << what;
+          EXPECT_TRUE(tensors[2].equal(min)) << what;
+        }
+      }
+    });
+  }
+}
+
+TEST(SharedMemoryAllreduce, TakesOnlyWhatItCanReduce) {
+  run_group(2, SharedMemoryOptions(), [](int, SharedMemoryAllreduce* group) {
+    ASSERT_NE(group, nullptr);
+    EXPECT_TRUE(group->accepts(torch::ones({4}), ReduceOp::Sum));
+    EXPECT_TRUE(group->accepts(torch::ones({4}, torch::kDouble), ReduceOp::Max));
+    EXPECT_FALSE(group->accepts(torch::ones({4}, torch::kHalf), ReduceOp::Sum));
+    EXPECT_FALSE(group->accepts(torch::ones({4}, torch::kLong), ReduceOp::Sum));
+    EXPECT_FALSE(group->accepts(torch::ones({4, 4}).t(), ReduceOp::Sum));
+    EXPECT_FALSE(group->accepts(torch::ones({4}), ReduceOp::Mean));  // the communicator divides a sum
+  });
+}
+
+TEST(SharedMemoryAllreduce, RanksThatDisagreeOnTheTensorFailOnEveryRank) {
+  std::vector<std::string> messages(2);
+  run_group(2, SharedMemoryOptions(), [&](int rank, SharedMemoryAllreduce* group) {
+    ASSERT_NE(group, nullptr);
+    auto tensor = torch::ones({rank == 0 ? 10 : 12});
+    try {
+      group->all_reduce(tensor, ReduceOp::Sum)->wait();
+    } catch (const dpt::DistError& e) {
+      messages[rank] = e.what();
+    }
+    // The group stays failed: a later operation gets the same error at once.
+    EXPECT_THROW(group->all_reduce(torch::ones({10}), ReduceOp::Sum)->wait(), dpt::DistError);
+  });
+  EXPECT_NE(messages[0].find("rank 0: all_reduce over shared memory: ranks disagree on what they reduce: rank 0 has "
+                             "10 elements of Float (sum), rank 1 has 12 of Float (sum)"),
+            std::string::npos)
+      << messages[0];
+  EXPECT_NE(messages[1].find("rank 1 has 12 elements of Float (sum), rank 0 has 10"), std::string::npos)
+      << messages[1];
+}
+
+TEST(SharedMemoryAllreduce, EveryRankFallsBackWhenOneCannotMapTheSegment) {
+  // Rank 1 expects another layout, as a rank on another host (or with another /dev/shm) fails to
+  // open rank 0's segment: every rank returns null, with rank 1's reason.
+  std::vector<std::string> why_not;
+  run_group(
+      2, SharedMemoryOptions(),
+      [](int, SharedMemoryAllreduce* group) { EXPECT_EQ(group, nullptr); }, &why_not,
+      [](int rank) { return SharedMemoryOptions().slot_bytes(rank == 0 ? 8192 : 4096); });
+  for (const auto& reason : why_not) {
+    EXPECT_NE(reason.find("rank 1: /dptrain-"), std::string::npos) << reason;
+    EXPECT_NE(reason.find("is not the size expected for 2 ranks"), std::string::npos) << reason;
+  }
+}
+
+// A rank in another process that exits without a word: the waiting rank names it within moments,
+// not after its timeout.
+TEST(SharedMemoryAllreduce, APeerProcessThatExitedIsNamed) {
+  dpt::testing::TempDir dir;
+  const std::string store_path = dir.path() + "/store";
+  const auto options = SharedMemoryOptions().timeout(std::chrono::seconds(60));
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {  // rank 1: joins, then leaves at once
+    auto store = c10::make_intrusive<c10d::FileStore>(store_path, 2);
+    auto group = SharedMemoryAllreduce::attach(*store, world_of(1, 2), options);
+    _exit(group ? 0 : 1);
+  }
+  auto store = c10::make_intrusive<c10d::FileStore>(store_path, 2);
+  auto group = SharedMemoryAllreduce::attach(*store, world_of(0, 2), options);
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  ASSERT_NE(group, nullptr);
+  const auto start = std::chrono::steady_clock::now();
+  try {
+    group->all_reduce(torch::ones({8}), ReduceOp::Sum)->wait();
+    ADD_FAILURE() << "the all_reduce completed without rank 1";
+  } catch (const dpt::DistError& e) {
+    EXPECT_NE(std::string(e.what()).find("rank 1 (pid " + std::to_string(child) + ") has exited"), std::string::npos)
+        << e.what();
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10)) << "not the 60 s timeout";
+}
