@@ -124,6 +124,7 @@ int run_bench_ddp(const BenchDdpFlags& flags) {
     const double seconds = stats.narrow(0, 0, flags.steps).sum().item<double>();
     nlohmann::json report = {{"arch", flags.arch},
                              {"world_size", comm->size()},
+                             {"transport", comm->transport()},
                              {"batch_size_per_rank", flags.batch_size},
                              {"image_size", flags.image_size},
                              {"steps", flags.steps},
