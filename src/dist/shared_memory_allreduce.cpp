@@ -115,17 +115,20 @@ void combine_into(T* __restrict out, const T* __restrict b, int64_t count, Combi
 }
 
 template <typename T, typename Combine>
-void reduce_over(T* out, const std::vector<const T*>& inputs, int64_t count, Combine combine) {
-  combine_pair(out, inputs[0], inputs[1], count, combine);
-  for (size_t k = 2; k < inputs.size(); ++k) combine_into(out, inputs[k], count, combine);
+void reduce_over(T* out, const std::vector<const char*>& inputs, int64_t count, Combine combine) {
+  auto input = [&](size_t k) { return reinterpret_cast<const T*>(inputs[k]); };
+  combine_pair(out, input(0), input(1), count, combine);
+  for (size_t k = 2; k < inputs.size(); ++k) combine_into(out, input(k), count, combine);
 }
 
+// out = op over inputs, elementwise; `out` overlaps none of them.
 template <typename T>
-void reduce_over(T* out, const std::vector<const T*>& inputs, int64_t count, ReduceOp op) {
+void reduce_over(char* out, const std::vector<const char*>& inputs, int64_t count, ReduceOp op) {
+  T* typed = reinterpret_cast<T*>(out);
   switch (op) {
-    case ReduceOp::Max: return reduce_over(out, inputs, count, [](T a, T b) { return a < b ? b : a; });
-    case ReduceOp::Min: return reduce_over(out, inputs, count, [](T a, T b) { return b < a ? b : a; });
-    default: return reduce_over(out, inputs, count, [](T a, T b) { return a + b; });
+    case ReduceOp::Max: return reduce_over(typed, inputs, count, [](T a, T b) { return a < b ? b : a; });
+    case ReduceOp::Min: return reduce_over(typed, inputs, count, [](T a, T b) { return b < a ? b : a; });
+    default: return reduce_over(typed, inputs, count, [](T a, T b) { return a + b; });
   }
 }
 
@@ -251,7 +254,7 @@ void SharedMemoryAllreduce::State::run(const Operation& operation) {
   const int64_t align = std::max<int64_t>(1, 64 / static_cast<int64_t>(element));  // parts start on cache lines
   char* data = static_cast<char*>(tensor.data_ptr());
   RankControl& mine = segment->control(rank);
-  std::vector<const char*> slots(world_size);
+  std::vector<const char*> inputs(world_size);  // this rank's part of the chunk, from every rank
 
   for (int64_t offset = 0; offset < numel; offset += chunk_elements) {
     const int64_t count = std::min(chunk_elements, numel - offset);
@@ -261,29 +264,31 @@ void SharedMemoryAllreduce::State::run(const Operation& operation) {
     // Rank r reduces elements [bound(r), bound(r + 1)) of the chunk.
     auto bound = [&](int r) { return r == world_size ? count : count * r / world_size / align * align; };
 
-    // 1. Copy in, once every rank has copied out the chunk that used this slot before.
+    // 1. Copy in the parts the other ranks reduce (this rank reads its own part from the tensor),
+    //    once every rank has finished the chunk that used this slot before.
     if (chunk > 2) wait_for_peers(&RankControl::finished, number - 2, "finish the chunk before last", deadline);
-    std::memcpy(segment->slot(rank, slot), data + offset * element, count * element);
+    char* own_slot = segment->slot(rank, slot);
+    char* values = data + offset * element;
+    for (int r = 0; r < world_size; ++r) {
+      if (r != rank) std::memcpy(own_slot + bound(r) * element, values + bound(r) * element, (bound(r + 1) - bound(r)) * element);
+    }
     mine.labels[slot] = ChunkLabel{static_cast<uint64_t>(numel), static_cast<uint64_t>(offset),
                                    static_cast<int32_t>(tensor.scalar_type()), static_cast<int32_t>(operation.op)};
     publish(mine.arrived, number);
     wait_for_peers(&RankControl::arrived, number, "start the same all_reduce", deadline);
     check_labels(slot);
 
-    // 2. Reduce this rank's part over every rank's slot, into the tensor and into the own slot.
+    // 2. Reduce this rank's part, its own values from the tensor and the others' from their slots,
+    //    into its slot (the others copy it out from there) and into the tensor.
     const int64_t begin = bound(rank), end = bound(rank + 1);
-    for (int r = 0; r < world_size; ++r) slots[r] = segment->slot(r, slot) + begin * element;
-    char* out = data + (offset + begin) * element;
+    for (int r = 0; r < world_size; ++r) inputs[r] = (r == rank ? values : segment->slot(r, slot)) + begin * element;
+    char* reduced = own_slot + begin * element;
     if (tensor.scalar_type() == at::kDouble) {
-      std::vector<const double*> inputs(slots.size());
-      for (size_t r = 0; r < slots.size(); ++r) inputs[r] = reinterpret_cast<const double*>(slots[r]);
-      reduce_over(reinterpret_cast<double*>(out), inputs, end - begin, operation.op);
+      reduce_over<double>(reduced, inputs, end - begin, operation.op);
     } else {
-      std::vector<const float*> inputs(slots.size());
-      for (size_t r = 0; r < slots.size(); ++r) inputs[r] = reinterpret_cast<const float*>(slots[r]);
-      reduce_over(reinterpret_cast<float*>(out), inputs, end - begin, operation.op);
+      reduce_over<float>(reduced, inputs, end - begin, operation.op);
     }
-    std::memcpy(segment->slot(rank, slot) + begin * element, out, (end - begin) * element);
+    std::memcpy(values + begin * element, reduced, (end - begin) * element);
     publish(mine.reduced, number);
 
     // 3. Copy out the other ranks' parts.

@@ -3,11 +3,12 @@
 //
 // Gloo moves every byte of a local allreduce through loopback TCP: the kernel copies it into a
 // socket buffer and out again, on both sides, on the CPUs that are also computing backward.
-// Here every rank maps one segment of /dev/shm instead and each allreduce is three copies:
+// Here every rank maps one segment of /dev/shm instead, and a chunk of the tensor takes three steps:
 //
-//   1. copy in:  each rank copies a chunk of its tensor into its own slot of the segment;
-//   2. reduce:   rank r reduces the r-th part of the chunk over all slots, into its tensor and
-//                its slot;
+//   1. copy in:  each rank copies into its own slot of the segment the parts of the chunk that
+//                the other ranks reduce (rank r reduces the r-th of N parts);
+//   2. reduce:   rank r reduces its part, its own values from its tensor and the others' from
+//                their slots, into its slot and its tensor;
 //   3. copy out: each rank copies the other parts, already reduced, from their owners' slots.
 //
 // Chunks are at most `slot_bytes`; each rank has two slots, so one chunk's copy-out overlaps the
