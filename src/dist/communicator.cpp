@@ -57,6 +57,10 @@ std::string Communicator::transport() const {
   return backend_name();
 }
 
+bool Communicator::averages_while_reducing(const at::Tensor& tensor) const {
+  return local_ && local_->accepts(tensor, ReduceOp::Mean);
+}
+
 void Communicator::use_shared_memory(std::unique_ptr<SharedMemoryAllreduce> local, std::string why_not) {
   local_ = std::move(local);
   no_shared_memory_because_ = local_ ? std::string() : std::move(why_not);
@@ -89,13 +93,12 @@ Work Communicator::start_all_reduce(at::Tensor tensor, ReduceOp op, const std::s
   DPT_CHECK(op != ReduceOp::Mean || at::isFloatingType(tensor.scalar_type()), ConfigError, "rank ", rank(),
             ": ", what, " with mean needs a floating-point tensor, got ", tensor.scalar_type());
   at::Tensor wire = wire_tensor(tensor, *backend_);
-  const ReduceOp summed = op == ReduceOp::Mean ? ReduceOp::Sum : op;
-  const bool local = local_ && local_->accepts(wire, summed);
-  const bool native_avg = !local && compat::backend_supports_avg(*backend_);
+  const bool local = local_ && local_->accepts(wire, op);
+  const bool native_avg = local || compat::backend_supports_avg(*backend_);
   compat::WorkPtr work;
   try {
     if (local) {
-      work = local_->all_reduce(wire, summed);
+      work = local_->all_reduce(wire, op);
     } else {
       std::vector<at::Tensor> tensors{wire};
       c10d::AllreduceOptions options;

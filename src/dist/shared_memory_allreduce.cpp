@@ -121,14 +121,21 @@ void reduce_over(T* out, const std::vector<const char*>& inputs, int64_t count, 
   for (size_t k = 2; k < inputs.size(); ++k) combine_into(out, input(k), count, combine);
 }
 
-// out = op over inputs, elementwise; `out` overlaps none of them.
+// out = op over inputs, elementwise; `out` overlaps none of them. A mean is the sum divided by the
+// number of ranks, as Gloo's sum followed by a division gives it.
 template <typename T>
 void reduce_over(char* out, const std::vector<const char*>& inputs, int64_t count, ReduceOp op) {
   T* typed = reinterpret_cast<T*>(out);
   switch (op) {
     case ReduceOp::Max: return reduce_over(typed, inputs, count, [](T a, T b) { return a < b ? b : a; });
     case ReduceOp::Min: return reduce_over(typed, inputs, count, [](T a, T b) { return b < a ? b : a; });
-    default: return reduce_over(typed, inputs, count, [](T a, T b) { return a + b; });
+    case ReduceOp::Sum: return reduce_over(typed, inputs, count, [](T a, T b) { return a + b; });
+    case ReduceOp::Mean: {
+      reduce_over(typed, inputs, count, [](T a, T b) { return a + b; });
+      const T ranks = static_cast<T>(inputs.size());
+      for (int64_t i = 0; i < count; ++i) typed[i] /= ranks;  // on a part still in the cache
+      return;
+    }
   }
 }
 
@@ -359,7 +366,7 @@ SharedMemoryAllreduce::~SharedMemoryAllreduce() = default;
 bool SharedMemoryAllreduce::accepts(const at::Tensor& tensor, ReduceOp op) const {
   return tensor.device().is_cpu() && tensor.is_contiguous() && !tensor.is_sparse() &&
          (tensor.scalar_type() == at::kFloat || tensor.scalar_type() == at::kDouble) &&
-         (op == ReduceOp::Sum || op == ReduceOp::Max || op == ReduceOp::Min);
+         (op == ReduceOp::Sum || op == ReduceOp::Mean || op == ReduceOp::Max || op == ReduceOp::Min);
 }
 
 compat::WorkPtr SharedMemoryAllreduce::all_reduce(at::Tensor tensor, ReduceOp op) {

@@ -42,16 +42,17 @@ def cpu_blocks(workers):
 
 
 class CollectivesThroughTheLauncher(unittest.TestCase):
-    def check_world(self, n):
+    def check_world(self, n, transport="gloo + shared memory", env=None):
         code, out, err = run(launch("--nproc-per-node", str(n), "--", dptrain(), "check", "--timeout", "60"),
-                             timeout=120)
+                             timeout=120, env=env)
         self.assertEqual(code, 0, err)
         for r in range(n):
-            self.assertIn(f"[rank {r}] rank {r}/{n}: 11 collectives correct on gloo", out)
+            self.assertIn(f"[rank {r}] rank {r}/{n}: 11 collectives correct on {transport} (", out)
         json_lines = [l.split("] ", 1)[1] for l in out.splitlines() if l.startswith("[rank 0] {")]
         self.assertEqual(len(json_lines), 1, out)
         report = json.loads(json_lines[0])
         self.assertEqual(report["world_size"], n)
+        self.assertEqual(report["transport"], transport)
         self.assertTrue(report["passed"])
 
     def test_two_ranks(self):
@@ -59,6 +60,9 @@ class CollectivesThroughTheLauncher(unittest.TestCase):
 
     def test_four_ranks(self):
         self.check_world(4)
+
+    def test_gloo_alone_when_shared_memory_is_turned_off(self):
+        self.check_world(2, "gloo", env_with(DPTRAIN_SHM="0"))
 
     def test_plain_pytorch_gloo_script(self):
         code, out, err = run(launch("--nproc-per-node", "2", "--", PYTHON, worker("torch_gloo.py")), timeout=120)

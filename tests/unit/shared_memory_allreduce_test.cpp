@@ -65,9 +65,9 @@ at::Tensor input_of(int rank, int64_t numel, at::ScalarType dtype) {
 
 }  // namespace
 
-// Sizes around the chunk (1 KiB slots: 256 floats) and part boundaries, on 2 and 3 ranks; many
+// Sizes around the chunk (4 KiB slots: 1024 floats) and part boundaries, on 2 and 3 ranks; many
 // chunks reuse both slots, and the operations queue up behind each other.
-TEST(SharedMemoryAllreduce, SumMaxMinOverManyChunksEqualTheReference) {
+TEST(SharedMemoryAllreduce, EveryOpOverManyChunksEqualsTheReference) {
   for (int size : {2, 3}) {
     run_group(size, SharedMemoryOptions().slot_bytes(4096), [size](int rank, SharedMemoryAllreduce* group) {
       ASSERT_NE(group, nullptr);
@@ -76,7 +76,7 @@ TEST(SharedMemoryAllreduce, SumMaxMinOverManyChunksEqualTheReference) {
                               int64_t{100000}}) {
           std::vector<at::Tensor> tensors;
           std::vector<c10::intrusive_ptr<c10d::Work>> works;
-          for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Max, ReduceOp::Min}) {
+          for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Max, ReduceOp::Min, ReduceOp::Mean}) {
             tensors.push_back(input_of(rank, numel, dtype));
             works.push_back(group->all_reduce(tensors.back(), op));
           }
@@ -88,6 +88,7 @@ TEST(SharedMemoryAllreduce, SumMaxMinOverManyChunksEqualTheReference) {
           EXPECT_TRUE(tensors[0].equal(sum)) << what;
           EXPECT_TRUE(tensors[1].equal(max)) << what;
           EXPECT_TRUE(tensors[2].equal(min)) << what;
+          EXPECT_TRUE(tensors[3].equal(sum / size)) << what;  // the sum, divided: as Gloo's sum then a division
         }
       }
     });
@@ -102,7 +103,7 @@ TEST(SharedMemoryAllreduce, TakesOnlyWhatItCanReduce) {
     EXPECT_FALSE(group->accepts(torch::ones({4}, torch::kHalf), ReduceOp::Sum));
     EXPECT_FALSE(group->accepts(torch::ones({4}, torch::kLong), ReduceOp::Sum));
     EXPECT_FALSE(group->accepts(torch::ones({4, 4}).t(), ReduceOp::Sum));
-    EXPECT_FALSE(group->accepts(torch::ones({4}), ReduceOp::Mean));  // the communicator divides a sum
+    EXPECT_TRUE(group->accepts(torch::ones({4}), ReduceOp::Mean));
   });
 }
 

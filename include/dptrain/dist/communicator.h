@@ -95,6 +95,10 @@ class Communicator {
   // Returns once every rank has reached it.
   void barrier();
 
+  // Whether all_reduce(tensor, Mean) divides while reducing (shared memory) rather than once the
+  // sum has arrived, on the thread that waits for it.
+  bool averages_while_reducing(const at::Tensor& tensor) const;
+
   // The tutorials' reduce_value(value, average): the sum over ranks, or the mean when `average`.
   double reduce_value(double value, bool average = true);
   at::Tensor reduce_value(const at::Tensor& value, bool average = true);

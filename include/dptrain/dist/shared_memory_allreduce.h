@@ -52,7 +52,7 @@ class SharedMemoryAllreduce {
   SharedMemoryAllreduce(const SharedMemoryAllreduce&) = delete;
   SharedMemoryAllreduce& operator=(const SharedMemoryAllreduce&) = delete;
 
-  // Contiguous float32 or float64 CPU tensors, summed or reduced to the maximum or minimum.
+  // Contiguous float32 or float64 CPU tensors: sum, mean, maximum or minimum.
   bool accepts(const at::Tensor& tensor, ReduceOp op) const;
 
   // In place, queued behind the operations started before it; wait() on the result.
