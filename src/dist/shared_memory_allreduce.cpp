@@ -156,8 +156,8 @@ std::string random_name() {
 
 std::string errno_text() { return std::strerror(errno); }
 
-// The mapped segment; unmapped when the last user is gone. The name is unlinked as soon as every
-// rank has mapped it, so nothing is left in /dev/shm whatever happens later.
+// This rank's mapping of the segment, unmapped with it. The name is unlinked as soon as every rank
+// has mapped it, so nothing is left in /dev/shm whatever happens later.
 struct Segment {
   Segment(void* base, size_t bytes, size_t data_offset, size_t slot_bytes)
       : base(static_cast<char*>(base)), bytes(bytes), data_offset(data_offset), slot_bytes(slot_bytes) {}
