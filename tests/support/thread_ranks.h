@@ -31,6 +31,14 @@ enum class Transport { Gloo, SharedMemory };
 inline std::string to_string(Transport transport) { return transport == Transport::Gloo ? "Gloo" : "SharedMemory"; }
 inline void PrintTo(Transport transport, std::ostream* out) { *out << to_string(transport); }
 
+// Rank `rank` of `size` processes, all on this host.
+inline dist::WorldInfo local_world(int rank, int size) {
+  dist::WorldInfo world;
+  world.rank = world.local_rank = rank;
+  world.world_size = world.local_world_size = size;
+  return world;
+}
+
 inline void run_ranks(int world_size, const std::function<void(dist::Communicator&)>& body,
                       std::chrono::milliseconds timeout = std::chrono::seconds(30),
                       Transport transport = Transport::Gloo) {
@@ -41,11 +49,7 @@ inline void run_ranks(int world_size, const std::function<void(dist::Communicato
   for (int rank = 0; rank < world_size; ++rank) {
     threads.emplace_back([&, rank] {
       try {
-        dist::WorldInfo world;
-        world.rank = rank;
-        world.world_size = world_size;
-        world.local_rank = rank;
-        world.local_world_size = world_size;
+        const dist::WorldInfo world = local_world(rank, world_size);
         dist::join(*store, world, dist::RendezvousOptions(timeout));
         auto options = c10d::ProcessGroupGloo::Options::create(timeout);
         options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));

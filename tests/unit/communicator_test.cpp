@@ -104,7 +104,11 @@ TEST(Communicator, MeanOfIntegersIsAConfigError) {
   });
 }
 
-TEST(Communicator, APeerThatStaysAwayTimesOutNamingRankAndOperation) {
+namespace {
+
+// Rank 0 all-reduces while rank 1, alive, never joins it; returns rank 0's TimeoutError text and
+// checks that it came long before the test's own bound.
+std::string message_when_a_peer_stays_away(Transport transport) {
   std::string message;
   std::atomic<bool> rank0_done{false};
   const auto start = std::chrono::steady_clock::now();
@@ -123,61 +127,20 @@ TEST(Communicator, APeerThatStaysAwayTimesOutNamingRankAndOperation) {
         }
         rank0_done = true;
       },
-      std::chrono::milliseconds(1000));
-  EXPECT_NE(message.find("rank 0: all_reduce(sum) failed: it did not complete within 1 s"), std::string::npos)
-      << message;
+      std::chrono::milliseconds(1000), transport);
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10));
+  return message;
 }
 
-TEST(Communicator, APeerThatExitsIsReportedAsSuch) {
-  std::string message;
-  dpt::testing::run_ranks(2, [&](Communicator& comm) {
-    if (comm.rank() == 1) return;  // leaves: its communicator closes its connections
-    try {
-      auto t = torch::ones({3});
-      comm.all_reduce(t);
-    } catch (const dpt::DistError& e) {
-      message = e.what();
-    }
-  });
-  EXPECT_NE(message.find("rank 0: all_reduce(sum) failed: a peer closed its connection"), std::string::npos)
-      << message;
-}
-
-TEST(Communicator, SharedMemoryNamesAPeerThatStaysAway) {
-  std::string message;
-  std::atomic<bool> rank0_done{false};
-  const auto start = std::chrono::steady_clock::now();
-  dpt::testing::run_ranks(
-      2,
-      [&](Communicator& comm) {
-        if (comm.rank() == 1) {  // alive, but never enters the collective
-          while (!rank0_done) std::this_thread::sleep_for(std::chrono::milliseconds(5));
-          return;
-        }
-        try {
-          auto t = torch::ones({3});
-          comm.all_reduce(t);
-        } catch (const dpt::TimeoutError& e) {
-          message = e.what();
-        }
-        rank0_done = true;
-      },
-      std::chrono::milliseconds(1000), Transport::SharedMemory);
-  EXPECT_NE(message.find("rank 0: all_reduce over shared memory timed out: rank 1 did not start the same all_reduce "
-                         "within 1 s"),
-            std::string::npos)
-      << message;
-  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10));
-}
-
-TEST(Communicator, SharedMemoryNamesAPeerThatLeft) {
+// Rank 1 leaves (its communicator closes) while rank 0 all-reduces; returns rank 0's DistError
+// text, which must come long before the 60 s timeout.
+std::string message_when_a_peer_leaves(Transport transport) {
   std::string message;
   const auto start = std::chrono::steady_clock::now();
   dpt::testing::run_ranks(
       2,
       [&](Communicator& comm) {
-        if (comm.rank() == 1) return;  // leaves: its communicator closes
+        if (comm.rank() == 1) return;
         try {
           auto t = torch::ones({3});
           comm.all_reduce(t);
@@ -185,10 +148,38 @@ TEST(Communicator, SharedMemoryNamesAPeerThatLeft) {
           message = e.what();
         }
       },
-      std::chrono::seconds(60), Transport::SharedMemory);
+      std::chrono::seconds(60), transport);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(30));
+  return message;
+}
+
+}  // namespace
+
+TEST(Communicator, APeerThatStaysAwayTimesOutNamingRankAndOperation) {
+  const std::string message = message_when_a_peer_stays_away(Transport::Gloo);
+  EXPECT_NE(message.find("rank 0: all_reduce(sum) failed: it did not complete within 1 s"), std::string::npos)
+      << message;
+}
+
+TEST(Communicator, SharedMemoryNamesAPeerThatStaysAway) {
+  const std::string message = message_when_a_peer_stays_away(Transport::SharedMemory);
+  EXPECT_NE(message.find("rank 0: all_reduce over shared memory timed out: rank 1 did not start the same all_reduce "
+                         "within 1 s"),
+            std::string::npos)
+      << message;
+}
+
+TEST(Communicator, APeerThatExitsIsReportedAsSuch) {
+  const std::string message = message_when_a_peer_leaves(Transport::Gloo);
+  EXPECT_NE(message.find("rank 0: all_reduce(sum) failed: a peer closed its connection"), std::string::npos)
+      << message;
+}
+
+TEST(Communicator, SharedMemoryNamesAPeerThatLeft) {
+  const std::string message = message_when_a_peer_leaves(Transport::SharedMemory);
   EXPECT_NE(message.find("rank 0: all_reduce over shared memory failed while waiting for rank 1 to start the same "
                          "all_reduce: rank 1 has closed its communicator"),
             std::string::npos)
       << message;
-  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(30)) << "not the 60 s timeout";
 }
+

@@ -15,20 +15,14 @@
 #include "dptrain/common/error.h"
 #include "dptrain/dist/shared_memory_allreduce.h"
 #include "support/temp_dir.h"
+#include "support/thread_ranks.h"
 
 using dpt::dist::ReduceOp;
 using dpt::dist::SharedMemoryAllreduce;
 using dpt::dist::SharedMemoryOptions;
-using dpt::dist::WorldInfo;
+using dpt::testing::local_world;
 
 namespace {
-
-WorldInfo world_of(int rank, int size) {
-  WorldInfo world;
-  world.rank = world.local_rank = rank;
-  world.world_size = world.local_world_size = size;
-  return world;
-}
 
 // `size` ranks as threads attaching to one segment through an in-memory store; body(rank, group)
 // runs on each (group is null when attaching failed, with the reason in why_not[rank]).
@@ -44,7 +38,7 @@ void run_group(int size, const SharedMemoryOptions& options,
   for (int rank = 0; rank < size; ++rank) {
     threads.emplace_back([&, rank] {
       try {
-        auto group = SharedMemoryAllreduce::attach(*store, world_of(rank, size),
+        auto group = SharedMemoryAllreduce::attach(*store, local_world(rank, size),
                                                    options_of ? options_of(rank) : options, &reasons[rank]);
         body(rank, group.get());
       } catch (const std::exception& e) {
@@ -152,11 +146,11 @@ TEST(SharedMemoryAllreduce, APeerProcessThatExitedIsNamed) {
   ASSERT_GE(child, 0);
   if (child == 0) {  // rank 1: joins, then leaves at once
     auto store = c10::make_intrusive<c10d::FileStore>(store_path, 2);
-    auto group = SharedMemoryAllreduce::attach(*store, world_of(1, 2), options);
+    auto group = SharedMemoryAllreduce::attach(*store, local_world(1, 2), options);
     _exit(group ? 0 : 1);
   }
   auto store = c10::make_intrusive<c10d::FileStore>(store_path, 2);
-  auto group = SharedMemoryAllreduce::attach(*store, world_of(0, 2), options);
+  auto group = SharedMemoryAllreduce::attach(*store, local_world(0, 2), options);
   int status = 0;
   ASSERT_EQ(waitpid(child, &status, 0), child);
   ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
