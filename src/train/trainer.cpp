@@ -252,7 +252,9 @@ void Trainer::State::print_banner() const {
   if (options.lr_scaling()) out << " (" << options.lr() << " x " << global_batch << "/256)";
   out << ", warm-up " << options.warmup_epochs() << " epoch(s), " << to_string(options.lr_schedule())
       << " schedule, amp " << (options.amp() ? (device.is_cuda() ? "fp16" : "bf16") : "off") << ", device "
-      << device.str() << ", " << style->describe() << "\n"
+      << device.str() << ", " << style->describe();
+  if (comm->size() > 1) out << " over " << comm->transport();
+  out << "\n"
       << "data: " << data.kind << ", " << data.train->size() << " training and " << data.val->size()
       << " validation images, " << data.train->num_classes() << " classes, " << steps_per_epoch()
       << " steps per epoch" << std::endl;

@@ -157,7 +157,8 @@ class HorovodStyle(unittest.TestCase):
         dirs = {"ddp": ddp_dir, "hvd": tempfile.mkdtemp(prefix="dpt-hvd-")}
         self.addCleanup(shutil.rmtree, dirs["hvd"], ignore_errors=True)
         hvd, hvd_out = launched("--mode", "hvd", "--output", dirs["hvd"])
-        self.assertIn(", device cpu, hvd::DistributedOptimizer\n", hvd_out)
+        self.assertIn(", device cpu, DistributedDataParallel over gloo + shared memory\n", ddp_out)
+        self.assertIn(", device cpu, hvd::DistributedOptimizer over gloo + shared memory\n", hvd_out)
         # The same reducer averages the same gradients: rank 0's parameters and BatchNorm
         # statistics are bit for bit those of DDP, and so are the training metrics.
         self.assertEqual(weights(os.path.join(dirs["hvd"], "checkpoint.pt")),
