@@ -116,7 +116,10 @@ Work Communicator::start_all_reduce(at::Tensor tensor, ReduceOp op, const std::s
     if (divide) wire.div_(world);
     if (write_back) tensor.copy_(wire);
   };
-  return Work(std::move(work), std::move(finish), what, rank(), timeout_);
+  // Over shared memory the operation bounds itself and says which peer it waited for; a wait
+  // that ended first would only say that it took too long.
+  const auto bound = local ? timeout_ + SharedMemoryAllreduce::kFailureReportDelay : timeout_;
+  return Work(std::move(work), std::move(finish), what, rank(), bound);
 }
 
 void Communicator::all_reduce(at::Tensor& tensor, ReduceOp op) {

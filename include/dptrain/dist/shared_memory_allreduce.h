@@ -58,6 +58,10 @@ class SharedMemoryAllreduce {
   // In place, queued behind the operations started before it; wait() on the result.
   compat::WorkPtr all_reduce(at::Tensor tensor, ReduceOp op);
 
+  // An operation that runs out of time fails within this long after its timeout, with an error
+  // that names the rank it waited for; whoever waits on it gives it that much more.
+  static constexpr std::chrono::milliseconds kFailureReportDelay{2000};
+
  private:
   struct State;  // the segment, the queue and the thread that serves it
   explicit SharedMemoryAllreduce(std::unique_ptr<State> state);
