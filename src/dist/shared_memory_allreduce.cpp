@@ -359,6 +359,13 @@ void SharedMemoryAllreduce::State::fail_waiting(int peer, const char* step, cons
                       step, ": ", why));
 }
 
+size_t default_slot_bytes(int world_size) {
+  constexpr size_t kSegmentBudget = size_t{32} << 20;
+  constexpr size_t kLargest = size_t{4} << 20;
+  const size_t share = kSegmentBudget / (2 * static_cast<size_t>(std::max(world_size, 1)));
+  return std::max<size_t>(4096, std::min(kLargest, share / 4096 * 4096));
+}
+
 SharedMemoryAllreduce::SharedMemoryAllreduce(std::unique_ptr<State> state) : state_(std::move(state)) {}
 
 SharedMemoryAllreduce::~SharedMemoryAllreduce() = default;

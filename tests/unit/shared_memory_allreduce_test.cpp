@@ -89,6 +89,15 @@ TEST(SharedMemoryAllreduce, EveryOpOverManyChunksEqualsTheReference) {
   }
 }
 
+TEST(SharedMemoryAllreduce, SlotsShrinkWithLargeWorldsToKeepTheSegmentSmall) {
+  EXPECT_EQ(dpt::dist::default_slot_bytes(2), size_t{4} << 20);
+  EXPECT_EQ(dpt::dist::default_slot_bytes(4), size_t{4} << 20);
+  EXPECT_EQ(dpt::dist::default_slot_bytes(8), size_t{2} << 20);
+  EXPECT_EQ(dpt::dist::default_slot_bytes(64), size_t{256} << 10);
+  EXPECT_EQ(dpt::dist::default_slot_bytes(3) % 4096, 0u);
+  for (int n : {2, 3, 5, 8, 64, 1000}) EXPECT_LE(2 * n * dpt::dist::default_slot_bytes(n), size_t{32} << 20) << n;
+}
+
 TEST(SharedMemoryAllreduce, TakesOnlyWhatItCanReduce) {
   run_group(2, SharedMemoryOptions(), [](int, SharedMemoryAllreduce* group) {
     ASSERT_NE(group, nullptr);

@@ -33,6 +33,10 @@
 
 namespace dpt::dist {
 
+// 4 MiB up to 4 ranks, then less, so that a segment of two slots per rank stays at 32 MiB: half
+// of the 64 MiB of /dev/shm a Docker container gets by default.
+size_t default_slot_bytes(int world_size);
+
 struct SharedMemoryOptions {
   // The largest chunk one allreduce step moves; the segment holds two per rank.
   TORCH_ARG(size_t, slot_bytes) = size_t{4} << 20;
