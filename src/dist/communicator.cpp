@@ -53,7 +53,9 @@ std::string Communicator::backend_name() const { return backend_->getBackendName
 
 std::string Communicator::transport() const {
   if (local_) return backend_name() + " + shared memory";
-  if (!no_shared_memory_because_.empty()) return backend_name() + " (no shared memory: " + no_shared_memory_because_ + ")";
+  if (!no_shared_memory_because_.empty()) {
+    return backend_name() + " (no shared memory: " + no_shared_memory_because_ + ")";
+  }
   return backend_name();
 }
 

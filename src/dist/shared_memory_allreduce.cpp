@@ -268,16 +268,19 @@ void SharedMemoryAllreduce::State::run(const Operation& operation) {
     const uint64_t chunk = ++chunks;
     const uint32_t number = static_cast<uint32_t>(chunk);
     const int slot = static_cast<int>(chunk & 1);
-    // Rank r reduces elements [bound(r), bound(r + 1)) of the chunk.
+    // Rank r reduces elements [bound(r), bound(r + 1)) of the chunk: part r, at part(base, r) in
+    // the chunk's values or in a slot, part_bytes(r) long.
     auto bound = [&](int r) { return r == world_size ? count : count * r / world_size / align * align; };
+    auto part = [&](char* base, int r) { return base + bound(r) * element; };
+    auto part_bytes = [&](int r) { return (bound(r + 1) - bound(r)) * element; };
+    char* values = data + offset * element;
+    char* own_slot = segment->slot(rank, slot);
 
     // 1. Copy in the parts the other ranks reduce (this rank reads its own part from the tensor),
     //    once every rank has finished the chunk that used this slot before.
     if (chunk > 2) wait_for_peers(&RankControl::finished, number - 2, "finish the chunk before last", deadline);
-    char* own_slot = segment->slot(rank, slot);
-    char* values = data + offset * element;
     for (int r = 0; r < world_size; ++r) {
-      if (r != rank) std::memcpy(own_slot + bound(r) * element, values + bound(r) * element, (bound(r + 1) - bound(r)) * element);
+      if (r != rank) std::memcpy(part(own_slot, r), part(values, r), part_bytes(r));
     }
     mine.labels[slot] = ChunkLabel{static_cast<uint64_t>(numel), static_cast<uint64_t>(offset),
                                    static_cast<int32_t>(tensor.scalar_type()), static_cast<int32_t>(operation.op)};
@@ -287,23 +290,20 @@ void SharedMemoryAllreduce::State::run(const Operation& operation) {
 
     // 2. Reduce this rank's part, its own values from the tensor and the others' from their slots,
     //    into its slot (the others copy it out from there) and into the tensor.
-    const int64_t begin = bound(rank), end = bound(rank + 1);
-    for (int r = 0; r < world_size; ++r) inputs[r] = (r == rank ? values : segment->slot(r, slot)) + begin * element;
-    char* reduced = own_slot + begin * element;
+    for (int r = 0; r < world_size; ++r) inputs[r] = part(r == rank ? values : segment->slot(r, slot), rank);
+    const int64_t count_here = bound(rank + 1) - bound(rank);
     if (tensor.scalar_type() == at::kDouble) {
-      reduce_over<double>(reduced, inputs, end - begin, operation.op);
+      reduce_over<double>(part(own_slot, rank), inputs, count_here, operation.op);
     } else {
-      reduce_over<float>(reduced, inputs, end - begin, operation.op);
+      reduce_over<float>(part(own_slot, rank), inputs, count_here, operation.op);
     }
-    std::memcpy(values + begin * element, reduced, (end - begin) * element);
+    std::memcpy(part(values, rank), part(own_slot, rank), part_bytes(rank));
     publish(mine.reduced, number);
 
     // 3. Copy out the other ranks' parts.
     wait_for_peers(&RankControl::reduced, number, "reduce its part", deadline);
     for (int r = 0; r < world_size; ++r) {
-      if (r == rank) continue;
-      std::memcpy(data + (offset + bound(r)) * element, segment->slot(r, slot) + bound(r) * element,
-                  (bound(r + 1) - bound(r)) * element);
+      if (r != rank) std::memcpy(part(values, r), part(segment->slot(r, slot), r), part_bytes(r));
     }
     publish(mine.finished, number);
   }

@@ -2,14 +2,12 @@
 
 namespace dpt::comm_hooks {
 
-// Divides before the sum, as PyTorch's reducer does, rather than asking the communicator for a
-// mean: Gloo has no average, and the communicator's division once the sum arrives would run when
-// the reducer waits, after backward, for every bucket at once.
+// Over shared memory the reduction divides as it sums, on its own thread. Elsewhere the bucket is
+// divided before the sum, as PyTorch's reducer does: Gloo has no average, and the communicator's
+// division once the sum arrives would run when the reducer waits, after backward, for every bucket
+// at once.
 CommHook allreduce_mean() {
   return [](dist::Communicator& comm, at::Tensor bucket) {
-    // Over shared memory the reduction divides as it sums, on its own thread. Elsewhere the bucket
-    // is divided here, before its sum (as PyTorch's reducer does), not after it: afterwards is on
-    // the thread that waits at the end of backward.
     if (comm.averages_while_reducing(bucket)) {
       return PendingReduction(comm.all_reduce_async(bucket, dist::ReduceOp::Mean));
     }
