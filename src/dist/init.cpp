@@ -93,9 +93,8 @@ std::shared_ptr<Communicator> init_process_group(const InitOptions& options, con
     if (wants_shared_memory(options, env, world)) {
       c10d::PrefixStore prefixed("shm", store);
       std::string why_not;
-      const auto shm_options =
-          SharedMemoryOptions().slot_bytes(default_slot_bytes(world.world_size)).timeout(options.timeout());
-      auto local = SharedMemoryAllreduce::attach(prefixed, world, shm_options, &why_not);
+      auto local = SharedMemoryAllreduce::attach(prefixed, world, SharedMemoryOptions().timeout(options.timeout()),
+                                                 &why_not);
       comm->use_shared_memory(std::move(local), why_not);
     }
     return comm;

@@ -257,7 +257,7 @@ void SharedMemoryAllreduce::State::run(const Operation& operation) {
   const at::Tensor& tensor = operation.tensor;
   const size_t element = tensor.element_size();
   const int64_t numel = tensor.numel();
-  const int64_t chunk_elements = static_cast<int64_t>(options.slot_bytes() / element);
+  const int64_t chunk_elements = static_cast<int64_t>(segment->slot_bytes / element);
   const int64_t align = std::max<int64_t>(1, 64 / static_cast<int64_t>(element));  // parts start on cache lines
   char* data = static_cast<char*>(tensor.data_ptr());
   RankControl& mine = segment->control(rank);
@@ -459,16 +459,17 @@ std::unique_ptr<SharedMemoryAllreduce> SharedMemoryAllreduce::attach(c10d::Store
                                                                      const SharedMemoryOptions& options,
                                                                      std::string* why_not) {
   DPT_CHECK(world.world_size >= 2, ConfigError, "shared-memory all_reduce needs at least two ranks");
-  DPT_CHECK(options.slot_bytes() >= 4096 && options.slot_bytes() % 64 == 0, ConfigError,
-            "shared-memory slot_bytes must be a multiple of 64, at least 4096; got ", options.slot_bytes());
-  const Layout layout(world.world_size, options.slot_bytes());
+  const size_t slot_bytes = options.slot_bytes().value_or(default_slot_bytes(world.world_size));
+  DPT_CHECK(slot_bytes >= 4096 && slot_bytes % 64 == 0, ConfigError,
+            "shared-memory slot_bytes must be a multiple of 64, at least 4096; got ", slot_bytes);
+  const Layout layout(world.world_size, slot_bytes);
   std::string why;
   std::unique_ptr<Segment> segment;
   std::string name;
   try {
     if (world.rank == 0) {
       name = random_name();
-      segment = create_segment(name, layout, world, options.slot_bytes(), why);
+      segment = create_segment(name, layout, world, slot_bytes, why);
       store.set(kNameKey, bytes_of(segment ? name : std::string()));
     } else {
       store.wait({kNameKey}, options.timeout());
@@ -476,7 +477,7 @@ std::unique_ptr<SharedMemoryAllreduce> SharedMemoryAllreduce::attach(c10d::Store
       if (name.empty()) {
         why = "rank 0 could not create the segment";
       } else {
-        segment = open_segment(name, layout, world, options.slot_bytes(), why);
+        segment = open_segment(name, layout, world, slot_bytes, why);
       }
     }
     if (segment) segment->control(world.rank).pid = static_cast<int32_t>(getpid());

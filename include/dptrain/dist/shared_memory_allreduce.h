@@ -23,6 +23,7 @@
 #include <chrono>
 #include <cstddef>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include <torch/arg.h>
@@ -38,8 +39,9 @@ namespace dpt::dist {
 size_t default_slot_bytes(int world_size);
 
 struct SharedMemoryOptions {
-  // The largest chunk one allreduce step moves; the segment holds two per rank.
-  TORCH_ARG(size_t, slot_bytes) = size_t{4} << 20;
+  // The largest chunk one allreduce step moves; the segment holds two per rank. Unset:
+  // default_slot_bytes(world size).
+  TORCH_ARG(std::optional<size_t>, slot_bytes) = std::nullopt;
   // Bound on attaching and on each operation.
   TORCH_ARG(std::chrono::milliseconds, timeout) = kDefaultTimeout;
 };
