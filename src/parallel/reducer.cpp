@@ -231,9 +231,17 @@ void Reducer::mark_ready(size_t index) {
 void Reducer::launch_ready_buckets() {
   while (next_launch_ < buckets_.size() && buckets_[next_launch_].pending == 0) {
     Bucket& bucket = buckets_[next_launch_];
+    bucket.launched_at = std::chrono::steady_clock::now();
     bucket.reduction = hook_(*comm_, bucket.buffer);
     ++next_launch_;
   }
+}
+
+std::vector<std::chrono::steady_clock::time_point> Reducer::last_launch_times() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  std::vector<std::chrono::steady_clock::time_point> times;
+  for (const auto& bucket : buckets_) times.push_back(bucket.launched_at);
+  return times;
 }
 
 std::string Reducer::describe_unready() const {

@@ -214,4 +214,25 @@ TEST(DistributedDataParallel, GradientsLiveInTheBucketsAndTimingIsReported) {
   });
 }
 
+// Three buckets (104-byte limits): each launches once its gradients are ready, in launch order,
+// before backward's end; the launch times say so in the order the buckets were laid out.
+TEST(DistributedDataParallel, TimingTellsWhenEachBucketWasLaunched) {
+  dpt::testing::run_ranks(2, [&](Communicator& comm) {
+    auto model = make_mlp();
+    DistributedDataParallel ddp(
+        model, borrow(comm),
+        DDPOptions().first_bucket_cap_mb(0.0001).bucket_cap_mb(0.0001).last_bucket_cap_mb(0.0001));
+    const Batches data = make_batches(2, 4);
+    for (int64_t step = 0; step < 2; ++step) {
+      F::cross_entropy(ddp->forward(data.x[step]), data.y[step]).backward();
+      const auto timing = ddp.last_timing();
+      ASSERT_EQ(timing.bucket_launch_ms.size(), 3u) << "rank " << comm.rank();
+      EXPECT_GE(timing.bucket_launch_ms.front(), 0);
+      for (size_t i = 1; i < 3; ++i) EXPECT_GE(timing.bucket_launch_ms[i], timing.bucket_launch_ms[i - 1]);
+      // The waiting starts only once the last bucket is on its way.
+      EXPECT_LE(timing.bucket_launch_ms.back(), timing.backward_ms - timing.comm_wait_ms + 1e-6);
+    }
+  });
+}
+
 }  // namespace

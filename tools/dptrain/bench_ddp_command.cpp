@@ -1,7 +1,8 @@
 // `dptrain bench-ddp`: training throughput of DistributedDataParallel on random images, one rank
 // per process (start it with `dptrain launch`). Rank 0 ends with one JSON line: images per second
-// over all ranks, the mean per-step forward / backward / exposed-communication times, and the
-// largest peak RSS of any rank. bench/ddp runs it next to Python PyTorch's DDP.
+// over all ranks, the mean per-step forward / backward / exposed-communication times, each
+// gradient bucket's size and mean launch time (ms after forward), and the largest peak RSS of any
+// rank. bench/ddp runs it next to Python PyTorch's DDP.
 //
 // With --overlap it then measures how much of the gradient allreduce stays exposed: the same
 // number of steps under no_sync() (no gradient communication), and the time to all-reduce flat
@@ -11,6 +12,7 @@
 #include <chrono>
 #include <functional>
 #include <iostream>
+#include <numeric>
 
 #include <nlohmann/json.hpp>
 #include <torch/torch.h>
@@ -52,16 +54,16 @@ double timed(dist::Communicator& comm, int64_t count, const std::function<void()
   return seconds_since(start);
 }
 
-// One flat float buffer per gradient bucket, as large as the bucket.
-std::vector<at::Tensor> bucket_buffers(const DistributedDataParallelBase& ddp) {
+// The number of elements of each gradient bucket, in launch order.
+std::vector<int64_t> bucket_numels(const DistributedDataParallelBase& ddp) {
   const std::vector<at::Tensor> params = ddp.parameters();
-  std::vector<at::Tensor> buffers;
+  std::vector<int64_t> numels;
   for (const auto& bucket : ddp.reducer().bucket_indices()) {
     int64_t numel = 0;
     for (size_t index : bucket) numel += params.at(index).numel();
-    buffers.push_back(torch::ones({numel}));
+    numels.push_back(numel);
   }
-  return buffers;
+  return numels;
 }
 
 // All buckets reduced as the reducer does (launched together, then awaited), no compute beside.
@@ -86,6 +88,8 @@ int run_bench_ddp(const BenchDdpFlags& flags) {
   const at::Tensor labels = torch::randint(1000, {flags.batch_size}, at::kLong);
 
   StepTiming total;
+  const std::vector<int64_t> numels = bucket_numels(ddp);
+  total.bucket_launch_ms.assign(numels.size(), 0);
   const auto train_step = [&] {
     optimizer.zero_grad();
     torch::nn::functional::cross_entropy(ddp->forward(images), labels).backward();
@@ -101,6 +105,7 @@ int run_bench_ddp(const BenchDdpFlags& flags) {
     total.forward_ms += timing.forward_ms;
     total.backward_ms += timing.backward_ms;
     total.comm_wait_ms += timing.comm_wait_ms;
+    for (size_t i = 0; i < numels.size(); ++i) total.bucket_launch_ms[i] += timing.bucket_launch_ms.at(i);
     if (flags.overlap) {
       stats[flags.steps + step] = timed(*comm, 1, [&] {
         auto guard = ddp.no_sync();
@@ -110,7 +115,7 @@ int run_bench_ddp(const BenchDdpFlags& flags) {
   }
   std::vector<at::Tensor> buffers;
   if (flags.overlap) {
-    buffers = bucket_buffers(ddp);
+    for (int64_t numel : numels) buffers.push_back(torch::ones({numel}));
     all_reduce_buckets(*comm, buffers);  // warm the connections up
     stats[-2] = timed(*comm, flags.allreduce_repeats, [&] { all_reduce_buckets(*comm, buffers); }) /
                 static_cast<double>(flags.allreduce_repeats);
@@ -122,6 +127,11 @@ int run_bench_ddp(const BenchDdpFlags& flags) {
     const double steps = static_cast<double>(flags.steps);
     const at::Tensor step_ms = 1000 * stats.narrow(0, 0, 2 * flags.steps).view({2, flags.steps});
     const double seconds = stats.narrow(0, 0, flags.steps).sum().item<double>();
+    std::vector<double> bucket_mb, bucket_launch_ms;
+    for (size_t i = 0; i < numels.size(); ++i) {
+      bucket_mb.push_back(static_cast<double>(numels[i] * 4) / (1 << 20));
+      bucket_launch_ms.push_back(total.bucket_launch_ms[i] / steps);
+    }
     nlohmann::json report = {{"arch", flags.arch},
                              {"world_size", comm->size()},
                              {"transport", comm->transport()},
@@ -133,16 +143,16 @@ int run_bench_ddp(const BenchDdpFlags& flags) {
                              {"forward_ms", total.forward_ms / steps},
                              {"backward_ms", total.backward_ms / steps},
                              {"comm_wait_ms", total.comm_wait_ms / steps},
-                             {"buckets", ddp.reducer().bucket_indices().size()},
+                             {"buckets", numels.size()},
+                             {"bucket_mb", bucket_mb},
+                             {"bucket_launch_ms", bucket_launch_ms},
                              {"peak_rss_mb", stats[-1].item<double>()}};
     if (flags.overlap) {
-      int64_t numel = 0;
-      for (const auto& buffer : buffers) numel += buffer.numel();
       report["no_sync_step_ms"] = step_ms[1].mean().item<double>();
       report["each_step_ms"] = to_vector(step_ms[0]);
       report["each_no_sync_step_ms"] = to_vector(step_ms[1]);
       report["allreduce_ms"] = 1000 * stats[-2].item<double>();
-      report["allreduce_mb"] = static_cast<double>(numel * 4) / (1 << 20);
+      report["allreduce_mb"] = std::accumulate(bucket_mb.begin(), bucket_mb.end(), 0.0);
     }
     std::cout << report.dump() << std::endl;
   }

@@ -50,6 +50,9 @@ struct StepTiming {
   double forward_ms = 0;     // forward, including the buffer broadcast
   double backward_ms = 0;    // from the end of forward to gradients ready (loss computation included)
   double comm_wait_ms = 0;   // communication still running when backward had finished computing
+  // When each bucket's communication started, in launch order, in ms after the end of forward:
+  // how early backward let the gradients go (what a slow link can hide depends on it).
+  std::vector<double> bucket_launch_ms;
 };
 
 // The part of DistributedDataParallel that does not depend on the module's type.

@@ -97,6 +97,8 @@ class Reducer {
   // computing (the part not hidden behind backward), and when that reduction ended.
   double last_comm_wait_ms() const { return last_comm_wait_ms_; }
   std::chrono::steady_clock::time_point last_finished_at() const { return last_finished_at_; }
+  // When each bucket of the last reduction was launched, in launch order.
+  std::vector<std::chrono::steady_clock::time_point> last_launch_times() const;
 
  private:
   struct Bucket {
@@ -104,6 +106,7 @@ class Reducer {
     std::vector<size_t> params;        // indices into params_
     size_t pending = 0;                // parameters not yet ready in this backward
     PendingReduction reduction;
+    std::chrono::steady_clock::time_point launched_at{};
   };
   struct Slot {
     size_t bucket;
