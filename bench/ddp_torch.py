@@ -96,7 +96,8 @@ if rank == 0:
     report = {"arch": args.arch, "world_size": world, "batch_size_per_rank": args.batch_size,
               "image_size": args.image_size, "steps": args.steps,
               "img_s": args.steps * args.batch_size * world / seconds,
-              "step_ms": 1000 * seconds / args.steps, "peak_rss_mb": stats[-1].item()}
+              "step_ms": 1000 * seconds / args.steps, "median_step_ms": step_ms[0].median().item(),
+              "peak_rss_mb": stats[-1].item()}
     if args.overlap:
         report.update(no_sync_step_ms=step_ms[1].mean().item(), each_step_ms=step_ms[0].tolist(),
                       each_no_sync_step_ms=step_ms[1].tolist(), allreduce_ms=1000 * stats[-2].item(),

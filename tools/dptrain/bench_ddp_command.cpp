@@ -1,6 +1,6 @@
 // `dptrain bench-ddp`: training throughput of DistributedDataParallel on random images, one rank
 // per process (start it with `dptrain launch`). Rank 0 ends with one JSON line: images per second
-// over all ranks, the mean per-step forward / backward / exposed-communication times, each
+// over all ranks, the mean and the median step time, the mean per-step forward / backward / exposed-communication times, each
 // gradient bucket's size and mean launch time (ms after forward), and the largest peak RSS of any
 // rank. bench/ddp runs it next to Python PyTorch's DDP.
 //
@@ -140,6 +140,7 @@ int run_bench_ddp(const BenchDdpFlags& flags) {
                              {"steps", flags.steps},
                              {"img_s", steps * flags.batch_size * comm->size() / seconds},
                              {"step_ms", 1000 * seconds / steps},
+                             {"median_step_ms", step_ms[0].median().item<double>()},
                              {"forward_ms", total.forward_ms / steps},
                              {"backward_ms", total.backward_ms / steps},
                              {"comm_wait_ms", total.comm_wait_ms / steps},
