@@ -114,27 +114,49 @@ void combine_into(T* __restrict out, const T* __restrict b, int64_t count, Combi
   for (int64_t i = 0; i < count; ++i) out[i] = combine(out[i], b[i]);
 }
 
-template <typename T, typename Combine>
-void reduce_over(T* out, const std::vector<const char*>& inputs, int64_t count, Combine combine) {
-  auto input = [&](size_t k) { return reinterpret_cast<const T*>(inputs[k]); };
-  combine_pair(out, input(0), input(1), count, combine);
-  for (size_t k = 2; k < inputs.size(); ++k) combine_into(out, input(k), count, combine);
+// out[i] = also[i] = finish(out[i]).
+template <typename T, typename Finish>
+void finish_into(T* __restrict out, T* __restrict also, int64_t count, Finish finish) {
+  for (int64_t i = 0; i < count; ++i) out[i] = also[i] = finish(out[i]);
 }
 
-// out = op over inputs, elementwise; `out` overlaps none of them. A mean is the sum divided by the
-// number of ranks, as Gloo's sum followed by a division gives it.
+// Elements per block: a block's partial results stay in the L1 cache between the passes over it,
+// so each input is read once and each output written once.
+constexpr int64_t kBlockElements = 2048;
+
+// out = also = finish(combine over inputs, in rank order), elementwise. `out` overlaps no input;
+// `also` may be one of the inputs (this rank's own values), which the last pass over a block
+// overwrites after every input has been read.
+template <typename T, typename Combine, typename Finish>
+void reduce_over(T* out, T* also, const std::vector<const char*>& inputs, int64_t count, Combine combine,
+                 Finish finish) {
+  auto input = [&](size_t k, int64_t begin) { return reinterpret_cast<const T*>(inputs[k]) + begin; };
+  for (int64_t begin = 0; begin < count; begin += kBlockElements) {
+    const int64_t n = std::min(kBlockElements, count - begin);
+    combine_pair(out + begin, input(0, begin), input(1, begin), n, combine);
+    for (size_t k = 2; k < inputs.size(); ++k) combine_into(out + begin, input(k, begin), n, combine);
+    finish_into(out + begin, also + begin, n, finish);
+  }
+}
+
+// out = also = op over inputs, elementwise (see above). A mean is the sum divided by the number of
+// ranks, as Gloo's sum followed by a division gives it.
 template <typename T>
-void reduce_over(char* out, const std::vector<const char*>& inputs, int64_t count, ReduceOp op) {
+void reduce_over(char* out, char* also, const std::vector<const char*>& inputs, int64_t count, ReduceOp op) {
   T* typed = reinterpret_cast<T*>(out);
+  T* typed_also = reinterpret_cast<T*>(also);
+  const auto as_is = [](T value) { return value; };
+  const auto sum = [](T a, T b) { return a + b; };
   switch (op) {
-    case ReduceOp::Max: return reduce_over(typed, inputs, count, [](T a, T b) { return a < b ? b : a; });
-    case ReduceOp::Min: return reduce_over(typed, inputs, count, [](T a, T b) { return b < a ? b : a; });
-    case ReduceOp::Sum: return reduce_over(typed, inputs, count, [](T a, T b) { return a + b; });
+    case ReduceOp::Max:
+      return reduce_over(typed, typed_also, inputs, count, [](T a, T b) { return a < b ? b : a; }, as_is);
+    case ReduceOp::Min:
+      return reduce_over(typed, typed_also, inputs, count, [](T a, T b) { return b < a ? b : a; }, as_is);
+    case ReduceOp::Sum:
+      return reduce_over(typed, typed_also, inputs, count, sum, as_is);
     case ReduceOp::Mean: {
-      reduce_over(typed, inputs, count, [](T a, T b) { return a + b; });
       const T ranks = static_cast<T>(inputs.size());
-      for (int64_t i = 0; i < count; ++i) typed[i] /= ranks;  // on a part still in the cache
-      return;
+      return reduce_over(typed, typed_also, inputs, count, sum, [ranks](T value) { return value / ranks; });
     }
   }
 }
@@ -289,15 +311,14 @@ void SharedMemoryAllreduce::State::run(const Operation& operation) {
     check_labels(slot);
 
     // 2. Reduce this rank's part, its own values from the tensor and the others' from their slots,
-    //    into its slot (the others copy it out from there) and into the tensor.
+    //    into its slot (the others copy it out from there) and into the tensor, in one pass.
     for (int r = 0; r < world_size; ++r) inputs[r] = part(r == rank ? values : segment->slot(r, slot), rank);
     const int64_t count_here = bound(rank + 1) - bound(rank);
     if (tensor.scalar_type() == at::kDouble) {
-      reduce_over<double>(part(own_slot, rank), inputs, count_here, operation.op);
+      reduce_over<double>(part(own_slot, rank), part(values, rank), inputs, count_here, operation.op);
     } else {
-      reduce_over<float>(part(own_slot, rank), inputs, count_here, operation.op);
+      reduce_over<float>(part(own_slot, rank), part(values, rank), inputs, count_here, operation.op);
     }
-    std::memcpy(part(values, rank), part(own_slot, rank), part_bytes(rank));
     publish(mine.reduced, number);
 
     // 3. Copy out the other ranks' parts.

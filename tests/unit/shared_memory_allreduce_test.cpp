@@ -60,10 +60,11 @@ at::Tensor input_of(int rank, int64_t numel, at::ScalarType dtype) {
 }  // namespace
 
 // Sizes around the chunk (4 KiB slots: 1024 floats) and part boundaries, on 2 and 3 ranks; many
-// chunks reuse both slots, and the operations queue up behind each other.
+// chunks reuse both slots, and the operations queue up behind each other. With 64 KiB slots a
+// rank's part spans several of the reduction's blocks (2048 elements), the last one partly.
 TEST(SharedMemoryAllreduce, EveryOpOverManyChunksEqualsTheReference) {
-  for (int size : {2, 3}) {
-    run_group(size, SharedMemoryOptions().slot_bytes(4096), [size](int rank, SharedMemoryAllreduce* group) {
+  for (auto [size, slot_bytes] : {std::pair{2, 4096}, std::pair{3, 4096}, std::pair{2, 65536}, std::pair{3, 65536}}) {
+    run_group(size, SharedMemoryOptions().slot_bytes(slot_bytes), [=](int rank, SharedMemoryAllreduce* group) {
       ASSERT_NE(group, nullptr);
       for (at::ScalarType dtype : {at::kFloat, at::kDouble}) {
         for (int64_t numel : {int64_t{0}, int64_t{1}, int64_t{15}, int64_t{1023}, int64_t{1024}, int64_t{1025},
@@ -78,7 +79,8 @@ TEST(SharedMemoryAllreduce, EveryOpOverManyChunksEqualsTheReference) {
           at::Tensor sum = torch::zeros({numel}, dtype), max = input_of(size - 1, numel, dtype),
                      min = input_of(0, numel, dtype);
           for (int r = 0; r < size; ++r) sum += input_of(r, numel, dtype);
-          const std::string what = "world " + std::to_string(size) + ", " + std::to_string(numel) + " elements";
+          const std::string what = "world " + std::to_string(size) + ", " + std::to_string(numel) + " elements, " +
+                                   std::to_string(slot_bytes) + "-byte slots";
           EXPECT_TRUE(tensors[0].equal(sum)) << what;
           EXPECT_TRUE(tensors[1].equal(max)) << what;
           EXPECT_TRUE(tensors[2].equal(min)) << what;
