@@ -1,8 +1,8 @@
 // `dptrain bench-ddp`: training throughput of DistributedDataParallel on random images, one rank
 // per process (start it with `dptrain launch`). Rank 0 ends with one JSON line: images per second
-// over all ranks, the mean and the median step time, the mean per-step forward / backward / exposed-communication times, each
-// gradient bucket's size and mean launch time (ms after forward), and the largest peak RSS of any
-// rank. bench/ddp runs it next to Python PyTorch's DDP.
+// over all ranks, the mean and the median step time, the mean per-step forward / backward /
+// exposed-communication times, each gradient bucket's size and mean launch time (ms after
+// forward), and the largest peak RSS of any rank. bench/ddp runs it next to Python PyTorch's DDP.
 //
 // With --overlap it then measures how much of the gradient allreduce stays exposed: the same
 // number of steps under no_sync() (no gradient communication), and the time to all-reduce flat
