@@ -26,6 +26,10 @@ if(TARGET torch_cuda OR CUDA_FOUND)
     message(STATUS "dptrain: CUDA and NCCL enabled")
   endif()
 endif()
+if(DPTRAIN_REQUIRE_CUDA AND NOT DPTRAIN_NCCL_HEADER)
+  message(FATAL_ERROR "dptrain: DPTRAIN_REQUIRE_CUDA is on, but the LibTorch found (${Torch_DIR}) has no CUDA "
+                      "or no NCCL. Point CMAKE_PREFIX_PATH at a CUDA build of LibTorch.")
+endif()
 
 # nlohmann_json (header-only) writes the train layer's metrics.jsonl and the tools' reports.
 find_package(nlohmann_json REQUIRED)

@@ -8,12 +8,6 @@
 
 namespace dpt::dist::detail {
 
-// The first line of an exception's text, without LibTorch's backtrace.
-std::string short_message(const std::exception& e);
-
-// Whether `text` contains `needle`: how causes are recognised in c10d's and Gloo's messages.
-inline bool mentions(const std::string& text, const char* needle) { return text.find(needle) != std::string::npos; }
-
 // Throws TimeoutError or DistError for `operation` on `rank` that failed with `cause`.
 [[noreturn]] void throw_collective_failure(int rank, const std::string& operation, const std::exception& cause,
                                            std::chrono::milliseconds timeout);

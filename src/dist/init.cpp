@@ -1,6 +1,8 @@
 #include "dptrain/dist/init.h"
 
+#include <algorithm>
 #include <cstdlib>
+#include <iostream>
 
 #include <torch/cuda.h>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
@@ -70,6 +72,21 @@ compat::BackendPtr make_gloo(const compat::StorePtr& store, const WorldInfo& wor
 }
 #endif
 
+RendezvousOptions rendezvous_options(const InitOptions& options, const Environment& env) {
+  std::chrono::milliseconds timeout = std::min(kDefaultRendezvousTimeout, options.timeout());
+  if (options.rendezvous_timeout()) {
+    timeout = *options.rendezvous_timeout();
+  } else if (auto seconds = env.get_int("DPTRAIN_RENDEZVOUS_TIMEOUT")) {
+    DPT_CHECK(*seconds > 0, ConfigError, "DPTRAIN_RENDEZVOUS_TIMEOUT must be a positive number of seconds, got ",
+              *seconds);
+    timeout = std::chrono::seconds(*seconds);
+  }
+  RendezvousOptions rendezvous(timeout);
+  rendezvous.report = [](const std::string& line) { std::cerr << line << std::endl; };
+  rendezvous.all_ranks_report = options.verbose_rendezvous();
+  return rendezvous;
+}
+
 }  // namespace
 
 std::shared_ptr<Communicator> init_process_group(const InitOptions& options, const Environment& env) {
@@ -84,7 +101,7 @@ std::shared_ptr<Communicator> init_process_group(const InitOptions& options, con
   if (!interface) interface = env.get("GLOO_SOCKET_IFNAME");
   if (interface && interface->empty()) interface.reset();
 
-  compat::StorePtr store = rendezvous(method, world, RendezvousOptions(options.timeout()));
+  compat::StorePtr store = rendezvous(method, world, rendezvous_options(options, env));
 
   if (backend == "gloo") {
 #if defined(DPTRAIN_WITH_GLOO)

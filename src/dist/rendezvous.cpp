@@ -4,14 +4,16 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <memory>
 #include <thread>
+#include <vector>
 
 #include <torch/csrc/distributed/c10d/FileStore.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 #include "dptrain/common/error.h"
-#include "failure.h"
+#include "dptrain/compat/c10d_failure.h"
 
 namespace dpt::dist {
 
@@ -26,6 +28,60 @@ std::string seconds(std::chrono::milliseconds d) {
   return str(static_cast<double>(d.count()) / 1000.0, " s");
 }
 
+// "waited 4 s, giving up in 11 s": whole seconds, for progress lines.
+std::string wait_so_far(Clock::time_point start, Clock::time_point deadline) {
+  using std::chrono::duration_cast;
+  const auto now = Clock::now();
+  const auto waited = duration_cast<std::chrono::seconds>(now - start).count();
+  const auto left = duration_cast<std::chrono::seconds>(std::max(deadline - now, Clock::duration::zero())).count();
+  return str("waited ", waited, " s, giving up in ", left, " s");
+}
+
+// When the next progress line is due: after the first delay, then at doubling intervals of at
+// most a minute, so that a long wait stays visible without filling the log.
+class ReportSchedule {
+ public:
+  ReportSchedule(const RendezvousOptions& options, bool this_rank_reports)
+      : report_(this_rank_reports ? options.report : RendezvousReport()),
+        interval_(options.first_report),
+        next_(Clock::now() + options.first_report) {}
+
+  // Calls the report with `line()` when one is due.
+  template <typename Line>
+  void tick(const Line& line) {
+    if (!report_ || Clock::now() < next_) return;
+    report_(line());
+    interval_ = std::min<std::chrono::milliseconds>(interval_ * 2, std::chrono::minutes(1));
+    next_ = Clock::now() + interval_;
+  }
+
+ private:
+  RendezvousReport report_;
+  std::chrono::milliseconds interval_;
+  Clock::time_point next_;
+};
+
+// "1, 3": up to 16 ranks, then "...". In a job of several nodes, the nodes too: "2, 3 (node 1)",
+// taking every node to run local_world_size ranks, as the launchers that set it do.
+std::string describe_ranks(const std::vector<int>& ranks, const WorldInfo& world) {
+  if (ranks.empty()) return "none";
+  std::string text;
+  for (size_t i = 0; i < ranks.size() && i < 16; ++i) text += (i ? ", " : "") + std::to_string(ranks[i]);
+  if (ranks.size() > 16) text += ", ...";
+  if (world.local_world_size > 0 && world.local_world_size < world.world_size) {
+    std::vector<int> nodes;
+    for (int r : ranks) {
+      const int node = r / world.local_world_size;
+      if (nodes.empty() || nodes.back() != node) nodes.push_back(node);
+    }
+    std::string node_text;
+    for (size_t i = 0; i < nodes.size() && i < 16; ++i) node_text += (i ? ", " : "") + std::to_string(nodes[i]);
+    if (nodes.size() > 16) node_text += ", ...";
+    text += str(" (node", nodes.size() > 1 ? "s " : " ", node_text, ")");
+  }
+  return text;
+}
+
 std::string read_string(c10d::Store& store, const std::string& key) {
   auto bytes = store.get(key);
   return std::string(bytes.begin(), bytes.end());
@@ -34,8 +90,12 @@ std::string read_string(c10d::Store& store, const std::string& key) {
 // Returns once something accepts TCP connections on host:port, or at the deadline. LibTorch's
 // store client retries a refused connection only after about a second; probing first lets the
 // common case, a master that comes up a few milliseconds after its peers, cost milliseconds.
-// Returns false when nothing listened by the deadline.
-bool wait_for_listener(const std::string& host, int port, Clock::time_point deadline) {
+// Returns false when nothing listened by the deadline. Reports the wait as RendezvousOptions says.
+bool wait_for_listener(const std::string& host, int port, const WorldInfo& world, const RendezvousOptions& options) {
+  const auto start = Clock::now();
+  const auto deadline = start + options.timeout;
+  // Every waiting rank says this one: rank 0, which would say who is missing, is what is missing.
+  ReportSchedule schedule(options, /*this_rank_reports=*/true);
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
@@ -52,6 +112,10 @@ bool wait_for_listener(const std::string& host, int port, Clock::time_point dead
       close(fd);
       if (connected) return true;
     }
+    schedule.tick([&] {
+      return str("rank ", world.rank, ": waiting for the master (rank 0) at ", host, ":", port,
+                 ": nothing accepts connections there yet; ", wait_so_far(start, deadline));
+    });
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
   return false;
@@ -68,7 +132,7 @@ TimeoutError unreachable_master(const WorldInfo& world, const std::string& host,
 
 compat::StorePtr make_tcp_store(const std::string& host, int port, const WorldInfo& world,
                                 const RendezvousOptions& options) {
-  if (world.rank != 0 && !wait_for_listener(host, port, Clock::now() + options.timeout)) {
+  if (world.rank != 0 && !wait_for_listener(host, port, world, options)) {
     throw unreachable_master(world, host, port, options, "nothing accepted connections on that port");
   }
   c10d::TCPStoreOptions tcp;
@@ -79,14 +143,15 @@ compat::StorePtr make_tcp_store(const std::string& host, int port, const WorldIn
   try {
     return c10::make_intrusive<c10d::TCPStore>(host, tcp);
   } catch (const std::exception& e) {
-    std::string cause = detail::short_message(e);
-    if (world.rank == 0 && (detail::mentions(cause, "in use") || detail::mentions(cause, "listen"))) {
+    const std::string cause = compat::short_message(e);
+    const compat::FailureCause kind = compat::failure_cause(cause);
+    if (world.rank == 0 && kind == compat::FailureCause::AddressInUse) {
       throw DistError(str("rank 0: cannot start the rendezvous store on port ", port,
                           ": the port is busy (another job, or a leftover process from an earlier run, "
                           "holds it). Pick a free --master-port / MASTER_PORT or stop that process. (",
                           cause, ")"));
     }
-    if (detail::mentions(cause, "timed out") || detail::mentions(cause, "timeout")) {
+    if (kind == compat::FailureCause::Timeout) {
       throw unreachable_master(world, host, port, options, cause);
     }
     throw DistError(str("rank ", world.rank, ": rendezvous with the master at ", host, ":", port,
@@ -132,10 +197,20 @@ void join(c10d::Store& store, const WorldInfo& world, const RendezvousOptions& o
 
   // Poll rather than block in store.wait(): a blocked wait can say neither which ranks are missing
   // nor that one of them disagrees about the world size.
-  const auto deadline = Clock::now() + options.timeout;
+  const auto start = Clock::now();
+  const auto deadline = start + options.timeout;
   std::vector<bool> seen(n, false);
   seen[me] = true;
   int joined = 1;
+  auto ranks_where = [&](bool joined_ones) {
+    std::vector<int> ranks;
+    for (int r = 0; r < n; ++r) {
+      if (seen[r] == joined_ones) ranks.push_back(r);
+    }
+    return ranks;
+  };
+  const std::string where = options.address.empty() ? std::string() : " at " + options.address;
+  ReportSchedule schedule(options, me == 0 || options.all_ranks_report);
   try {
     while (true) {
       for (int r = 0; r < n; ++r) {
@@ -155,42 +230,45 @@ void join(c10d::Store& store, const WorldInfo& world, const RendezvousOptions& o
         }
       }
       if (Clock::now() >= deadline) break;
+      schedule.tick([&] {
+        return str("rank ", me, ": rendezvous", where, ": ", joined, " of ", n, " ranks joined (",
+                   describe_ranks(ranks_where(true), world), "); waiting for rank(s) ",
+                   describe_ranks(ranks_where(false), world), "; ", wait_so_far(start, deadline));
+      });
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }
   } catch (const Error&) {
     throw;
   } catch (const std::exception& e) {
-    throw DistError(str("rank ", me, ": lost the rendezvous store while joining (", detail::short_message(e),
+    throw DistError(str("rank ", me, ": lost the rendezvous store while joining (", compat::short_message(e),
                         "). The rank hosting it (rank 0) has probably exited; its output says why."));
   }
 
-  std::string missing;
-  int shown = 0;
-  for (int r = 0; r < n && shown < 16; ++r) {
-    if (!seen[r]) missing += (shown++ ? ", " : "") + std::to_string(r);
-  }
-  if (n - joined > shown) missing += ", ...";
-  throw TimeoutError(str("rank ", me, ": rendezvous timed out after ", seconds(options.timeout), ": ", joined,
-                         " of ", n, " ranks joined; missing rank(s) ", missing,
-                         ". Check that every rank was started, with the same master address, port and "
-                         "world size, or raise the timeout."));
+  throw TimeoutError(str("rank ", me, ": rendezvous timed out after ", seconds(options.timeout), ": ", joined, " of ",
+                         n, " ranks joined; missing rank(s) ", describe_ranks(ranks_where(false), world),
+                         ". Check that every rank was started, with the same master address and port (here ",
+                         options.address.empty() ? "unknown" : options.address, ") and world size, or raise the "
+                         "rendezvous timeout (--rendezvous-timeout)."));
 }
 
-compat::StorePtr rendezvous(const InitMethod& method, const WorldInfo& world, const RendezvousOptions& options) {
+compat::StorePtr rendezvous(const InitMethod& method, const WorldInfo& world, const RendezvousOptions& given) {
+  RendezvousOptions options = given;
+  const bool tcp = method.kind != InitMethod::Kind::File;
+  const std::string host = method.kind == InitMethod::Kind::Tcp ? method.host : world.master_addr;
+  const int port = method.kind == InitMethod::Kind::Tcp ? method.port : world.master_port;
+  if (options.address.empty()) options.address = tcp ? str(host, ":", port) : "file://" + method.path;
   compat::StorePtr store;
   switch (method.kind) {
     case InitMethod::Kind::Env:
-      store = make_tcp_store(world.master_addr, world.master_port, world, options);
-      break;
     case InitMethod::Kind::Tcp:
-      store = make_tcp_store(method.host, method.port, world, options);
+      store = make_tcp_store(host, port, world, options);
       break;
     case InitMethod::Kind::File:
       try {
         store = c10::make_intrusive<c10d::FileStore>(method.path, world.world_size);
       } catch (const std::exception& e) {
         throw DistError(str("rank ", world.rank, ": cannot use the rendezvous file '", method.path,
-                            "': ", detail::short_message(e), ". It must be on a filesystem every rank can write."));
+                            "': ", compat::short_message(e), ". It must be on a filesystem every rank can write."));
       }
       store->setTimeout(options.timeout);
       break;

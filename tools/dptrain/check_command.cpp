@@ -10,6 +10,7 @@
 #include "command.h"
 #include "dptrain/common/error.h"
 #include "dptrain/dist/init.h"
+#include "run_flags.h"
 
 namespace dpt::cli {
 
@@ -21,6 +22,8 @@ struct CheckFlags {
   std::optional<int> world_size, rank, master_port;
   std::optional<std::string> master_addr, interface;
   double timeout_s = 300;
+  std::optional<double> rendezvous_timeout_s;
+  bool verbose_rendezvous = false;
   int64_t numel = 1024;
 };
 
@@ -48,7 +51,9 @@ int run_check(const CheckFlags& flags) {
                      .backend(flags.backend)
                      .init_method(flags.dist_url)
                      .world(world)
-                     .timeout(std::chrono::milliseconds(static_cast<int64_t>(flags.timeout_s * 1000)))
+                     .timeout(*milliseconds(flags.timeout_s))
+                     .rendezvous_timeout(milliseconds(flags.rendezvous_timeout_s))
+                     .verbose_rendezvous(flags.verbose_rendezvous)
                      .interface(flags.interface);
   auto comm = dist::init_process_group(options);
   const int rank = comm->rank();
@@ -130,8 +135,11 @@ Command add_check_command(CLI::App& root) {
   app->add_option("--master-addr", flags->master_addr, "rendezvous host (default: MASTER_ADDR)");
   app->add_option("--master-port", flags->master_port, "rendezvous port (default: MASTER_PORT or 29500)");
   app->add_option("--interface", flags->interface, "network interface for Gloo (default: GLOO_SOCKET_IFNAME)");
-  app->add_option("--timeout", flags->timeout_s, "seconds any rendezvous or collective may take")
-      ->capture_default_str();
+  app->add_option("--timeout", flags->timeout_s, "seconds any collective may take")->capture_default_str();
+  app->add_option("--rendezvous-timeout", flags->rendezvous_timeout_s,
+                  "seconds to wait for every rank to join (default: DPTRAIN_RENDEZVOUS_TIMEOUT, else --timeout)");
+  app->add_flag("--verbose-rendezvous", flags->verbose_rendezvous,
+                "every rank reports who is missing, not only rank 0");
   app->add_option("--numel", flags->numel, "elements per test tensor")->capture_default_str();
   return {app, [flags](const std::vector<std::string>&) { return run_check(*flags); }};
 }

@@ -21,6 +21,7 @@ struct LaunchFlags {
   std::string run_id;
   double grace_period_s = 5;
   std::string cpu_bind = "cores";
+  std::optional<int> rendezvous_timeout_s;
 };
 
 // A small non-negative decimal number (one that std::stoi cannot overflow on).
@@ -59,7 +60,14 @@ int run_launch(const LaunchFlags& flags, const std::vector<std::string>& program
     DPT_CHECK(is_small_count(flags.nproc_per_node), ConfigError, "--nproc-per-node '", flags.nproc_per_node, "' is neither a number nor 'auto'");
     options.nproc_per_node(std::stoi(flags.nproc_per_node));
   }
-  return launch::launch(options, program, Environment::current());
+  Environment env = Environment::current();
+  // The workers rendezvous among themselves (init_process_group reads this), across every node.
+  if (flags.rendezvous_timeout_s) {
+    DPT_CHECK(*flags.rendezvous_timeout_s > 0, ConfigError, "--rendezvous-timeout must be positive, got ",
+              *flags.rendezvous_timeout_s);
+    env.set("DPTRAIN_RENDEZVOUS_TIMEOUT", std::to_string(*flags.rendezvous_timeout_s));
+  }
+  return launch::launch(options, program, env);
 }
 
 }  // namespace
@@ -76,6 +84,9 @@ Command add_launch_command(CLI::App& root) {
   app->add_option("--node-rank,--node_rank", flags->node_rank, "this node's index")->capture_default_str();
   app->add_option("--master-addr,--master_addr", flags->master_addr, "host of rank 0")->capture_default_str();
   app->add_option("--master-port,--master_port", flags->master_port, "rendezvous port")->capture_default_str();
+  app->add_option("--rendezvous-timeout", flags->rendezvous_timeout_s,
+                  "seconds the workers wait for every rank of every node to join (exported to them as "
+                  "DPTRAIN_RENDEZVOUS_TIMEOUT; dptrain's default: 300)");
   app->add_flag("--standalone", flags->standalone, "single node on loopback with a free port");
   app->add_option("--max-restarts,--max_restarts", flags->max_restarts,
                   "restart the local group this many times after a failure")

@@ -33,6 +33,15 @@ void add_run_flags(CLI::App& app, RunFlags& f) {
   app.add_option("--dist-url", f.dist_url, "env://, tcp://HOST:PORT or file:///PATH")->capture_default_str();
   app.add_option("--dist-backend", f.dist_backend, "gloo, nccl or auto")->capture_default_str();
   app.add_option("--dist-timeout", f.dist_timeout_s, "seconds any collective may take")->capture_default_str();
+  app.add_option("--rendezvous-timeout", f.rendezvous_timeout_s,
+                 "seconds to wait for every rank to join (default: DPTRAIN_RENDEZVOUS_TIMEOUT, else 300 or "
+                 "--dist-timeout if shorter)");
+  app.add_flag("--verbose-rendezvous", f.verbose_rendezvous, "every rank reports who is missing, not only rank 0");
+}
+
+std::optional<std::chrono::milliseconds> milliseconds(const std::optional<double>& seconds) {
+  if (!seconds) return std::nullopt;
+  return std::chrono::milliseconds(static_cast<int64_t>(*seconds * 1000));
 }
 
 train::TrainOptions run_options(const RunFlags& f, const std::string& arch) {
@@ -58,7 +67,9 @@ train::TrainOptions run_options(const RunFlags& f, const std::string& arch) {
                                .backend(f.dist_backend)
                                .init_method(f.dist_url)
                                .world(world)
-                               .timeout(std::chrono::milliseconds(static_cast<int64_t>(f.dist_timeout_s * 1000))))
+                               .timeout(*milliseconds(f.dist_timeout_s))
+                               .rendezvous_timeout(milliseconds(f.rendezvous_timeout_s))
+                               .verbose_rendezvous(f.verbose_rendezvous))
                      .log(&std::cout)
                      .logs(train::LogOptions().print_freq(train::checked_print_freq(f.print_freq)));
   return options;

@@ -2,6 +2,7 @@
 // The flags `dptrain train` and `dptrain eval` share (data, model, loader, precision, process
 // group), named as in pytorch/examples' imagenet/main.py, and their translation into TrainOptions.
 
+#include <chrono>
 #include <optional>
 #include <string>
 
@@ -34,9 +35,14 @@ struct RunFlags {
   std::string dist_url = "env://";
   std::string dist_backend = "auto";
   double dist_timeout_s = 1800;
+  std::optional<double> rendezvous_timeout_s;
+  bool verbose_rendezvous = false;
 };
 
 void add_run_flags(CLI::App& app, RunFlags& flags);
+
+// Seconds from a flag as the library's durations; nullopt stays unset.
+std::optional<std::chrono::milliseconds> milliseconds(const std::optional<double>& seconds);
 
 // Options for `arch` with every shared flag applied; the banner and the progress display go to
 // stdout (the standard logs of train/observers.h, every print_freq steps).

@@ -16,6 +16,7 @@
 #include <torch/csrc/distributed/c10d/Store.hpp>
 #include <torch/csrc/distributed/c10d/Work.hpp>
 
+#include <sstream>
 #include <string>
 #include <type_traits>
 
@@ -83,7 +84,10 @@ template <typename StateMap>
 typename StateMap::key_type optimizer_state_key(const at::Tensor& param) {
   using Key = typename StateMap::key_type;
   if constexpr (std::is_same_v<Key, std::string>) {
-    return c10::guts::to_string(param.unsafeGetTensorImpl());
+    // What 1.x's c10::guts::to_string wrote (2.x removed it): the pointer through an ostream.
+    std::ostringstream key;
+    key << param.unsafeGetTensorImpl();
+    return key.str();
   } else {
     return static_cast<Key>(param.unsafeGetTensorImpl());
   }

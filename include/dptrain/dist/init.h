@@ -18,6 +18,11 @@
 
 namespace dpt::dist {
 
+// A rendezvous gives up after 5 minutes unless told otherwise: long enough for every node of a
+// batch job to start (torchrun's join timeout is 10), short enough that a rank started alone
+// fails while its user is still watching, unlike the collective timeout's half hour.
+constexpr std::chrono::milliseconds kDefaultRendezvousTimeout = std::chrono::minutes(5);
+
 struct InitOptions {
   // "gloo", "nccl", or "auto": nccl when this build has it and CUDA devices exist, else gloo.
   TORCH_ARG(std::string, backend) = "auto";
@@ -25,8 +30,15 @@ struct InitOptions {
   TORCH_ARG(std::string, init_method) = "env://";
   // Flags that override what the environment says about rank, world size and master.
   TORCH_ARG(WorldOverrides, world) = {};
-  // Bound on the rendezvous and on every collective.
+  // Bound on every collective.
   TORCH_ARG(std::chrono::milliseconds, timeout) = kDefaultTimeout;
+  // Bound on the rendezvous: reaching the master and waiting for every rank to join. Unset:
+  // DPTRAIN_RENDEZVOUS_TIMEOUT (seconds) from the environment (`dptrain launch
+  // --rendezvous-timeout` sets it for its workers), else kDefaultRendezvousTimeout or `timeout`,
+  // whichever is shorter. While ranks are missing, rank 0 says which, every few seconds, on stderr.
+  TORCH_ARG(std::optional<std::chrono::milliseconds>, rendezvous_timeout) = std::nullopt;
+  // Every rank reports the rendezvous' progress, not only rank 0.
+  TORCH_ARG(bool, verbose_rendezvous) = false;
   // Network interface for the backend's connections. Gloo: unset means GLOO_SOCKET_IFNAME, then
   // loopback for a local master, else the address this host's name resolves to. NCCL: exported as
   // NCCL_SOCKET_IFNAME (unset leaves NCCL's own choice).

@@ -14,9 +14,21 @@
 
 namespace dpt::dist {
 
+// A line of progress while the rendezvous waits (see RendezvousOptions::report).
+using RendezvousReport = std::function<void(const std::string& line)>;
+
 struct RendezvousOptions {
   explicit RendezvousOptions(std::chrono::milliseconds timeout) : timeout(timeout) {}
   std::chrono::milliseconds timeout;  // bound on connecting and on waiting for every rank
+  // Where the ranks meet ("10.0.0.1:29500", "file:///shared/rdzv"), for messages.
+  std::string address;
+  // Receives progress while the wait lasts: first after `first_report`, then at doubling intervals
+  // (at most a minute apart). Rank 0 reports who has joined and who is missing; other ranks report
+  // that only when `all_ranks_report`, but always report a master they cannot reach, since nobody
+  // else can. Empty: silent.
+  RendezvousReport report;
+  std::chrono::milliseconds first_report = std::chrono::seconds(2);
+  bool all_ranks_report = false;
 };
 
 // Creates the store `method` names and joins this rank into it. Returns once all ranks have

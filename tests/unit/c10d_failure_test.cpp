@@ -1,0 +1,138 @@
+// Each failure cause is provoked through the installed LibTorch's own c10d (stores, sockets, Gloo),
+// so that a version whose wording moves breaks these tests instead of dptrain's error messages.
+
+#include <gtest/gtest.h>
+
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <functional>
+#include <thread>
+
+#include <torch/csrc/distributed/c10d/HashStore.hpp>
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+#include <torch/torch.h>
+
+#include "dptrain/compat/c10d_failure.h"
+
+using dpt::compat::FailureCause;
+using dpt::compat::failure_cause;
+using namespace std::chrono_literals;
+
+namespace {
+
+// The message `action` throws, first line only; fails the test when it throws nothing.
+std::string message_of(const std::function<void()>& action) {
+  try {
+    action();
+  } catch (const std::exception& e) {
+    return dpt::compat::short_message(e);
+  }
+  ADD_FAILURE() << "expected an exception";
+  return "";
+}
+
+// A TCP socket listening on a free loopback port, closed with the object.
+class Listener {
+ public:
+  Listener() : fd_(socket(AF_INET, SOCK_STREAM, 0)) {
+    sockaddr_in address{};
+    address.sin_family = AF_INET;
+    address.sin_addr.s_addr = htonl(INADDR_ANY);
+    socklen_t length = sizeof(address);
+    EXPECT_EQ(bind(fd_, reinterpret_cast<sockaddr*>(&address), length), 0);
+    EXPECT_EQ(listen(fd_, 1), 0);
+    EXPECT_EQ(getsockname(fd_, reinterpret_cast<sockaddr*>(&address), &length), 0);
+    port_ = ntohs(address.sin_port);
+  }
+  ~Listener() { close(fd_); }
+  Listener(const Listener&) = delete;
+  Listener& operator=(const Listener&) = delete;
+  std::uint16_t port() const { return port_; }
+
+ private:
+  int fd_;
+  std::uint16_t port_ = 0;
+};
+
+c10d::TCPStoreOptions store_options(std::uint16_t port, bool server) {
+  c10d::TCPStoreOptions options;
+  options.port = port;
+  options.isServer = server;
+  options.waitWorkers = false;
+  options.timeout = 500ms;
+  return options;
+}
+
+// Two Gloo ranks as threads; rank 0 all-reduces and its failure's message is returned. Rank 1
+// first runs `rank1` (which decides whether it stays or leaves), then ends.
+std::string gloo_all_reduce_failure(const std::function<void(std::atomic<bool>& rank0_done)>& rank1) {
+  auto store = c10::make_intrusive<c10d::HashStore>();
+  auto make_backend = [&](int rank) {
+    auto options = c10d::ProcessGroupGloo::Options::create(std::chrono::milliseconds(500));
+    options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
+    return c10::make_intrusive<c10d::ProcessGroupGloo>(c10::make_intrusive<c10d::PrefixStore>("gloo", store), rank,
+                                                        2, options);
+  };
+  std::atomic<bool> rank0_done{false};
+  std::thread peer([&] {
+    auto backend = make_backend(1);
+    rank1(rank0_done);
+  });
+  auto backend = make_backend(0);
+  std::string message = message_of([&] {
+    std::vector<at::Tensor> tensors{torch::ones({3})};
+    backend->allreduce(tensors)->wait();
+  });
+  rank0_done = true;
+  peer.join();
+  return message;
+}
+
+}  // namespace
+
+TEST(C10dFailure, GlooCollectiveThatRunsOutOfTimeIsATimeout) {
+  const std::string message = gloo_all_reduce_failure([](std::atomic<bool>& rank0_done) {
+    while (!rank0_done) std::this_thread::sleep_for(5ms);  // alive, never joins the all_reduce
+  });
+  EXPECT_EQ(failure_cause(message), FailureCause::Timeout) << message;
+}
+
+TEST(C10dFailure, GlooPeerThatLeavesIsAPeerGone) {
+  const std::string message = gloo_all_reduce_failure([](std::atomic<bool>&) {});  // its backend closes
+  EXPECT_EQ(failure_cause(message), FailureCause::PeerGone) << message;
+}
+
+TEST(C10dFailure, StoreWaitForAMissingKeyIsATimeout) {
+  c10d::HashStore store;
+  const std::string message = message_of([&] { store.wait({"never-set"}, 100ms); });
+  EXPECT_EQ(failure_cause(message), FailureCause::Timeout) << message;
+}
+
+TEST(C10dFailure, StoreClientWithNoServerIsATimeout) {
+  std::uint16_t port;
+  {
+    Listener probe;  // a port that was free a moment ago and now has no listener
+    port = probe.port();
+  }
+  const std::string message =
+      message_of([&] { c10::make_intrusive<c10d::TCPStore>("127.0.0.1", store_options(port, false)); });
+  EXPECT_EQ(failure_cause(message), FailureCause::Timeout) << message;
+}
+
+TEST(C10dFailure, StoreServerOnABusyPortIsAnAddressInUse) {
+  Listener holder;
+  const std::string message =
+      message_of([&] { c10::make_intrusive<c10d::TCPStore>("127.0.0.1", store_options(holder.port(), true)); });
+  EXPECT_EQ(failure_cause(message), FailureCause::AddressInUse) << message;
+}
+
+TEST(C10dFailure, OtherMessagesAreUnknown) {
+  EXPECT_EQ(failure_cause("Tensors must be contiguous"), FailureCause::Unknown);
+  EXPECT_EQ(failure_cause(std::runtime_error("invalid rank 7")), FailureCause::Unknown);
+}
