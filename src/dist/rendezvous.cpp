@@ -14,6 +14,7 @@
 
 #include "dptrain/common/error.h"
 #include "dptrain/compat/c10d_failure.h"
+#include "dptrain/compat/tcp_store.h"
 
 namespace dpt::dist {
 
@@ -135,7 +136,7 @@ compat::StorePtr make_tcp_store(const std::string& host, int port, const WorldIn
   if (world.rank != 0 && !wait_for_listener(host, port, world, options)) {
     throw unreachable_master(world, host, port, options, "nothing accepted connections on that port");
   }
-  c10d::TCPStoreOptions tcp;
+  c10d::TCPStoreOptions tcp = compat::tcp_store_options();
   tcp.port = static_cast<std::uint16_t>(port);
   tcp.isServer = world.rank == 0;
   tcp.waitWorkers = false;  // the join protocol below waits, with names and a bound

@@ -9,10 +9,13 @@ namespace dpt::detail {
 // How each thread gets its own intra-op thread count. at::set_num_threads reads as process-wide,
 // but with LibTorch's OpenMP backend (the one its builds use) its effect on the calling thread is
 // thread-local: omp_set_num_threads sets that thread's own OpenMP control variable. It also stores
-// the count in globals that every thread copies once, lazily, at its first parallel operation
-// (at::internal::lazy_init_num_threads). So each replica thread first takes that lazy copy, then
-// sets its own count; afterwards the constructor sets the caller's count again, which restores the
-// globals and leaves the replica threads with theirs. data_parallel_test checks the outcome.
+// the count in globals that every thread copies once, lazily, at its first parallel operation. So
+// each replica thread first takes that lazy copy, then sets its own count; afterwards the
+// constructor sets the caller's count again, which restores the globals and leaves the replica
+// threads with theirs. The copy is taken through at::get_num_threads, which runs LibTorch's own
+// at::internal::lazy_init_num_threads: since 2.x that inline function is not exported, so a call
+// from here would set this library's copy of its thread_local flag, and LibTorch would still copy
+// the globals later. data_parallel_test checks the outcome.
 ReplicaThreads::ReplicaThreads(const std::vector<int>& intra_op_threads) : errors_(intra_op_threads.size()) {
   const int caller_threads = at::get_num_threads();
   pending_ = intra_op_threads.size();
@@ -63,7 +66,7 @@ void ReplicaThreads::run(size_t count, const std::function<void(size_t)>& task) 
 
 void ReplicaThreads::work(size_t index, int intra_op_threads) {
   if (intra_op_threads > 0) {
-    at::internal::lazy_init_num_threads();
+    (void)at::get_num_threads();  // LibTorch's own lazy initialisation, see above
     at::set_num_threads(intra_op_threads);
   }
   std::unique_lock<std::mutex> lock(mutex_);

@@ -19,8 +19,18 @@
 #include <torch/torch.h>
 
 #include "dptrain/compat/c10d_failure.h"
+#include "dptrain/compat/tcp_store.h"
 
 using dpt::compat::FailureCause;
+
+namespace dpt::compat {
+// gtest prints the cause by name.
+void PrintTo(FailureCause cause, std::ostream* out) {
+  const char* names[] = {"Timeout", "PeerGone", "AddressInUse", "Unknown"};
+  *out << names[static_cast<int>(cause)];
+}
+}  // namespace dpt::compat
+
 using dpt::compat::failure_cause;
 using namespace std::chrono_literals;
 
@@ -61,7 +71,7 @@ class Listener {
 };
 
 c10d::TCPStoreOptions store_options(std::uint16_t port, bool server) {
-  c10d::TCPStoreOptions options;
+  c10d::TCPStoreOptions options = dpt::compat::tcp_store_options();
   options.port = port;
   options.isServer = server;
   options.waitWorkers = false;

@@ -3,6 +3,7 @@
 #include <torch/torch.h>
 
 #include "dptrain/compat/compat.h"
+#include "dptrain/compat/tcp_store.h"
 
 TEST(Compat, OptimizerStateKeyFindsTheOptimizersEntry) {
   auto weight = torch::ones({3}, torch::requires_grad());
@@ -29,4 +30,27 @@ TEST(Compat, AutocastGuardCastsAndRestores) {
     EXPECT_EQ(torch::mm(a, a).scalar_type(), at::kBFloat16);
   }
   EXPECT_EQ(torch::mm(a, a).scalar_type(), at::kFloat);
+}
+
+TEST(Compat, TcpStoreOptionsStartAStoreThisBuildCanServe) {
+  auto server_options = dpt::compat::tcp_store_options();
+  server_options.port = 0;  // any free port
+  server_options.isServer = true;
+  server_options.waitWorkers = false;
+  server_options.timeout = std::chrono::seconds(10);
+  auto server = c10::make_intrusive<c10d::TCPStore>("127.0.0.1", server_options);
+  auto client_options = dpt::compat::tcp_store_options();
+  client_options.port = server->getPort();
+  client_options.timeout = std::chrono::seconds(10);
+  auto client = c10::make_intrusive<c10d::TCPStore>("127.0.0.1", client_options);
+  client->set("key", std::vector<uint8_t>{7, 8});
+  EXPECT_EQ(server->get("key"), (std::vector<uint8_t>{7, 8}));
+}
+
+TEST(Compat, TorchVersionIsTheOneCompiledAgainst) {
+  EXPECT_EQ(dpt::compat::torch_version().rfind(std::to_string(TORCH_VERSION_MAJOR) + "." +
+                                                   std::to_string(TORCH_VERSION_MINOR) + ".",
+                                               0),
+            0u)
+      << dpt::compat::torch_version();
 }

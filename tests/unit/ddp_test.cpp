@@ -152,7 +152,9 @@ TEST(DistributedDataParallel, FindUnusedParametersTrainsLikeOneProcess) {
       auto x = data.x[s].narrow(0, comm.rank() * 4, 4);
       auto y = data.y[s].narrow(0, comm.rank() * 4, 4);
       F::cross_entropy(ddp->forward(x, uses_right(s)), y).backward();
-      if (s == 0) EXPECT_FALSE(model->right->weight.grad().defined()) << "rank " << comm.rank();
+      if (s == 0) {
+        EXPECT_FALSE(model->right->weight.grad().defined()) << "rank " << comm.rank();
+      }
       optimizer.step();
     }
     EXPECT_LE(max_difference(model->parameters(), reference->parameters()), 1e-5) << "rank " << comm.rank();

@@ -193,7 +193,9 @@ TEST(Loader, SharedBufferPoolReusesReleasedBuffersOnly) {
   while (auto b = loader.next()) {
     EXPECT_NE(b->images.data_ptr(), kept->images.data_ptr()) << "batch " << b->number;
     // The first batch is built while no other batch of the first epoch but `kept` is alive.
-    if (b->number == 0) EXPECT_EQ(first_epoch.count(b->images.data_ptr()), 1u);
+    if (b->number == 0) {
+      EXPECT_EQ(first_epoch.count(b->images.data_ptr()), 1u);
+    }
     ++count;
   }
   EXPECT_EQ(count, 3);
