@@ -1,6 +1,9 @@
 #include <gtest/gtest.h>
 
 #include <future>
+#include <mutex>
+#include <string>
+#include <vector>
 
 #include <torch/csrc/distributed/c10d/HashStore.hpp>
 
@@ -82,4 +85,75 @@ TEST(Join, MismatchedWorldSizesFailFastOnBothSides) {
 TEST(Join, RankOutsideTheWorld) {
   c10d::HashStore store;
   EXPECT_THROW(join(store, local_world(2, 2), RendezvousOptions(1s)), dpt::ConfigError);
+}
+
+namespace {
+
+// The progress lines `world` reports while it waits alone (or with `others`) for `timeout`.
+struct Reported {
+  std::mutex mutex;
+  std::vector<std::string> lines;
+};
+
+RendezvousOptions reporting(std::chrono::milliseconds timeout, Reported& reported) {
+  RendezvousOptions options(timeout);
+  options.address = "10.0.0.1:29500";
+  options.first_report = 50ms;
+  options.report = [&reported](const std::string& line) {
+    std::lock_guard<std::mutex> lock(reported.mutex);
+    reported.lines.push_back(line);
+  };
+  return options;
+}
+
+}  // namespace
+
+TEST(Join, RankZeroSaysWhoIsMissingWhileItWaitsThenGivesUp) {
+  c10d::HashStore store;
+  Reported reported;
+  std::string error;
+  try {
+    join(store, local_world(0, 3), reporting(700ms, reported));
+  } catch (const dpt::TimeoutError& e) {
+    error = e.what();
+  }
+  expect_contains(error, "missing rank(s) 1, 2. Check that every rank was started, with the same master address and "
+                         "port (here 10.0.0.1:29500)");
+  ASSERT_FALSE(reported.lines.empty());
+  expect_contains(reported.lines[0], "rank 0: rendezvous at 10.0.0.1:29500: 1 of 3 ranks joined (0); waiting for "
+                                     "rank(s) 1, 2; waited 0 s, giving up in ");
+  // Doubling intervals from 50 ms: at most 50, 150, 350 and 750 ms into a 700 ms wait.
+  EXPECT_LE(reported.lines.size(), 4u);
+}
+
+TEST(Join, OtherRanksReportOnlyWhenAsked) {
+  for (bool all_ranks_report : {false, true}) {
+    c10d::HashStore store;
+    Reported reported;
+    RendezvousOptions options = reporting(300ms, reported);
+    options.all_ranks_report = all_ranks_report;
+    EXPECT_THROW(join(store, local_world(1, 2), options), dpt::TimeoutError);
+    EXPECT_EQ(reported.lines.empty(), !all_ranks_report);
+    if (all_ranks_report) {
+      ASSERT_FALSE(reported.lines.empty());
+      expect_contains(reported.lines[0], "rank 1: rendezvous at 10.0.0.1:29500: 1 of 2 ranks joined (1); waiting for "
+                                         "rank(s) 0;");
+    }
+  }
+}
+
+TEST(Join, ProgressNamesTheNodesOfAJobOfSeveral) {
+  c10d::HashStore store;
+  Reported reported;
+  WorldInfo node0_rank1 = local_world(1, 4);
+  node0_rank1.local_world_size = 2;
+  auto other = std::async(std::launch::async, [&] {
+    WorldInfo node0_rank0 = local_world(0, 4);
+    node0_rank0.local_world_size = 2;
+    EXPECT_THROW(join(store, node0_rank0, reporting(500ms, reported)), dpt::TimeoutError);
+  });
+  EXPECT_THROW(join(store, node0_rank1, RendezvousOptions(500ms)), dpt::TimeoutError);
+  other.get();
+  ASSERT_FALSE(reported.lines.empty());
+  expect_contains(reported.lines.back(), "2 of 4 ranks joined (0, 1 (node 0)); waiting for rank(s) 2, 3 (node 1);");
 }
