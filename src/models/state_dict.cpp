@@ -11,6 +11,7 @@
 #include <torch/serialize.h>
 
 #include "dptrain/common/error.h"
+#include "dptrain/compat/pickle.h"
 
 namespace dpt::models {
 namespace {
@@ -84,7 +85,7 @@ void load_state_dict(torch::nn::Module& module, const StateDict& values) {
 void write_state_dict(const StateDict& values, const std::string& path) {
   c10::Dict<std::string, torch::Tensor> dict;
   for (const auto& entry : values) dict.insert(entry.key(), entry.value().detach().cpu());
-  const std::vector<char> bytes = torch::pickle_save(dict);
+  const std::vector<char> bytes = compat::pickle_save(dict);
   // Written beside the target and renamed into place, so a crash never leaves half a file.
   const std::string partial = path + ".partial";
   {

@@ -15,6 +15,7 @@
 #include <torch/serialize.h>
 
 #include "dptrain/common/error.h"
+#include "dptrain/compat/pickle.h"
 
 namespace dpt::train {
 namespace fs = std::filesystem;
@@ -100,7 +101,7 @@ void copy_file_atomically(const fs::path& from, const fs::path& to) {
 }
 
 void save_checkpoint(const c10::IValue& state, const fs::path& path) {
-  write_file_atomically(path, torch::pickle_save(state));
+  write_file_atomically(path, compat::pickle_save(state));
 }
 
 c10::IValue load_checkpoint(const fs::path& path) {

@@ -51,7 +51,14 @@ class WaitingRank(unittest.TestCase):
 
     def assert_progress_then_timeout(self, code, lines, elapsed, waiting, joined, port):
         text = "\n".join(line for _, line in lines)
-        progress = [(t, line) for t, line in lines if f"waiting for rank(s) {waiting}" in line]
+        # Under the launcher a line can show twice: as the worker prints it and among the failed
+        # worker's last lines; count each line once.
+        seen, progress = set(), []
+        for t, line in lines:
+            line = line.strip().removeprefix("[rank 0] ")
+            if f"waiting for rank(s) {waiting}" in line and line not in seen:
+                seen.add(line)
+                progress.append((t, line))
         self.assertTrue(progress, text)
         first_at, first = progress[0]
         self.assertLess(first_at, 10, f"first progress line came after {first_at:.1f} s")

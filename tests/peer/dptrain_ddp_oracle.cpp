@@ -6,8 +6,9 @@
 //                                ->  OUT_DIR/initial.pt  the weights after DDP's broadcast
 //                                    OUT_DIR/data.pt     {"x": [steps, batch, 3, 8, 8], "y": [steps, batch]}
 //                                    OUT_DIR/final.pt    the weights after training
-// The .pt files are torch::pickle_save output, which Python's torch.load reads. With --mismatch,
-// rank 1 builds a different last layer: every rank must fail with the named difference (exit 2).
+// The .pt files are dpt::compat::pickle_save output, which Python's torch.load reads (also with
+// weights_only=True). With --mismatch, rank 1 builds a different last layer: every rank must fail
+// with the named difference (exit 2).
 
 #include <fstream>
 #include <iostream>
@@ -15,6 +16,7 @@
 #include <torch/torch.h>
 
 #include "dptrain/common/error.h"
+#include "dptrain/compat/pickle.h"
 #include "dptrain/dist/init.h"
 #include "dptrain/parallel.h"
 
@@ -26,7 +28,7 @@ constexpr int64_t kBatchPerRank = 4;
 void save(const torch::nn::Module& module, const std::string& path) {
   c10::Dict<std::string, at::Tensor> state;
   for (const auto& p : module.named_parameters()) state.insert(p.key(), p.value().detach().clone());
-  const std::vector<char> bytes = torch::pickle_save(state);
+  const std::vector<char> bytes = dpt::compat::pickle_save(state);
   std::ofstream(path, std::ios::binary).write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
 }
 
@@ -52,7 +54,7 @@ int train(const std::string& out, bool mismatch) {
     c10::Dict<std::string, at::Tensor> data;
     data.insert("x", x);
     data.insert("y", y);
-    const std::vector<char> bytes = torch::pickle_save(data);
+    const std::vector<char> bytes = dpt::compat::pickle_save(data);
     std::ofstream(out + "/data.pt", std::ios::binary).write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
   }
 

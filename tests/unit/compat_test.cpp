@@ -3,6 +3,7 @@
 #include <torch/torch.h>
 
 #include "dptrain/compat/compat.h"
+#include "dptrain/compat/pickle.h"
 #include "dptrain/compat/tcp_store.h"
 
 TEST(Compat, OptimizerStateKeyFindsTheOptimizersEntry) {
@@ -53,4 +54,27 @@ TEST(Compat, TorchVersionIsTheOneCompiledAgainst) {
                                                0),
             0u)
       << dpt::compat::torch_version();
+}
+
+TEST(Compat, PickleSaveWritesNoTypeTagsAndLoadsBack) {
+  c10::Dict<std::string, at::Tensor> weights;
+  weights.insert("w", torch::arange(6.0).reshape({2, 3}));
+  c10::impl::GenericDict state(c10::StringType::get(), c10::AnyType::get());
+  state.insert("state_dict", weights);
+  state.insert("epoch", int64_t{3});
+  state.insert("milestones", c10::List<int64_t>({30, 60}));
+  const std::vector<char> bytes = dpt::compat::pickle_save(state);
+  const std::string text(bytes.begin(), bytes.end());
+  // torch.load(weights_only=True), Python 2.6's default, refuses this call (test_train_interop.py
+  // loads real checkpoints that way).
+  EXPECT_EQ(text.find("restore_type_tag"), std::string::npos);
+  const std::vector<char> tagged = torch::pickle_save(state);  // what LibTorch's own writer does
+  EXPECT_NE(std::string(tagged.begin(), tagged.end()).find("restore_type_tag"), std::string::npos);
+
+  const auto loaded = torch::pickle_load(bytes).toGenericDict();
+  EXPECT_EQ(loaded.at("epoch").toInt(), 3);
+  EXPECT_TRUE(loaded.at("state_dict").toGenericDict().at("w").toTensor().equal(torch::arange(6.0).reshape({2, 3})));
+  const auto milestones = loaded.at("milestones").toList();
+  ASSERT_EQ(milestones.size(), 2u);
+  EXPECT_EQ(milestones.get(1).toInt(), 60);
 }

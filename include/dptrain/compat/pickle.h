@@ -1,0 +1,21 @@
+#pragma once
+// Pickling for Python's torch.load, as it is in every version.
+//
+//   std::vector<char> bytes = dpt::compat::pickle_save(state);   // torch.load(path) reads it
+//
+// torch::pickle_save writes the zip that torch.save writes, but wraps every dict and list in a
+// call of torch.jit._pickle.restore_type_tag (TorchScript's static types). Python 2.6 made
+// torch.load(weights_only=True) the default, and its restricted unpickler refuses that call, so a
+// user's plain torch.load of a dptrain checkpoint fails. This writes the same archive without the
+// tags, as Python's torch.save does: dicts and lists come back in C++ as generic containers, which
+// is how dptrain reads them (and how it reads files saved by Python).
+
+#include <vector>
+
+#include <ATen/core/ivalue.h>
+
+namespace dpt::compat {
+
+std::vector<char> pickle_save(const c10::IValue& value);
+
+}  // namespace dpt::compat
