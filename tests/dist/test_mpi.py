@@ -77,7 +77,7 @@ class Mpi(unittest.TestCase):
         self.assertNotEqual(code, 0, out + err)
         # Open MPI 4 (Debian 12) writes "<stderr>:text", Open MPI 5 (Debian 13) "<stderr>: text".
         self.assertRegex(out + err, r"\[1,1\]<stderr>: ?" + small_training.FAILURE.pattern)
-        pids = [int(p) for p in re.findall(r"<stdout>:pid (\d+)", out)]
+        pids = [int(p) for p in re.findall(r"<stdout>: ?pid (\d+)", out)]
         self.assertEqual(len(pids), 2, out)
         self.assertTrue(wait_dead(pids, 10), f"ranks {pids} outlived mpirun")
 

@@ -4,11 +4,11 @@
 //   std::vector<char> bytes = dpt::compat::pickle_save(state);   // torch.load(path) reads it
 //
 // torch::pickle_save writes the zip that torch.save writes, but wraps every dict and list in a
-// call of torch.jit._pickle.restore_type_tag (TorchScript's static types). Python 2.6 made
-// torch.load(weights_only=True) the default, and its restricted unpickler refuses that call, so a
-// user's plain torch.load of a dptrain checkpoint fails. This writes the same archive without the
-// tags, as Python's torch.save does: dicts and lists come back in C++ as generic containers, which
-// is how dptrain reads them (and how it reads files saved by Python).
+// call of torch.jit._pickle.restore_type_tag (TorchScript's static types), and typed lists in
+// build_intlist and its kin. Python 2.6 made torch.load(weights_only=True) the default, and its
+// restricted unpickler refuses those calls, so a user's plain torch.load of a dptrain checkpoint
+// fails. This writes the same archive with plain dicts and lists, as Python's torch.save does: they
+// come back in C++ as generic containers, which is how dptrain reads them (and files from Python).
 
 #include <vector>
 
