@@ -36,9 +36,11 @@ class DistributedEval(unittest.TestCase):
             for key in ("count", "correct1", "correct5"):
                 self.assertEqual(two[key], single[key], key)
                 self.assertEqual(evaluate_flag[key], single[key], key)
-            # The per-sample losses are the same (float64); only the order of their summation differs.
-            self.assertAlmostEqual(two["loss_sum"], single["loss_sum"], delta=1e-12 * abs(single["loss_sum"]))
-            self.assertAlmostEqual(evaluate_flag["loss_sum"], single["loss_sum"], delta=1e-12 * abs(single["loss_sum"]))
+            # Losses are summed in float64, but each comes from float32 logits, and the convolutions'
+            # rounding can depend on the batch a sample is in (its shard's batches differ from one
+            # process's): seen 3e-10 relative in a minimal Debian 12 root, so float32's 1e-6.
+            self.assertAlmostEqual(two["loss_sum"], single["loss_sum"], delta=1e-6 * abs(single["loss_sum"]))
+            self.assertAlmostEqual(evaluate_flag["loss_sum"], single["loss_sum"], delta=1e-6 * abs(single["loss_sum"]))
 
 
 if __name__ == "__main__":
