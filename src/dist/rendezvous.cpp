@@ -62,23 +62,26 @@ class ReportSchedule {
   Clock::time_point next_;
 };
 
-// "1, 3": up to 16 ranks, then "...". In a job of several nodes, the nodes too: "2, 3 (node 1)",
-// taking every node to run local_world_size ranks, as the launchers that set it do.
+// "1, 3": up to 16 numbers, then "...".
+std::string list_numbers(const std::vector<int>& numbers) {
+  std::string text;
+  for (size_t i = 0; i < numbers.size() && i < 16; ++i) text += (i ? ", " : "") + std::to_string(numbers[i]);
+  if (numbers.size() > 16) text += ", ...";
+  return text;
+}
+
+// "1, 3", and in a job of several nodes the nodes too: "2, 3 (node 1)", taking every node to run
+// local_world_size ranks, as the launchers that set it do.
 std::string describe_ranks(const std::vector<int>& ranks, const WorldInfo& world) {
   if (ranks.empty()) return "none";
-  std::string text;
-  for (size_t i = 0; i < ranks.size() && i < 16; ++i) text += (i ? ", " : "") + std::to_string(ranks[i]);
-  if (ranks.size() > 16) text += ", ...";
+  std::string text = list_numbers(ranks);
   if (world.local_world_size > 0 && world.local_world_size < world.world_size) {
     std::vector<int> nodes;
     for (int r : ranks) {
       const int node = r / world.local_world_size;
       if (nodes.empty() || nodes.back() != node) nodes.push_back(node);
     }
-    std::string node_text;
-    for (size_t i = 0; i < nodes.size() && i < 16; ++i) node_text += (i ? ", " : "") + std::to_string(nodes[i]);
-    if (nodes.size() > 16) node_text += ", ...";
-    text += str(" (node", nodes.size() > 1 ? "s " : " ", node_text, ")");
+    text += str(" (node", nodes.size() > 1 ? "s " : " ", list_numbers(nodes), ")");
   }
   return text;
 }
