@@ -8,7 +8,7 @@ import shutil
 import unittest
 
 import small_training
-from proc import env_with, free_port, run, wait_dead
+from proc import cannot_run, env_with, free_port, run, wait_dead
 
 BOUND = 150
 # Same intra-op threads under every launcher, so that the floating-point results match exactly.
@@ -40,7 +40,7 @@ class Mpi(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         if shutil.which("mpirun") is None:
-            raise unittest.SkipTest("OpenMPI's mpirun is not installed (scripts/install-deps installs it)")
+            cannot_run("OpenMPI's mpirun is not installed (scripts/install-deps installs it)")
         code, out, err = run(small_training.launch_reference(), timeout=BOUND, env=mpi_env())
         assert code == 0, f"the reference run under dptrain launch failed:\n{out}\n{err}"
         cls.reference = small_training.results(out)

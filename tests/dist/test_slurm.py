@@ -11,7 +11,7 @@ import unittest
 
 import small_training
 from local_slurm import ClusterUnavailable, LocalSlurm
-from proc import env_with, run
+from proc import cannot_run, env_with, run
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 # srun waits forever for resources it cannot get: every client command is bounded by this.
@@ -30,7 +30,7 @@ class Slurm(unittest.TestCase):
         try:
             cls.cluster.start()
         except ClusterUnavailable as e:
-            raise unittest.SkipTest(f"the local Slurm daemons could not start: {e}")
+            cannot_run(f"the local Slurm daemons could not start: {e}")
         code, out, err = run(small_training.launch_reference(), timeout=BOUND,
                              env=env_with(**THREADS, MASTER_PORT=None, MASTER_ADDR=None))
         assert code == 0, f"the reference run under dptrain launch failed:\n{out}\n{err}"

@@ -7,7 +7,7 @@ import shutil
 import subprocess
 import unittest
 
-from proc import Started, dptrain
+from proc import Started, cannot_run, dptrain
 
 
 def sh(*args):
@@ -23,9 +23,9 @@ class TwoNodes(unittest.TestCase):
         subnet = 10 + tag % 200
         cls.addr = [f"10.213.{subnet}.1", f"10.213.{subnet}.2"]
         if os.geteuid() != 0:
-            raise unittest.SkipTest("network namespaces need root")
+            cannot_run("network namespaces need root")
         if shutil.which("ip") is None:
-            raise unittest.SkipTest("iproute2's 'ip' is not installed")
+            cannot_run("iproute2's 'ip' is not installed")
         try:
             for ns in cls.ns:
                 sh("ip", "netns", "add", ns)
@@ -38,7 +38,7 @@ class TwoNodes(unittest.TestCase):
         except (subprocess.CalledProcessError, OSError) as e:
             cls.tearDownClass()
             detail = e.stderr.decode().strip() if getattr(e, "stderr", None) else str(e)
-            raise unittest.SkipTest(f"cannot create network namespaces here: {detail}")
+            cannot_run(f"cannot create network namespaces here: {detail}")
 
     @classmethod
     def tearDownClass(cls):
