@@ -1,20 +1,19 @@
 #pragma once
-// The train layer: learning-rate schedules, loss scaling, distributed metrics, checkpoint files,
-// progress and metrics logs (console, JSONL, TensorBoard), the training loop.
-#include "dptrain/train/checkpoint_file.h"
-#include "dptrain/train/console_observer.h"
-#include "dptrain/train/crc32c.h"
-#include "dptrain/train/event_file.h"
+// The train layer: the training loop and its styles (train/), learning-rate schedules, loss
+// scaling and distributed metrics; checkpoint files with exact resume (train/checkpoint/); the
+// progress and metrics logs: console, JSONL, TensorBoard (train/logs/).
+#include "dptrain/train/checkpoint/checkpoint_file.h"
+#include "dptrain/train/checkpoint/optimizer_state.h"
+#include "dptrain/train/checkpoint/training_checkpoint.h"
 #include "dptrain/train/grad_scaler.h"
-#include "dptrain/train/jsonl_observer.h"
-#include "dptrain/train/log_file.h"
+#include "dptrain/train/logs/console_observer.h"
+#include "dptrain/train/logs/jsonl_observer.h"
+#include "dptrain/train/logs/log_file.h"
+#include "dptrain/train/logs/observers.h"
+#include "dptrain/train/logs/report.h"
+#include "dptrain/train/logs/summary_writer.h"
+#include "dptrain/train/logs/tensorboard_observer.h"
 #include "dptrain/train/lr_schedule.h"
 #include "dptrain/train/metrics.h"
-#include "dptrain/train/observers.h"
-#include "dptrain/train/optimizer_state.h"
-#include "dptrain/train/report.h"
-#include "dptrain/train/summary_writer.h"
-#include "dptrain/train/tensorboard_observer.h"
 #include "dptrain/train/train_options.h"
 #include "dptrain/train/trainer.h"
-#include "dptrain/train/training_checkpoint.h"

@@ -1,7 +1,6 @@
 #include "dptrain/dist/communicator.h"
 
 #include "dptrain/common/error.h"
-#include "dptrain/dist/shared_memory_allreduce.h"
 #include "failure.h"
 
 namespace dpt::dist {
@@ -25,55 +24,42 @@ void Work::wait() {
   auto work = std::move(work_);
   try {
     work->wait(timeout_);
-  } catch (const std::exception& e) {
-    detail::throw_collective_failure(rank_, what_, e, timeout_);
+  } catch (...) {
+    detail::throw_collective_failure(rank_, what_, std::current_exception(), timeout_);
   }
   if (finish_) finish_();
 }
 
-Communicator::Communicator(compat::BackendPtr backend, WorldInfo world, std::chrono::milliseconds timeout,
-                           at::Device device, compat::StorePtr store)
+Communicator::Communicator(compat::BackendPtr backend, WorldInfo world, const CommunicatorOptions& options)
     : backend_(std::move(backend)),
       world_(std::move(world)),
-      timeout_(timeout),
-      device_(device),
-      store_(std::move(store)) {
+      timeout_(options.timeout()),
+      device_(options.device()),
+      store_(options.store()) {
   DPT_ASSERT(backend_, "a communicator needs a backend");
   DPT_ASSERT(backend_->getRank() == world_.rank && backend_->getSize() == world_.world_size,
              "backend rank/size ", backend_->getRank(), "/", backend_->getSize(), " disagree with world ",
              world_.rank, "/", world_.world_size);
+  transport_ = transport::make_transport(
+      backend_, world_,
+      transport::TransportOptions().timeout(timeout_).shared_memory(options.shared_memory()).store(store_));
 }
 
 Communicator::~Communicator() {
-  local_.reset();  // its thread finishes or fails what is queued before the backend goes
+  transport_.reset();  // a transport's thread finishes or fails what is queued before the backend goes
   compat::shutdown_backend(*backend_);
 }
 
 std::string Communicator::backend_name() const { return backend_->getBackendName(); }
 
-std::string Communicator::transport() const {
-  if (local_) return backend_name() + " + shared memory";
-  if (!no_shared_memory_because_.empty()) {
-    return backend_name() + " (no shared memory: " + no_shared_memory_because_ + ")";
-  }
-  return backend_name();
-}
-
-bool Communicator::averages_while_reducing(const at::Tensor& tensor) const {
-  return local_ && local_->accepts(tensor, ReduceOp::Mean);
-}
-
-void Communicator::use_shared_memory(std::unique_ptr<SharedMemoryAllreduce> local, std::string why_not) {
-  local_ = std::move(local);
-  no_shared_memory_because_ = local_ ? std::string() : std::move(why_not);
-}
+std::string Communicator::transport() const { return transport_->describe(); }
 
 namespace {
 
-c10d::ReduceOp to_c10d(ReduceOp op, bool native_avg) {
+c10d::ReduceOp to_c10d(ReduceOp op) {
   switch (op) {
     case ReduceOp::Sum: return c10d::ReduceOp::SUM;
-    case ReduceOp::Mean: return native_avg ? c10d::ReduceOp::AVG : c10d::ReduceOp::SUM;
+    case ReduceOp::Mean: return c10d::ReduceOp::AVG;
     case ReduceOp::Max: return c10d::ReduceOp::MAX;
     case ReduceOp::Min: return c10d::ReduceOp::MIN;
   }
@@ -95,33 +81,17 @@ Work Communicator::start_all_reduce(at::Tensor tensor, ReduceOp op, const std::s
   DPT_CHECK(op != ReduceOp::Mean || at::isFloatingType(tensor.scalar_type()), ConfigError, "rank ", rank(),
             ": ", what, " with mean needs a floating-point tensor, got ", tensor.scalar_type());
   at::Tensor wire = wire_tensor(tensor, *backend_);
-  const bool local = local_ && local_->accepts(wire, op);
-  const bool native_avg = local || compat::backend_supports_avg(*backend_);
   compat::WorkPtr work;
   try {
-    if (local) {
-      work = local_->all_reduce(wire, op);
-    } else {
-      std::vector<at::Tensor> tensors{wire};
-      c10d::AllreduceOptions options;
-      options.reduceOp = to_c10d(op, native_avg);
-      options.timeout = timeout_;
-      work = backend_->allreduce(tensors, options);
-    }
-  } catch (const std::exception& e) {
-    detail::throw_collective_failure(rank(), what, e, timeout_);
+    work = transport_->all_reduce(wire, op);
+  } catch (...) {
+    detail::throw_collective_failure(rank(), what, std::current_exception(), timeout_);
   }
-  const bool divide = op == ReduceOp::Mean && !native_avg;
-  const bool write_back = !wire.is_same(tensor);
-  const double world = size();
-  auto finish = [tensor, wire, divide, write_back, world]() mutable {
-    if (divide) wire.div_(world);
-    if (write_back) tensor.copy_(wire);
-  };
-  // Over shared memory the operation bounds itself and says which peer it waited for; a wait
-  // that ended first would only say that it took too long.
-  const auto bound = local ? timeout_ + SharedMemoryAllreduce::kFailureReportDelay : timeout_;
-  return Work(std::move(work), std::move(finish), what, rank(), bound);
+  std::function<void()> finish;
+  if (!wire.is_same(tensor)) finish = [tensor, wire]() mutable { tensor.copy_(wire); };
+  // A transport that bounds its operations itself says which peer it waited for; a wait that
+  // ended first would only say that it took too long.
+  return Work(std::move(work), std::move(finish), what, rank(), timeout_ + transport_->failure_report_delay());
 }
 
 void Communicator::all_reduce(at::Tensor& tensor, ReduceOp op) {
@@ -143,8 +113,8 @@ Work Communicator::broadcast_async(at::Tensor tensor, int root) {
   compat::WorkPtr work;
   try {
     work = backend_->broadcast(tensors, options);
-  } catch (const std::exception& e) {
-    detail::throw_collective_failure(rank(), "broadcast", e, timeout_);
+  } catch (...) {
+    detail::throw_collective_failure(rank(), "broadcast", std::current_exception(), timeout_);
   }
   std::function<void()> finish;
   if (!wire.is_same(tensor)) finish = [tensor, wire]() mutable { tensor.copy_(wire); };
@@ -162,8 +132,8 @@ std::vector<at::Tensor> Communicator::all_gather(const at::Tensor& tensor) {
   options.timeout = timeout_;
   try {
     backend_->allgather(outputs, inputs, options)->wait(timeout_);
-  } catch (const std::exception& e) {
-    detail::throw_collective_failure(rank(), "all_gather", e, timeout_);
+  } catch (...) {
+    detail::throw_collective_failure(rank(), "all_gather", std::current_exception(), timeout_);
   }
   if (wire.scalar_type() != tensor.scalar_type()) {
     for (auto& t : outputs[0]) t = t.to(tensor.scalar_type());
@@ -175,7 +145,7 @@ at::Tensor Communicator::reduce_scatter(const at::Tensor& tensor, ReduceOp op) {
   DPT_CHECK(tensor.dim() >= 1 && tensor.size(0) % size() == 0, ConfigError, "rank ", rank(),
             ": reduce_scatter needs dim 0 divisible by the world size ", size(), ", got shape ", tensor.sizes());
   const int64_t rows = tensor.size(0) / size();
-  if (!compat::backend_supports_reduce_scatter(*backend_)) {
+  if (!compat::backend_supports_reduce_scatter(*backend_) || (op == ReduceOp::Mean && !compat::backend_supports_avg(*backend_))) {
     // Gloo: reduce everything, keep our slice. Twice the traffic of a true reduce_scatter.
     at::Tensor full = tensor.clone();
     all_reduce(full, op);
@@ -185,12 +155,12 @@ at::Tensor Communicator::reduce_scatter(const at::Tensor& tensor, ReduceOp op) {
   std::vector<std::vector<at::Tensor>> inputs{wire.split(rows, 0)};
   std::vector<at::Tensor> outputs{at::empty_like(inputs[0][0])};
   c10d::ReduceScatterOptions options;
-  options.reduceOp = to_c10d(op, compat::backend_supports_avg(*backend_));
+  options.reduceOp = to_c10d(op);
   options.timeout = timeout_;
   try {
     backend_->reduce_scatter(outputs, inputs, options)->wait(timeout_);
-  } catch (const std::exception& e) {
-    detail::throw_collective_failure(rank(), "reduce_scatter", e, timeout_);
+  } catch (...) {
+    detail::throw_collective_failure(rank(), "reduce_scatter", std::current_exception(), timeout_);
   }
   return outputs[0];
 }
@@ -200,8 +170,8 @@ void Communicator::barrier() {
   options.timeout = timeout_;
   try {
     backend_->barrier(options)->wait(timeout_);
-  } catch (const std::exception& e) {
-    detail::throw_collective_failure(rank(), "barrier", e, timeout_);
+  } catch (...) {
+    detail::throw_collective_failure(rank(), "barrier", std::current_exception(), timeout_);
   }
 }
 

@@ -5,11 +5,19 @@
 
 namespace dpt::dist::detail {
 
-void throw_collective_failure(int rank, const std::string& operation, const std::exception& cause,
+void throw_collective_failure(int rank, const std::string& operation, std::exception_ptr cause,
                               std::chrono::milliseconds timeout) {
-  if (dynamic_cast<const Error*>(&cause) != nullptr) throw;  // already ours, already explained
-  const std::string text = compat::short_message(cause);
   const std::string head = str("rank ", rank, ": ", operation, " failed");
+  std::string text;
+  try {
+    std::rethrow_exception(cause);
+  } catch (const Error&) {
+    throw;  // `cause` itself: already ours, already explained
+  } catch (const std::exception& e) {
+    text = compat::short_message(e);
+  } catch (...) {
+    throw DistError(str(head, " with an exception that is not a std::exception"));
+  }
   const compat::FailureCause kind = compat::failure_cause(text);
   if (kind == compat::FailureCause::Timeout) {
     throw TimeoutError(str(head, ": it did not complete within ", timeout.count() / 1000.0,

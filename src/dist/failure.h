@@ -1,6 +1,9 @@
 #pragma once
 // Turning c10d and Gloo exceptions into dptrain errors that say which rank, which operation, the
 // likely cause and what to do. Private to the dist layer.
+//
+//   try { work->wait(timeout); }
+//   catch (...) { detail::throw_collective_failure(rank, "all_reduce(sum)", std::current_exception(), timeout); }
 
 #include <chrono>
 #include <exception>
@@ -8,8 +11,9 @@
 
 namespace dpt::dist::detail {
 
-// Throws TimeoutError or DistError for `operation` on `rank` that failed with `cause`.
-[[noreturn]] void throw_collective_failure(int rank, const std::string& operation, const std::exception& cause,
+// Throws TimeoutError or DistError for `operation` on `rank` that failed with `cause`; a dptrain
+// error (already explained) is rethrown as it is.
+[[noreturn]] void throw_collective_failure(int rank, const std::string& operation, std::exception_ptr cause,
                                            std::chrono::milliseconds timeout);
 
 }  // namespace dpt::dist::detail

@@ -1,7 +1,6 @@
 #include "dptrain/dist/init.h"
 
 #include <algorithm>
-#include <cstdlib>
 #include <iostream>
 
 #include <torch/cuda.h>
@@ -10,7 +9,6 @@
 #include "dptrain/common/error.h"
 #include "dptrain/dist/init_method.h"
 #include "dptrain/dist/rendezvous.h"
-#include "dptrain/dist/shared_memory_allreduce.h"
 
 #if defined(DPTRAIN_WITH_GLOO)
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
@@ -37,12 +35,6 @@ bool is_loopback(const std::string& host) {
 }
 
 #if defined(DPTRAIN_WITH_GLOO)
-// Every rank on this host, as the launcher (or torchrun, srun) says, and nobody said no.
-bool wants_shared_memory(const InitOptions& options, const Environment& env, const WorldInfo& world) {
-  return options.shared_memory() && env.get("DPTRAIN_SHM").value_or("1") != "0" && world.world_size > 1 &&
-         world.local_world_size == world.world_size;
-}
-
 compat::BackendPtr make_gloo(const compat::StorePtr& store, const WorldInfo& world, const std::string& master,
                              const std::optional<std::string>& interface, std::chrono::milliseconds timeout) {
   auto options = c10d::ProcessGroupGloo::Options::create(timeout);
@@ -106,15 +98,10 @@ std::shared_ptr<Communicator> init_process_group(const InitOptions& options, con
   if (backend == "gloo") {
 #if defined(DPTRAIN_WITH_GLOO)
     auto gloo = make_gloo(store, world, world.master_addr, interface, options.timeout());
-    auto comm = std::make_shared<Communicator>(std::move(gloo), world, options.timeout(), at::kCPU, store);
-    if (wants_shared_memory(options, env, world)) {
-      c10d::PrefixStore prefixed("shm", store);
-      std::string why_not;
-      auto local = SharedMemoryAllreduce::attach(prefixed, world, SharedMemoryOptions().timeout(options.timeout()),
-                                                 &why_not);
-      comm->use_shared_memory(std::move(local), why_not);
-    }
-    return comm;
+    const bool shared_memory = options.shared_memory() && env.get("DPTRAIN_SHM").value_or("1") != "0";
+    return std::make_shared<Communicator>(
+        std::move(gloo), world,
+        CommunicatorOptions().timeout(options.timeout()).store(store).shared_memory(shared_memory));
 #else
     throw ConfigError("this build of dptrain has no Gloo backend (its headers were missing at build time); "
                       "install libgloo-dev and rebuild, or use --dist-backend nccl");
@@ -126,15 +113,23 @@ std::shared_ptr<Communicator> init_process_group(const InitOptions& options, con
     DPT_CHECK(devices > 0, ConfigError, "rank ", world.rank,
               ": the nccl backend needs a CUDA device and none is visible; use --dist-backend gloo");
     const int device = world.local_rank % devices;
-    // NCCL reads its interface from the environment only; --interface is passed on that way.
-    if (interface) setenv("NCCL_SOCKET_IFNAME", interface->c_str(), /*overwrite=*/1);
+    // NCCL reads its interface from the environment only, and a library that changed its
+    // process's environment would surprise the program around it: the caller exports it.
+    const auto& asked = options.interface();
+    DPT_CHECK(!asked || asked->empty() || env.get("NCCL_SOCKET_IFNAME") == asked, ConfigError, "rank ", world.rank,
+              ": NCCL takes its network interface only from NCCL_SOCKET_IFNAME; export NCCL_SOCKET_IFNAME=",
+              asked.value_or(""), " before starting (dptrain launch passes its environment on)");
     c10::cuda::set_device(static_cast<c10::DeviceIndex>(device));
     auto nccl_options = c10d::ProcessGroupNCCL::Options::create();
     nccl_options->timeout = options.timeout();
     auto prefixed = c10::make_intrusive<c10d::PrefixStore>("nccl", store);
     auto nccl = c10::make_intrusive<c10d::ProcessGroupNCCL>(prefixed, world.rank, world.world_size, nccl_options);
-    return std::make_shared<Communicator>(std::move(nccl), world, options.timeout(),
-                                          at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(device)), store);
+    return std::make_shared<Communicator>(
+        std::move(nccl), world,
+        CommunicatorOptions()
+            .timeout(options.timeout())
+            .device(at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(device)))
+            .store(store));
 #else
     throw ConfigError("this build of dptrain has no NCCL backend (LibTorch without CUDA); use --dist-backend gloo");
 #endif

@@ -2,17 +2,10 @@
 
 namespace dpt::comm_hooks {
 
-// Over shared memory the reduction divides as it sums, on its own thread. Elsewhere the bucket is
-// divided before the sum, as PyTorch's reducer does: Gloo has no average, and the communicator's
-// division once the sum arrives would run when the reducer waits, after backward, for every bucket
-// at once.
+// The transport divides where it costs least (dist/transport/transport.h).
 CommHook allreduce_mean() {
   return [](dist::Communicator& comm, at::Tensor bucket) {
-    if (comm.averages_while_reducing(bucket)) {
-      return PendingReduction(comm.all_reduce_async(bucket, dist::ReduceOp::Mean));
-    }
-    if (comm.size() > 1) bucket.div_(comm.size());
-    return PendingReduction(comm.all_reduce_async(bucket, dist::ReduceOp::Sum));
+    return PendingReduction(comm.all_reduce_async(bucket, dist::ReduceOp::Mean));
   };
 }
 

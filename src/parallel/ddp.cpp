@@ -37,12 +37,7 @@ DistributedDataParallelBase::DistributedDataParallelBase(std::shared_ptr<torch::
     : module_(std::move(module)),
       comm_(checked(std::move(comm), *module_)),
       options_(options),
-      reducer_(trainable_parameters(*module_), comm_,
-               ReducerOptions()
-                   .bucket_cap_mb(options.bucket_cap_mb())
-                   .first_bucket_cap_mb(options.first_bucket_cap_mb())
-                   .last_bucket_cap_mb(options.last_bucket_cap_mb())
-                   .find_unused_parameters(options.find_unused_parameters())),
+      reducer_(trainable_parameters(*module_), comm_, options.reducer()),
       buffers_(module_->buffers()) {
   std::vector<at::Tensor> state = module_->parameters();
   state.insert(state.end(), buffers_.begin(), buffers_.end());

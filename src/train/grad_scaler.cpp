@@ -8,8 +8,8 @@
 
 namespace dpt::train {
 
-GradScaler::GradScaler(GradScalerOptions options, dist::Communicator* comm)
-    : options_(std::move(options)), comm_(comm), scale_(static_cast<float>(options_.init_scale())) {
+GradScaler::GradScaler(GradScalerOptions options, std::shared_ptr<dist::Communicator> comm)
+    : options_(std::move(options)), comm_(std::move(comm)), scale_(static_cast<float>(options_.init_scale())) {
   DPT_CHECK(options_.init_scale() > 0 && std::isfinite(scale_), ConfigError,
             "the initial loss scale must be positive and finite in float32, got ",
             options_.init_scale());

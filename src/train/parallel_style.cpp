@@ -1,29 +1,114 @@
+// The three ways the trainer's replicas agree on a step (parallel_style.h), and the factory that
+// picks one.
+
 #include "parallel_style.h"
 
 #include "dptrain/common/error.h"
+#include "dptrain/models/state_dict.h"
 #include "dptrain/parallel/data_parallel.h"
+#include "dptrain/parallel/ddp.h"
+#include "dptrain/parallel/hvd.h"
 
 namespace dpt::train {
 
-ParallelMode parse_parallel_mode(const std::string& name) {
-  if (name == "ddp") return ParallelMode::Ddp;
-  if (name == "dp") return ParallelMode::Dp;
-  if (name == "hvd") return ParallelMode::Hvd;
-  DPT_CHECK(false, ConfigError, "unknown --mode '", name, "'; use ddp, dp or hvd");
-  return ParallelMode::Ddp;
+namespace {
+
+// --mode ddp: DistributedDataParallel, gradients averaged over the ranks during backward.
+class DdpStyle : public ParallelStyle {
+ public:
+  DdpStyle(models::ResNet model, std::shared_ptr<torch::optim::SGD> optimizer,
+           std::shared_ptr<dist::Communicator> comm)
+      : ddp_(std::move(model), std::move(comm)), optimizer_(std::move(optimizer)) {}
+
+  at::Tensor forward(const at::Tensor& images) override { return ddp_.forward(images); }
+  void zero_grad() override { optimizer_->zero_grad(); }
+  // Validation is split over the ranks and runs the model itself, not ddp_.forward: every rank
+  // first takes rank 0's BatchNorm statistics, so the pass measures the model rank 0 checkpoints.
+  void before_evaluate() override { ddp_.broadcast_buffers(); }
+  std::string describe() const override { return "DistributedDataParallel"; }
+
+ private:
+  DistributedDataParallel<models::ResNet> ddp_;
+  std::shared_ptr<torch::optim::SGD> optimizer_;
+};
+
+// --mode dp: one process, torch.nn.DataParallel's way. The batch of a step is split over the
+// replicas; backward leaves the whole batch's gradient in the model's .grad, so the optimizer
+// steps the model itself and evaluation runs on it.
+class DpStyle : public ParallelStyle {
+ public:
+  DpStyle(models::ResNet model, std::vector<torch::Device> devices, std::shared_ptr<torch::optim::SGD> optimizer)
+      : dp_(std::move(model), DataParallelOptions(std::move(devices))), optimizer_(std::move(optimizer)) {}
+
+  at::Tensor forward(const at::Tensor& images) override { return dp_.forward(images); }
+  void zero_grad() override { optimizer_->zero_grad(); }
+  std::string describe() const override {
+    std::string text = "DataParallel over " + std::to_string(dp_.replica_count()) + " replicas (";
+    const auto& devices = dp_.options().devices();
+    for (size_t k = 0; k < devices.size(); ++k) text += (k > 0 ? ", " : "") + devices[k].str();
+    return text + ")";
+  }
+
+ private:
+  DataParallel<models::ResNet> dp_;
+  std::shared_ptr<torch::optim::SGD> optimizer_;
+};
+
+// --mode hvd: Horovod's recipe. Rank 0's weights and optimizer state are broadcast once, then
+// hvd::DistributedOptimizer averages the gradients during backward through the same reducer as
+// DistributedDataParallel.
+class HvdStyle : public ParallelStyle {
+ public:
+  HvdStyle(models::ResNet model, std::shared_ptr<torch::optim::SGD> optimizer,
+           std::shared_ptr<dist::Communicator> comm)
+      : context_(std::move(comm)), model_(std::move(model)), optimizer_(make_optimizer(optimizer)) {}
+
+  at::Tensor forward(const at::Tensor& images) override { return model_->forward(images); }
+  void zero_grad() override { optimizer_.zero_grad(); }
+  // The reducer has finished during backward; this only checks that it ran.
+  void synchronize() override { optimizer_.synchronize(); }
+  // Horovod leaves BatchNorm's running statistics to each rank, where they drift apart (each
+  // follows its own batches). Validation is split over the ranks, so every rank first takes rank
+  // 0's: the pass then measures the model rank 0 checkpoints, as DDP's buffer broadcast does.
+  void before_evaluate() override { hvd::broadcast_parameters(context_, model_->named_buffers(), /*root_rank=*/0); }
+  std::string describe() const override { return "hvd::DistributedOptimizer"; }
+
+ private:
+  hvd::DistributedOptimizer make_optimizer(std::shared_ptr<torch::optim::SGD> optimizer) const {
+    hvd::broadcast_parameters(context_, models::state_dict(*model_), /*root_rank=*/0);
+    hvd::broadcast_optimizer_state(context_, *optimizer, /*root_rank=*/0);
+    return hvd::DistributedOptimizer(context_, std::move(optimizer), model_->named_parameters());
+  }
+
+  hvd::Context context_;
+  models::ResNet model_;
+  hvd::DistributedOptimizer optimizer_;
+};
+
+std::unique_ptr<ParallelStyle> make_ddp_style(models::ResNet model, std::shared_ptr<torch::optim::SGD> optimizer,
+                                              std::shared_ptr<dist::Communicator> comm) {
+  return std::make_unique<DdpStyle>(std::move(model), std::move(optimizer), std::move(comm));
 }
 
-std::string to_string(ParallelMode mode) {
-  switch (mode) {
-    case ParallelMode::Ddp:
-      return "ddp";
-    case ParallelMode::Dp:
-      return "dp";
-    case ParallelMode::Hvd:
-      return "hvd";
-  }
-  return "?";
+std::unique_ptr<ParallelStyle> make_dp_style(const TrainOptions& options, models::ResNet model,
+                                             std::shared_ptr<torch::optim::SGD> optimizer,
+                                             const dist::Communicator& comm) {
+  DPT_CHECK(comm.size() == 1, ConfigError, "rank ", comm.rank(), ": --mode dp runs in one process driving ",
+            "several replicas, but this process is one of ", comm.size(),
+            "; start it without a launcher, or use --mode ddp");
+  // Autocast is a per-thread setting and the replicas run in their own threads.
+  DPT_CHECK(!options.amp(), ConfigError, "--amp is not supported with --mode dp; use --mode ddp");
+  // SyncBatchNorm reduces over processes; dp's replicas share one.
+  DPT_CHECK(!options.sync_bn(), ConfigError, "--sync-bn needs one process per replica; use --mode ddp");
+  return std::make_unique<DpStyle>(std::move(model), data_parallel_devices(options), std::move(optimizer));
 }
+
+std::unique_ptr<ParallelStyle> make_hvd_style(models::ResNet model, std::shared_ptr<torch::optim::SGD> optimizer,
+                                              std::shared_ptr<dist::Communicator> comm) {
+  return std::make_unique<HvdStyle>(std::move(model), std::move(optimizer), std::move(comm));
+}
+
+}  // namespace
 
 std::vector<torch::Device> data_parallel_devices(const TrainOptions& o) {
   DPT_CHECK(o.gpus().empty() != !o.replicas().has_value(), ConfigError,

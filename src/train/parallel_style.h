@@ -48,12 +48,4 @@ std::unique_ptr<ParallelStyle> make_parallel_style(const TrainOptions& options, 
                                                    std::shared_ptr<torch::optim::SGD> optimizer,
                                                    std::shared_ptr<dist::Communicator> comm);
 
-std::unique_ptr<ParallelStyle> make_ddp_style(models::ResNet model, std::shared_ptr<torch::optim::SGD> optimizer,
-                                              std::shared_ptr<dist::Communicator> comm);
-std::unique_ptr<ParallelStyle> make_dp_style(const TrainOptions& options, models::ResNet model,
-                                             std::shared_ptr<torch::optim::SGD> optimizer,
-                                             const dist::Communicator& comm);
-std::unique_ptr<ParallelStyle> make_hvd_style(models::ResNet model, std::shared_ptr<torch::optim::SGD> optimizer,
-                                              std::shared_ptr<dist::Communicator> comm);
-
 }  // namespace dpt::train

@@ -21,11 +21,11 @@
 #include "dptrain/dist/init.h"
 #include "dptrain/models/registry.h"
 #include "dptrain/parallel/convert_sync_batchnorm.h"
-#include "dptrain/train/checkpoint_file.h"
+#include "dptrain/train/checkpoint/checkpoint_file.h"
 #include "dptrain/train/grad_scaler.h"
 #include "dptrain/train/lr_schedule.h"
-#include "dptrain/train/optimizer_state.h"
-#include "dptrain/train/training_checkpoint.h"
+#include "dptrain/train/checkpoint/optimizer_state.h"
+#include "dptrain/train/checkpoint/training_checkpoint.h"
 #include "parallel_style.h"
 
 namespace dpt::train {
@@ -134,6 +134,17 @@ struct Trainer::State {
   // Tells the observers about a finished train or val pass: `all` are its sums over all ranks,
   // `skipped_here` the bad images this rank's loader skipped (summed over ranks here: collective).
   void report_pass(const std::string& phase, const MetricSums& all, size_t skipped_here, Clock::time_point start);
+  // A report of kind R (StepReport, EpochReport) with the position and the scores of `all`.
+  template <typename R>
+  R scored(const MetricSums& all) const {
+    R report;
+    report.epoch = epoch;
+    report.global_step = global_step();
+    report.loss = all.loss();
+    report.acc1 = all.top1_percent();
+    report.acc5 = all.top5_percent();
+    return report;
+  }
   void save_checkpoint(bool epoch_done, bool is_best) const;
   // One optimizer step; returns the step's sums over all ranks.
   MetricSums step(const data::Batch& batch);
@@ -180,7 +191,7 @@ Trainer::Trainer(TrainOptions options) : state_(std::make_unique<State>(std::mov
       s.model->parameters(), torch::optim::SGDOptions(o.lr()).momentum(o.momentum()).weight_decay(o.weight_decay()));
   s.style = make_parallel_style(o, s.model, s.optimizer, s.comm);
   // Loss scaling keeps fp16 gradients from underflowing; bf16 has float32's range and needs none.
-  s.scaler = std::make_unique<GradScaler>(GradScalerOptions().enabled(o.amp() && s.device.is_cuda()), s.comm.get());
+  s.scaler = std::make_unique<GradScaler>(GradScalerOptions().enabled(o.amp() && s.device.is_cuda()), s.comm);
   s.sampler = std::make_unique<data::DistributedSampler>(
       s.data.train->size(), data::SamplerOptions(s.comm->size(), s.comm->rank()).seed(o.seed()));
   const int64_t global_batch = o.batch_size() * s.comm->size();
@@ -309,14 +320,9 @@ bool Trainer::State::train_epoch(MetricSums& sums, int64_t& skipped) {
     sums.add(all);
     const double elapsed = seconds_since(start);
     const int64_t taken = step_in_epoch - first_step;
-    StepReport report;
-    report.epoch = epoch;
+    StepReport report = scored<StepReport>(all);
     report.step_in_epoch = step_in_epoch;
     report.steps_per_epoch = steps;
-    report.global_step = global_step();
-    report.loss = all.loss();
-    report.acc1 = all.top1_percent();
-    report.acc5 = all.top5_percent();
     report.lr = schedule->lr_at(global_step() - 1);
     report.images_per_s = elapsed > 0 ? static_cast<double>(sums.count) / elapsed : 0.0;
     report.eta_s = taken > 0 ? elapsed / taken * static_cast<double>(std::max<int64_t>(0, steps - step_in_epoch)) : 0.0;
@@ -407,13 +413,8 @@ void Trainer::State::report_pass(const std::string& phase, const MetricSums& all
                                  Clock::time_point start) {
   at::Tensor skipped = at::tensor({static_cast<double>(skipped_here)}, at::kDouble).to(comm->device());
   comm->all_reduce(skipped, dist::ReduceOp::Sum);
-  EpochReport report;
+  EpochReport report = scored<EpochReport>(all);
   report.phase = phase;
-  report.epoch = epoch;
-  report.global_step = global_step();
-  report.loss = all.loss();
-  report.acc1 = all.top1_percent();
-  report.acc5 = all.top5_percent();
   report.samples = all.count;
   report.seconds = seconds_since(start);
   report.images_per_s = report.seconds > 0 ? static_cast<double>(all.count) / report.seconds : 0.0;

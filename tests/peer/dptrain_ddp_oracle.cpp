@@ -43,7 +43,8 @@ int train(const std::string& out, bool mismatch) {
   torch::nn::Sequential model(torch::nn::Conv2d(torch::nn::Conv2dOptions(3, 4, 3)), torch::nn::ReLU(),
                               torch::nn::Flatten(), torch::nn::Linear(4 * 6 * 6, mismatch && rank == 1 ? 6 : 5));
   dpt::DistributedDataParallel ddp(
-      model, comm, dpt::DDPOptions().first_bucket_cap_mb(0.00001).bucket_cap_mb(0.001).last_bucket_cap_mb(0.00001));
+      model, comm, dpt::DDPOptions().reducer(
+          dpt::ReducerOptions().first_bucket_cap_mb(0.00001).bucket_cap_mb(0.001).last_bucket_cap_mb(0.00001)));
   if (rank == 0) save(*model, out + "/initial.pt");
 
   torch::manual_seed(1234);

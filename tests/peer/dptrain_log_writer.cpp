@@ -13,7 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "dptrain/common/error.h"
-#include "dptrain/train/observers.h"
+#include "dptrain/train/logs/observers.h"
 
 namespace train = dpt::train;
 

@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <string>
 
-#include "dptrain/train/report.h"
+#include "dptrain/train/logs/report.h"
 
 namespace dpt::testing {
 

@@ -1,7 +1,7 @@
 #pragma once
 // Several ranks as threads of one test process: an in-memory HashStore for the rendezvous and a
 // real Gloo process group per thread over loopback, with float all_reduce through shared memory
-// when asked. Every rank's exception is rethrown on the calling thread, with its rank, after all
+// when asked (chosen by the same factory as init_process_group's). Every rank's exception is rethrown on the calling thread, with its rank, after all
 // threads have ended.
 //
 //   dpt::testing::run_ranks(2, [](dpt::dist::Communicator& comm) { ... });
@@ -22,7 +22,6 @@
 #include "dptrain/common/error.h"
 #include "dptrain/dist/communicator.h"
 #include "dptrain/dist/rendezvous.h"
-#include "dptrain/dist/shared_memory_allreduce.h"
 
 namespace dpt::testing {
 
@@ -39,6 +38,15 @@ inline dist::WorldInfo local_world(int rank, int size) {
   return world;
 }
 
+// A Gloo process group over loopback for `world`'s rank; every rank of it calls this.
+inline compat::BackendPtr loopback_gloo(const compat::StorePtr& store, const dist::WorldInfo& world,
+                                        std::chrono::milliseconds timeout) {
+  auto options = c10d::ProcessGroupGloo::Options::create(timeout);
+  options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
+  auto prefixed = c10::make_intrusive<c10d::PrefixStore>("gloo", store);
+  return c10::make_intrusive<c10d::ProcessGroupGloo>(prefixed, world.rank, world.world_size, options);
+}
+
 inline void run_ranks(int world_size, const std::function<void(dist::Communicator&)>& body,
                       std::chrono::milliseconds timeout = std::chrono::seconds(30),
                       Transport transport = Transport::Gloo) {
@@ -51,18 +59,12 @@ inline void run_ranks(int world_size, const std::function<void(dist::Communicato
       try {
         const dist::WorldInfo world = local_world(rank, world_size);
         dist::join(*store, world, dist::RendezvousOptions(timeout));
-        auto options = c10d::ProcessGroupGloo::Options::create(timeout);
-        options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
-        auto prefixed = c10::make_intrusive<c10d::PrefixStore>("gloo", store);
-        auto backend = c10::make_intrusive<c10d::ProcessGroupGloo>(prefixed, rank, world_size, options);
-        dist::Communicator comm(backend, world, timeout);
-        if (transport == Transport::SharedMemory && world_size > 1) {
-          c10d::PrefixStore shm_store("shm", store);
-          std::string why_not;
-          auto local = dist::SharedMemoryAllreduce::attach(shm_store, world,
-                                                           dist::SharedMemoryOptions().timeout(timeout), &why_not);
-          if (!local) throw std::runtime_error("no shared memory: " + why_not);
-          comm.use_shared_memory(std::move(local));
+        auto backend = loopback_gloo(store, world, timeout);
+        const bool shared_memory = transport == Transport::SharedMemory;
+        dist::Communicator comm(
+            backend, world, dist::CommunicatorOptions().timeout(timeout).store(store).shared_memory(shared_memory));
+        if (shared_memory && world_size > 1 && comm.transport() != "gloo + shared memory") {
+          throw std::runtime_error("asked for shared memory, got " + comm.transport());
         }
         body(comm);
       } catch (const std::exception& e) {

@@ -11,7 +11,7 @@
 #include <torch/torch.h>
 
 #include "dptrain/common/error.h"
-#include "dptrain/train/checkpoint_file.h"
+#include "dptrain/train/checkpoint/checkpoint_file.h"
 
 namespace fs = std::filesystem;
 using namespace dpt::train;

@@ -11,7 +11,7 @@
 #include <string>
 
 #include "dptrain/common/error.h"
-#include "dptrain/train/console_observer.h"
+#include "dptrain/train/logs/console_observer.h"
 #include "support/report_samples.h"
 
 using dpt::testing::sample_epoch;

@@ -3,7 +3,7 @@
 #include <numeric>
 #include <string>
 
-#include "dptrain/train/crc32c.h"
+#include "train/logs/crc32c.h"
 
 using dpt::train::crc32c;
 

@@ -10,6 +10,7 @@ namespace {
 
 namespace F = torch::nn::functional;
 using dpt::DDPOptions;
+using dpt::ReducerOptions;
 using dpt::DistributedDataParallel;
 using dpt::dist::Communicator;
 using dpt::testing::Batches;
@@ -29,7 +30,7 @@ std::vector<at::Tensor> train_ddp(Communicator& comm, const Batches& data, uint6
   fill(*model, seed + comm.rank());
   DistributedDataParallel ddp(
       model, borrow(comm),
-      DDPOptions().first_bucket_cap_mb(0.0001).bucket_cap_mb(0.0001).last_bucket_cap_mb(0.0001));
+      DDPOptions().reducer(ReducerOptions().first_bucket_cap_mb(0.0001).bucket_cap_mb(0.0001).last_bucket_cap_mb(0.0001)));
   // 104-byte limits everywhere (no smaller buckets at the end): three buckets, the last layer's
   // first, as PyTorch lays them out.
   EXPECT_EQ(ddp.reducer().bucket_indices(), (std::vector<std::vector<size_t>>{{5, 4}, {3, 2}, {1, 0}}));
@@ -87,7 +88,7 @@ TEST(DistributedDataParallel, NoSyncAccumulatesThenReducesTheSum) {
   dpt::testing::run_ranks(2, [&](Communicator& comm) {
     auto model = make_mlp();
     fill(*model, 100 + comm.rank());
-    DistributedDataParallel ddp(model, borrow(comm), DDPOptions().first_bucket_cap_mb(0.0002).bucket_cap_mb(0.0005).last_bucket_cap_mb(0.0002));
+    DistributedDataParallel ddp(model, borrow(comm), DDPOptions().reducer(ReducerOptions().first_bucket_cap_mb(0.0002).bucket_cap_mb(0.0005).last_bucket_cap_mb(0.0002)));
     torch::optim::SGD optimizer(ddp.parameters(), sgd());
     for (int64_t s = 0; s < steps; ++s) {
       optimizer.zero_grad();
@@ -145,7 +146,7 @@ TEST(DistributedDataParallel, FindUnusedParametersTrainsLikeOneProcess) {
   dpt::testing::run_ranks(2, [&](Communicator& comm) {
     TwoHeads model;
     fill(*model, 5);
-    DistributedDataParallel ddp(model, borrow(comm), DDPOptions().find_unused_parameters(true));
+    DistributedDataParallel ddp(model, borrow(comm), DDPOptions().reducer(ReducerOptions().find_unused_parameters(true)));
     torch::optim::SGD optimizer(ddp.parameters(), sgd());
     for (int64_t s = 0; s < steps; ++s) {
       optimizer.zero_grad();
@@ -223,7 +224,7 @@ TEST(DistributedDataParallel, TimingTellsWhenEachBucketWasLaunched) {
     auto model = make_mlp();
     DistributedDataParallel ddp(
         model, borrow(comm),
-        DDPOptions().first_bucket_cap_mb(0.0001).bucket_cap_mb(0.0001).last_bucket_cap_mb(0.0001));
+        DDPOptions().reducer(ReducerOptions().first_bucket_cap_mb(0.0001).bucket_cap_mb(0.0001).last_bucket_cap_mb(0.0001)));
     const Batches data = make_batches(2, 4);
     for (int64_t step = 0; step < 2; ++step) {
       F::cross_entropy(ddp->forward(data.x[step]), data.y[step]).backward();

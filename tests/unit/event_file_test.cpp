@@ -2,7 +2,7 @@
 
 #include <string>
 
-#include "dptrain/train/event_file.h"
+#include "train/logs/event_file.h"
 
 using namespace dpt::train;
 

@@ -8,6 +8,7 @@
 #include "dptrain/common/error.h"
 #include "dptrain/train/grad_scaler.h"
 #include "support/thread_ranks.h"
+#include "support/tiny_training.h"
 
 using dpt::train::GradScaler;
 using dpt::train::GradScalerOptions;
@@ -146,7 +147,7 @@ TEST(GradScaler, StateRoundTripsThroughAPickledDict) {
 TEST(GradScaler, EveryRankSkipsWhenOneRankFindsInf) {
   dpt::testing::run_ranks(2, [](dpt::dist::Communicator& comm) {
     Fixture f;
-    GradScaler scaler(GradScalerOptions().init_scale(4.0), &comm);
+    GradScaler scaler(GradScalerOptions().init_scale(4.0), dpt::testing::borrow(comm));
     f.set_grad({4.0f, comm.rank() == 1 ? kInf : 4.0f});
     EXPECT_FALSE(scaler.step(f.sgd));
     scaler.update();

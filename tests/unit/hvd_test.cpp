@@ -37,7 +37,7 @@ std::vector<at::Tensor> train_hvd(const hvd::Context& ctx, const Batches& data, 
                                   hvd::DistributedOptimizerOptions options) {
   auto model = make_mlp();
   fill(*model, seed + ctx.rank());
-  ctx.broadcast_parameters(model->named_parameters(), /*root_rank=*/0);
+  dpt::hvd::broadcast_parameters(ctx, model->named_parameters(), /*root_rank=*/0);
   auto sgd_optimizer = std::make_shared<torch::optim::SGD>(model->parameters(), sgd());
   hvd::DistributedOptimizer optimizer(ctx, sgd_optimizer, model->named_parameters(),
                                       options.fusion_threshold_bytes(kSmallFusion));
@@ -61,8 +61,10 @@ std::vector<at::Tensor> train_ddp(Communicator& comm, const Batches& data, uint6
   auto model = make_mlp();
   fill(*model, seed + comm.rank());
   dpt::DistributedDataParallel ddp(model, borrow(comm),
-                                   dpt::DDPOptions().first_bucket_cap_mb(0.0001).bucket_cap_mb(0.0001).last_bucket_cap_mb(
-                                       0.0001));
+                                   dpt::DDPOptions().reducer(dpt::ReducerOptions()
+                                                                 .first_bucket_cap_mb(0.0001)
+                                                                 .bucket_cap_mb(0.0001)
+                                                                 .last_bucket_cap_mb(0.0001)));
   torch::optim::SGD optimizer(ddp.parameters(), sgd());
   const int64_t per_rank = data.x.size(1) / comm.size();
   for (int64_t s = 0; s < data.x.size(0); ++s) {
@@ -226,7 +228,7 @@ TEST(HvdBroadcastOptimizerState, MakesMomentumBuffersAndHyperParametersEqual) {
       }
     }
     EXPECT_EQ(optimizer->state().empty(), !root);
-    ctx.broadcast_optimizer_state(*optimizer, /*root_rank=*/0);
+    dpt::hvd::broadcast_optimizer_state(ctx, *optimizer, /*root_rank=*/0);
     const auto& options = static_cast<const torch::optim::SGDOptions&>(optimizer->param_groups()[0].options());
     EXPECT_EQ(options.lr(), 0.2);
     EXPECT_EQ(options.momentum(), 0.9);
@@ -237,14 +239,14 @@ TEST(HvdBroadcastOptimizerState, MakesMomentumBuffersAndHyperParametersEqual) {
       EXPECT_TRUE(buffers[0].equal(buffers[1]));
       EXPECT_GT(buffers[0].abs().max().item<double>(), 0);
     }
-    ctx.broadcast_optimizer_state(*optimizer, /*root_rank=*/0);  // again: nothing changes
+    dpt::hvd::broadcast_optimizer_state(ctx, *optimizer, /*root_rank=*/0);  // again: nothing changes
     auto fresh = std::make_shared<torch::optim::SGD>(model->parameters(), torch::optim::SGDOptions(0.3).momentum(0.9));
     if (root) {
       fresh->zero_grad();
       F::cross_entropy(model->forward(data.x[0]), data.y[0]).backward();
       fresh->step();
     }
-    ctx.broadcast_optimizer_state(*fresh, /*root_rank=*/1);
+    dpt::hvd::broadcast_optimizer_state(ctx, *fresh, /*root_rank=*/1);
     EXPECT_TRUE(fresh->state().empty()) << "rank " << comm.rank();
   });
 }
@@ -263,7 +265,7 @@ TEST(HvdBroadcastOptimizerState, CarriesAdamMomentsAndStepCounts) {
         adam->step();
       }
     }
-    ctx.broadcast_optimizer_state(*adam, /*root_rank=*/1);
+    dpt::hvd::broadcast_optimizer_state(ctx, *adam, /*root_rank=*/1);
     for (const auto& p : model->parameters()) {
       const auto* state = dynamic_cast<const torch::optim::AdamParamState*>(state_of(*adam, p));
       ASSERT_NE(state, nullptr) << "rank " << comm.rank();
@@ -286,7 +288,7 @@ TEST(HvdBroadcastOptimizerState, DifferentOptimizersFailOnEveryRank) {
     } else {
       optimizer = std::make_shared<torch::optim::Adam>(model->parameters(), torch::optim::AdamOptions(1e-3));
     }
-    EXPECT_EQ(error_of([&] { ctx.broadcast_optimizer_state(*optimizer, 0); }),
+    EXPECT_EQ(error_of([&] { dpt::hvd::broadcast_optimizer_state(ctx, *optimizer, 0); }),
               dpt::str("rank ", comm.rank(), ": hvd::broadcast_optimizer_state: rank 0 and rank 1 disagree at entry 0: "
                        "rank 0 passes a torch::optim::SGD, rank 1 passes a torch::optim::Adam. Every rank must build "
                        "the same optimizer over the same parameters and pass the same root"));
@@ -300,7 +302,7 @@ TEST(HvdBroadcastParameters, CopiesRootsValuesIntoEveryRank) {
     fill(*model, 10 + comm.rank());
     auto from_root = make_mlp();
     fill(*from_root, 11);
-    ctx.broadcast_parameters(model->named_parameters(), /*root_rank=*/1);
+    dpt::hvd::broadcast_parameters(ctx, model->named_parameters(), /*root_rank=*/1);
     EXPECT_EQ(max_difference(model->parameters(), from_root->parameters()), 0) << "rank " << comm.rank();
   });
 }

@@ -7,7 +7,7 @@
 #include <limits>
 #include <string>
 
-#include "dptrain/train/jsonl_observer.h"
+#include "dptrain/train/logs/jsonl_observer.h"
 #include "support/report_samples.h"
 #include "support/temp_dir.h"
 

@@ -6,7 +6,7 @@
 #include <string>
 
 #include "dptrain/common/error.h"
-#include "dptrain/train/log_file.h"
+#include "dptrain/train/logs/log_file.h"
 #include "support/temp_dir.h"
 
 namespace fs = std::filesystem;

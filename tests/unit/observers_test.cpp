@@ -7,10 +7,10 @@
 #include <string>
 
 #include "dptrain/common/error.h"
-#include "dptrain/train/console_observer.h"
-#include "dptrain/train/jsonl_observer.h"
-#include "dptrain/train/observers.h"
-#include "dptrain/train/tensorboard_observer.h"
+#include "dptrain/train/logs/console_observer.h"
+#include "dptrain/train/logs/jsonl_observer.h"
+#include "dptrain/train/logs/observers.h"
+#include "dptrain/train/logs/tensorboard_observer.h"
 #include "support/temp_dir.h"
 
 namespace fs = std::filesystem;

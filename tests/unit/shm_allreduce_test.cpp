@@ -13,13 +13,13 @@
 #include <torch/torch.h>
 
 #include "dptrain/common/error.h"
-#include "dptrain/dist/shared_memory_allreduce.h"
+#include "dptrain/dist/transport/shm/allreduce.h"
 #include "support/temp_dir.h"
 #include "support/thread_ranks.h"
 
 using dpt::dist::ReduceOp;
-using dpt::dist::SharedMemoryAllreduce;
-using dpt::dist::SharedMemoryOptions;
+using SharedMemoryAllreduce = dpt::dist::transport::shm::Allreduce;
+using SharedMemoryOptions = dpt::dist::transport::shm::Options;
 using dpt::testing::local_world;
 
 namespace {
@@ -92,12 +92,12 @@ TEST(SharedMemoryAllreduce, EveryOpOverManyChunksEqualsTheReference) {
 }
 
 TEST(SharedMemoryAllreduce, SlotsShrinkWithLargeWorldsToKeepTheSegmentSmall) {
-  EXPECT_EQ(dpt::dist::default_slot_bytes(2), size_t{4} << 20);
-  EXPECT_EQ(dpt::dist::default_slot_bytes(4), size_t{4} << 20);
-  EXPECT_EQ(dpt::dist::default_slot_bytes(8), size_t{2} << 20);
-  EXPECT_EQ(dpt::dist::default_slot_bytes(64), size_t{256} << 10);
-  EXPECT_EQ(dpt::dist::default_slot_bytes(3) % 4096, 0u);
-  for (int n : {2, 3, 5, 8, 64, 1000}) EXPECT_LE(2 * n * dpt::dist::default_slot_bytes(n), size_t{32} << 20) << n;
+  EXPECT_EQ(dpt::dist::transport::shm::default_slot_bytes(2), size_t{4} << 20);
+  EXPECT_EQ(dpt::dist::transport::shm::default_slot_bytes(4), size_t{4} << 20);
+  EXPECT_EQ(dpt::dist::transport::shm::default_slot_bytes(8), size_t{2} << 20);
+  EXPECT_EQ(dpt::dist::transport::shm::default_slot_bytes(64), size_t{256} << 10);
+  EXPECT_EQ(dpt::dist::transport::shm::default_slot_bytes(3) % 4096, 0u);
+  for (int n : {2, 3, 5, 8, 64, 1000}) EXPECT_LE(2 * n * dpt::dist::transport::shm::default_slot_bytes(n), size_t{32} << 20) << n;
 }
 
 TEST(SharedMemoryAllreduce, TakesOnlyWhatItCanReduce) {

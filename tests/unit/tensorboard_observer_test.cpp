@@ -5,8 +5,8 @@
 #include <iterator>
 #include <string>
 
-#include "dptrain/train/event_file.h"
-#include "dptrain/train/tensorboard_observer.h"
+#include "train/logs/event_file.h"
+#include "dptrain/train/logs/tensorboard_observer.h"
 #include "support/report_samples.h"
 #include "support/temp_dir.h"
 

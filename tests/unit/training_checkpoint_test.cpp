@@ -4,9 +4,9 @@
 
 #include "dptrain/common/error.h"
 #include "dptrain/models/registry.h"
-#include "dptrain/train/checkpoint_file.h"
-#include "dptrain/train/optimizer_state.h"
-#include "dptrain/train/training_checkpoint.h"
+#include "dptrain/train/checkpoint/checkpoint_file.h"
+#include "dptrain/train/checkpoint/optimizer_state.h"
+#include "dptrain/train/checkpoint/training_checkpoint.h"
 #include "support/temp_dir.h"
 
 using namespace dpt::train;

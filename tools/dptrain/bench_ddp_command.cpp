@@ -82,7 +82,9 @@ int run_bench_ddp(const BenchDdpFlags& flags) {
   auto comm = dist::init_process_group();
   torch::manual_seed(comm->rank());
   auto model = models::create(flags.arch);
-  DistributedDataParallel ddp(model, comm, DDPOptions().bucket_cap_mb(flags.bucket_cap_mb).last_bucket_cap_mb(flags.last_bucket_cap_mb));
+  DistributedDataParallel ddp(
+      model, comm,
+      DDPOptions().reducer(ReducerOptions().bucket_cap_mb(flags.bucket_cap_mb).last_bucket_cap_mb(flags.last_bucket_cap_mb)));
   torch::optim::SGD optimizer(ddp.parameters(), torch::optim::SGDOptions(0.01).momentum(0.9).weight_decay(1e-4));
   const at::Tensor images = torch::randn({flags.batch_size, 3, flags.image_size, flags.image_size});
   const at::Tensor labels = torch::randint(1000, {flags.batch_size}, at::kLong);

@@ -8,7 +8,7 @@
 
 #include "command.h"
 #include "dptrain/common/error.h"
-#include "dptrain/train/checkpoint_file.h"
+#include "dptrain/train/checkpoint/checkpoint_file.h"
 #include "dptrain/train/trainer.h"
 #include "run_flags.h"
 

@@ -3,7 +3,7 @@
 #include <chrono>
 #include <iostream>
 
-#include "dptrain/train/observers.h"
+#include "dptrain/train/logs/observers.h"
 
 namespace dpt::cli {
 

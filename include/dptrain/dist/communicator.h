@@ -10,9 +10,9 @@
 //   work.wait();
 //
 // A Communicator wraps one c10d backend (Gloo or NCCL). Backend gaps (Gloo has no AVG, and no
-// bfloat16 before LibTorch 2.3) are filled here, so callers never see them. When all ranks share
-// a host, float all_reduce goes through shared memory instead of Gloo's loopback TCP
-// (shared_memory_allreduce.h); init_process_group sets that up.
+// bfloat16 before LibTorch 2.3) are filled here, so callers never see them. all_reduce travels
+// through the transport chosen at construction (transport/transport.h): when all ranks share a
+// host, float tensors go through shared memory instead of Gloo's loopback TCP.
 
 #include <chrono>
 #include <functional>
@@ -21,17 +21,11 @@
 #include <vector>
 
 #include "dptrain/compat/compat.h"
+#include "dptrain/dist/collective.h"
+#include "dptrain/dist/transport/transport.h"
 #include "dptrain/dist/world.h"
 
 namespace dpt::dist {
-
-class SharedMemoryAllreduce;
-
-enum class ReduceOp { Sum, Mean, Max, Min };
-std::string to_string(ReduceOp op);
-
-// The default bound on one collective, as PyTorch's (but enforced: a hung peer ends the job).
-constexpr std::chrono::milliseconds kDefaultTimeout = std::chrono::minutes(5);
 
 // An operation in flight. wait() blocks until it completes, at most for the communicator's
 // timeout, finishes any fix-up (divide for Mean, cast back from float32) and throws DistError or
@@ -57,14 +51,23 @@ class Work {
   std::chrono::milliseconds timeout_{0};
 };
 
+struct CommunicatorOptions {
+  // Bound on every collective.
+  TORCH_ARG(std::chrono::milliseconds, timeout) = kDefaultTimeout;
+  // Where this backend's tensors live: CPU for Gloo, this rank's GPU for NCCL.
+  TORCH_ARG(at::Device, device) = at::kCPU;
+  // The rendezvous store, kept alive as long as the communicator (on rank 0 it is the server the
+  // other ranks talk to). Null for a communicator built around a bare backend.
+  TORCH_ARG(compat::StorePtr, store);
+  // Try shared memory for all_reduce when every rank is on this host (needs `store`).
+  TORCH_ARG(bool, shared_memory) = false;
+};
+
 class Communicator {
  public:
-  // `device` is where this backend's tensors live: CPU for Gloo, this rank's GPU for NCCL.
-  // `store` is the rendezvous store, kept alive as long as the communicator (on rank 0 it is the
-  // server the other ranks talk to).
-  Communicator(compat::BackendPtr backend, WorldInfo world,
-               std::chrono::milliseconds timeout = kDefaultTimeout, at::Device device = at::kCPU,
-               compat::StorePtr store = {});
+  // Collective when options.shared_memory(): every rank constructs its communicator at the same
+  // point, since the ranks agree on the transport (transport::make_transport).
+  Communicator(compat::BackendPtr backend, WorldInfo world, const CommunicatorOptions& options = {});
   ~Communicator();
   Communicator(const Communicator&) = delete;
   Communicator& operator=(const Communicator&) = delete;
@@ -78,7 +81,8 @@ class Communicator {
   std::chrono::milliseconds timeout() const { return timeout_; }
   at::Device device() const { return device_; }
 
-  // In place: every rank ends with op(tensor over ranks).
+  // In place: every rank ends with op(tensor over ranks). A mean is divided where the transport
+  // does it best; once the work completes, the tensor holds it.
   void all_reduce(at::Tensor& tensor, ReduceOp op = ReduceOp::Sum);
   Work all_reduce_async(at::Tensor tensor, ReduceOp op = ReduceOp::Sum);
 
@@ -95,10 +99,6 @@ class Communicator {
   // Returns once every rank has reached it.
   void barrier();
 
-  // Whether all_reduce(tensor, Mean) divides while reducing (shared memory) rather than once the
-  // sum has arrived, on the thread that waits for it.
-  bool averages_while_reducing(const at::Tensor& tensor) const;
-
   // The tutorials' reduce_value(value, average): the sum over ranks, or the mean when `average`.
   double reduce_value(double value, bool average = true);
   at::Tensor reduce_value(const at::Tensor& value, bool average = true);
@@ -109,10 +109,6 @@ class Communicator {
   // The wrapped c10d backend, for callers that need an operation not offered above.
   compat::Backend& backend() { return *backend_; }
 
-  // From now on, all_reduce of what `local` accepts goes through it. Every rank must make the same
-  // call at the same point. Null keeps the backend, and `why_not` says why in transport().
-  void use_shared_memory(std::unique_ptr<SharedMemoryAllreduce> local, std::string why_not = {});
-
  private:
   Work start_all_reduce(at::Tensor tensor, ReduceOp op, const std::string& what);
 
@@ -121,8 +117,7 @@ class Communicator {
   std::chrono::milliseconds timeout_;
   at::Device device_;
   compat::StorePtr store_;
-  std::unique_ptr<SharedMemoryAllreduce> local_;
-  std::string no_shared_memory_because_;
+  std::unique_ptr<transport::Transport> transport_;
 };
 
 }  // namespace dpt::dist

@@ -40,11 +40,11 @@ struct InitOptions {
   // Every rank reports the rendezvous' progress, not only rank 0.
   TORCH_ARG(bool, verbose_rendezvous) = false;
   // Network interface for the backend's connections. Gloo: unset means GLOO_SOCKET_IFNAME, then
-  // loopback for a local master, else the address this host's name resolves to. NCCL: exported as
-  // NCCL_SOCKET_IFNAME (unset leaves NCCL's own choice).
+  // loopback for a local master, else the address this host's name resolves to. NCCL reads only
+  // NCCL_SOCKET_IFNAME from the environment: an interface named here must be the one it names.
   TORCH_ARG(std::optional<std::string>, interface) = std::nullopt;
   // When every rank is on this host (LOCAL_WORLD_SIZE equals WORLD_SIZE), Gloo's float all_reduce
-  // goes through /dev/shm (shared_memory_allreduce.h). DPTRAIN_SHM=0 in the environment turns it
+  // goes through /dev/shm (transport/shm/allreduce.h). DPTRAIN_SHM=0 in the environment turns it
   // off as well; Communicator::transport() says which is in use, or why shared memory is not.
   TORCH_ARG(bool, shared_memory) = true;
 };

@@ -39,6 +39,8 @@
 #include <torch/nn/module.h>
 #include <torch/nn/pimpl.h>
 
+#include "dptrain/parallel/module_handle.h"
+
 namespace dpt {
 
 namespace detail {
@@ -114,7 +116,9 @@ class DataParallelBase {
 };
 
 // `ModuleType` is a module holder (torch::nn::Sequential, a TORCH_MODULE) or a shared_ptr to a
-// module, Cloneable, whose forward takes one tensor and returns one tensor.
+// module, Cloneable, whose forward takes one tensor and returns one tensor. Not a
+// torch::nn::Module, for the reasons DistributedDataParallel gives (ddp.h): train()/eval(), state
+// dicts and checkpoints go through module(), the model given to the constructor.
 template <typename ModuleType>
 class DataParallel : public DataParallelBase {
  public:
@@ -141,27 +145,19 @@ class DataParallel : public DataParallelBase {
   static std::vector<ModuleType> make_replicas(ModuleType module, const DataParallelOptions& options) {
     check_devices(options);
     const auto& devices = options.devices();
-    as_module(module)->to(devices[0]);
+    detail::as_module(module)->to(devices[0]);
     std::vector<ModuleType> replicas{module};
     for (size_t k = 1; k < devices.size(); ++k) {
-      replicas.push_back(typed(module, clone_module(*as_module(module), devices[k])));
+      replicas.push_back(typed(module, clone_module(*detail::as_module(module), devices[k])));
     }
     return replicas;
   }
   static std::vector<std::shared_ptr<torch::nn::Module>> as_modules(const std::vector<ModuleType>& replicas) {
     std::vector<std::shared_ptr<torch::nn::Module>> modules;
-    for (const auto& r : replicas) modules.push_back(as_module(r));
+    for (const auto& r : replicas) modules.push_back(detail::as_module(r));
     return modules;
   }
 
-  template <typename Impl>
-  static std::shared_ptr<torch::nn::Module> as_module(const torch::nn::ModuleHolder<Impl>& holder) {
-    return holder.ptr();
-  }
-  template <typename Impl>
-  static std::shared_ptr<torch::nn::Module> as_module(const std::shared_ptr<Impl>& module) {
-    return module;
-  }
   template <typename Impl>
   static ModuleType typed(const torch::nn::ModuleHolder<Impl>&,
                                              const std::shared_ptr<torch::nn::Module>& clone) {

@@ -3,7 +3,7 @@
 // backward (bucketed allreduce overlapped with the backward pass), as PyTorch's DDP.
 //
 //   auto comm = dpt::dist::init_process_group();
-//   dpt::DistributedDataParallel ddp(model, comm, dpt::DDPOptions().bucket_cap_mb(25));
+//   dpt::DistributedDataParallel ddp(model, comm, dpt::DDPOptions().reducer(dpt::ReducerOptions().bucket_cap_mb(25)));
 //   torch::optim::SGD optimizer(ddp.parameters(), torch::optim::SGDOptions(0.1).momentum(0.9));
 //   auto loss = torch::nn::functional::cross_entropy(ddp->forward(x), y);
 //   loss.backward();                    // on return every .grad holds the mean over ranks
@@ -26,23 +26,17 @@
 
 #include "dptrain/dist/communicator.h"
 #include "dptrain/parallel/comm_hooks.h"
+#include "dptrain/parallel/module_handle.h"
 #include "dptrain/parallel/reducer.h"
 
 namespace dpt {
 
 struct DDPOptions {
-  // Size limit of every gradient bucket after the first, in MiB.
-  TORCH_ARG(double, bucket_cap_mb) = 25;
-  // Size limit of the first bucket (the last layers' gradients), in MiB.
-  TORCH_ARG(double, first_bucket_cap_mb) = 1;
-  // Size limit of the last bucket (the first layers' gradients, ready when backward ends), in MiB;
-  // the buckets before it double in size up to bucket_cap_mb.
-  TORCH_ARG(double, last_bucket_cap_mb) = 1;
+  // Gradient buckets and unused parameters (reducer.h). backward_passes > 1 accumulates that many
+  // backward passes locally before each reduction, as no_sync() does one guard at a time.
+  TORCH_ARG(ReducerOptions, reducer) = {};
   // Copy rank 0's buffers (e.g. BatchNorm running statistics) to every rank before each forward.
   TORCH_ARG(bool, broadcast_buffers) = true;
-  // Allow parameters that get no gradient in a step (they contribute their current .grad, zero
-  // after zero_grad). Without it such a step fails with an error naming them.
-  TORCH_ARG(bool, find_unused_parameters) = false;
 };
 
 // Where the last synchronized step's time went, in milliseconds.
@@ -117,11 +111,17 @@ class DistributedDataParallelBase {
 
 // `ModuleType` is a module holder (torch::nn::Sequential, a TORCH_MODULE) or a shared_ptr to a
 // module; its forward's arguments and result pass through unchanged.
+//
+// Not a torch::nn::Module itself: forward keeps the wrapped module's own signature (a LibTorch
+// module's forward is one fixed signature per type), and registering the model as a submodule
+// would prefix every parameter name with "module.", the names Python's DDP checkpoints carry and
+// users strip. train()/eval(), state dicts and checkpoints go through module(), under the plain
+// model's names.
 template <typename ModuleType>
 class DistributedDataParallel : public DistributedDataParallelBase {
  public:
   DistributedDataParallel(ModuleType module, std::shared_ptr<dist::Communicator> comm, DDPOptions options = {})
-      : DistributedDataParallelBase(as_module(module), std::move(comm), options), module_(std::move(module)) {}
+      : DistributedDataParallelBase(detail::as_module(module), std::move(comm), options), module_(std::move(module)) {}
 
   template <typename... Args>
   auto forward(Args&&... args) {
@@ -141,15 +141,6 @@ class DistributedDataParallel : public DistributedDataParallelBase {
   ModuleType& module() { return module_; }
 
  private:
-  template <typename Impl>
-  static std::shared_ptr<torch::nn::Module> as_module(const torch::nn::ModuleHolder<Impl>& holder) {
-    return holder.ptr();
-  }
-  template <typename Impl>
-  static std::shared_ptr<torch::nn::Module> as_module(const std::shared_ptr<Impl>& module) {
-    return module;
-  }
-
   ModuleType module_;
 };
 

@@ -1,7 +1,7 @@
 #pragma once
 // Loss scaling for mixed-precision training, with torch.cuda.amp.GradScaler's semantics.
 //
-//   dpt::train::GradScaler scaler(dpt::train::GradScalerOptions(), comm.get());
+//   dpt::train::GradScaler scaler(dpt::train::GradScalerOptions(), comm);
 //   for (...) {
 //     optimizer.zero_grad();
 //     scaler.scale(loss).backward();
@@ -16,6 +16,7 @@
 // rank skips the same steps and the replicas stay identical.
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <unordered_map>
 
@@ -42,8 +43,8 @@ struct GradScalerOptions {
 
 class GradScaler {
  public:
-  // `comm` (optional, not owned, must outlive the scaler) agrees the inf/NaN flag across ranks.
-  explicit GradScaler(GradScalerOptions options = {}, dist::Communicator* comm = nullptr);
+  // `comm` (optional) agrees the inf/NaN flag across ranks.
+  explicit GradScaler(GradScalerOptions options = {}, std::shared_ptr<dist::Communicator> comm = nullptr);
   GradScaler(const GradScaler&) = delete;
   GradScaler& operator=(const GradScaler&) = delete;
 
@@ -87,7 +88,7 @@ class GradScaler {
   bool any_non_finite_then_unscale(torch::optim::Optimizer& optimizer) const;
 
   GradScalerOptions options_;
-  dist::Communicator* comm_;
+  std::shared_ptr<dist::Communicator> comm_;
   // Kept in float32 like PyTorch's scale tensor, so the scale and its reciprocal round the same.
   float scale_;
   int64_t growth_tracker_ = 0;

@@ -19,8 +19,8 @@
 #include "dptrain/data/dataset.h"
 #include "dptrain/dist/init.h"
 #include "dptrain/train/lr_schedule.h"
-#include "dptrain/train/observers.h"
-#include "dptrain/train/report.h"
+#include "dptrain/train/logs/observers.h"
+#include "dptrain/train/logs/report.h"
 
 namespace dpt::train {
 

@@ -1,4 +1,4 @@
-#include "dptrain/dist/shared_memory_allreduce.h"
+#include "dptrain/dist/transport/shm/allreduce.h"
 
 #include <fcntl.h>
 #include <linux/futex.h>
@@ -22,7 +22,7 @@
 
 #include "dptrain/common/error.h"
 
-namespace dpt::dist {
+namespace dpt::dist::transport::shm {
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -201,14 +201,14 @@ struct Segment {
 
 }  // namespace
 
-struct SharedMemoryAllreduce::State {
+struct Allreduce::State {
   struct Operation {
     at::Tensor tensor;
     ReduceOp op = ReduceOp::Sum;
     c10::intrusive_ptr<LocalWork> work;
   };
 
-  State(std::unique_ptr<Segment> segment, const WorldInfo& world, const SharedMemoryOptions& options,
+  State(std::unique_ptr<Segment> segment, const WorldInfo& world, const Options& options,
         bool peers_visible)
       : segment(std::move(segment)),
         rank(world.rank),
@@ -241,7 +241,7 @@ struct SharedMemoryAllreduce::State {
   std::unique_ptr<Segment> segment;
   const int rank;
   const int world_size;
-  const SharedMemoryOptions options;
+  const Options options;
   const bool peers_visible;  // their pids can be checked from here (same pid namespace)
   uint64_t chunks = 0;       // chunks moved so far; the same count on every rank
 
@@ -253,7 +253,7 @@ struct SharedMemoryAllreduce::State {
   std::thread worker;         // last: starts once everything above exists
 };
 
-void SharedMemoryAllreduce::State::serve() {
+void Allreduce::State::serve() {
   for (;;) {
     Operation operation;
     {
@@ -274,7 +274,7 @@ void SharedMemoryAllreduce::State::serve() {
   }
 }
 
-void SharedMemoryAllreduce::State::run(const Operation& operation) {
+void Allreduce::State::run(const Operation& operation) {
   const auto deadline = Clock::now() + options.timeout();
   const at::Tensor& tensor = operation.tensor;
   const size_t element = tensor.element_size();
@@ -330,7 +330,7 @@ void SharedMemoryAllreduce::State::run(const Operation& operation) {
   }
 }
 
-void SharedMemoryAllreduce::State::wait_for_peers(Counter RankControl::*counter, uint32_t chunk, const char* step,
+void Allreduce::State::wait_for_peers(Counter RankControl::*counter, uint32_t chunk, const char* step,
                                                   Clock::time_point deadline) {
   for (int peer = 0; peer < world_size; ++peer) {
     if (peer == rank) continue;
@@ -362,7 +362,7 @@ void SharedMemoryAllreduce::State::wait_for_peers(Counter RankControl::*counter,
   }
 }
 
-void SharedMemoryAllreduce::State::check_labels(int slot) {
+void Allreduce::State::check_labels(int slot) {
   const ChunkLabel& own = segment->control(rank).labels[slot];
   for (int peer = 0; peer < world_size; ++peer) {
     const ChunkLabel& theirs = segment->control(peer).labels[slot];
@@ -375,7 +375,7 @@ void SharedMemoryAllreduce::State::check_labels(int slot) {
   }
 }
 
-void SharedMemoryAllreduce::State::fail_waiting(int peer, const char* step, const std::string& why) {
+void Allreduce::State::fail_waiting(int peer, const char* step, const std::string& why) {
   throw DistError(str("rank ", rank, ": all_reduce over shared memory failed while waiting for rank ", peer, " to ",
                       step, ": ", why));
 }
@@ -387,17 +387,17 @@ size_t default_slot_bytes(int world_size) {
   return std::max<size_t>(4096, std::min(kLargest, share / 4096 * 4096));
 }
 
-SharedMemoryAllreduce::SharedMemoryAllreduce(std::unique_ptr<State> state) : state_(std::move(state)) {}
+Allreduce::Allreduce(std::unique_ptr<State> state) : state_(std::move(state)) {}
 
-SharedMemoryAllreduce::~SharedMemoryAllreduce() = default;
+Allreduce::~Allreduce() = default;
 
-bool SharedMemoryAllreduce::accepts(const at::Tensor& tensor, ReduceOp op) const {
+bool Allreduce::accepts(const at::Tensor& tensor, ReduceOp op) const {
   return tensor.device().is_cpu() && tensor.is_contiguous() && !tensor.is_sparse() &&
          (tensor.scalar_type() == at::kFloat || tensor.scalar_type() == at::kDouble) &&
          (op == ReduceOp::Sum || op == ReduceOp::Mean || op == ReduceOp::Max || op == ReduceOp::Min);
 }
 
-compat::WorkPtr SharedMemoryAllreduce::all_reduce(at::Tensor tensor, ReduceOp op) {
+compat::WorkPtr Allreduce::all_reduce(at::Tensor tensor, ReduceOp op) {
   DPT_ASSERT(accepts(tensor, op), "shared-memory all_reduce given a tensor or operation it does not take");
   auto work = c10::make_intrusive<LocalWork>();
   {
@@ -476,9 +476,8 @@ std::unique_ptr<Segment> open_segment(const std::string& name, const Layout& lay
 
 }  // namespace
 
-std::unique_ptr<SharedMemoryAllreduce> SharedMemoryAllreduce::attach(c10d::Store& store, const WorldInfo& world,
-                                                                     const SharedMemoryOptions& options,
-                                                                     std::string* why_not) {
+std::unique_ptr<Allreduce> Allreduce::attach(c10d::Store& store, const WorldInfo& world, const Options& options,
+                                             std::string* why_not) {
   DPT_CHECK(world.world_size >= 2, ConfigError, "shared-memory all_reduce needs at least two ranks");
   const size_t slot_bytes = options.slot_bytes().value_or(default_slot_bytes(world.world_size));
   DPT_CHECK(slot_bytes >= 4096 && slot_bytes % 64 == 0, ConfigError,
@@ -528,8 +527,8 @@ std::unique_ptr<SharedMemoryAllreduce> SharedMemoryAllreduce::attach(c10d::Store
     const int32_t pid = segment->control(r).pid;
     peers_visible = peers_visible && pid > 0 && (kill(pid, 0) == 0 || errno == EPERM);
   }
-  return std::unique_ptr<SharedMemoryAllreduce>(
-      new SharedMemoryAllreduce(std::make_unique<State>(std::move(segment), world, options, peers_visible)));
+  return std::unique_ptr<Allreduce>(
+      new Allreduce(std::make_unique<State>(std::move(segment), world, options, peers_visible)));
 }
 
-}  // namespace dpt::dist
+}  // namespace dpt::dist::transport::shm

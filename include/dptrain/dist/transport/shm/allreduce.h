@@ -17,8 +17,10 @@
 // Operations run in order on one thread per rank, as Gloo's do.
 //
 //   std::string why_not;
-//   auto local = dpt::dist::SharedMemoryAllreduce::attach(store, world, {}, &why_not);  // collective
+//   auto local = dpt::dist::transport::shm::Allreduce::attach(store, world, {}, &why_not);  // collective
 //   if (local && local->accepts(bucket, ReduceOp::Sum)) local->all_reduce(bucket, ReduceOp::Sum)->wait();
+//
+// shm/transport.h puts it behind the transport interface.
 
 #include <chrono>
 #include <cstddef>
@@ -29,16 +31,16 @@
 #include <torch/arg.h>
 
 #include "dptrain/compat/compat.h"
-#include "dptrain/dist/communicator.h"
+#include "dptrain/dist/collective.h"
 #include "dptrain/dist/world.h"
 
-namespace dpt::dist {
+namespace dpt::dist::transport::shm {
 
 // 4 MiB up to 4 ranks, then less, so that a segment of two slots per rank stays at 32 MiB: half
 // of the 64 MiB of /dev/shm a Docker container gets by default.
 size_t default_slot_bytes(int world_size);
 
-struct SharedMemoryOptions {
+struct Options {
   // The largest chunk one allreduce step moves; the segment holds two per rank. Unset:
   // default_slot_bytes(world size).
   TORCH_ARG(std::optional<size_t>, slot_bytes) = std::nullopt;
@@ -46,17 +48,16 @@ struct SharedMemoryOptions {
   TORCH_ARG(std::chrono::milliseconds, timeout) = kDefaultTimeout;
 };
 
-class SharedMemoryAllreduce {
+class Allreduce {
  public:
   // Collective: every rank of `world` calls it with the same store and options. Rank 0 creates the
   // segment and names it in `store`; the others map it. Returns null on every rank, with the
   // reason in `*why_not`, when any rank could not map it (ranks on other hosts, /dev/shm too small).
-  static std::unique_ptr<SharedMemoryAllreduce> attach(c10d::Store& store, const WorldInfo& world,
-                                                       const SharedMemoryOptions& options = {},
-                                                       std::string* why_not = nullptr);
-  ~SharedMemoryAllreduce();
-  SharedMemoryAllreduce(const SharedMemoryAllreduce&) = delete;
-  SharedMemoryAllreduce& operator=(const SharedMemoryAllreduce&) = delete;
+  static std::unique_ptr<Allreduce> attach(c10d::Store& store, const WorldInfo& world, const Options& options = {},
+                                           std::string* why_not = nullptr);
+  ~Allreduce();
+  Allreduce(const Allreduce&) = delete;
+  Allreduce& operator=(const Allreduce&) = delete;
 
   // Contiguous float32 or float64 CPU tensors: sum, mean, maximum or minimum.
   bool accepts(const at::Tensor& tensor, ReduceOp op) const;
@@ -70,9 +71,9 @@ class SharedMemoryAllreduce {
 
  private:
   struct State;  // the segment, the queue and the thread that serves it
-  explicit SharedMemoryAllreduce(std::unique_ptr<State> state);
+  explicit Allreduce(std::unique_ptr<State> state);
 
   std::unique_ptr<State> state_;
 };
 
-}  // namespace dpt::dist
+}  // namespace dpt::dist::transport::shm

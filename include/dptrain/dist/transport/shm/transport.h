@@ -1,0 +1,30 @@
+#pragma once
+// all_reduce through shared memory (shm/allreduce.h) for what it can reduce, float32 and float64
+// CPU tensors; everything else through the c10d backend it was given.
+
+#include <memory>
+#include <string>
+
+#include "dptrain/dist/transport/process_group/transport.h"
+#include "dptrain/dist/transport/shm/allreduce.h"
+#include "dptrain/dist/transport/transport.h"
+
+namespace dpt::dist::transport::shm {
+
+class Transport : public transport::Transport {
+ public:
+  Transport(std::unique_ptr<Allreduce> local, std::unique_ptr<process_group::Transport> fallback);
+  ~Transport() override;
+
+  std::string describe() const override;
+  compat::WorkPtr all_reduce(at::Tensor tensor, ReduceOp op) override;
+  std::chrono::milliseconds failure_report_delay() const override { return Allreduce::kFailureReportDelay; }
+
+ private:
+  // Declared first, destroyed last: the shared-memory thread finishes or fails what is queued
+  // while the backend is still there.
+  std::unique_ptr<process_group::Transport> fallback_;
+  std::unique_ptr<Allreduce> local_;
+};
+
+}  // namespace dpt::dist::transport::shm

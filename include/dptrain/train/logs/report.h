@@ -1,0 +1,59 @@
+#pragma once
+// What the trainer tells whoever watches it (progress display, JSONL metrics, TensorBoard): one
+// StepReport per optimizer step and one EpochReport per finished train or validation pass. The
+// numbers are already agreed across ranks; observers run on rank 0 only.
+//
+//   class MyObserver : public dpt::train::TrainObserver {
+//     void on_step(const dpt::train::StepReport& r) override { std::printf("%g\n", r.loss); }
+//   };
+
+#include <cstdint>
+#include <string>
+
+namespace dpt::train {
+
+struct StepReport {
+  int64_t epoch = 0;            // 0-based
+  int64_t step_in_epoch = 0;    // 1-based: steps finished in this epoch
+  int64_t steps_per_epoch = 0;  // this epoch's total (after --max-steps)
+  int64_t global_step = 0;      // optimizer steps since the run began, resumes included
+  double loss = 0;              // this step's mean loss over the global batch
+  double acc1 = 0;              // this step's top-1 over the global batch, in percent
+  double acc5 = 0;              // top-5, in percent
+  double lr = 0;                // the learning rate this step used
+  double images_per_s = 0;      // global throughput, smoothed over recent steps
+  double eta_s = 0;             // seconds until this epoch's train pass ends
+};
+
+struct EpochReport {
+  std::string phase;  // "train" or "val"
+  int64_t epoch = 0;
+  int64_t global_step = 0;
+  double loss = 0;  // mean over every sample of the pass, all ranks
+  double acc1 = 0;  // percent
+  double acc5 = 0;  // percent
+  int64_t samples = 0;
+  double images_per_s = 0;
+  double seconds = 0;
+  int64_t skipped_images = 0;  // bad images skipped by the loaders, all ranks
+};
+
+class TrainObserver {
+ public:
+  virtual ~TrainObserver() = default;
+  virtual void on_step(const StepReport& report) { (void)report; }
+  virtual void on_epoch(const EpochReport& report) { (void)report; }
+  // Called once when training ends, normally or not, so files can be flushed and closed.
+  virtual void on_finish() {}
+};
+
+// Which steps observers log: the first step of each epoch and every print_freq-th after it
+// (step_in_epoch 1, 1 + print_freq, ...), as pytorch/examples' imagenet/main.py prints its progress.
+inline bool logs_step(const StepReport& report, int64_t print_freq) {
+  return (report.step_in_epoch - 1) % print_freq == 0;
+}
+
+// `print_freq`, or ConfigError when it is below 1.
+int64_t checked_print_freq(int64_t print_freq);
+
+}  // namespace dpt::train

@@ -1,0 +1,18 @@
+#include "dptrain/dist/transport/shm/transport.h"
+
+namespace dpt::dist::transport::shm {
+
+Transport::Transport(std::unique_ptr<Allreduce> local, std::unique_ptr<process_group::Transport> fallback)
+    : fallback_(std::move(fallback)), local_(std::move(local)) {}
+
+Transport::~Transport() = default;
+
+std::string Transport::describe() const { return fallback_->describe() + " + shared memory"; }
+
+compat::WorkPtr Transport::all_reduce(at::Tensor tensor, ReduceOp op) {
+  // The mean is divided as it is summed, on the shared-memory thread.
+  if (local_->accepts(tensor, op)) return local_->all_reduce(std::move(tensor), op);
+  return fallback_->all_reduce(std::move(tensor), op);
+}
+
+}  // namespace dpt::dist::transport::shm

@@ -1,0 +1,84 @@
+#include <gtest/gtest.h>
+
+#include <thread>
+
+#include "dptrain/dist/transport/transport.h"
+#include "support/thread_ranks.h"
+
+using dpt::dist::ReduceOp;
+using dpt::dist::transport::make_transport;
+using dpt::dist::transport::TransportOptions;
+
+namespace {
+
+constexpr std::chrono::milliseconds kTimeout{30000};
+
+// Two ranks as threads, each with its own Gloo backend; body(rank, backend, store) runs on each.
+void run_two(const std::function<void(const dpt::dist::WorldInfo&, dpt::compat::BackendPtr, dpt::compat::StorePtr)>& body,
+             bool same_host = true) {
+  dpt::compat::StorePtr store = c10::make_intrusive<c10d::HashStore>();
+  std::vector<std::string> failures(2);
+  std::vector<std::thread> threads;
+  for (int rank = 0; rank < 2; ++rank) {
+    threads.emplace_back([&, rank] {
+      try {
+        auto world = dpt::testing::local_world(rank, 2);
+        if (!same_host) world.local_world_size = 1;
+        body(world, dpt::testing::loopback_gloo(store, world, kTimeout), store);
+      } catch (const std::exception& e) {
+        failures[rank] = e.what();
+      }
+    });
+  }
+  for (auto& thread : threads) thread.join();
+  EXPECT_EQ(failures[0], "");
+  EXPECT_EQ(failures[1], "");
+}
+
+}  // namespace
+
+TEST(Transport, ThroughTheBackendWhenSharedMemoryIsNotAsked) {
+  run_two([](const auto& world, auto backend, auto store) {
+    auto transport = make_transport(backend, world, TransportOptions().timeout(kTimeout).store(store));
+    EXPECT_EQ(transport->describe(), "gloo");
+    EXPECT_EQ(transport->failure_report_delay().count(), 0);
+  });
+}
+
+TEST(Transport, ThroughTheBackendWhenRanksAreOnOtherHosts) {
+  run_two(
+      [](const auto& world, auto backend, auto store) {
+        auto transport =
+            make_transport(backend, world, TransportOptions().timeout(kTimeout).shared_memory(true).store(store));
+        EXPECT_EQ(transport->describe(), "gloo");
+      },
+      /*same_host=*/false);
+}
+
+// Gloo has no average: the process-group transport divides before the sum, so that the result is
+// final when the work completes and equals PyTorch's reducer's (x / n summed).
+TEST(Transport, BackendMeanIsFinalWhenTheWorkCompletes) {
+  run_two([](const auto& world, auto backend, auto store) {
+    auto transport = make_transport(backend, world, TransportOptions().timeout(kTimeout).store(store));
+    auto t = torch::tensor({1.0f, 3.0f, 1e-3f}) * (world.rank + 1);
+    auto expected = t / 2 + t * (world.rank == 0 ? 2 : 0.5) / 2;
+    transport->all_reduce(t, ReduceOp::Mean)->wait(kTimeout);
+    EXPECT_TRUE(t.equal(expected)) << t;
+  });
+}
+
+// Shared memory takes float tensors and passes the rest to the backend; both give exact results.
+TEST(Transport, SharedMemoryTakesFloatsAndPassesTheRestOn) {
+  run_two([](const auto& world, auto backend, auto store) {
+    auto transport =
+        make_transport(backend, world, TransportOptions().timeout(kTimeout).shared_memory(true).store(store));
+    EXPECT_EQ(transport->describe(), "gloo + shared memory");
+    EXPECT_GT(transport->failure_report_delay().count(), 0);
+    auto mean = torch::full({3}, world.rank + 1.0, torch::kDouble);
+    transport->all_reduce(mean, ReduceOp::Mean)->wait(kTimeout);
+    EXPECT_TRUE(mean.equal(torch::full({3}, 1.5, torch::kDouble))) << mean;
+    auto counts = torch::full({3}, world.rank + 1, torch::kLong);
+    transport->all_reduce(counts, ReduceOp::Sum)->wait(kTimeout);
+    EXPECT_TRUE(counts.equal(torch::full({3}, 3, torch::kLong))) << counts;
+  });
+}
