@@ -4,6 +4,14 @@
 
 namespace dpt::data {
 
+BadImagePolicy parse_bad_image_policy(const std::string& name) {
+  if (name == "fail") return BadImagePolicy::Error;
+  DPT_CHECK(name == "skip", ConfigError, "unknown bad-image policy '", name, "'; use skip or fail");
+  return BadImagePolicy::Skip;
+}
+
+std::string to_string(BadImagePolicy policy) { return policy == BadImagePolicy::Error ? "fail" : "skip"; }
+
 int64_t Dataset::sample_numel() const {
   int64_t n = 1;
   for (int64_t d : sample_shape()) n *= d;

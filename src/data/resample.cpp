@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <iterator>
 
 #include "dptrain/common/error.h"
 #include "resample_avx2.h"
@@ -48,26 +49,13 @@ void horizontal_pass(const Image& image, int left, int top, const Taps& h, int r
 // The portable pass: unrolled for the common tap counts when all outputs share one.
 void horizontal_pass_fallback(const Image& image, int left, int top, const Taps& h, bool fixed, int row_first,
                               int row_count, int count, uint8_t* rows) {
-  switch (fixed ? h.length[0] : 0) {
-    case 2:
-      horizontal_pass<2>(image, left, top, h, row_first, row_count, count, rows);
-      break;
-    case 3:
-      horizontal_pass<3>(image, left, top, h, row_first, row_count, count, rows);
-      break;
-    case 4:
-      horizontal_pass<4>(image, left, top, h, row_first, row_count, count, rows);
-      break;
-    case 5:
-      horizontal_pass<5>(image, left, top, h, row_first, row_count, count, rows);
-      break;
-    case 6:
-      horizontal_pass<6>(image, left, top, h, row_first, row_count, count, rows);
-      break;
-    default:
-      horizontal_pass<0>(image, left, top, h, row_first, row_count, count, rows);
-      break;
-  }
+  using Pass = void (*)(const Image&, int, int, const Taps&, int, int, int, uint8_t*);
+  // Indexed by the shared tap count; <0> takes any count, one output at a time.
+  static constexpr Pass kPasses[] = {horizontal_pass<0>, horizontal_pass<0>, horizontal_pass<2>, horizontal_pass<3>,
+                                     horizontal_pass<4>, horizontal_pass<5>, horizontal_pass<6>};
+  constexpr int kUnrolled = static_cast<int>(std::size(kPasses));
+  const int taps = fixed ? h.length[0] : 0;
+  kPasses[taps < kUnrolled ? taps : 0](image, left, top, h, row_first, row_count, count, rows);
 }
 
 void horizontal_pass_avx2(const Image& image, int left, int top, const Taps& h, int row_first, int row_count,

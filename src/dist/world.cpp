@@ -36,12 +36,18 @@ int int_or(const Environment& env, const std::string& name, int fallback) {
   return value ? static_cast<int>(*value) : fallback;
 }
 
+// A process's place as a launcher's variables `rank` and `world_size` give it (checked present).
+WorldInfo placed(const Environment& env, WorldSource source, const char* rank, const char* world_size) {
+  WorldInfo w;
+  w.source = source;
+  w.rank = require_int(env, rank);
+  w.world_size = require_int(env, world_size);
+  return w;
+}
+
 // Torchrun and `dptrain launch` set all of these; plain `RANK=1 WORLD_SIZE=2 prog` sets two.
 WorldInfo from_torchrun(const Environment& env) {
-  WorldInfo w;
-  w.source = WorldSource::Torchrun;
-  w.rank = require_int(env, "RANK");
-  w.world_size = require_int(env, "WORLD_SIZE");
+  WorldInfo w = placed(env, WorldSource::Torchrun, "RANK", "WORLD_SIZE");
   w.local_rank = int_or(env, "LOCAL_RANK", w.rank);
   w.local_world_size = int_or(env, "LOCAL_WORLD_SIZE", w.world_size);
   w.node_rank = int_or(env, "GROUP_RANK", 0);
@@ -63,10 +69,7 @@ int slurm_local_world_size(const Environment& env, int world_size) {
 }
 
 WorldInfo from_slurm(const Environment& env) {
-  WorldInfo w;
-  w.source = WorldSource::Slurm;
-  w.rank = require_int(env, "SLURM_PROCID");
-  w.world_size = require_int(env, "SLURM_NTASKS");
+  WorldInfo w = placed(env, WorldSource::Slurm, "SLURM_PROCID", "SLURM_NTASKS");
   w.local_rank = int_or(env, "SLURM_LOCALID", 0);
   w.local_world_size = slurm_local_world_size(env, w.world_size);
   w.node_rank = int_or(env, "SLURM_NODEID", 0);
@@ -85,10 +88,7 @@ WorldInfo from_slurm(const Environment& env) {
 }
 
 WorldInfo from_openmpi(const Environment& env) {
-  WorldInfo w;
-  w.source = WorldSource::OpenMPI;
-  w.rank = require_int(env, "OMPI_COMM_WORLD_RANK");
-  w.world_size = require_int(env, "OMPI_COMM_WORLD_SIZE");
+  WorldInfo w = placed(env, WorldSource::OpenMPI, "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE");
   w.local_rank = int_or(env, "OMPI_COMM_WORLD_LOCAL_RANK", 0);
   w.local_world_size = int_or(env, "OMPI_COMM_WORLD_LOCAL_SIZE", w.world_size);
   // Not OMPI_COMM_WORLD_NODE_RANK: that is the process's rank among all jobs' processes on its

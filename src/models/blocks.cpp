@@ -1,10 +1,11 @@
 #include "dptrain/models/blocks.h"
 
+#include <array>
+
 #include <torch/nn/functional/padding.h>
 #include <torch/nn/modules/batchnorm.h>
 
 #include "dptrain/common/error.h"
-#include "dptrain/parallel/sync_batch_norm.h"
 
 namespace dpt::models {
 namespace {
@@ -45,23 +46,6 @@ void zero_weight(torch::nn::AnyModule& norm_layer) {
   weight->zero_();
 }
 
-// The member holding the norm layer `name` among `slots`; a ConfigError naming those there are
-// otherwise.
-torch::nn::AnyModule& norm_slot(const std::string& owner, const std::string& name,
-                                std::initializer_list<std::pair<const char*, torch::nn::AnyModule*>> slots) {
-  std::string known;
-  for (const auto& [slot_name, slot] : slots) {
-    if (name == slot_name) return *slot;
-    known += str(known.empty() ? "" : ", ", slot_name);
-  }
-  throw ConfigError(str(owner, " has no norm layer '", name, "' (it has ", known, ")"));
-}
-
-torch::Tensor add_shortcut(const torch::Tensor& out, const torch::Tensor& x,
-                           torch::nn::Sequential& downsample) {
-  return torch::relu(out + (downsample ? downsample->forward(x) : x));
-}
-
 }  // namespace
 
 torch::nn::AnyModule make_norm(const NormLayer& factory, int64_t num_features) {
@@ -70,10 +54,8 @@ torch::nn::AnyModule make_norm(const NormLayer& factory, int64_t num_features) {
 }
 
 void swap_norm_layer(torch::nn::Module& owner, const std::string& name, torch::nn::AnyModule& slot,
-                     torch::nn::AnyModule layer, NormLayer& factory) {
-  if (auto* sync = layer.ptr()->as<SyncBatchNorm>()) {
-    factory = sync_batch_norm_factory(sync->communicator(), sync->options);
-  }
+                     torch::nn::AnyModule layer, NormLayer layer_factory, NormLayer& factory) {
+  factory = std::move(layer_factory);
   slot = std::move(layer);
   owner.replace_module(name, slot.ptr());
 }
@@ -92,63 +74,65 @@ torch::Tensor ZeroPadShortcutImpl::forward(const torch::Tensor& x) {
   return F::pad(sampled, F::PadFuncOptions({0, 0, 0, 0, before, extra - before}));
 }
 
-BasicBlockImpl::BasicBlockImpl(BlockOptions options_) : options(std::move(options_)) { reset(); }
-
-void BasicBlockImpl::reset() {
-  const int64_t out = options.channels() * kExpansion;
-  conv1_ = register_module("conv1", conv(options.in_channels(), options.channels(), 3, options.stride()));
-  bn1_ = norm(options, options.channels());
-  register_module("bn1", bn1_.ptr());
-  conv2_ = register_module("conv2", conv(options.channels(), out, 3, 1));
-  bn2_ = norm(options, out);
-  register_module("bn2", bn2_.ptr());
-  downsample_ = make_downsample(options, out);
-  if (downsample_) register_module("downsample", downsample_);
+template <BlockKind Kind>
+ResidualBlockImpl<Kind>::ResidualBlockImpl(BlockOptions options_)
+    : torch::nn::Module(Kind == BlockKind::Basic ? "BasicBlock" : "Bottleneck"), options(std::move(options_)) {
+  reset();
 }
 
-torch::Tensor BasicBlockImpl::forward(const torch::Tensor& x) {
-  auto out = torch::relu(bn1_.forward(conv1_(x)));
-  out = bn2_.forward(conv2_(out));
-  return add_shortcut(out, x, downsample_);
-}
-
-void BasicBlockImpl::zero_init_last_norm() { zero_weight(bn2_); }
-
-void BasicBlockImpl::replace_norm_layer(const std::string& name, torch::nn::AnyModule layer) {
-  auto& slot = norm_slot("BasicBlock", name, {{"bn1", &bn1_}, {"bn2", &bn2_}});
-  swap_norm_layer(*this, name, slot, std::move(layer), options.norm_layer());
-}
-
-BottleneckImpl::BottleneckImpl(BlockOptions options_) : options(std::move(options_)) { reset(); }
-
-void BottleneckImpl::reset() {
+template <BlockKind Kind>
+void ResidualBlockImpl<Kind>::reset() {
   const int64_t width = options.channels();
-  const int64_t out = options.channels() * kExpansion;
-  conv1_ = register_module("conv1", conv(options.in_channels(), width, 1, 1));
-  bn1_ = norm(options, width);
-  register_module("bn1", bn1_.ptr());
-  conv2_ = register_module("conv2", conv(width, width, 3, options.stride()));
-  bn2_ = norm(options, width);
-  register_module("bn2", bn2_.ptr());
-  conv3_ = register_module("conv3", conv(width, out, 1, 1));
-  bn3_ = norm(options, out);
-  register_module("bn3", bn3_.ptr());
+  const int64_t out = width * kExpansion;
+  // Kind's convolutions: {in, out, kernel, stride}.
+  const std::vector<std::array<int64_t, 4>> plan =
+      Kind == BlockKind::Basic
+          ? std::vector<std::array<int64_t, 4>>{{options.in_channels(), width, 3, options.stride()}, {width, out, 3, 1}}
+          : std::vector<std::array<int64_t, 4>>{
+                {options.in_channels(), width, 1, 1}, {width, width, 3, options.stride()}, {width, out, 1, 1}};
+  convs_.clear();
+  norms_.clear();
+  for (const auto& [in, channels, kernel, stride] : plan) {
+    const std::string n = std::to_string(convs_.size() + 1);
+    convs_.push_back(this->register_module("conv" + n, conv(in, channels, kernel, stride)));
+    norms_.push_back(norm(options, channels));
+    this->register_module("bn" + n, norms_.back().ptr());
+  }
   downsample_ = make_downsample(options, out);
-  if (downsample_) register_module("downsample", downsample_);
+  if (downsample_) this->register_module("downsample", downsample_);
 }
 
-torch::Tensor BottleneckImpl::forward(const torch::Tensor& x) {
-  auto out = torch::relu(bn1_.forward(conv1_(x)));
-  out = torch::relu(bn2_.forward(conv2_(out)));
-  out = bn3_.forward(conv3_(out));
-  return add_shortcut(out, x, downsample_);
+template <BlockKind Kind>
+torch::Tensor ResidualBlockImpl<Kind>::forward(const torch::Tensor& x) {
+  torch::Tensor out = x;
+  for (size_t i = 0; i < convs_.size(); ++i) {
+    out = norms_[i].forward(convs_[i](out));
+    if (i + 1 < convs_.size()) out = torch::relu(out);
+  }
+  return torch::relu(out + (downsample_ ? downsample_->forward(x) : x));
 }
 
-void BottleneckImpl::zero_init_last_norm() { zero_weight(bn3_); }
-
-void BottleneckImpl::replace_norm_layer(const std::string& name, torch::nn::AnyModule layer) {
-  auto& slot = norm_slot("Bottleneck", name, {{"bn1", &bn1_}, {"bn2", &bn2_}, {"bn3", &bn3_}});
-  swap_norm_layer(*this, name, slot, std::move(layer), options.norm_layer());
+template <BlockKind Kind>
+void ResidualBlockImpl<Kind>::zero_init_last_norm() {
+  zero_weight(norms_.back());
 }
+
+template <BlockKind Kind>
+void ResidualBlockImpl<Kind>::replace_norm_layer(const std::string& name, torch::nn::AnyModule layer,
+                                                 NormLayer factory) {
+  std::string known;
+  for (size_t i = 0; i < norms_.size(); ++i) {
+    const std::string slot_name = "bn" + std::to_string(i + 1);
+    if (name == slot_name) {
+      swap_norm_layer(*this, name, norms_[i], std::move(layer), std::move(factory), options.norm_layer());
+      return;
+    }
+    known += (known.empty() ? "" : ", ") + slot_name;
+  }
+  throw ConfigError(str(this->name(), " has no norm layer '", name, "' (it has ", known, ")"));
+}
+
+template class ResidualBlockImpl<BlockKind::Basic>;
+template class ResidualBlockImpl<BlockKind::Bottleneck>;
 
 }  // namespace dpt::models

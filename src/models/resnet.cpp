@@ -3,30 +3,12 @@
 #include <string>
 
 #include <torch/nn/init.h>
-#include <torch/nn/modules/batchnorm.h>
-#include <torch/nn/modules/normalization.h>
 
 #include "dptrain/common/error.h"
-#include "dptrain/parallel/sync_batch_norm.h"
 
 namespace dpt::models {
-namespace {
 
 namespace nn = torch::nn;
-
-int64_t expansion(BlockKind kind) {
-  return kind == BlockKind::Basic ? BasicBlockImpl::kExpansion : BottleneckImpl::kExpansion;
-}
-
-template <typename Norm>
-void reset_affine(nn::Module& module) {
-  auto* norm = module.as<Norm>();
-  if (norm == nullptr) return;
-  if (norm->weight.defined()) nn::init::ones_(norm->weight);
-  if (norm->bias.defined()) nn::init::zeros_(norm->bias);
-}
-
-}  // namespace
 
 ResNetImpl::ResNetImpl(ResNetLayout layout_, ResNetOptions options_)
     : layout(std::move(layout_)), options(std::move(options_)) {
@@ -84,10 +66,8 @@ void ResNetImpl::initialise() {
     if (auto* conv = module->as<nn::Conv2d>()) {
       nn::init::kaiming_normal_(conv->weight, 0, torch::kFanOut, torch::kReLU);
     }
-    // Already the LibTorch defaults for these two; set explicitly as torchvision does.
-    reset_affine<nn::BatchNorm2dImpl>(*module);
-    reset_affine<SyncBatchNormImpl>(*module);
-    reset_affine<nn::GroupNormImpl>(*module);
+    // torchvision also sets BatchNorm's and GroupNorm's weights to 1 and biases to 0: every norm
+    // layer's own reset() has already done so, whatever the norm-layer factory made.
   }
   // After the loop above, which would otherwise set the zeroed weights back to one.
   if (!options.zero_init_residual()) return;
@@ -97,10 +77,10 @@ void ResNetImpl::initialise() {
   }
 }
 
-void ResNetImpl::replace_norm_layer(const std::string& name, torch::nn::AnyModule layer) {
+void ResNetImpl::replace_norm_layer(const std::string& name, torch::nn::AnyModule layer, NormLayer factory) {
   DPT_CHECK(name == "bn1", ConfigError, "ResNet has no norm layer '", name, "' of its own (it has bn1; the ",
             "blocks in layer1... hold the others)");
-  swap_norm_layer(*this, name, bn1_, std::move(layer), options.norm_layer());
+  swap_norm_layer(*this, name, bn1_, std::move(layer), std::move(factory), options.norm_layer());
 }
 
 torch::Tensor ResNetImpl::forward(torch::Tensor x) {

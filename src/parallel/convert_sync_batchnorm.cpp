@@ -97,7 +97,7 @@ int convert_sync_batchnorm(nn::Module& model, std::shared_ptr<dist::Communicator
     if (auto* sequential = f.parent->as<nn::Sequential>()) {
       swap_in_sequential(*sequential, f, layer);
     } else {
-      dynamic_cast<NormLayerHolder&>(*f.parent).replace_norm_layer(f.name, nn::AnyModule(layer));
+      dynamic_cast<NormLayerHolder&>(*f.parent).replace_norm_layer(f.name, nn::AnyModule(layer), sync_batch_norm_factory(comm, f.options));
     }
   }
   return static_cast<int>(found.size());

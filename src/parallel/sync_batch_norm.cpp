@@ -220,8 +220,8 @@ void SyncBatchNormImpl::pretty_print(std::ostream& stream) const {
          << ", world_size=" << (comm_ ? comm_->size() : 1) << ")";
 }
 
-std::function<torch::nn::AnyModule(int64_t)> sync_batch_norm_factory(std::shared_ptr<dist::Communicator> comm,
-                                                                     SyncBatchNormOptions options) {
+NormLayerFactory sync_batch_norm_factory(std::shared_ptr<dist::Communicator> comm,
+                                          SyncBatchNormOptions options) {
   return [comm = std::move(comm), options](int64_t num_features) {
     auto layer = options;
     layer.num_features(num_features);

@@ -13,13 +13,13 @@ namespace fs = std::filesystem;
 
 namespace {
 
-data::Transform train_transform(const TrainOptions& options, int size, double scale_min) {
+data::Transform train_transform(const DataOptions& options, uint64_t seed, int size, double scale_min) {
   return data::Transform(data::TransformOptions()
                              .mode(data::TransformMode::Train)
                              .size(size)
                              .scale_min(scale_min)
                              .flip_probability(options.flip() ? 0.5 : 0.0)
-                             .seed(options.seed()));
+                             .seed(seed));
 }
 
 data::Transform eval_transform(int size, int resize) {
@@ -28,7 +28,7 @@ data::Transform eval_transform(int size, int resize) {
 
 }  // namespace
 
-RunDatasets open_datasets(const TrainOptions& options) {
+RunDatasets open_datasets(const DataOptions& options, uint64_t seed) {
   // Small images keep more of themselves in a crop than ImageNet's 8% floor allows.
   constexpr double kSmallImageScaleMin = 0.35;
   if (options.dummy()) {
@@ -36,21 +36,21 @@ RunDatasets open_datasets(const TrainOptions& options) {
     // Drawn a quarter larger than the input, so that crops and the eval resize have room.
     const int drawn = size + size / 4;
     return {std::make_shared<data::SyntheticDataset>(
-                data::SyntheticOptions().size(options.dummy_train_size()).image_size(drawn).seed(options.seed()),
-                train_transform(options, size, kSmallImageScaleMin)),
+                data::SyntheticOptions().size(options.dummy_train_size()).image_size(drawn).seed(seed),
+                train_transform(options, seed, size, kSmallImageScaleMin)),
             std::make_shared<data::SyntheticDataset>(
-                data::SyntheticOptions().size(options.dummy_val_size()).image_size(drawn).seed(options.seed() + 1),
+                data::SyntheticOptions().size(options.dummy_val_size()).image_size(drawn).seed(seed + 1),
                 eval_transform(size, size)),
             "synthetic"};
   }
-  const fs::path root(options.data());
-  DPT_CHECK(!options.data().empty(), ConfigError, "no data folder given: pass DATA (an ImageFolder with train/ and val/, "
+  const fs::path root(options.root());
+  DPT_CHECK(!options.root().empty(), ConfigError, "no data folder given: pass DATA (an ImageFolder with train/ and val/, "
             "or a CIFAR-10 binary folder), or --dummy for the synthetic set");
   DPT_CHECK(fs::is_directory(root), DataError, "data folder '", root.string(), "' does not exist or is not a folder");
   if (fs::exists(root / data::cifar_files(true).front())) {
     const int size = options.image_size().value_or(data::kCifarSide);
     return {std::make_shared<data::Cifar10>(root.string(), true,
-                                            train_transform(options, size, kSmallImageScaleMin)),
+                                            train_transform(options, seed, size, kSmallImageScaleMin)),
             std::make_shared<data::Cifar10>(root.string(), false, eval_transform(size, size)), "CIFAR-10"};
   }
   for (const char* split : {"train", "val"}) {
@@ -62,7 +62,7 @@ RunDatasets open_datasets(const TrainOptions& options) {
   const int size = options.image_size().value_or(224);
   const int resize = static_cast<int>(size * 256.0 / 224.0 + 0.5);
   const double scale_min = size <= 64 ? kSmallImageScaleMin : 0.08;
-  return {std::make_shared<data::ImageFolder>((root / "train").string(), train_transform(options, size, scale_min),
+  return {std::make_shared<data::ImageFolder>((root / "train").string(), train_transform(options, seed, size, scale_min),
                                               options.bad_images()),
           std::make_shared<data::ImageFolder>((root / "val").string(), eval_transform(size, resize),
                                               options.bad_images()),

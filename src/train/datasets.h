@@ -1,5 +1,5 @@
 #pragma once
-// The train and validation sets a TrainOptions names: the synthetic set (--dummy), a CIFAR-10
+// The train and validation sets DataOptions name: the synthetic set (--dummy), a CIFAR-10
 // binary folder, or an ImageFolder root with train/ and val/, with their transforms.
 
 #include <memory>
@@ -17,6 +17,6 @@ struct RunDatasets {
 };
 
 // Throws DataError naming the folder when the data is missing or unreadable.
-RunDatasets open_datasets(const TrainOptions& options);
+RunDatasets open_datasets(const DataOptions& options, uint64_t seed);
 
 }  // namespace dpt::train

@@ -57,7 +57,7 @@ LrSchedule::LrSchedule(LrScheduleOptions options, int64_t steps_per_epoch)
   peak_lr_ = o.reference_batch()
                  ? o.base_lr() * static_cast<double>(o.global_batch()) / *o.reference_batch()
                  : o.base_lr();
-  warmup_start_lr_ = o.warmup_start_lr().value_or(o.base_lr());
+  warmup_start_lr_ = o.warmup_start_lr().value_or(std::min(o.base_lr(), peak_lr_));
 
   if (o.decay() == LrDecay::Cosine) {
     DPT_CHECK(o.epochs() > o.warmup_epochs(), ConfigError, "the cosine schedule needs epochs (",

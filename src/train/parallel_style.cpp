@@ -99,8 +99,8 @@ std::unique_ptr<ParallelStyle> make_dp_style(const TrainOptions& options, models
   // Autocast is a per-thread setting and the replicas run in their own threads.
   DPT_CHECK(!options.amp(), ConfigError, "--amp is not supported with --mode dp; use --mode ddp");
   // SyncBatchNorm reduces over processes; dp's replicas share one.
-  DPT_CHECK(!options.sync_bn(), ConfigError, "--sync-bn needs one process per replica; use --mode ddp");
-  return std::make_unique<DpStyle>(std::move(model), data_parallel_devices(options), std::move(optimizer));
+  DPT_CHECK(!options.parallel().sync_bn(), ConfigError, "--sync-bn needs one process per replica; use --mode ddp");
+  return std::make_unique<DpStyle>(std::move(model), data_parallel_devices(options.parallel()), std::move(optimizer));
 }
 
 std::unique_ptr<ParallelStyle> make_hvd_style(models::ResNet model, std::shared_ptr<torch::optim::SGD> optimizer,
@@ -110,7 +110,7 @@ std::unique_ptr<ParallelStyle> make_hvd_style(models::ResNet model, std::shared_
 
 }  // namespace
 
-std::vector<torch::Device> data_parallel_devices(const TrainOptions& o) {
+std::vector<torch::Device> data_parallel_devices(const ParallelOptions& o) {
   DPT_CHECK(o.gpus().empty() != !o.replicas().has_value(), ConfigError,
             "--mode dp needs exactly one of --replicas K (CPU replicas) and --gpus LIST (CUDA devices)");
   if (!o.gpus().empty()) return cuda_devices(o.gpus());
@@ -121,7 +121,7 @@ std::vector<torch::Device> data_parallel_devices(const TrainOptions& o) {
 std::unique_ptr<ParallelStyle> make_parallel_style(const TrainOptions& options, models::ResNet model,
                                                    std::shared_ptr<torch::optim::SGD> optimizer,
                                                    std::shared_ptr<dist::Communicator> comm) {
-  switch (options.mode()) {
+  switch (options.parallel().mode()) {
     case ParallelMode::Ddp:
       return make_ddp_style(std::move(model), std::move(optimizer), std::move(comm));
     case ParallelMode::Dp:

@@ -40,9 +40,9 @@ class ParallelStyle {
 
 // The devices of --mode dp's replicas: cuda_devices(gpus) or `replicas` CPU replicas; the first
 // is where the model lives. ConfigError unless exactly one of the two is given.
-std::vector<torch::Device> data_parallel_devices(const TrainOptions& options);
+std::vector<torch::Device> data_parallel_devices(const ParallelOptions& options);
 
-// The style options.mode() names, over `model` (already on its device) and `optimizer` (over the
+// The style options.parallel().mode() names, over `model` (already on its device) and `optimizer` (over the
 // model's parameters). ConfigError for combinations the style cannot run.
 std::unique_ptr<ParallelStyle> make_parallel_style(const TrainOptions& options, models::ResNet model,
                                                    std::shared_ptr<torch::optim::SGD> optimizer,

@@ -45,12 +45,13 @@ void check_options(const TrainOptions& o) {
   DPT_CHECK(o.epochs() > 0, ConfigError, "--epochs must be positive, got ", o.epochs());
   DPT_CHECK(o.start_epoch() >= 0 && o.start_epoch() < o.epochs(), ConfigError, "--start-epoch must be in [0, ",
             o.epochs(), "), got ", o.start_epoch());
-  DPT_CHECK(o.workers() > 0, ConfigError, "--workers must be at least 1, got ", o.workers());
-  DPT_CHECK(o.keep_checkpoints() >= 1, ConfigError, "--keep-checkpoints must be at least 1, got ",
-            o.keep_checkpoints());
+  DPT_CHECK(o.data().workers() > 0, ConfigError, "--workers must be at least 1, got ", o.data().workers());
+  DPT_CHECK(o.checkpoint().keep() >= 1, ConfigError, "--keep-checkpoints must be at least 1, got ",
+            o.checkpoint().keep());
+  if (o.logs()) checked_print_freq(o.logs()->print_freq());  // here, on every rank: only rank 0 logs
   DPT_CHECK(!o.max_steps() || *o.max_steps() > 0, ConfigError, "--max-steps must be positive, got ",
             o.max_steps().value_or(0));
-  DPT_CHECK(o.resume().empty() || o.pretrained().empty(), ConfigError,
+  DPT_CHECK(o.checkpoint().resume().empty() || o.checkpoint().pretrained().empty(), ConfigError,
             "--resume and --pretrained exclude each other: a resumed run continues with its own weights");
 }
 
@@ -63,7 +64,7 @@ void to_channels_last(torch::nn::Module& module) {
 
 // pytorch/examples' convention: 'epoch' in a checkpoint is the epoch to start with next.
 TrainingCheckpoint read_resume_checkpoint(const TrainOptions& o) {
-  const fs::path file(o.resume());
+  const fs::path file(o.checkpoint().resume());
   DPT_CHECK(fs::is_regular_file(file), CheckpointError, "checkpoint ", file.string(),
             " does not exist; check the path given to --resume");
   auto checkpoint = TrainingCheckpoint::from_ivalue(load_checkpoint(file), file);
@@ -78,7 +79,6 @@ struct Trainer::State {
   TrainOptions options;
   RunDatasets data;
   models::ResNet model{nullptr};
-  std::optional<TrainingCheckpoint> resumed;
   std::shared_ptr<dist::Communicator> comm;
   at::Device device{at::kCPU};
   std::shared_ptr<torch::optim::SGD> optimizer;
@@ -92,7 +92,16 @@ struct Trainer::State {
 
   explicit State(TrainOptions o) : options(std::move(o)) {}
 
+  // The constructor's steps, in order. Before join(): local work only, so that a bad folder, name
+  // or file fails on every rank alike before any rank waits for the others.
+  void build_model(const models::StateDict* resumed_weights);  // weights: resumed, pretrained or seeded
+  void join();                                                 // the process group, the device
+  void build_step();  // optimizer, parallel style, scaler, sampler, schedule
+  void restore(const TrainingCheckpoint& checkpoint);  // exact resume: position, optimizer, RNG
+  void open_logs();
+
   bool leader() const { return comm->rank() == 0; }
+  int64_t global_batch() const { return options.batch_size() * comm->size(); }
   int64_t steps_per_epoch() const {
     return (sampler->num_samples() + options.batch_size() - 1) / options.batch_size();
   }
@@ -125,8 +134,8 @@ struct Trainer::State {
   data::LoaderOptions loader_options() const {
     return data::LoaderOptions()
         .batch_size(options.batch_size())
-        .threads(options.workers())
-        .bad_image_policy(options.bad_images())
+        .threads(options.data().workers())
+        .bad_image_policy(options.data().bad_images())
         .pin_memory(device.is_cuda());
   }
 
@@ -134,16 +143,13 @@ struct Trainer::State {
   // Tells the observers about a finished train or val pass: `all` are its sums over all ranks,
   // `skipped_here` the bad images this rank's loader skipped (summed over ranks here: collective).
   void report_pass(const std::string& phase, const MetricSums& all, size_t skipped_here, Clock::time_point start);
-  // A report of kind R (StepReport, EpochReport) with the position and the scores of `all`.
-  template <typename R>
-  R scored(const MetricSums& all) const {
-    R report;
+  // Fills in what every report has: the position, and the scores of `all`.
+  void score(Report& report, const MetricSums& all) const {
     report.epoch = epoch;
     report.global_step = global_step();
     report.loss = all.loss();
     report.acc1 = all.top1_percent();
     report.acc5 = all.top5_percent();
-    return report;
   }
   void save_checkpoint(bool epoch_done, bool is_best) const;
   // One optimizer step; returns the step's sums over all ranks.
@@ -154,91 +160,94 @@ struct Trainer::State {
 
 Trainer::Trainer(TrainOptions options) : state_(std::make_unique<State>(std::move(options))) {
   State& s = *state_;
-  TrainOptions& o = s.options;
-  check_options(o);
+  check_options(s.options);
   // Everything local first: a bad folder, name or file fails here on every rank alike.
-  if (!o.resume().empty()) {
-    s.resumed = read_resume_checkpoint(o);
-    o.seed(s.resumed->seed);
+  std::optional<TrainingCheckpoint> resumed;
+  if (!s.options.checkpoint().resume().empty()) {
+    resumed = read_resume_checkpoint(s.options);
+    s.options.seed(resumed->seed);
   }
-  s.data = open_datasets(o);
-  torch::manual_seed(o.seed());  // the same initial weights on every rank
-  s.model = models::create(o.arch(), models::ResNetOptions().num_classes(s.data.train->num_classes()));
-  if (s.resumed) {
-    models::load_state_dict(*s.model, s.resumed->state_dict);
-  } else if (!o.pretrained().empty()) {
-    models::load_state_dict(*s.model, read_weights(o.pretrained()));
+  s.data = open_datasets(s.options.data(), s.options.seed());
+  s.build_model(resumed ? &resumed->state_dict : nullptr);
+  // Then the process group, and what needs it.
+  s.join();
+  s.build_step();
+  s.epoch = s.options.start_epoch();
+  if (resumed) s.restore(*resumed);
+  s.open_logs();
+  s.print_banner();
+}
+
+void Trainer::State::build_model(const models::StateDict* resumed_weights) {
+  torch::manual_seed(options.seed());  // the same initial weights on every rank
+  model = models::create(options.arch(), models::ResNetOptions().num_classes(data.train->num_classes()));
+  if (resumed_weights) {
+    models::load_state_dict(*model, *resumed_weights);
+  } else if (!options.checkpoint().pretrained().empty()) {
+    models::load_state_dict(*model, read_weights(options.checkpoint().pretrained()));
   }
-  if (o.deterministic()) {
+  if (options.deterministic()) {
     at::set_num_threads(1);
     at::globalContext().setDeterministicAlgorithms(true, /*warn_only=*/false);
   }
+}
 
-  s.comm = dist::init_process_group(o.dist());
-  const auto& world = s.comm->world();
-  s.device = s.comm->device();
-  if (o.gpu()) {
-    DPT_CHECK(torch::cuda::is_available(), ConfigError, "rank ", world.rank, ": --gpu ", *o.gpu(),
+void Trainer::State::join() {
+  const ParallelOptions& parallel = options.parallel();
+  comm = dist::init_process_group(parallel.dist());
+  device = comm->device();
+  if (parallel.gpu()) {
+    DPT_CHECK(torch::cuda::is_available(), ConfigError, "rank ", comm->rank(), ": --gpu ", *parallel.gpu(),
               " given but no CUDA device is visible");
-    s.device = at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(*o.gpu()));
+    device = at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(*parallel.gpu()));
   }
   // DataParallel's model lives on its first replica's device.
-  if (o.mode() == ParallelMode::Dp) s.device = data_parallel_devices(o).front();
-  s.model->to(s.device);
-  if (o.channels_last()) to_channels_last(*s.model);
-  if (o.sync_bn()) convert_sync_batchnorm(*s.model, s.comm);
-  s.optimizer = std::make_shared<torch::optim::SGD>(
-      s.model->parameters(), torch::optim::SGDOptions(o.lr()).momentum(o.momentum()).weight_decay(o.weight_decay()));
-  s.style = make_parallel_style(o, s.model, s.optimizer, s.comm);
-  // Loss scaling keeps fp16 gradients from underflowing; bf16 has float32's range and needs none.
-  s.scaler = std::make_unique<GradScaler>(GradScalerOptions().enabled(o.amp() && s.device.is_cuda()), s.comm);
-  s.sampler = std::make_unique<data::DistributedSampler>(
-      s.data.train->size(), data::SamplerOptions(s.comm->size(), s.comm->rank()).seed(o.seed()));
-  const int64_t global_batch = o.batch_size() * s.comm->size();
-  // Goyal et al. warm up from the unscaled rate to the scaled one; with a global batch under 256
-  // the scaled rate is the smaller, and starting above it would defeat the warm-up.
-  constexpr int64_t kReferenceBatch = 256;
-  const double peak_lr = o.lr_scaling() ? o.lr() * static_cast<double>(global_batch) / kReferenceBatch : o.lr();
-  s.schedule = std::make_unique<LrSchedule>(
-      LrScheduleOptions(o.lr())
-          .global_batch(global_batch)
-          .reference_batch(o.lr_scaling() ? std::optional<int64_t>(kReferenceBatch) : std::nullopt)
-          .warmup_epochs(o.warmup_epochs())
-          .warmup_start_lr(std::min(o.lr(), peak_lr))
-          .decay(o.lr_schedule())
-          .step_epochs(o.lr_step_epochs())
-          .gamma(o.lr_gamma())
-          .milestones(o.lr_milestones())
-          .epochs(o.epochs()),
-      s.steps_per_epoch());
+  if (parallel.mode() == ParallelMode::Dp) device = data_parallel_devices(parallel).front();
+  model->to(device);
+  if (options.channels_last()) to_channels_last(*model);
+  if (parallel.sync_bn()) convert_sync_batchnorm(*model, comm);
+}
 
-  s.epoch = o.start_epoch();
-  if (s.resumed) {
-    const TrainingCheckpoint& cp = *s.resumed;
-    DPT_CHECK(cp.step_in_epoch == 0 || cp.global_batch == global_batch, ConfigError, "rank ", world.rank,
-              ": checkpoint ", o.resume(), " stopped mid-epoch with a global batch of ", cp.global_batch,
-              " samples; resume it with the same world size and --batch-size (now ", global_batch, ")");
-    s.epoch = cp.epoch;
-    s.step_in_epoch = cp.step_in_epoch;
-    s.best_acc1 = cp.best_acc1;
-    s.sampler->load_state(cp.sampler);
-    load_sgd_state_dict(*s.optimizer, cp.optimizer);
-    if (s.scaler->is_enabled() && cp.scaler.size() > 0) s.scaler->load_state_dict(cp.scaler);
-    if (cp.rng_state.numel() > 0) {
-      at::Generator generator = at::detail::getDefaultCPUGenerator();  // shares the default's state
-      generator.set_state(cp.rng_state);
-    }
-    s.resumed.reset();  // the weights now live in the model
+void Trainer::State::build_step() {
+  const TrainOptions& o = options;
+  optimizer = std::make_shared<torch::optim::SGD>(model->parameters(),
+                                                  torch::optim::SGDOptions(o.schedule().base_lr())
+                                                      .momentum(o.optimizer().momentum())
+                                                      .weight_decay(o.optimizer().weight_decay()));
+  style = make_parallel_style(o, model, optimizer, comm);
+  // Loss scaling keeps fp16 gradients from underflowing; bf16 has float32's range and needs none.
+  scaler = std::make_unique<GradScaler>(GradScalerOptions().enabled(o.amp() && device.is_cuda()), comm);
+  sampler = std::make_unique<data::DistributedSampler>(
+      data.train->size(), data::SamplerOptions(comm->size(), comm->rank()).seed(o.seed()));
+  schedule = std::make_unique<LrSchedule>(LrScheduleOptions(o.schedule()).global_batch(global_batch()).epochs(o.epochs()),
+                                          steps_per_epoch());
+}
+
+void Trainer::State::restore(const TrainingCheckpoint& cp) {
+  DPT_CHECK(cp.step_in_epoch == 0 || cp.global_batch == global_batch(), ConfigError, "rank ", comm->rank(),
+            ": checkpoint ", options.checkpoint().resume(), " stopped mid-epoch with a global batch of ", cp.global_batch,
+            " samples; resume it with the same world size and --batch-size (now ", global_batch(), ")");
+  epoch = cp.epoch;
+  step_in_epoch = cp.step_in_epoch;
+  best_acc1 = cp.best_acc1;
+  sampler->load_state(cp.sampler);
+  load_sgd_state_dict(*optimizer, cp.optimizer);
+  if (scaler->is_enabled() && cp.scaler.size() > 0) scaler->load_state_dict(cp.scaler);
+  if (cp.rng_state.numel() > 0) {
+    at::Generator generator = at::detail::getDefaultCPUGenerator();  // shares the default's state
+    generator.set_state(cp.rng_state);
   }
-  if (s.leader()) {
-    if (!o.output_dir().empty()) fs::create_directories(o.output_dir());
-    if (o.logs()) {
-      LogOptions logs = *o.logs();
-      if (logs.output_dir().empty()) logs.output_dir(o.output_dir());
-      for (auto& observer : make_observers(logs)) o.observers().push_back(std::move(observer));
-    }
+}
+
+void Trainer::State::open_logs() {
+  if (!leader()) return;
+  const std::string& output_dir = options.checkpoint().output_dir();
+  if (!output_dir.empty()) fs::create_directories(output_dir);
+  if (options.logs()) {
+    LogOptions logs = *options.logs();
+    if (logs.output_dir().empty()) logs.output_dir(output_dir);
+    for (auto& observer : make_observers(logs)) options.observers().push_back(std::move(observer));
   }
-  s.print_banner();
 }
 
 Trainer::~Trainer() {
@@ -250,18 +259,18 @@ int Trainer::world_size() const { return state_->comm->size(); }
 
 void Trainer::State::print_banner() const {
   if (!leader() || options.log() == nullptr) return;
-  const int64_t global_batch = options.batch_size() * comm->size();
   auto& out = *options.log();
   out << "dptrain train: " << options.arch() << ", " << comm->size() << " process(es), batch " << options.batch_size();
   // Under --mode dp one process drives the replicas: -b is the batch of a step, as nn.DataParallel's.
-  if (options.mode() == ParallelMode::Dp) {
+  if (options.parallel().mode() == ParallelMode::Dp) {
     out << " per step (split over the replicas)";
   } else {
-    out << " per process (" << global_batch << " global)";
+    out << " per process (" << global_batch() << " global)";
   }
   out << ", lr " << schedule->peak_lr();
-  if (options.lr_scaling()) out << " (" << options.lr() << " x " << global_batch << "/256)";
-  out << ", warm-up " << options.warmup_epochs() << " epoch(s), " << to_string(options.lr_schedule())
+  const LrScheduleOptions& lr = options.schedule();
+  if (lr.reference_batch()) out << " (" << lr.base_lr() << " x " << global_batch() << "/" << *lr.reference_batch() << ")";
+  out << ", warm-up " << lr.warmup_epochs() << " epoch(s), " << to_string(lr.decay())
       << " schedule, amp " << (options.amp() ? (device.is_cuda() ? "fp16" : "bf16") : "off") << ", device "
       << device.str() << ", " << style->describe();
   if (comm->size() > 1) out << " over " << comm->transport();
@@ -320,7 +329,8 @@ bool Trainer::State::train_epoch(MetricSums& sums, int64_t& skipped) {
     sums.add(all);
     const double elapsed = seconds_since(start);
     const int64_t taken = step_in_epoch - first_step;
-    StepReport report = scored<StepReport>(all);
+    StepReport report;
+    score(report, all);
     report.step_in_epoch = step_in_epoch;
     report.steps_per_epoch = steps;
     report.lr = schedule->lr_at(global_step() - 1);
@@ -333,13 +343,13 @@ bool Trainer::State::train_epoch(MetricSums& sums, int64_t& skipped) {
 }
 
 void Trainer::State::save_checkpoint(bool epoch_done, bool is_best) const {
-  if (!leader() || options.output_dir().empty()) return;
+  if (!leader() || options.checkpoint().output_dir().empty()) return;
   TrainingCheckpoint cp;
   cp.arch = options.arch();
   cp.epoch = epoch;
   cp.step_in_epoch = step_in_epoch;
   cp.global_step = global_step();
-  cp.global_batch = options.batch_size() * comm->size();
+  cp.global_batch = global_batch();
   cp.best_acc1 = best_acc1;
   cp.seed = options.seed();
   cp.sampler = sampler->state();
@@ -348,12 +358,12 @@ void Trainer::State::save_checkpoint(bool epoch_done, bool is_best) const {
   cp.scaler = scaler->state_dict();
   at::Generator generator = at::detail::getDefaultCPUGenerator();
   cp.rng_state = generator.get_state();
-  const fs::path dir(options.output_dir());
+  const fs::path dir(options.checkpoint().output_dir());
   const fs::path latest = dir / "checkpoint.pt";
   train::save_checkpoint(cp.to_ivalue(), latest);
   if (epoch_done) {
     copy_file_atomically(latest, epoch_checkpoint_path(dir, epoch));
-    rotate_checkpoints(dir, options.keep_checkpoints());
+    rotate_checkpoints(dir, options.checkpoint().keep());
   }
   if (is_best || !fs::exists(dir / kBestCheckpointName)) copy_file_atomically(latest, dir / kBestCheckpointName);
 }
@@ -413,7 +423,8 @@ void Trainer::State::report_pass(const std::string& phase, const MetricSums& all
                                  Clock::time_point start) {
   at::Tensor skipped = at::tensor({static_cast<double>(skipped_here)}, at::kDouble).to(comm->device());
   comm->all_reduce(skipped, dist::ReduceOp::Sum);
-  EpochReport report = scored<EpochReport>(all);
+  EpochReport report;
+  score(report, all);
   report.phase = phase;
   report.samples = all.count;
   report.seconds = seconds_since(start);

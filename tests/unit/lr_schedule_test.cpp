@@ -49,6 +49,15 @@ TEST(LrSchedule, WarmupIsLinearInTheStep) {
   EXPECT_DOUBLE_EQ(from_zero.lr_at(5), 0.1);
 }
 
+TEST(LrSchedule, WarmupNeverStartsAboveThePeak) {
+  // A global batch of 128 scales 0.1 down to 0.05: warm-up starts there, so the rate is flat
+  // rather than falling from 0.1.
+  LrSchedule small_batch(LrScheduleOptions(0.1).global_batch(128).warmup_epochs(2), kStepsPerEpoch);
+  EXPECT_DOUBLE_EQ(small_batch.peak_lr(), 0.05);
+  EXPECT_DOUBLE_EQ(small_batch.lr_at(0), 0.05);
+  EXPECT_DOUBLE_EQ(small_batch.lr_at(7), 0.05);
+}
+
 TEST(LrSchedule, StepMatchesStepLR) {
   LrSchedule schedule(goyal(LrDecay::Step).step_epochs(3), kStepsPerEpoch);
   // StepLR(step_size=3, gamma=0.1) for epochs 2..7.

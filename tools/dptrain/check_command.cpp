@@ -51,7 +51,7 @@ int run_check(const CheckFlags& flags) {
                      .backend(flags.backend)
                      .init_method(flags.dist_url)
                      .world(world)
-                     .timeout(*milliseconds(flags.timeout_s))
+                     .timeout(milliseconds(flags.timeout_s))
                      .rendezvous_timeout(milliseconds(flags.rendezvous_timeout_s))
                      .verbose_rendezvous(flags.verbose_rendezvous)
                      .interface(flags.interface);

@@ -17,7 +17,7 @@ namespace dpt::cli {
 namespace {
 
 struct EvalFlags {
-  RunFlags run;
+  train::TrainOptions options = command_line_options();
   std::string checkpoint;
 };
 
@@ -34,9 +34,11 @@ std::string checkpoint_arch(const std::string& file) {
   throw ConfigError("checkpoint " + file + " does not say which model it holds; pass -a");
 }
 
-int run_eval(const EvalFlags& f) {
-  const std::string arch = f.run.arch ? *f.run.arch : checkpoint_arch(f.checkpoint);
-  train::Trainer trainer(run_options(f.run, arch).pretrained(f.checkpoint));
+int run_eval(const EvalFlags& f, bool arch_given) {
+  train::TrainOptions options = f.options;
+  if (!arch_given) options.arch(checkpoint_arch(f.checkpoint));
+  options.checkpoint().pretrained(f.checkpoint);
+  train::Trainer trainer(options);
   const auto m = trainer.evaluate();
   if (trainer.rank() == 0) {
     std::cout << metrics_json(m).dump() << std::endl;
@@ -49,9 +51,9 @@ int run_eval(const EvalFlags& f) {
 Command add_eval_command(CLI::App& root) {
   auto flags = std::make_shared<EvalFlags>();
   auto* app = root.add_subcommand("eval", "evaluate a checkpoint on the validation set, over the process group");
-  add_run_flags(*app, flags->run);
+  add_run_flags(*app, flags->options);
   app->add_option("--checkpoint", flags->checkpoint, "a dptrain checkpoint or a Python dict(state_dict)")->required();
-  return {app, [flags](const std::vector<std::string>&) { return run_eval(*flags); }};
+  return {app, [flags, app](const std::vector<std::string>&) { return run_eval(*flags, app->count("--arch") > 0); }};
 }
 
 }  // namespace dpt::cli

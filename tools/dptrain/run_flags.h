@@ -1,6 +1,7 @@
 #pragma once
 // The flags `dptrain train` and `dptrain eval` share (data, model, loader, precision, process
-// group), named as in pytorch/examples' imagenet/main.py, and their translation into TrainOptions.
+// group), named as in pytorch/examples' imagenet/main.py. Each flag is bound to the TrainOptions
+// field it sets, so a new option is its field and its flag, nothing in between.
 
 #include <chrono>
 #include <optional>
@@ -9,44 +10,38 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include "dptrain/common/error.h"
 #include "dptrain/train/metrics.h"
 #include "dptrain/train/train_options.h"
 
 namespace dpt::cli {
 
-struct RunFlags {
-  std::string data;
-  std::optional<std::string> arch;
-  int workers = 4;
-  int64_t batch_size = 256;
-  int64_t print_freq = 10;
-  uint64_t seed = 0;
-  std::optional<int> gpu;
-  bool dummy = false;
-  int64_t dummy_train_size = 4000;
-  int64_t dummy_val_size = 1001;
-  std::optional<int> image_size;
-  bool no_flip = false;
-  bool amp = false;
-  bool channels_last = false;
-  bool deterministic = false;
-  std::string bad_images = "skip";
-  std::optional<int> world_size, rank;
-  std::string dist_url = "env://";
-  std::string dist_backend = "auto";
-  double dist_timeout_s = 1800;
-  std::optional<double> rendezvous_timeout_s;
-  bool verbose_rendezvous = false;
-};
+// The options a command's flags fill in, with the command line's own defaults: the banner and
+// the progress display go to stdout (the standard logs of train/logs/observers.h).
+train::TrainOptions command_line_options();
 
-void add_run_flags(CLI::App& app, RunFlags& flags);
+// Binds the shared flags to `options`, which must outlive the parse; -a/--arch is the option
+// named "--arch" (`dptrain eval` asks whether it was given).
+void add_run_flags(CLI::App& app, train::TrainOptions& options);
 
-// Seconds from a flag as the library's durations; nullopt stays unset.
+// A flag whose text the library parses into `target` (train::parse_lr_decay, parse_parallel_mode);
+// the parser's ConfigError, which names the accepted values, becomes the command line's error.
+template <typename T>
+CLI::Option* add_parsed_option(CLI::App& app, const std::string& name, T& target, T (*parse)(const std::string&),
+                               const std::string& help) {
+  auto assign = [&target, parse, name](const std::string& text) {
+    try {
+      target = parse(text);
+    } catch (const ConfigError& e) {
+      throw CLI::ValidationError(name, e.what());
+    }
+  };
+  return app.add_option_function<std::string>(name, assign, help)->default_str(to_string(target));
+}
+
+// A flag's seconds as the library's durations; nullopt stays unset.
+std::chrono::milliseconds milliseconds(double seconds);
 std::optional<std::chrono::milliseconds> milliseconds(const std::optional<double>& seconds);
-
-// Options for `arch` with every shared flag applied; the banner and the progress display go to
-// stdout (the standard logs of train/observers.h, every print_freq steps).
-train::TrainOptions run_options(const RunFlags& flags, const std::string& arch);
 
 // Means and exact sums (loss, acc1, acc5, loss_sum, correct1, correct5, count), for the JSON line
 // the commands end with.

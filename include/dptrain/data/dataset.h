@@ -17,6 +17,9 @@ enum class BadImagePolicy {
   Error,  // throw DataError naming the file
   Skip,   // leave the sample out of its batch, count it, report the files at the end
 };
+// "fail" -> Error, "skip" -> Skip (the command line's names); ConfigError naming them otherwise.
+BadImagePolicy parse_bad_image_policy(const std::string& name);
+std::string to_string(BadImagePolicy policy);
 
 class Dataset {
  public:

@@ -8,6 +8,10 @@
 //                                     dpt::data::Transform(train_options));
 //   dpt::data::Image picture = train.render(7);   // the untransformed image of sample 7
 
+#include <cstdint>
+#include <string>
+#include <vector>
+
 #include <torch/arg.h>
 
 #include "dptrain/data/dataset.h"

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <vector>
 
 #include <torch/arg.h>
 #include <torch/nn/cloneable.h>
@@ -25,17 +26,18 @@ namespace dpt::models {
 // Makes the normalisation layer for `num_features` channels. The default is BatchNorm2d; a
 // data-parallel run can pass a factory for synchronised batch norm instead
 // (dpt::sync_batch_norm_factory(comm)).
-using NormLayer = std::function<torch::nn::AnyModule(int64_t num_features)>;
+using NormLayer = NormLayerFactory;
 
 // A norm layer from `factory`, or BatchNorm2d with PyTorch's defaults (eps 1e-5, momentum 0.1)
 // when the factory is empty.
 torch::nn::AnyModule make_norm(const NormLayer& factory, int64_t num_features);
 
 // The NormLayerHolder step shared by the blocks and the ResNet: `layer` becomes `owner`'s child
-// `name` and the member `slot` forward() calls. A SyncBatchNorm also becomes what `factory`
-// builds, so that reset() and clone() (which rebuilds from the options) keep synchronised norms.
+// `name` and the member `slot` forward() calls, and `layer_factory` becomes `factory`, the
+// options' norm_layer, so that reset() and clone() (which rebuilds from the options) keep the
+// swapped kind of layer.
 void swap_norm_layer(torch::nn::Module& owner, const std::string& name, torch::nn::AnyModule& slot,
-                     torch::nn::AnyModule layer, NormLayer& factory);
+                     torch::nn::AnyModule layer, NormLayer layer_factory, NormLayer& factory);
 
 // How a block's identity path adapts when the block changes the resolution or channel count.
 enum class Shortcut {
@@ -74,50 +76,44 @@ class ZeroPadShortcutImpl : public torch::nn::Cloneable<ZeroPadShortcutImpl> {
 };
 TORCH_MODULE(ZeroPadShortcut);
 
-// Two 3x3 convolutions and a residual connection (ResNet-18/34, the CIFAR ResNets).
-class BasicBlockImpl : public torch::nn::Cloneable<BasicBlockImpl>, public NormLayerHolder {
- public:
-  static constexpr int64_t kExpansion = 1;
+// The two residual blocks of torchvision's ResNets:
+//  - Basic: two 3x3 convolutions (ResNet-18/34, the CIFAR ResNets); outputs `channels`.
+//  - Bottleneck: 1x1 reduce, 3x3 (with the stride, as torchvision's "ResNet v1.5"), 1x1 expand by
+//    4 (ResNet-50/101/152); outputs 4 x `channels`.
+// Each convolution is followed by a norm layer, all but the last by a ReLU; the shortcut is added
+// before the final ReLU.
+enum class BlockKind { Basic, Bottleneck };
 
-  explicit BasicBlockImpl(BlockOptions options);
+// How many times `channels` a block of `kind` outputs.
+constexpr int64_t expansion(BlockKind kind) { return kind == BlockKind::Basic ? 1 : 4; }
+
+template <BlockKind Kind>
+class ResidualBlockImpl : public torch::nn::Cloneable<ResidualBlockImpl<Kind>>, public NormLayerHolder {
+ public:
+  static constexpr int64_t kExpansion = expansion(Kind);
+
+  explicit ResidualBlockImpl(BlockOptions options);
   void reset() override;
   torch::Tensor forward(const torch::Tensor& x);
   // Sets the scale of the last norm layer to zero, so the block starts as the identity
   // (torchvision's zero_init_residual).
   void zero_init_last_norm();
-  // Swaps bn1 or bn2 (see dpt::convert_sync_batchnorm); the downsample norm lives in a Sequential.
-  void replace_norm_layer(const std::string& name, torch::nn::AnyModule layer) override;
+  // Swaps bn1, bn2 (, bn3) (see dpt::convert_sync_batchnorm); the downsample norm lives in a
+  // Sequential.
+  void replace_norm_layer(const std::string& name, torch::nn::AnyModule layer, NormLayer factory) override;
 
   BlockOptions options;
 
  private:
-  torch::nn::Conv2d conv1_{nullptr}, conv2_{nullptr};
-  torch::nn::AnyModule bn1_, bn2_;
+  // conv1, conv2 (, conv3) and their norm layers bn1, bn2 (, bn3), in the order forward() runs.
+  std::vector<torch::nn::Conv2d> convs_;
+  std::vector<torch::nn::AnyModule> norms_;
   torch::nn::Sequential downsample_{nullptr};  // null: identity shortcut
 };
+
+using BasicBlockImpl = ResidualBlockImpl<BlockKind::Basic>;
+using BottleneckImpl = ResidualBlockImpl<BlockKind::Bottleneck>;
 TORCH_MODULE(BasicBlock);
-
-// 1x1 reduce, 3x3 (with the stride, as torchvision's "ResNet v1.5"), 1x1 expand by 4
-// (ResNet-50/101/152).
-class BottleneckImpl : public torch::nn::Cloneable<BottleneckImpl>, public NormLayerHolder {
- public:
-  static constexpr int64_t kExpansion = 4;
-
-  explicit BottleneckImpl(BlockOptions options);
-  void reset() override;
-  torch::Tensor forward(const torch::Tensor& x);
-  // See BasicBlockImpl::zero_init_last_norm.
-  void zero_init_last_norm();
-  // Swaps bn1, bn2 or bn3 (see dpt::convert_sync_batchnorm).
-  void replace_norm_layer(const std::string& name, torch::nn::AnyModule layer) override;
-
-  BlockOptions options;
-
- private:
-  torch::nn::Conv2d conv1_{nullptr}, conv2_{nullptr}, conv3_{nullptr};
-  torch::nn::AnyModule bn1_, bn2_, bn3_;
-  torch::nn::Sequential downsample_{nullptr};  // null: identity shortcut
-};
 TORCH_MODULE(Bottleneck);
 
 }  // namespace dpt::models

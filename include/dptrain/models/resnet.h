@@ -23,8 +23,6 @@
 
 namespace dpt::models {
 
-enum class BlockKind { Basic, Bottleneck };
-
 // What the first layers look like before the residual stages.
 enum class Stem {
   // 7x7 stride-2 convolution, norm, ReLU, 3x3 stride-2 max-pool (torchvision; 224px images).
@@ -59,11 +57,12 @@ class ResNetImpl : public torch::nn::Cloneable<ResNetImpl>, public NormLayerHold
  public:
   ResNetImpl(ResNetLayout layout, ResNetOptions options);
   // (Re)creates all layers and initialises them like torchvision: Kaiming-normal (fan_out, ReLU)
-  // convolutions, (Sync)BatchNorm/GroupNorm weight 1 and bias 0, LibTorch's default Linear.
+  // convolutions, norm layers as their own reset() leaves them (BatchNorm's and GroupNorm's weight
+  // 1 and bias 0, which torchvision sets again), LibTorch's default Linear.
   void reset() override;
   torch::Tensor forward(torch::Tensor x);
   // Swaps the stem's bn1 (see dpt::convert_sync_batchnorm); the blocks swap their own.
-  void replace_norm_layer(const std::string& name, torch::nn::AnyModule layer) override;
+  void replace_norm_layer(const std::string& name, torch::nn::AnyModule layer, NormLayer factory) override;
 
   ResNetLayout layout;
   ResNetOptions options;

@@ -43,6 +43,7 @@
 #include <torch/nn/pimpl.h>
 
 #include "dptrain/dist/communicator.h"
+#include "dptrain/parallel/norm_layer_holder.h"
 
 namespace dpt {
 
@@ -82,7 +83,7 @@ TORCH_MODULE(SyncBatchNorm);
 
 // A norm-layer factory with the signature of dpt::models::NormLayer: SyncBatchNorm over `comm`
 // with `options` (whose num_features is replaced by the requested channel count).
-std::function<torch::nn::AnyModule(int64_t)> sync_batch_norm_factory(
+NormLayerFactory sync_batch_norm_factory(
     std::shared_ptr<dist::Communicator> comm, SyncBatchNormOptions options = SyncBatchNormOptions(0));
 
 }  // namespace dpt

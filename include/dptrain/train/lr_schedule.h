@@ -49,7 +49,9 @@ struct LrScheduleOptions {
   TORCH_ARG(std::optional<int64_t>, reference_batch) = 256;
   // Epochs of linear warm-up, counted in steps, from warmup_start_lr to the peak rate.
   TORCH_ARG(int64_t, warmup_epochs) = 0;
-  // Where warm-up starts. Unset: base_lr (Goyal et al. ramp from the unscaled rate).
+  // Where warm-up starts. Unset: base_lr (Goyal et al. ramp from the unscaled rate), or the peak
+  // rate when scaling lowers it (a global batch under reference_batch), so that warm-up never
+  // starts above where it ends.
   TORCH_ARG(std::optional<double>, warmup_start_lr) = std::nullopt;
   TORCH_ARG(LrDecay, decay) = LrDecay::Step;
   // Step: decay period in epochs (counted from epoch 0, warm-up included).

@@ -2,8 +2,10 @@
 // Everything a training or evaluation run is configured with; the command line fills it in
 // (`dptrain train`, `dptrain eval`), library users set it directly.
 //
-//   auto options = dpt::train::TrainOptions("resnet20")
-//                      .dummy(true).epochs(3).batch_size(64).lr(0.1).output_dir("run1");
+//   auto options = dpt::train::TrainOptions("resnet20").epochs(3).batch_size(64);
+//   options.data().dummy(true);
+//   options.schedule().base_lr(0.1).warmup_epochs(1);
+//   options.checkpoint().output_dir("run1");
 //   options.observers().push_back(std::make_shared<MyObserver>());
 //   dpt::train::Trainer(options).train();
 
@@ -35,15 +37,12 @@ std::string to_string(ParallelMode mode);
 // Where text output goes (an alias, because TORCH_ARG cannot take a pointer type as written).
 using LogStream = std::ostream*;
 
-struct TrainOptions {
-  explicit TrainOptions(std::string arch) : arch_(std::move(arch)) {}
-
-  // A model name of dpt::models::names().
-  TORCH_ARG(std::string, arch);
+// What is trained on, and how each image is read and augmented.
+struct DataOptions {
   // An ImageFolder root with train/ and val/, or a CIFAR-10 binary folder (data_batch_*.bin);
   // ignored with dummy.
-  TORCH_ARG(std::string, data) = "";
-  // Train on the learnable synthetic set instead of `data`.
+  TORCH_ARG(std::string, root) = "";
+  // Train on the learnable synthetic set instead of `root`.
   TORCH_ARG(bool, dummy) = false;
   TORCH_ARG(int64_t, dummy_train_size) = 4000;
   // Odd by default, so that evaluation over two ranks has unequal shards.
@@ -52,62 +51,80 @@ struct TrainOptions {
   TORCH_ARG(std::optional<int>, image_size) = std::nullopt;
   // Random horizontal flips in training (off for data where mirroring changes the class, e.g. digits).
   TORCH_ARG(bool, flip) = true;
-
-  TORCH_ARG(int64_t, epochs) = 90;
-  // First epoch when not resuming (the schedule starts there as if earlier epochs had run).
-  TORCH_ARG(int64_t, start_epoch) = 0;
-  // Samples per step on each process; the global batch is this times the world size. Mode Dp:
-  // samples per step, split over the replicas.
-  TORCH_ARG(int64_t, batch_size) = 256;
   // Loader threads per process.
   TORCH_ARG(int, workers) = 4;
-  // Base learning rate for a global batch of 256 (scaled linearly unless lr_scaling is off).
-  TORCH_ARG(double, lr) = 0.1;
-  TORCH_ARG(bool, lr_scaling) = true;
+  TORCH_ARG(data::BadImagePolicy, bad_images) = data::BadImagePolicy::Skip;
+};
+
+// SGD's settings besides the rate, which the schedule sets at every step.
+struct OptimizerOptions {
   TORCH_ARG(double, momentum) = 0.9;
   TORCH_ARG(double, weight_decay) = 1e-4;
-  TORCH_ARG(int64_t, warmup_epochs) = 0;
-  TORCH_ARG(LrDecay, lr_schedule) = LrDecay::Step;
-  TORCH_ARG(int64_t, lr_step_epochs) = 30;
-  TORCH_ARG(double, lr_gamma) = 0.1;
-  TORCH_ARG(std::vector<int64_t>, lr_milestones) = {};
+};
 
-  // bf16 autocast on CPU; fp16 autocast with loss scaling on CUDA.
-  TORCH_ARG(bool, amp) = false;
-  TORCH_ARG(bool, channels_last) = false;
-  // Batch statistics over all ranks (SyncBatchNorm): every BatchNorm layer is converted before
-  // DistributedDataParallel wraps the model; checkpoints keep BatchNorm's names.
-  TORCH_ARG(bool, sync_bn) = false;
-  TORCH_ARG(ParallelMode, mode) = ParallelMode::Ddp;
-  // Mode Dp: this many replicas on the CPU, or the listed CUDA devices (the first holds the model).
-  TORCH_ARG(std::optional<int>, replicas) = std::nullopt;
-  TORCH_ARG(std::vector<int>, gpus) = {};
-  // Bitwise-repeatable CPU runs: one compute thread per process, deterministic algorithms.
-  TORCH_ARG(bool, deterministic) = false;
-  // Seeds the weights (the same on every rank), the sampler's shuffles and the augmentation.
-  TORCH_ARG(uint64_t, seed) = 0;
-  // Stop after this many optimizer steps in all (resumed steps included), mid-epoch if need be.
-  TORCH_ARG(std::optional<int64_t>, max_steps) = std::nullopt;
-  TORCH_ARG(data::BadImagePolicy, bad_images) = data::BadImagePolicy::Skip;
-  // CUDA device index for this process. Unset: the communicator's device (the local rank's GPU
-  // under NCCL, else the CPU).
-  TORCH_ARG(std::optional<int>, gpu) = std::nullopt;
-
+// Where a run starts from and what it leaves behind.
+struct CheckpointOptions {
   // A checkpoint to continue from exactly.
   TORCH_ARG(std::string, resume) = "";
   // Initial weights: a dptrain checkpoint or a Python-saved dict(model.state_dict()).
   TORCH_ARG(std::string, pretrained) = "";
   // Where rank 0 writes checkpoint.pt, checkpoint_epoch<N>.pt and model_best.pt; empty: nowhere.
   TORCH_ARG(std::string, output_dir) = "";
-  TORCH_ARG(int64_t, keep_checkpoints) = 3;
+  // Epoch checkpoints kept; older ones are deleted.
+  TORCH_ARG(int64_t, keep) = 3;
+};
 
+// How the replicas are placed and agree on a step.
+struct ParallelOptions {
+  TORCH_ARG(ParallelMode, mode) = ParallelMode::Ddp;
   // How to join the process group (rank, world size, rendezvous, backend, timeout).
   TORCH_ARG(dist::InitOptions, dist) = {};
+  // CUDA device index for this process. Unset: the communicator's device (the local rank's GPU
+  // under NCCL, else the CPU).
+  TORCH_ARG(std::optional<int>, gpu) = std::nullopt;
+  // Mode Dp: this many replicas on the CPU, or the listed CUDA devices (the first holds the model).
+  TORCH_ARG(std::optional<int>, replicas) = std::nullopt;
+  TORCH_ARG(std::vector<int>, gpus) = {};
+  // Batch statistics over all ranks (SyncBatchNorm): every BatchNorm layer is converted before
+  // DistributedDataParallel wraps the model; checkpoints keep BatchNorm's names.
+  TORCH_ARG(bool, sync_bn) = false;
+};
+
+struct TrainOptions {
+  explicit TrainOptions(std::string arch) : arch_(std::move(arch)) {}
+
+  // A model name of dpt::models::names().
+  TORCH_ARG(std::string, arch);
+  TORCH_ARG(int64_t, epochs) = 90;
+  // First epoch when not resuming (the schedule starts there as if earlier epochs had run).
+  TORCH_ARG(int64_t, start_epoch) = 0;
+  // Samples per step on each process; the global batch is this times the world size. Mode Dp:
+  // samples per step, split over the replicas.
+  TORCH_ARG(int64_t, batch_size) = 256;
+  // Stop after this many optimizer steps in all (resumed steps included), mid-epoch if need be.
+  TORCH_ARG(std::optional<int64_t>, max_steps) = std::nullopt;
+  // Seeds the weights (the same on every rank), the sampler's shuffles and the augmentation.
+  TORCH_ARG(uint64_t, seed) = 0;
+  // bf16 autocast on CPU; fp16 autocast with loss scaling on CUDA.
+  TORCH_ARG(bool, amp) = false;
+  TORCH_ARG(bool, channels_last) = false;
+  // Bitwise-repeatable CPU runs: one compute thread per process, deterministic algorithms.
+  TORCH_ARG(bool, deterministic) = false;
+
+  TORCH_ARG(DataOptions, data) = {};
+  // The learning rate: base_lr for a global batch of reference_batch (linear scaling; unset: the
+  // rate as given), warm-up and decay. The trainer sets global_batch (batch_size x world size) and
+  // epochs (those above) itself.
+  TORCH_ARG(LrScheduleOptions, schedule) = LrScheduleOptions(0.1);
+  TORCH_ARG(OptimizerOptions, optimizer) = {};
+  TORCH_ARG(CheckpointOptions, checkpoint) = {};
+  TORCH_ARG(ParallelOptions, parallel) = {};
+
   // Told about every step and epoch, on rank 0 only.
   TORCH_ARG(std::vector<std::shared_ptr<TrainObserver>>, observers) = {};
   // The standard logs, made on rank 0 once ranks are known (so other ranks create no files) and
   // added to the observers: console progress, plus metrics.jsonl and TensorBoard event files in
-  // output_dir when LogOptions has no folder of its own. Unset: none.
+  // checkpoint.output_dir when LogOptions has no folder of its own. Unset: none.
   TORCH_ARG(std::optional<LogOptions>, logs) = std::nullopt;
   // Where rank 0 writes the start-up banner; null: nowhere.
   TORCH_ARG(LogStream, log) = nullptr;

@@ -1,13 +1,15 @@
 #pragma once
 // The ImageNet-style training loop of pytorch/examples' main.py, data-parallel: every process
 // trains a replica on its shard (DistributedSampler), gradients are averaged during backward
-// (DistributedDataParallel; TrainOptions::mode picks Horovod's DistributedOptimizer or one
+// (DistributedDataParallel; TrainOptions::parallel().mode() picks Horovod's DistributedOptimizer or one
 // process driving DataParallel replicas instead), validation counts are summed over ranks
 // exactly, rank 0 reports to the observers and writes checkpoints (the plain model's names in
 // every mode).
 //
-//   auto options = dpt::train::TrainOptions("resnet50").data("/data/imagenet").batch_size(64)
-//                      .warmup_epochs(5).output_dir("run1");
+//   auto options = dpt::train::TrainOptions("resnet50").batch_size(64);
+//   options.data().root("/data/imagenet");
+//   options.schedule().warmup_epochs(5);
+//   options.checkpoint().output_dir("run1");
 //   options.observers().push_back(progress);
 //   dpt::train::Trainer trainer(options);   // checks data, model and files, then joins the group
 //   trainer.train();

@@ -22,42 +22,38 @@ std::string line(const nlohmann::ordered_json& record) {
   return record.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
 }
 
+// The fields every record has, after its position in the epoch.
+void add_scores(nlohmann::ordered_json& record, const Report& r) {
+  record["global_step"] = r.global_step;
+  record["loss"] = r.loss;
+  record["acc1"] = r.acc1;
+  record["acc5"] = r.acc5;
+}
+
 }  // namespace
 
 JsonlObserver::JsonlObserver(const JsonlOptions& options)
-    : print_freq_(checked_print_freq(options.print_freq())),
-      clock_(options.clock()),
-      file_(open_metrics(options.dir())) {}
+    : PeriodicObserver(options.print_freq()), clock_(options.clock()), file_(open_metrics(options.dir())) {}
 
-void JsonlObserver::on_step(const StepReport& r) {
-  if (!logs_step(r, print_freq_)) return;
-  const nlohmann::ordered_json record = {{"phase", "train_step"},
-                                         {"epoch", r.epoch},
-                                         {"step", r.step_in_epoch},
-                                         {"steps", r.steps_per_epoch},
-                                         {"global_step", r.global_step},
-                                         {"loss", r.loss},
-                                         {"acc1", r.acc1},
-                                         {"acc5", r.acc5},
-                                         {"lr", r.lr},
-                                         {"img_per_s", r.images_per_s},
-                                         {"eta_s", r.eta_s},
-                                         {"time", clock_()}};
+void JsonlObserver::log_step(const StepReport& r) {
+  nlohmann::ordered_json record = {
+      {"phase", "train_step"}, {"epoch", r.epoch}, {"step", r.step_in_epoch}, {"steps", r.steps_per_epoch}};
+  add_scores(record, r);
+  record["lr"] = r.lr;
+  record["img_per_s"] = r.images_per_s;
+  record["eta_s"] = r.eta_s;
+  record["time"] = clock_();
   file_.write(line(record));
 }
 
 void JsonlObserver::on_epoch(const EpochReport& r) {
-  const nlohmann::ordered_json record = {{"phase", r.phase},
-                                         {"epoch", r.epoch},
-                                         {"global_step", r.global_step},
-                                         {"loss", r.loss},
-                                         {"acc1", r.acc1},
-                                         {"acc5", r.acc5},
-                                         {"samples", r.samples},
-                                         {"img_per_s", r.images_per_s},
-                                         {"seconds", r.seconds},
-                                         {"skipped_images", r.skipped_images},
-                                         {"time", clock_()}};
+  nlohmann::ordered_json record = {{"phase", r.phase}, {"epoch", r.epoch}};
+  add_scores(record, r);
+  record["samples"] = r.samples;
+  record["img_per_s"] = r.images_per_s;
+  record["seconds"] = r.seconds;
+  record["skipped_images"] = r.skipped_images;
+  record["time"] = clock_();
   file_.write(line(record));
 }
 

@@ -1,16 +1,18 @@
 #include "dptrain/train/logs/tensorboard_observer.h"
 
-
 namespace dpt::train {
 
 TensorBoardObserver::TensorBoardObserver(const TensorBoardOptions& options)
-    : print_freq_(checked_print_freq(options.print_freq())), writer_(options.writer()) {}
+    : PeriodicObserver(options.print_freq()), writer_(options.writer()) {}
 
-void TensorBoardObserver::on_step(const StepReport& r) {
-  if (!logs_step(r, print_freq_)) return;
-  writer_.add_scalar("train/loss", r.loss, r.global_step);
-  writer_.add_scalar("train/acc1", r.acc1, r.global_step);
-  writer_.add_scalar("train/acc5", r.acc5, r.global_step);
+void TensorBoardObserver::add_scores(const std::string& section, const Report& r) {
+  writer_.add_scalar(section + "loss", r.loss, r.global_step);
+  writer_.add_scalar(section + "acc1", r.acc1, r.global_step);
+  writer_.add_scalar(section + "acc5", r.acc5, r.global_step);
+}
+
+void TensorBoardObserver::log_step(const StepReport& r) {
+  add_scores("train/", r);
   writer_.add_scalar("train/lr", r.lr, r.global_step);
   writer_.add_scalar("train/img_per_s", r.images_per_s, r.global_step);
 }
@@ -18,9 +20,7 @@ void TensorBoardObserver::on_step(const StepReport& r) {
 void TensorBoardObserver::on_epoch(const EpochReport& r) {
   // A train pass's means would collide with the step curves of the same name.
   const std::string section = r.phase == "train" ? "train_epoch/" : r.phase + "/";
-  writer_.add_scalar(section + "loss", r.loss, r.global_step);
-  writer_.add_scalar(section + "acc1", r.acc1, r.global_step);
-  writer_.add_scalar(section + "acc5", r.acc5, r.global_step);
+  add_scores(section, r);
   writer_.add_scalar(section + "img_per_s", r.images_per_s, r.global_step);
 }
 

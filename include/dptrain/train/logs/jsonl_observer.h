@@ -36,18 +36,17 @@ struct JsonlOptions {
   TORCH_ARG(WallClock, clock) = unix_time;
 };
 
-class JsonlObserver : public TrainObserver {
+class JsonlObserver : public PeriodicObserver {
  public:
   // ConfigError when print_freq < 1 or the file cannot be opened.
   explicit JsonlObserver(const JsonlOptions& options);
-
-  void on_step(const StepReport& report) override;
-  void on_epoch(const EpochReport& report) override;
-
   const std::filesystem::path& path() const { return file_.path(); }
 
+  void on_epoch(const EpochReport& report) override;
+
  private:
-  int64_t print_freq_;
+  void log_step(const StepReport& report) override;
+
   WallClock clock_;
   LogFile file_;
 };

@@ -12,26 +12,26 @@
 
 namespace dpt::train {
 
-struct StepReport {
-  int64_t epoch = 0;            // 0-based
+// What every report has: where training stands and how well the model does there.
+struct Report {
+  int64_t epoch = 0;        // 0-based
+  int64_t global_step = 0;  // optimizer steps since the run began, resumes included
+  double loss = 0;          // mean loss: of this step's global batch, or of every sample of a pass
+  double acc1 = 0;          // top-1 over the same samples, in percent
+  double acc5 = 0;          // top-5, in percent
+};
+
+struct StepReport : Report {
   int64_t step_in_epoch = 0;    // 1-based: steps finished in this epoch
   int64_t steps_per_epoch = 0;  // this epoch's total (after --max-steps)
-  int64_t global_step = 0;      // optimizer steps since the run began, resumes included
-  double loss = 0;              // this step's mean loss over the global batch
-  double acc1 = 0;              // this step's top-1 over the global batch, in percent
-  double acc5 = 0;              // top-5, in percent
   double lr = 0;                // the learning rate this step used
   double images_per_s = 0;      // global throughput, smoothed over recent steps
   double eta_s = 0;             // seconds until this epoch's train pass ends
 };
 
-struct EpochReport {
+// A finished train or validation pass, over all ranks.
+struct EpochReport : Report {
   std::string phase;  // "train" or "val"
-  int64_t epoch = 0;
-  int64_t global_step = 0;
-  double loss = 0;  // mean over every sample of the pass, all ranks
-  double acc1 = 0;  // percent
-  double acc5 = 0;  // percent
   int64_t samples = 0;
   double images_per_s = 0;
   double seconds = 0;
@@ -55,5 +55,22 @@ inline bool logs_step(const StepReport& report, int64_t print_freq) {
 
 // `print_freq`, or ConfigError when it is below 1.
 int64_t checked_print_freq(int64_t print_freq);
+
+// An observer of every print_freq-th step (logs_step) and of every pass: the files the logs write.
+class PeriodicObserver : public TrainObserver {
+ public:
+  void on_step(const StepReport& report) final {
+    if (logs_step(report, print_freq_)) log_step(report);
+  }
+
+ protected:
+  // ConfigError when print_freq < 1.
+  explicit PeriodicObserver(int64_t print_freq) : print_freq_(checked_print_freq(print_freq)) {}
+  // The steps logs_step picks.
+  virtual void log_step(const StepReport& report) = 0;
+
+ private:
+  int64_t print_freq_;
+};
 
 }  // namespace dpt::train

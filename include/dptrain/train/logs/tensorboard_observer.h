@@ -30,18 +30,19 @@ struct TensorBoardOptions {
   TORCH_ARG(int64_t, print_freq) = 10;
 };
 
-class TensorBoardObserver : public TrainObserver {
+// Step scalars under train/, pass scalars under train_epoch/ and val/.
+class TensorBoardObserver : public PeriodicObserver {
  public:
   // ConfigError when print_freq < 1 or the event file cannot be created.
   explicit TensorBoardObserver(const TensorBoardOptions& options);
-
-  void on_step(const StepReport& report) override;
   void on_epoch(const EpochReport& report) override;
-
   const std::filesystem::path& path() const { return writer_.path(); }
 
  private:
-  int64_t print_freq_;
+  void log_step(const StepReport& report) override;
+  // loss, acc1 and acc5 of `report`, under `section`.
+  void add_scores(const std::string& section, const Report& report);
+
   SummaryWriter writer_;
 };
 
