@@ -15,3 +15,19 @@ def alone():
 def last_json(out):
     """The JSON line rank 0 ends with (under `dptrain launch`, after its "[rank 0] " prefix)."""
     return json.loads(re.sub(r"^\[rank \d+\] ", "", out.strip().splitlines()[-1]))
+
+
+# Two checkpoints side by side: positions, then the weights' largest difference and whether
+# weights and momentum buffers are bitwise equal. Run with PYTHON (torch) and the two files.
+COMPARE = r"""
+import sys, torch
+a, b = torch.load(sys.argv[1]), torch.load(sys.argv[2])
+print(a["global_step"], a["epoch"], a["step_in_epoch"], b["global_step"], b["epoch"], b["step_in_epoch"])
+assert list(a["state_dict"]) == list(b["state_dict"])
+diff = max((x.double() - b["state_dict"][k].double()).abs().max().item() for k, x in a["state_dict"].items())
+same = all(torch.equal(x, b["state_dict"][k]) for k, x in a["state_dict"].items())
+sa, sb = a["optimizer"]["state"], b["optimizer"]["state"]
+same_momentum = sorted(sa) == sorted(sb) and all(
+    torch.equal(sa[i]["momentum_buffer"], sb[i]["momentum_buffer"]) for i in sa)
+print("max_abs_diff", diff, "bitwise", same, "momentum_bitwise", same_momentum, "entries", len(sa))
+"""

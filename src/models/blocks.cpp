@@ -75,9 +75,13 @@ torch::Tensor ZeroPadShortcutImpl::forward(const torch::Tensor& x) {
 }
 
 template <BlockKind Kind>
-ResidualBlockImpl<Kind>::ResidualBlockImpl(BlockOptions options_)
-    : torch::nn::Module(Kind == BlockKind::Basic ? "BasicBlock" : "Bottleneck"), options(std::move(options_)) {
+ResidualBlockImpl<Kind>::ResidualBlockImpl(BlockOptions options_) : options(std::move(options_)) {
   reset();
+}
+
+template <BlockKind Kind>
+void ResidualBlockImpl<Kind>::pretty_print(std::ostream& stream) const {
+  stream << kName;
 }
 
 template <BlockKind Kind>
@@ -129,7 +133,7 @@ void ResidualBlockImpl<Kind>::replace_norm_layer(const std::string& name, torch:
     }
     known += (known.empty() ? "" : ", ") + slot_name;
   }
-  throw ConfigError(str(this->name(), " has no norm layer '", name, "' (it has ", known, ")"));
+  throw ConfigError(str(kName, " has no norm layer '", name, "' (it has ", known, ")"));
 }
 
 template class ResidualBlockImpl<BlockKind::Basic>;

@@ -12,6 +12,8 @@
 #include <cmath>
 #include <filesystem>
 #include <optional>
+#include <string>
+#include <vector>
 
 #include "datasets.h"
 #include "dptrain/common/error.h"
@@ -21,11 +23,12 @@
 #include "dptrain/dist/init.h"
 #include "dptrain/models/registry.h"
 #include "dptrain/parallel/convert_sync_batchnorm.h"
+#include "dptrain/train/checkpoint/auto_resume.h"
 #include "dptrain/train/checkpoint/checkpoint_file.h"
-#include "dptrain/train/grad_scaler.h"
-#include "dptrain/train/lr_schedule.h"
 #include "dptrain/train/checkpoint/optimizer_state.h"
 #include "dptrain/train/checkpoint/training_checkpoint.h"
+#include "dptrain/train/grad_scaler.h"
+#include "dptrain/train/lr_schedule.h"
 #include "parallel_style.h"
 
 namespace dpt::train {
@@ -51,6 +54,14 @@ void check_options(const TrainOptions& o) {
   if (o.logs()) checked_print_freq(o.logs()->print_freq());  // here, on every rank: only rank 0 logs
   DPT_CHECK(!o.max_steps() || *o.max_steps() > 0, ConfigError, "--max-steps must be positive, got ",
             o.max_steps().value_or(0));
+  const CheckpointOptions& c = o.checkpoint();
+  DPT_CHECK(!c.every_steps() || *c.every_steps() >= 1, ConfigError, "--checkpoint-every must be at least 1, got ",
+            c.every_steps().value_or(0));
+  DPT_CHECK(!c.every_minutes() || *c.every_minutes() > 0, ConfigError, "--checkpoint-minutes must be positive, got ",
+            c.every_minutes().value_or(0));
+  DPT_CHECK(!c.output_dir().empty() || (!c.every_steps() && !c.every_minutes() && c.resume() != kResumeAuto),
+            ConfigError, "--checkpoint-every, --checkpoint-minutes and --resume auto need --output, the folder ",
+            "where checkpoints are written and looked for");
   DPT_CHECK(o.checkpoint().resume().empty() || o.checkpoint().pretrained().empty(), ConfigError,
             "--resume and --pretrained exclude each other: a resumed run continues with its own weights");
 }
@@ -62,15 +73,24 @@ void to_channels_last(torch::nn::Module& module) {
   }
 }
 
-// pytorch/examples' convention: 'epoch' in a checkpoint is the epoch to start with next.
-TrainingCheckpoint read_resume_checkpoint(const TrainOptions& o) {
-  const fs::path file(o.checkpoint().resume());
-  DPT_CHECK(fs::is_regular_file(file), CheckpointError, "checkpoint ", file.string(),
-            " does not exist; check the path given to --resume");
-  auto checkpoint = TrainingCheckpoint::from_ivalue(load_checkpoint(file), file);
-  DPT_CHECK(checkpoint.arch == o.arch(), CheckpointError, "checkpoint ", file.string(), " is for ", checkpoint.arch,
-            ", not ", o.arch(), "; pass -a ", checkpoint.arch);
-  return checkpoint;
+// What --resume names: a file, or with "auto" the newest readable checkpoint of --output, or
+// nothing yet. pytorch/examples' convention: 'epoch' in a checkpoint is the epoch to start with next.
+FoundCheckpoint read_resume_checkpoint(const TrainOptions& o) {
+  const CheckpointOptions& c = o.checkpoint();
+  FoundCheckpoint found;
+  if (c.resume() == kResumeAuto) {
+    found = find_resume_checkpoint(c.output_dir());
+  } else {
+    found.file = c.resume();
+    DPT_CHECK(fs::is_regular_file(found.file), CheckpointError, "checkpoint ", found.file.string(),
+              " does not exist; check the path given to --resume (or use --resume auto)");
+    found.checkpoint = TrainingCheckpoint::from_ivalue(load_checkpoint(found.file), found.file);
+  }
+  if (found.checkpoint) {
+    DPT_CHECK(found.checkpoint->arch == o.arch(), CheckpointError, "checkpoint ", found.file.string(), " is for ",
+              found.checkpoint->arch, ", not ", o.arch(), "; pass -a ", found.checkpoint->arch);
+  }
+  return found;
 }
 
 }  // namespace
@@ -89,6 +109,9 @@ struct Trainer::State {
   int64_t epoch = 0;
   int64_t step_in_epoch = 0;
   double best_acc1 = 0;
+  // For the banner: where the run resumed from, and the newer files that did not read.
+  std::vector<std::string> resume_notes;
+  Clock::time_point last_checkpoint = Clock::now();
 
   explicit State(TrainOptions o) : options(std::move(o)) {}
 
@@ -97,7 +120,7 @@ struct Trainer::State {
   void build_model(const models::StateDict* resumed_weights);  // weights: resumed, pretrained or seeded
   void join();                                                 // the process group, the device
   void build_step();  // optimizer, parallel style, scaler, sampler, schedule
-  void restore(const TrainingCheckpoint& checkpoint);  // exact resume: position, optimizer, RNG
+  void restore(const TrainingCheckpoint& checkpoint, const fs::path& file);  // exact resume: position, optimizer, RNG
   void open_logs();
 
   bool leader() const { return comm->rank() == 0; }
@@ -151,7 +174,16 @@ struct Trainer::State {
     report.acc1 = all.top1_percent();
     report.acc5 = all.top5_percent();
   }
-  void save_checkpoint(bool epoch_done, bool is_best) const;
+  void save_checkpoint(bool epoch_done, bool is_best);
+  // Whether --checkpoint-every or --checkpoint-minutes asks for a checkpoint after this step. Not
+  // after an epoch's last step: the epoch's own checkpoint follows its validation.
+  bool periodic_checkpoint_due() const {
+    const CheckpointOptions& c = options.checkpoint();
+    if (!leader() || step_in_epoch == steps_per_epoch()) return false;
+    const bool steps_due = c.every_steps() && global_step() % *c.every_steps() == 0;
+    const bool time_due = c.every_minutes() && seconds_since(last_checkpoint) >= *c.every_minutes() * 60;
+    return steps_due || time_due;
+  }
   // One optimizer step; returns the step's sums over all ranks.
   MetricSums step(const data::Batch& batch);
   // Trains one epoch from step_in_epoch on; returns false when max_steps stopped it early.
@@ -162,18 +194,26 @@ Trainer::Trainer(TrainOptions options) : state_(std::make_unique<State>(std::mov
   State& s = *state_;
   check_options(s.options);
   // Everything local first: a bad folder, name or file fails here on every rank alike.
-  std::optional<TrainingCheckpoint> resumed;
+  FoundCheckpoint resumed;
   if (!s.options.checkpoint().resume().empty()) {
     resumed = read_resume_checkpoint(s.options);
-    s.options.seed(resumed->seed);
+    if (resumed.checkpoint) s.options.seed(resumed.checkpoint->seed);
   }
   s.data = open_datasets(s.options.data(), s.options.seed());
-  s.build_model(resumed ? &resumed->state_dict : nullptr);
+  s.build_model(resumed.checkpoint ? &resumed.checkpoint->state_dict : nullptr);
   // Then the process group, and what needs it.
   s.join();
   s.build_step();
   s.epoch = s.options.start_epoch();
-  if (resumed) s.restore(*resumed);
+  if (resumed.checkpoint) s.restore(*resumed.checkpoint, resumed.file);
+  for (const auto& skipped : resumed.passed_over) s.resume_notes.push_back("warning: " + skipped);
+  if (resumed.checkpoint) {
+    s.resume_notes.push_back(str("resuming from ", resumed.file.string(), " (epoch ", s.epoch, ", step ",
+                                 s.step_in_epoch, " of it, global step ", s.global_step(), ")"));
+  } else if (s.options.checkpoint().resume() == kResumeAuto) {
+    s.resume_notes.push_back(str("--resume auto: no checkpoint in ", s.options.checkpoint().output_dir(),
+                                 " yet; starting fresh"));
+  }
   s.open_logs();
   s.print_banner();
 }
@@ -223,9 +263,9 @@ void Trainer::State::build_step() {
                                           steps_per_epoch());
 }
 
-void Trainer::State::restore(const TrainingCheckpoint& cp) {
+void Trainer::State::restore(const TrainingCheckpoint& cp, const fs::path& file) {
   DPT_CHECK(cp.step_in_epoch == 0 || cp.global_batch == global_batch(), ConfigError, "rank ", comm->rank(),
-            ": checkpoint ", options.checkpoint().resume(), " stopped mid-epoch with a global batch of ", cp.global_batch,
+            ": checkpoint ", file.string(), " stopped mid-epoch with a global batch of ", cp.global_batch,
             " samples; resume it with the same world size and --batch-size (now ", global_batch(), ")");
   epoch = cp.epoch;
   step_in_epoch = cp.step_in_epoch;
@@ -278,6 +318,7 @@ void Trainer::State::print_banner() const {
       << "data: " << data.kind << ", " << data.train->size() << " training and " << data.val->size()
       << " validation images, " << data.train->num_classes() << " classes, " << steps_per_epoch()
       << " steps per epoch" << std::endl;
+  for (const auto& note : resume_notes) out << note << std::endl;
 }
 
 MetricSums Trainer::State::step(const data::Batch& batch) {
@@ -337,13 +378,15 @@ bool Trainer::State::train_epoch(MetricSums& sums, int64_t& skipped) {
     report.images_per_s = elapsed > 0 ? static_cast<double>(sums.count) / elapsed : 0.0;
     report.eta_s = taken > 0 ? elapsed / taken * static_cast<double>(std::max<int64_t>(0, steps - step_in_epoch)) : 0.0;
     notify([&](TrainObserver& o) { o.on_step(report); });
+    if (periodic_checkpoint_due()) save_checkpoint(/*epoch_done=*/false, /*is_best=*/false);
   }
   skipped = static_cast<int64_t>(loader.skipped().size());
   return !stopped;
 }
 
-void Trainer::State::save_checkpoint(bool epoch_done, bool is_best) const {
+void Trainer::State::save_checkpoint(bool epoch_done, bool is_best) {
   if (!leader() || options.checkpoint().output_dir().empty()) return;
+  last_checkpoint = Clock::now();
   TrainingCheckpoint cp;
   cp.arch = options.arch();
   cp.epoch = epoch;
@@ -359,7 +402,7 @@ void Trainer::State::save_checkpoint(bool epoch_done, bool is_best) const {
   at::Generator generator = at::detail::getDefaultCPUGenerator();
   cp.rng_state = generator.get_state();
   const fs::path dir(options.checkpoint().output_dir());
-  const fs::path latest = dir / "checkpoint.pt";
+  const fs::path latest = dir / kLatestCheckpointName;
   train::save_checkpoint(cp.to_ivalue(), latest);
   if (epoch_done) {
     copy_file_atomically(latest, epoch_checkpoint_path(dir, epoch));

@@ -11,25 +11,13 @@ import time
 import unittest
 
 from proc import PYTHON, Started, dptrain, run
-from train_runs import alone
+from train_runs import COMPARE, alone
 
 # ResNet-20 on 16 px synthetic images: 96 training images over 2 ranks, batch 8 per rank, so 6
 # steps per epoch; 8 steps end 2 steps into epoch 2 and the half-way stop is mid-epoch 1.
 SMALL = ["--dummy", "-a", "resnet20", "--image-size", "16", "--dummy-train-size", "96", "--dummy-val-size", "33",
          "-b", "8", "-j", "1", "--lr", "0.2", "--seed", "3", "--deterministic", "--epochs", "3", "-p", "100"]
 
-COMPARE = r"""
-import sys, torch
-a, b = torch.load(sys.argv[1]), torch.load(sys.argv[2])
-print(a["global_step"], a["epoch"], a["step_in_epoch"], b["global_step"], b["epoch"], b["step_in_epoch"])
-assert list(a["state_dict"]) == list(b["state_dict"])
-diff = max((x.double() - b["state_dict"][k].double()).abs().max().item() for k, x in a["state_dict"].items())
-same = all(torch.equal(x, b["state_dict"][k]) for k, x in a["state_dict"].items())
-sa, sb = a["optimizer"]["state"], b["optimizer"]["state"]
-same_momentum = sorted(sa) == sorted(sb) and all(
-    torch.equal(sa[i]["momentum_buffer"], sb[i]["momentum_buffer"]) for i in sa)
-print("max_abs_diff", diff, "bitwise", same, "momentum_bitwise", same_momentum, "entries", len(sa))
-"""
 
 
 def launch(*args):

@@ -103,7 +103,9 @@ Command add_train_command(CLI::App& root) {
   app->add_option("--lr", lr.base_lr(), "base learning rate for a global batch of 256")->capture_default_str();
   app->add_option("--momentum", o.optimizer().momentum())->capture_default_str();
   app->add_option("--wd,--weight-decay", o.optimizer().weight_decay())->capture_default_str();
-  app->add_option("--resume", checkpoint.resume(), "checkpoint to continue from exactly");
+  app->add_option("--resume", checkpoint.resume(),
+                  "checkpoint to continue from exactly, or 'auto': the newest readable one in --output, or a "
+                  "fresh start when there is none yet (one command line for the first start and every restart)");
   app->add_flag("-e,--evaluate", flags->evaluate, "evaluate the model (from --resume or --pretrained) and stop");
   app->add_option("--pretrained", checkpoint.pretrained(), "initial weights: a checkpoint or a Python dict(state_dict)");
   app->add_option("--warmup-epochs", lr.warmup_epochs(), "linear warm-up length")->capture_default_str();
@@ -116,6 +118,9 @@ Command add_train_command(CLI::App& root) {
                          "use --lr as is, not lr x global batch / 256");
   app->add_option("--output", checkpoint.output_dir(), "folder for checkpoints (rank 0 writes)");
   app->add_option("--keep-checkpoints", checkpoint.keep(), "epoch checkpoints to keep")->capture_default_str();
+  app->add_option("--checkpoint-every", checkpoint.every_steps(), "also write checkpoint.pt every N optimizer steps");
+  app->add_option("--checkpoint-minutes", checkpoint.every_minutes(),
+                  "also write checkpoint.pt when M minutes have passed since the last one");
   app->add_option("--max-steps", o.max_steps(), "stop after N optimizer steps in all, mid-epoch if need be");
   add_parsed_option(*app, "--mode", parallel.mode(), train::parse_parallel_mode,
                     "ddp: one process per replica (DistributedDataParallel); dp: one process driving the "

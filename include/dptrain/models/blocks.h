@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -91,10 +92,13 @@ template <BlockKind Kind>
 class ResidualBlockImpl : public torch::nn::Cloneable<ResidualBlockImpl<Kind>>, public NormLayerHolder {
  public:
   static constexpr int64_t kExpansion = expansion(Kind);
+  // torchvision's class name, for messages and printing (name() would spell out the template).
+  static constexpr const char* kName = Kind == BlockKind::Basic ? "BasicBlock" : "Bottleneck";
 
   explicit ResidualBlockImpl(BlockOptions options);
   void reset() override;
   torch::Tensor forward(const torch::Tensor& x);
+  void pretty_print(std::ostream& stream) const override;
   // Sets the scale of the last norm layer to zero, so the block starts as the identity
   // (torchvision's zero_init_residual).
   void zero_init_last_norm();

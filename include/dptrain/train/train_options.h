@@ -64,7 +64,8 @@ struct OptimizerOptions {
 
 // Where a run starts from and what it leaves behind.
 struct CheckpointOptions {
-  // A checkpoint to continue from exactly.
+  // A checkpoint to continue from exactly, or "auto" (kResumeAuto): the newest readable one in
+  // output_dir, or a fresh start when there is none yet (see find_resume_checkpoint).
   TORCH_ARG(std::string, resume) = "";
   // Initial weights: a dptrain checkpoint or a Python-saved dict(model.state_dict()).
   TORCH_ARG(std::string, pretrained) = "";
@@ -72,6 +73,11 @@ struct CheckpointOptions {
   TORCH_ARG(std::string, output_dir) = "";
   // Epoch checkpoints kept; older ones are deleted.
   TORCH_ARG(int64_t, keep) = 3;
+  // Also rewrite checkpoint.pt during an epoch: after every this many optimizer steps, and/or when
+  // this many minutes have passed since the last checkpoint (rank 0's clock). Unset: at the end
+  // of each epoch only (and at a max_steps stop).
+  TORCH_ARG(std::optional<int64_t>, every_steps) = std::nullopt;
+  TORCH_ARG(std::optional<double>, every_minutes) = std::nullopt;
 };
 
 // How the replicas are placed and agree on a step.

@@ -123,9 +123,7 @@ fs::path epoch_checkpoint_path(const fs::path& dir, int64_t epoch) {
   return dir / ("checkpoint_epoch" + std::to_string(epoch) + ".pt");
 }
 
-std::vector<fs::path> rotate_checkpoints(const fs::path& dir, int64_t keep_last) {
-  DPT_CHECK(keep_last >= 1, ConfigError, "the number of checkpoints to keep must be at least 1, got ",
-            keep_last);
+std::vector<fs::path> epoch_checkpoints(const fs::path& dir) {
   static const std::regex kEpochFile(R"(checkpoint_epoch(\d+)\.pt)");
   std::vector<std::pair<int64_t, fs::path>> found;
   for (const auto& entry : fs::directory_iterator(dir)) {
@@ -136,13 +134,22 @@ std::vector<fs::path> rotate_checkpoints(const fs::path& dir, int64_t keep_last)
     }
   }
   std::sort(found.begin(), found.end());
+  std::vector<fs::path> files;
+  for (auto& [epoch, file] : found) files.push_back(std::move(file));
+  return files;
+}
+
+std::vector<fs::path> rotate_checkpoints(const fs::path& dir, int64_t keep_last) {
+  DPT_CHECK(keep_last >= 1, ConfigError, "the number of checkpoints to keep must be at least 1, got ",
+            keep_last);
+  const auto found = epoch_checkpoints(dir);
   std::vector<fs::path> deleted;
   for (size_t i = 0; i + keep_last < found.size(); ++i) {
     std::error_code error;
-    fs::remove(found[i].second, error);
-    DPT_CHECK(!error, CheckpointError, "cannot delete old checkpoint ", found[i].second.string(),
-              ": ", error.message(), "; check the folder's permissions");
-    deleted.push_back(found[i].second);
+    fs::remove(found[i], error);
+    DPT_CHECK(!error, CheckpointError, "cannot delete old checkpoint ", found[i].string(), ": ", error.message(),
+              "; check the folder's permissions");
+    deleted.push_back(found[i]);
   }
   return deleted;
 }

@@ -18,6 +18,8 @@
 namespace dpt::train {
 
 inline constexpr const char* kBestCheckpointName = "model_best.pt";
+// The newest checkpoint of a run, rewritten at every save.
+inline constexpr const char* kLatestCheckpointName = "checkpoint.pt";
 
 // Replaces `path` with `bytes`: writes `<path>.tmp.<pid>` in the same folder, fsyncs it, renames
 // it over `path` and fsyncs the folder. Throws CheckpointError naming the file, the failing
@@ -37,6 +39,9 @@ c10::IValue load_checkpoint(const std::filesystem::path& path);
 
 // <dir>/checkpoint_epoch<epoch>.pt
 std::filesystem::path epoch_checkpoint_path(const std::filesystem::path& dir, int64_t epoch);
+
+// The checkpoint_epoch<N>.pt files in `dir`, lowest N first.
+std::vector<std::filesystem::path> epoch_checkpoints(const std::filesystem::path& dir);
 
 // Deletes checkpoint_epoch<N>.pt files in `dir` beyond the `keep_last` with the highest N, lowest
 // N first. Other files (model_best.pt included) are never touched. Returns what was deleted.

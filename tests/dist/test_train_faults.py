@@ -1,0 +1,158 @@
+"""Training that survives a crash: `dptrain launch --max-restarts 1 -- dptrain train --resume auto
+--checkpoint-every 4 --deterministic` on 2 processes, with rank 1 killed by SIGKILL before the first
+checkpoint, just after one, mid-epoch after several, and during validation, ends with weights and
+momentum bitwise equal to a run that never failed; one command line serves the first start and the
+restart. --resume auto passes over a truncated newest checkpoint with a warning naming it."""
+
+import os
+import re
+import signal
+import tempfile
+import time
+import unittest
+
+from proc import PYTHON, Started, dptrain, run
+from train_runs import COMPARE, alone, last_json
+
+# ResNet-20 on 32 px synthetic images: 384 training images over 2 ranks, batch 16 per rank, so 12
+# steps per epoch and 24 in all. Steps long enough (tens of ms) that a kill lands within a step of
+# the progress line it follows, and 401 validation images keep validation long enough to be hit.
+SMALL = ["--dummy", "-a", "resnet20", "--image-size", "32", "--dummy-train-size", "384", "--dummy-val-size", "401",
+         "-b", "16", "-j", "1", "--lr", "0.2", "--seed", "5", "--deterministic", "--epochs", "2", "-p", "1",
+         "--resume", "auto", "--checkpoint-every", "4"]
+STEPS = 24
+
+
+def launch(output, restarts):
+    return [dptrain(), "launch", "--standalone", "--nproc-per-node", "2", "--max-restarts", str(restarts), "--",
+            dptrain(), "train", *SMALL, "--output", output]
+
+
+def children(pid):
+    """The pids whose parent is `pid`."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    if int(f.read().rsplit(")", 1)[1].split()[1]) == pid:
+                        found.append(int(entry))
+            except (FileNotFoundError, ProcessLookupError, IndexError):
+                pass
+    return found
+
+
+def worker_of_rank(launcher_pid, rank):
+    """The pid of the launcher's worker with RANK=`rank`, or None."""
+    for pid in children(launcher_pid):
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                if f"RANK={rank}".encode() in f.read().split(b"\0"):
+                    return pid
+        except (FileNotFoundError, ProcessLookupError, PermissionError):
+            pass
+    return None
+
+
+def run_killing_rank1(output, kill_when):
+    """Launches with one restart allowed and kills rank 1 with SIGKILL as soon as a line of the
+    launcher's output matches `kill_when`; returns (code, out, err, the line it killed at)."""
+    started = Started(launch(output, restarts=1), env=alone())
+    killed_at, out_lines = None, []
+    try:
+        deadline = time.monotonic() + 240
+        while killed_at is None and time.monotonic() < deadline:
+            line = started.proc.stdout.readline()
+            if not line:
+                break
+            out_lines.append(line)
+            if re.search(kill_when, line):
+                pid = worker_of_rank(started.proc.pid, 1)
+                if pid is not None:
+                    os.kill(pid, signal.SIGKILL)
+                    killed_at = line.strip()
+        code, out, err = started.wait(timeout=max(1, deadline - time.monotonic()))
+    finally:
+        started.close()
+    return code, "".join(out_lines) + out, err, killed_at
+
+
+class ExactRecovery(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.TemporaryDirectory(prefix="dpt_faults_")
+        cls.reference = os.path.join(cls.tmp.name, "reference")
+        code, out, err = run(launch(cls.reference, restarts=0), timeout=240)
+        assert code == 0, out + err
+        assert last_json(out)["global_step"] == STEPS, out
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.tmp.cleanup()
+
+    def recover(self, name, kill_when, resumed_from):
+        output = os.path.join(self.tmp.name, name)
+        code, out, err, killed_at = run_killing_rank1(output, kill_when)
+        self.assertIsNotNone(killed_at, f"never saw {kill_when!r}:\n{out}\n{err}")
+        self.assertEqual(code, 0, f"killed at {killed_at}\n{out}\n{err}")
+        self.assertIn("dptrain launch: restarting the local group (restart 1 of 1)", err)
+        self.assertEqual(last_json(out)["global_step"], STEPS, out)
+        self.assertRegex(out, resumed_from, out)
+        code, cmp_out, cmp_err = run([PYTHON, "-c", COMPARE, os.path.join(self.reference, "checkpoint.pt"),
+                                      os.path.join(output, "checkpoint.pt")], timeout=120)
+        self.assertEqual(code, 0, cmp_err)
+        lines = cmp_out.splitlines()
+        self.assertEqual(lines[0], "24 2 0 24 2 0", f"killed at {killed_at}")
+        self.assertEqual(lines[1], "max_abs_diff 0.0 bitwise True momentum_bitwise True entries 59",
+                         f"killed at {killed_at}")
+
+    def test_killed_before_the_first_checkpoint(self):
+        # Nothing to resume: the restart starts fresh, with the same command line.
+        self.recover("before_first", r"Epoch: \[0\]\[ ?2/12\]", r"no checkpoint in .* yet; starting fresh(.|\n)*"
+                     r"no checkpoint in .* yet; starting fresh")
+
+    def test_killed_just_after_a_checkpoint(self):
+        self.recover("after_checkpoint", r"Epoch: \[0\]\[ ?5/12\]", r"resuming from .*checkpoint\.pt \(epoch 0, step (4|8) ")
+
+    def test_killed_mid_epoch(self):
+        self.recover("mid_epoch", r"Epoch: \[1\]\[ ?3/12\]", r"resuming from .*checkpoint\.pt \(epoch 1, step (0|4) ")
+
+    def test_killed_in_validation(self):
+        # The train summary is printed just before validation starts; the epoch's checkpoint comes
+        # after validation, so the restart redoes the steps since step 8.
+        self.recover("in_validation", r"Epoch: \[0\] train", r"resuming from .*checkpoint\.pt \(epoch 0, step 8 ")
+
+
+class AutoResume(unittest.TestCase):
+    def test_truncated_newest_checkpoint_falls_back_with_a_warning(self):
+        with tempfile.TemporaryDirectory(prefix="dpt_auto_") as tmp:
+            args = [dptrain(), "train", *SMALL, "--dummy-val-size", "33", "--output", tmp]
+            # One process: 24 steps per epoch; stop at 30, after the epoch-1 checkpoint.
+            code, out, err = run(args + ["--max-steps", "30"], timeout=240, env=alone())
+            self.assertEqual(code, 0, out + err)
+            self.assertIn("--resume auto: no checkpoint in", out)
+            latest = os.path.join(tmp, "checkpoint.pt")
+            os.truncate(latest, 1000)
+            code, out, err = run(args, timeout=240, env=alone())
+            self.assertEqual(code, 0, out + err)
+            self.assertRegex(out, r"warning: checkpoint .*checkpoint\.pt \(1000 bytes\) is truncated or corrupt")
+            self.assertRegex(out, r"resuming from .*checkpoint_epoch1\.pt \(epoch 1, step 0 of it, global step 24\)")
+            self.assertEqual(last_json(out)["global_step"], 48)
+
+    def test_every_file_unreadable_is_an_error_not_a_fresh_start(self):
+        with tempfile.TemporaryDirectory(prefix="dpt_auto_") as tmp:
+            with open(os.path.join(tmp, "checkpoint.pt"), "wb") as f:
+                f.write(b"not a checkpoint")
+            code, out, err = run([dptrain(), "train", *SMALL, "--output", tmp], timeout=240, env=alone())
+            self.assertEqual(code, 1, out + err)
+            self.assertIn("--resume auto: no checkpoint in " + tmp + " reads back whole", err)
+            self.assertIn("move the folder aside to start over", err)
+
+    def test_auto_needs_an_output_folder(self):
+        code, out, err = run([dptrain(), "train", *SMALL], timeout=120, env=alone())
+        self.assertEqual(code, 2, out + err)
+        self.assertIn("--resume auto need --output", err.replace("--checkpoint-every, --checkpoint-minutes and ", ""))
+
+
+if __name__ == "__main__":
+    unittest.main()
