@@ -13,6 +13,7 @@
 #include <random>
 
 #include "dptrain/common/error.h"
+#include "dptrain/common/exit_codes.h"
 #include "dptrain/launch/visible_gpus.h"
 
 namespace dpt::launch {
@@ -199,6 +200,9 @@ int launch(const LaunchOptions& requested, const std::vector<std::string>& progr
     if (result.succeeded()) return 0;
     std::cerr << "dptrain launch: " << result.report() << std::endl;
     if (result.outcome == GroupResult::Outcome::Interrupted) return result.exit_code;
+    // A worker that stopped on request (a preemption reaching it directly) wrote its checkpoint
+    // for a later job, not for a restart here.
+    if (result.exit_code == kExitStoppedOnRequest) return result.exit_code;
     if (attempt >= options.max_restarts()) {
       if (options.max_restarts() > 0) {
         std::cerr << "dptrain launch: giving up after " << options.max_restarts() << " restart(s)" << std::endl;

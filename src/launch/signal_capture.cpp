@@ -11,7 +11,10 @@ namespace dpt::launch {
 
 namespace {
 
-constexpr int kSignals[3] = {SIGINT, SIGTERM, SIGHUP};
+// SIGUSR1 too: Slurm's --signal=USR1@SECONDS announces a preemption with it, and the workers turn
+// it into a checkpoint and a stop (dpt::train::StopSignals).
+constexpr int kSignals[] = {SIGINT, SIGTERM, SIGHUP, SIGUSR1};
+constexpr int kCount = sizeof(kSignals) / sizeof(kSignals[0]);
 
 // The write end for the handler. A signal handler can reach nothing but globals; this is the only
 // mutable global in dptrain, set and cleared by SignalCapture alone.
@@ -34,11 +37,11 @@ SignalCapture::SignalCapture() {
   action.sa_handler = on_signal;
   sigemptyset(&action.sa_mask);
   action.sa_flags = SA_RESTART;
-  for (int i = 0; i < 3; ++i) sigaction(kSignals[i], &action, &previous_[i]);
+  for (int i = 0; i < kCount; ++i) sigaction(kSignals[i], &action, &previous_[i]);
 }
 
 SignalCapture::~SignalCapture() {
-  for (int i = 0; i < 3; ++i) sigaction(kSignals[i], &previous_[i], nullptr);
+  for (int i = 0; i < kCount; ++i) sigaction(kSignals[i], &previous_[i], nullptr);
   g_write_fd = -1;
   close(pipe_[0]);
   close(pipe_[1]);

@@ -29,6 +29,7 @@
 #include "dptrain/train/checkpoint/training_checkpoint.h"
 #include "dptrain/train/grad_scaler.h"
 #include "dptrain/train/lr_schedule.h"
+#include "dptrain/train/stop_signals.h"
 #include "parallel_style.h"
 
 namespace dpt::train {
@@ -109,6 +110,9 @@ struct Trainer::State {
   int64_t epoch = 0;
   int64_t step_in_epoch = 0;
   double best_acc1 = 0;
+  // Set while train() runs, when CheckpointOptions::stop_signals names any.
+  std::unique_ptr<StopSignals> stop_signals;
+  bool stop_agreed = false;  // some rank caught a stop signal; every rank stops after this step
   // For the banner: where the run resumed from, and the newer files that did not read.
   std::vector<std::string> resume_notes;
   Clock::time_point last_checkpoint = Clock::now();
@@ -175,6 +179,19 @@ struct Trainer::State {
     report.acc5 = all.top5_percent();
   }
   void save_checkpoint(bool epoch_done, bool is_best);
+  // Whether any rank has caught a stop signal: one small all-reduce per step (collective), so that
+  // every rank stops after the same step whichever rank the signal reached.
+  bool stop_requested() {
+    if (!stop_signals) return false;
+    at::Tensor asked = at::full({1}, stop_signals->received() != 0 ? 1.0 : 0.0, at::kDouble).to(comm->device());
+    comm->all_reduce(asked, dist::ReduceOp::Sum);
+    const auto ranks = static_cast<int64_t>(asked.item<double>());
+    if (ranks > 0 && leader() && options.log() != nullptr) {
+      *options.log() << "stopping on request after global step " << global_step() << " (a stop signal reached "
+                     << ranks << " rank(s)); writing the checkpoint" << std::endl;
+    }
+    return ranks > 0;
+  }
   // Whether --checkpoint-every or --checkpoint-minutes asks for a checkpoint after this step. Not
   // after an epoch's last step: the epoch's own checkpoint follows its validation.
   bool periodic_checkpoint_due() const {
@@ -379,6 +396,11 @@ bool Trainer::State::train_epoch(MetricSums& sums, int64_t& skipped) {
     report.eta_s = taken > 0 ? elapsed / taken * static_cast<double>(std::max<int64_t>(0, steps - step_in_epoch)) : 0.0;
     notify([&](TrainObserver& o) { o.on_step(report); });
     if (periodic_checkpoint_due()) save_checkpoint(/*epoch_done=*/false, /*is_best=*/false);
+    if (stop_requested()) {
+      stop_agreed = true;
+      stopped = true;
+      break;
+    }
   }
   skipped = static_cast<int64_t>(loader.skipped().size());
   return !stopped;
@@ -414,6 +436,9 @@ void Trainer::State::save_checkpoint(bool epoch_done, bool is_best) {
 TrainResult Trainer::train() {
   State& s = *state_;
   TrainResult result;
+  if (!s.options.checkpoint().stop_signals().empty()) {
+    s.stop_signals = std::make_unique<StopSignals>(s.options.checkpoint().stop_signals());
+  }
   while (s.epoch < s.options.epochs()) {
     const auto start = Clock::now();
     MetricSums sums;
@@ -421,6 +446,8 @@ TrainResult Trainer::train() {
     const bool finished = s.train_epoch(sums, skipped_local);
     if (!finished) {
       s.save_checkpoint(/*epoch_done=*/false, /*is_best=*/false);
+      // The other ranks wait for rank 0's checkpoint, so that no process exits before it is whole.
+      if (s.stop_agreed) s.comm->barrier();
       break;
     }
     s.report_pass("train", sums, static_cast<size_t>(skipped_local), start);
@@ -434,6 +461,8 @@ TrainResult Trainer::train() {
     s.save_checkpoint(/*epoch_done=*/true, is_best);
     if (s.options.max_steps() && s.global_step() >= *s.options.max_steps()) break;
   }
+  s.stop_signals.reset();
+  result.stopped_on_request = s.stop_agreed;
   result.epochs_done = s.epoch;
   result.global_step = s.global_step();
   result.best_acc1 = s.best_acc1;

@@ -54,27 +54,27 @@ def worker_of_rank(launcher_pid, rank):
     return None
 
 
-def run_killing_rank1(output, kill_when):
-    """Launches with one restart allowed and kills rank 1 with SIGKILL as soon as a line of the
-    launcher's output matches `kill_when`; returns (code, out, err, the line it killed at)."""
+def run_signalling(output, when, sig=signal.SIGKILL, to_launcher=False):
+    """Launches with one restart allowed and sends `sig` to rank 1 (or to the launcher) as soon as a
+    line of the launcher's output matches `when`; returns (code, out, err, the line it signalled at)."""
     started = Started(launch(output, restarts=1), env=alone())
-    killed_at, out_lines = None, []
+    signalled_at, out_lines = None, []
     try:
         deadline = time.monotonic() + 240
-        while killed_at is None and time.monotonic() < deadline:
+        while signalled_at is None and time.monotonic() < deadline:
             line = started.proc.stdout.readline()
             if not line:
                 break
             out_lines.append(line)
-            if re.search(kill_when, line):
-                pid = worker_of_rank(started.proc.pid, 1)
+            if re.search(when, line):
+                pid = started.proc.pid if to_launcher else worker_of_rank(started.proc.pid, 1)
                 if pid is not None:
-                    os.kill(pid, signal.SIGKILL)
-                    killed_at = line.strip()
+                    os.kill(pid, sig)
+                    signalled_at = line.strip()
         code, out, err = started.wait(timeout=max(1, deadline - time.monotonic()))
     finally:
         started.close()
-    return code, "".join(out_lines) + out, err, killed_at
+    return code, "".join(out_lines) + out, err, signalled_at
 
 
 class ExactRecovery(unittest.TestCase):
@@ -92,19 +92,41 @@ class ExactRecovery(unittest.TestCase):
 
     def recover(self, name, kill_when, resumed_from):
         output = os.path.join(self.tmp.name, name)
-        code, out, err, killed_at = run_killing_rank1(output, kill_when)
+        code, out, err, killed_at = run_signalling(output, kill_when)
         self.assertIsNotNone(killed_at, f"never saw {kill_when!r}:\n{out}\n{err}")
         self.assertEqual(code, 0, f"killed at {killed_at}\n{out}\n{err}")
         self.assertIn("dptrain launch: restarting the local group (restart 1 of 1)", err)
         self.assertEqual(last_json(out)["global_step"], STEPS, out)
         self.assertRegex(out, resumed_from, out)
+        self.assert_same_as_reference(output, f"killed at {killed_at}")
+
+    def assert_same_as_reference(self, output, context):
         code, cmp_out, cmp_err = run([PYTHON, "-c", COMPARE, os.path.join(self.reference, "checkpoint.pt"),
                                       os.path.join(output, "checkpoint.pt")], timeout=120)
         self.assertEqual(code, 0, cmp_err)
         lines = cmp_out.splitlines()
-        self.assertEqual(lines[0], "24 2 0 24 2 0", f"killed at {killed_at}")
-        self.assertEqual(lines[1], "max_abs_diff 0.0 bitwise True momentum_bitwise True entries 59",
-                         f"killed at {killed_at}")
+        self.assertEqual(lines[0], "24 2 0 24 2 0", context)
+        self.assertEqual(lines[1], "max_abs_diff 0.0 bitwise True momentum_bitwise True entries 59", context)
+
+    def stop_and_resume(self, name, sig, to_launcher, expected_code):
+        """`sig` mid-epoch 0: every rank stops after one agreed step, rank 0 writes checkpoint.pt
+        there, nothing restarts; the same command line then finishes the run exactly."""
+        output = os.path.join(self.tmp.name, name)
+        code, out, err, signalled_at = run_signalling(output, r"Epoch: \[0\]\[ ?6/12\]", sig, to_launcher)
+        self.assertIsNotNone(signalled_at, out + err)
+        self.assertEqual(code, expected_code, out + err)
+        self.assertNotIn("restarting the local group", err)
+        stop = re.search(r"stopping on request after global step (\d+) \(a stop signal reached (\d) rank", out)
+        self.assertIsNotNone(stop, out + err)
+        step = int(stop.group(1))
+        self.assertTrue(6 <= step < 12, out)
+        self.assertEqual(stop.group(2), "2" if to_launcher else "1", out)
+        self.assertEqual(last_json(out)["stopped_on_request"], True)
+        self.assertEqual(last_json(out)["global_step"], step)
+        code, out, err = run(launch(output, restarts=0), timeout=240)
+        self.assertEqual(code, 0, out + err)
+        self.assertRegex(out, rf"resuming from .*checkpoint\.pt \(epoch 0, step {step} of it")
+        self.assert_same_as_reference(output, f"stopped after step {step}")
 
     def test_killed_before_the_first_checkpoint(self):
         # Nothing to resume: the restart starts fresh, with the same command line.
@@ -121,6 +143,15 @@ class ExactRecovery(unittest.TestCase):
         # The train summary is printed just before validation starts; the epoch's checkpoint comes
         # after validation, so the restart redoes the steps since step 8.
         self.recover("in_validation", r"Epoch: \[0\] train", r"resuming from .*checkpoint\.pt \(epoch 0, step 8 ")
+
+
+    def test_sigterm_to_one_rank_stops_all_at_one_step(self):
+        # The rank's own code tells the launcher not to restart: the group stopped on request.
+        self.stop_and_resume("sigterm_rank", signal.SIGTERM, to_launcher=False, expected_code=75)
+
+    def test_sigusr1_to_the_launcher_stops_all_at_one_step(self):
+        # The launcher forwards the signal to every worker and ends with 128 + the signal.
+        self.stop_and_resume("sigusr1_launcher", signal.SIGUSR1, to_launcher=True, expected_code=128 + signal.SIGUSR1)
 
 
 class AutoResume(unittest.TestCase):

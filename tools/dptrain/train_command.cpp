@@ -14,6 +14,7 @@
 #include "command.h"
 #include "dptrain/common/environment.h"
 #include "dptrain/common/error.h"
+#include "dptrain/common/exit_codes.h"
 #include "dptrain/launch/spawn.h"
 #include "dptrain/launch/visible_gpus.h"
 #include "dptrain/train/trainer.h"
@@ -34,6 +35,7 @@ struct TrainFlags {
 int train_process(const train::TrainOptions& options, bool evaluate) {
   train::Trainer trainer(options);
   nlohmann::json summary;
+  int exit_code = 0;
   if (evaluate) {
     summary = {{"val", metrics_json(trainer.evaluate())}};
   } else {
@@ -42,9 +44,13 @@ int train_process(const train::TrainOptions& options, bool evaluate) {
                {"global_step", result.global_step},
                {"best_acc1", result.best_acc1},
                {"val", metrics_json(result.last_val)}};
+    if (result.stopped_on_request) {
+      summary["stopped_on_request"] = true;
+      exit_code = kExitStoppedOnRequest;
+    }
   }
   if (trainer.rank() == 0) std::cout << summary.dump() << std::endl;
-  return 0;
+  return exit_code;
 }
 
 // "tcp://HOST:PORT" -> spawn's rendezvous; env:// (the default) -> a free port on this host.

@@ -1,5 +1,5 @@
 #pragma once
-// Catches SIGINT, SIGTERM and SIGHUP for its lifetime and turns them into bytes on a pipe that a
+// Catches SIGINT, SIGTERM, SIGHUP and SIGUSR1 for its lifetime and turns them into bytes on a pipe that a
 // poll() loop can watch (the self-pipe trick: a handler may do almost nothing else safely).
 // The previous handlers come back when it is destroyed. One at a time per process.
 
@@ -21,7 +21,7 @@ class SignalCapture {
 
  private:
   int pipe_[2] = {-1, -1};
-  struct sigaction previous_[3];
+  struct sigaction previous_[4];
 };
 
 }  // namespace dpt::launch

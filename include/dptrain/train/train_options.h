@@ -9,6 +9,7 @@
 //   options.observers().push_back(std::make_shared<MyObserver>());
 //   dpt::train::Trainer(options).train();
 
+#include <csignal>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -78,6 +79,11 @@ struct CheckpointOptions {
   // of each epoch only (and at a max_steps stop).
   TORCH_ARG(std::optional<int64_t>, every_steps) = std::nullopt;
   TORCH_ARG(std::optional<double>, every_minutes) = std::nullopt;
+  // Signals that stop training (see StopSignals) while train() runs: after the step every rank
+  // agrees on, rank 0 writes checkpoint.pt (when output_dir is set) and train() returns with
+  // TrainResult::stopped_on_request. Empty: signals keep their handlers (a program's own, or the
+  // default, which ends the process).
+  TORCH_ARG(std::vector<int>, stop_signals) = std::vector<int>{SIGTERM, SIGUSR1};
 };
 
 // How the replicas are placed and agree on a step.

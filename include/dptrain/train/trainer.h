@@ -30,6 +30,9 @@ struct TrainResult {
   int64_t global_step = 0;   // optimizer steps taken, resumed ones included
   double best_acc1 = 0;      // best validation top-1, percent
   MetricSums last_val;       // the last validation pass, over all ranks
+  // A stop signal reached some rank (CheckpointOptions::stop_signals): every rank stopped after
+  // the same step, and checkpoint.pt holds it.
+  bool stopped_on_request = false;
 };
 
 class Trainer {
