@@ -120,7 +120,9 @@ class ExactRecovery(unittest.TestCase):
         self.assertIsNotNone(stop, out + err)
         step = int(stop.group(1))
         self.assertTrue(6 <= step < 12, out)
-        self.assertEqual(stop.group(2), "2" if to_launcher else "1", out)
+        # The launcher's forwarded signal may reach one rank after that step's agreement: then one
+        # rank asked at the step and the other stops with it.
+        self.assertIn(stop.group(2), ("1", "2") if to_launcher else ("1",), out)
         self.assertEqual(last_json(out)["stopped_on_request"], True)
         self.assertEqual(last_json(out)["global_step"], step)
         code, out, err = run(launch(output, restarts=0), timeout=240)
