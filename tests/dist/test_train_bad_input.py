@@ -34,7 +34,7 @@ class BadInput(unittest.TestCase):
     def test_missing_resume_checkpoint(self):
         code, out, err = train("--dummy", "--resume", "/nonexistent/checkpoint.pt")
         self.assertEqual((code, err), (1, "dptrain: error: checkpoint /nonexistent/checkpoint.pt does not exist; "
-                                          "check the path given to --resume\n"))
+                                          "check the path given to --resume (or use --resume auto)\n"))
 
     def test_missing_pretrained_weights(self):
         code, out, err = train("--dummy", "--pretrained", "/nonexistent/w.pt")
