@@ -63,7 +63,7 @@ void check_options(const TrainOptions& o) {
   DPT_CHECK(!c.output_dir().empty() || (!c.every_steps() && !c.every_minutes() && c.resume() != kResumeAuto),
             ConfigError, "--checkpoint-every, --checkpoint-minutes and --resume auto need --output, the folder ",
             "where checkpoints are written and looked for");
-  DPT_CHECK(o.checkpoint().resume().empty() || o.checkpoint().pretrained().empty(), ConfigError,
+  DPT_CHECK(c.resume().empty() || c.pretrained().empty(), ConfigError,
             "--resume and --pretrained exclude each other: a resumed run continues with its own weights");
 }
 
@@ -222,9 +222,9 @@ Trainer::Trainer(TrainOptions options) : state_(std::make_unique<State>(std::mov
   s.join();
   s.build_step();
   s.epoch = s.options.start_epoch();
-  if (resumed.checkpoint) s.restore(*resumed.checkpoint, resumed.file);
   for (const auto& skipped : resumed.passed_over) s.resume_notes.push_back("warning: " + skipped);
   if (resumed.checkpoint) {
+    s.restore(*resumed.checkpoint, resumed.file);
     s.resume_notes.push_back(str("resuming from ", resumed.file.string(), " (epoch ", s.epoch, ", step ",
                                  s.step_in_epoch, " of it, global step ", s.global_step(), ")"));
   } else if (s.options.checkpoint().resume() == kResumeAuto) {
