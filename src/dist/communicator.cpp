@@ -2,6 +2,7 @@
 
 #include "dptrain/common/error.h"
 #include "failure.h"
+#include "hang_survey.h"
 
 namespace dpt::dist {
 
@@ -15,9 +16,14 @@ std::string to_string(ReduceOp op) {
   return "unknown";
 }
 
-Work::Work(compat::WorkPtr work, std::function<void()> finish, std::string what, int rank,
+Work::Work(compat::WorkPtr work, std::function<void()> finish, Communicator* comm, uint64_t seq, std::string what,
            std::chrono::milliseconds timeout)
-    : work_(std::move(work)), finish_(std::move(finish)), what_(std::move(what)), rank_(rank), timeout_(timeout) {}
+    : work_(std::move(work)),
+      finish_(std::move(finish)),
+      comm_(comm),
+      seq_(seq),
+      what_(std::move(what)),
+      timeout_(timeout) {}
 
 void Work::wait() {
   if (!work_) return;
@@ -25,8 +31,9 @@ void Work::wait() {
   try {
     work->wait(timeout_);
   } catch (...) {
-    detail::throw_collective_failure(rank_, what_, std::current_exception(), timeout_);
+    comm_->fail(seq_, what_, std::current_exception(), timeout_);
   }
+  comm_->recorder_.end(seq_, CollectiveRecord::State::Completed);
   if (finish_) finish_();
 }
 
@@ -35,7 +42,9 @@ Communicator::Communicator(compat::BackendPtr backend, WorldInfo world, const Co
       world_(std::move(world)),
       timeout_(options.timeout()),
       device_(options.device()),
-      store_(options.store()) {
+      store_(options.store()),
+      recorder_(options.flight_recorder_size()),
+      failure_log_(options.failure_log()) {
   DPT_ASSERT(backend_, "a communicator needs a backend");
   DPT_ASSERT(backend_->getRank() == world_.rank && backend_->getSize() == world_.world_size,
              "backend rank/size ", backend_->getRank(), "/", backend_->getSize(), " disagree with world ",
@@ -53,6 +62,42 @@ Communicator::~Communicator() {
 std::string Communicator::backend_name() const { return backend_->getBackendName(); }
 
 std::string Communicator::transport() const { return transport_->describe(); }
+
+void Communicator::run_recorded(const std::string& what, const at::Tensor& tensor, const std::function<void()>& body) {
+  const uint64_t seq = recorder_.start(what, tensor);
+  try {
+    body();
+  } catch (...) {
+    fail(seq, what, std::current_exception(), timeout_);
+  }
+  recorder_.end(seq, CollectiveRecord::State::Completed);
+}
+
+void Communicator::fail(uint64_t seq, const std::string& what, std::exception_ptr cause,
+                        std::chrono::milliseconds waited) {
+  recorder_.end(seq, CollectiveRecord::State::Failed);
+  std::string survey;
+  if (detail::is_unexplained_timeout(cause)) {
+    detail::SurveyOptions options;
+    options.rank = rank();
+    options.world_size = size();
+    options.seq = seq;
+    options.operation = what;
+    options.grace = std::min(timeout_, std::chrono::milliseconds(5000));
+    survey = detail::survey_ranks(store_, options);
+  }
+  if (failure_log_ != nullptr) {
+    *failure_log_ << "rank " << rank() << ": its last collectives, oldest first (flight recorder):\n"
+                  << recorder_.describe() << std::flush;
+  }
+  std::string named = what;
+  for (const auto& record : recorder_.records()) {
+    if (record.seq != seq) continue;
+    if (!record.label.empty()) named += " of " + record.label;
+    named += str(" [collective #", seq, record.step >= 0 ? str(", step ", record.step) : "", "]");
+  }
+  detail::throw_collective_failure(rank(), named, cause, waited, survey);
+}
 
 namespace {
 
@@ -77,30 +122,28 @@ at::Tensor wire_tensor(const at::Tensor& tensor, const compat::Backend& backend)
 
 }  // namespace
 
-Work Communicator::start_all_reduce(at::Tensor tensor, ReduceOp op, const std::string& what) {
+Work Communicator::start_all_reduce(at::Tensor tensor, ReduceOp op) {
+  const std::string what = "all_reduce(" + to_string(op) + ")";
   DPT_CHECK(op != ReduceOp::Mean || at::isFloatingType(tensor.scalar_type()), ConfigError, "rank ", rank(),
             ": ", what, " with mean needs a floating-point tensor, got ", tensor.scalar_type());
   at::Tensor wire = wire_tensor(tensor, *backend_);
+  const uint64_t seq = recorder_.start(what, tensor);
   compat::WorkPtr work;
   try {
     work = transport_->all_reduce(wire, op);
   } catch (...) {
-    detail::throw_collective_failure(rank(), what, std::current_exception(), timeout_);
+    fail(seq, what, std::current_exception(), timeout_);
   }
   std::function<void()> finish;
   if (!wire.is_same(tensor)) finish = [tensor, wire]() mutable { tensor.copy_(wire); };
   // A transport that bounds its operations itself says which peer it waited for; a wait that
   // ended first would only say that it took too long.
-  return Work(std::move(work), std::move(finish), what, rank(), timeout_ + transport_->failure_report_delay());
+  return Work(std::move(work), std::move(finish), this, seq, what, timeout_ + transport_->failure_report_delay());
 }
 
-void Communicator::all_reduce(at::Tensor& tensor, ReduceOp op) {
-  start_all_reduce(tensor, op, "all_reduce(" + to_string(op) + ")").wait();
-}
+void Communicator::all_reduce(at::Tensor& tensor, ReduceOp op) { start_all_reduce(tensor, op).wait(); }
 
-Work Communicator::all_reduce_async(at::Tensor tensor, ReduceOp op) {
-  return start_all_reduce(std::move(tensor), op, "all_reduce(" + to_string(op) + ")");
-}
+Work Communicator::all_reduce_async(at::Tensor tensor, ReduceOp op) { return start_all_reduce(std::move(tensor), op); }
 
 Work Communicator::broadcast_async(at::Tensor tensor, int root) {
   DPT_CHECK(root >= 0 && root < size(), ConfigError, "rank ", rank(), ": broadcast from rank ", root,
@@ -110,15 +153,16 @@ Work Communicator::broadcast_async(at::Tensor tensor, int root) {
   c10d::BroadcastOptions options;
   options.rootRank = root;
   options.timeout = timeout_;
+  const uint64_t seq = recorder_.start("broadcast", tensor);
   compat::WorkPtr work;
   try {
     work = backend_->broadcast(tensors, options);
   } catch (...) {
-    detail::throw_collective_failure(rank(), "broadcast", std::current_exception(), timeout_);
+    fail(seq, "broadcast", std::current_exception(), timeout_);
   }
   std::function<void()> finish;
   if (!wire.is_same(tensor)) finish = [tensor, wire]() mutable { tensor.copy_(wire); };
-  return Work(std::move(work), std::move(finish), "broadcast", rank(), timeout_);
+  return Work(std::move(work), std::move(finish), this, seq, "broadcast", timeout_);
 }
 
 void Communicator::broadcast(at::Tensor& tensor, int root) { broadcast_async(tensor, root).wait(); }
@@ -130,11 +174,7 @@ std::vector<at::Tensor> Communicator::all_gather(const at::Tensor& tensor) {
   std::vector<at::Tensor> inputs{wire};
   c10d::AllgatherOptions options;
   options.timeout = timeout_;
-  try {
-    backend_->allgather(outputs, inputs, options)->wait(timeout_);
-  } catch (...) {
-    detail::throw_collective_failure(rank(), "all_gather", std::current_exception(), timeout_);
-  }
+  run_recorded("all_gather", tensor, [&] { backend_->allgather(outputs, inputs, options)->wait(timeout_); });
   if (wire.scalar_type() != tensor.scalar_type()) {
     for (auto& t : outputs[0]) t = t.to(tensor.scalar_type());
   }
@@ -157,22 +197,14 @@ at::Tensor Communicator::reduce_scatter(const at::Tensor& tensor, ReduceOp op) {
   c10d::ReduceScatterOptions options;
   options.reduceOp = to_c10d(op);
   options.timeout = timeout_;
-  try {
-    backend_->reduce_scatter(outputs, inputs, options)->wait(timeout_);
-  } catch (...) {
-    detail::throw_collective_failure(rank(), "reduce_scatter", std::current_exception(), timeout_);
-  }
+  run_recorded("reduce_scatter", tensor, [&] { backend_->reduce_scatter(outputs, inputs, options)->wait(timeout_); });
   return outputs[0];
 }
 
 void Communicator::barrier() {
   c10d::BarrierOptions options;
   options.timeout = timeout_;
-  try {
-    backend_->barrier(options)->wait(timeout_);
-  } catch (...) {
-    detail::throw_collective_failure(rank(), "barrier", std::current_exception(), timeout_);
-  }
+  run_recorded("barrier", at::Tensor(), [&] { backend_->barrier(options)->wait(timeout_); });
 }
 
 at::Tensor Communicator::reduce_value(const at::Tensor& value, bool average) {

@@ -208,7 +208,11 @@ void WorkerGroup::reap_and_drain(bool block_output) {
 
 void WorkerGroup::stop_all(int signal, SignalCapture& signals) {
   for (auto& w : workers_) {
-    if (w.running) kill(-w.pid, signal);
+    if (!w.running) continue;
+    kill(-w.pid, signal);
+    // A stopped worker (SIGSTOP, ^Z) would hold the signal until the grace period ends in SIGKILL;
+    // continuing it lets it act on the signal now.
+    kill(-w.pid, SIGCONT);
   }
   // A second Ctrl-C (or any further signal) during the grace period means: stop now.
   const auto deadline = Clock::now() + options_.grace_period();

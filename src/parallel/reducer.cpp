@@ -232,6 +232,7 @@ void Reducer::launch_ready_buckets() {
   while (next_launch_ < buckets_.size() && buckets_[next_launch_].pending == 0) {
     Bucket& bucket = buckets_[next_launch_];
     bucket.launched_at = std::chrono::steady_clock::now();
+    const dist::CollectiveLabel label(str("bucket ", next_launch_));  // for the flight recorder
     bucket.reduction = hook_(*comm_, bucket.buffer);
     ++next_launch_;
   }
@@ -260,6 +261,7 @@ PendingReduction Reducer::count_users() {
   auto* flags = users.data_ptr<int32_t>();
   for (size_t i = 0; i < params_.size(); ++i) flags[i] = slots_[i].used ? 1 : 0;
   users = users.to(comm_->device());
+  const dist::CollectiveLabel label("unused-parameter counts");
   return PendingReduction(comm_->all_reduce_async(users, dist::ReduceOp::Sum),
                           [this, users] { unset_globally_unused(users.cpu()); });
 }

@@ -42,11 +42,13 @@ void MetricSums::add(const MetricSums& other) {
   correct1 += other.correct1;
   correct5 += other.correct5;
   count += other.count;
+  stop_votes += other.stop_votes;
 }
 
 MetricSums MetricSums::reduced(dist::Communicator& comm) const {
   at::Tensor values = at::tensor({loss_sum, static_cast<double>(correct1),
-                                  static_cast<double>(correct5), static_cast<double>(count)},
+                                  static_cast<double>(correct5), static_cast<double>(count),
+                                  static_cast<double>(stop_votes)},
                                  at::kDouble)
                           .to(comm.device());
   comm.all_reduce(values, dist::ReduceOp::Sum);
@@ -57,6 +59,7 @@ MetricSums MetricSums::reduced(dist::Communicator& comm) const {
   out.correct1 = static_cast<int64_t>(v[1]);
   out.correct5 = static_cast<int64_t>(v[2]);
   out.count = static_cast<int64_t>(v[3]);
+  out.stop_votes = static_cast<int64_t>(v[4]);
   return out;
 }
 

@@ -12,20 +12,12 @@ import time
 import unittest
 
 from proc import PYTHON, Started, dptrain, run
-from train_runs import COMPARE, alone, last_json
-
-# ResNet-20 on 32 px synthetic images: 384 training images over 2 ranks, batch 16 per rank, so 12
-# steps per epoch and 24 in all. Steps long enough (tens of ms) that a kill lands within a step of
-# the progress line it follows, and 401 validation images keep validation long enough to be hit.
-SMALL = ["--dummy", "-a", "resnet20", "--image-size", "32", "--dummy-train-size", "384", "--dummy-val-size", "401",
-         "-b", "16", "-j", "1", "--lr", "0.2", "--seed", "5", "--deterministic", "--epochs", "2", "-p", "1",
-         "--resume", "auto", "--checkpoint-every", "4"]
-STEPS = 24
+from train_runs import COMPARE, SMALL, STEPS, alone, last_json
 
 
-def launch(output, restarts):
+def launch(output, restarts, extra=()):
     return [dptrain(), "launch", "--standalone", "--nproc-per-node", "2", "--max-restarts", str(restarts), "--",
-            dptrain(), "train", *SMALL, "--output", output]
+            dptrain(), "train", *SMALL, *extra, "--output", output]
 
 
 def children(pid):
@@ -54,10 +46,11 @@ def worker_of_rank(launcher_pid, rank):
     return None
 
 
-def run_signalling(output, when, sig=signal.SIGKILL, to_launcher=False):
-    """Launches with one restart allowed and sends `sig` to rank 1 (or to the launcher) as soon as a
-    line of the launcher's output matches `when`; returns (code, out, err, the line it signalled at)."""
-    started = Started(launch(output, restarts=1), env=alone())
+def run_signalling(output, when, sig=signal.SIGKILL, to_launcher=False, rank=1, restarts=1, extra=(), env=None):
+    """Launches with `restarts` restarts allowed and sends `sig` to `rank` (or to the launcher) as
+    soon as a line of the launcher's output matches `when`; returns (code, out, err, the line it
+    signalled at)."""
+    started = Started(launch(output, restarts, extra), env=env or alone())
     signalled_at, out_lines = None, []
     try:
         deadline = time.monotonic() + 240
@@ -67,7 +60,7 @@ def run_signalling(output, when, sig=signal.SIGKILL, to_launcher=False):
                 break
             out_lines.append(line)
             if re.search(when, line):
-                pid = started.proc.pid if to_launcher else worker_of_rank(started.proc.pid, 1)
+                pid = started.proc.pid if to_launcher else worker_of_rank(started.proc.pid, rank)
                 if pid is not None:
                     os.kill(pid, sig)
                     signalled_at = line.strip()
@@ -108,18 +101,20 @@ class ExactRecovery(unittest.TestCase):
         self.assertEqual(lines[0], "24 2 0 24 2 0", context)
         self.assertEqual(lines[1], "max_abs_diff 0.0 bitwise True momentum_bitwise True entries 59", context)
 
-    def stop_and_resume(self, name, sig, to_launcher, expected_code):
-        """`sig` mid-epoch 0: every rank stops after one agreed step, rank 0 writes checkpoint.pt
-        there, nothing restarts; the same command line then finishes the run exactly."""
+    def stop_and_resume(self, name, sig, to_launcher, expected_code, when=r"Epoch: \[0\]\[ ?6/12\]",
+                        steps=range(6, 12), resumed_at=lambda step: f"epoch 0, step {step} of it"):
+        """`sig` when a line matches `when` (mid-epoch 0 by default): every rank stops after one
+        agreed step in `steps`, rank 0 writes checkpoint.pt there, nothing restarts; the same
+        command line then finishes the run exactly."""
         output = os.path.join(self.tmp.name, name)
-        code, out, err, signalled_at = run_signalling(output, r"Epoch: \[0\]\[ ?6/12\]", sig, to_launcher)
+        code, out, err, signalled_at = run_signalling(output, when, sig, to_launcher)
         self.assertIsNotNone(signalled_at, out + err)
         self.assertEqual(code, expected_code, out + err)
         self.assertNotIn("restarting the local group", err)
         stop = re.search(r"stopping on request after global step (\d+) \(a stop signal reached (\d) rank", out)
         self.assertIsNotNone(stop, out + err)
         step = int(stop.group(1))
-        self.assertTrue(6 <= step < 12, out)
+        self.assertIn(step, steps, out)
         # The launcher's forwarded signal may reach one rank after that step's agreement: then one
         # rank asked at the step and the other stops with it.
         self.assertIn(stop.group(2), ("1", "2") if to_launcher else ("1",), out)
@@ -127,7 +122,7 @@ class ExactRecovery(unittest.TestCase):
         self.assertEqual(last_json(out)["global_step"], step)
         code, out, err = run(launch(output, restarts=0), timeout=240)
         self.assertEqual(code, 0, out + err)
-        self.assertRegex(out, rf"resuming from .*checkpoint\.pt \(epoch 0, step {step} of it")
+        self.assertRegex(out, r"resuming from .*checkpoint\.pt \(" + re.escape(resumed_at(step)))
         self.assert_same_as_reference(output, f"stopped after step {step}")
 
     def test_killed_before_the_first_checkpoint(self):
@@ -151,9 +146,72 @@ class ExactRecovery(unittest.TestCase):
         # The rank's own code tells the launcher not to restart: the group stopped on request.
         self.stop_and_resume("sigterm_rank", signal.SIGTERM, to_launcher=False, expected_code=75)
 
+    def test_sigterm_during_validation_stops_after_it(self):
+        # Validation runs to its end; the epoch's checkpoint is the stop's, and no step of the next
+        # epoch is taken first. (Validation is short: a signal that lands after its end is taken
+        # at the next step, 13.)
+        self.stop_and_resume("sigterm_validation", signal.SIGTERM, to_launcher=False, expected_code=75,
+                             when=r"Epoch: \[0\] train", steps=[12, 13],
+                             resumed_at=lambda step: f"epoch 1, step {step - 12} of it")
+
     def test_sigusr1_to_the_launcher_stops_all_at_one_step(self):
         # The launcher forwards the signal to every worker and ends with 128 + the signal.
         self.stop_and_resume("sigusr1_launcher", signal.SIGUSR1, to_launcher=True, expected_code=128 + signal.SIGUSR1)
+
+
+    def test_stopped_rank_is_named_and_the_group_restarts(self):
+        # SIGSTOP: alive but silent. Rank 0's collective times out after --dist-timeout and names
+        # rank 1; the launcher continues the stopped worker so that it takes its SIGTERM, restarts
+        # the group, and --resume auto finishes the run exactly.
+        output = os.path.join(self.tmp.name, "stopped_rank")
+        t0 = time.monotonic()
+        code, out, err, stopped_at = run_signalling(output, r"Epoch: \[0\]\[ ?6/12\]", signal.SIGSTOP,
+                                                    extra=["--dist-timeout", "5"])
+        self.assertIsNotNone(stopped_at, out + err)
+        self.assertEqual(code, 0, out + err)
+        # Through shared memory the waiting transport names the peer itself; through Gloo (the
+        # buffer broadcast) the survey of the ranks that timed out does.
+        self.assertRegex(err, r"rank 0: all_reduce over shared memory timed out: rank 1 did not start the same "
+                              r"all_reduce within 5 s\. .*\(in all_reduce\(\w+\)( of bucket \d)? \[collective #\d+, "
+                              r"step [67]\]\)|rank 0: \w+.* \[collective #\d+, step [67]\] failed: it did not complete "
+                              r"within 5 s\. Rank 1 did not arrive")
+        self.assertIn("its last collectives, oldest first (flight recorder)", err)
+        self.assertIn("dptrain launch: restarting the local group (restart 1 of 1)", err)
+        self.assertRegex(out, r"resuming from .*checkpoint\.pt \(epoch 0, step 4 ")
+        self.assert_same_as_reference(output, f"stopped at {stopped_at}")
+        self.assertLess(time.monotonic() - t0, 200)
+
+
+class HungRanks(unittest.TestCase):
+    """Over Gloo alone (DPTRAIN_SHM=0) a timed-out wait cannot tell which peer is missing: the
+    ranks that timed out ask each other through the store."""
+
+    def hang(self, rank):
+        with tempfile.TemporaryDirectory(prefix="dpt_hang_") as tmp:
+            t0 = time.monotonic()
+            code, out, err, stopped_at = run_signalling(
+                tmp, r"Epoch: \[0\]\[ ?6/12\]", signal.SIGSTOP, rank=rank, restarts=0,
+                extra=["--dist-timeout", "3"], env=dict(alone(), DPTRAIN_SHM="0"))
+            self.assertIsNotNone(stopped_at, out + err)
+            self.assertEqual(code, 1, out + err)
+            # The timeout, the survey's grace (as long as the timeout here) and the launcher's
+            # 5 s grace period, with room for a slow machine.
+            self.assertLess(time.monotonic() - t0 - 3 - 3 - 5, 60)
+            return err
+
+    def test_a_stopped_rank_is_named_by_the_ranks_that_waited(self):
+        err = self.hang(rank=1)
+        self.assertRegex(err, r"rank 0: (all_reduce|broadcast)\S* .*\[collective #\d+, step [67]\] failed: it did "
+                              r"not complete within 3 s\. Rank 1 did not arrive \(or stopped inside it\): no report "
+                              r"within 3 s of this rank's, so it is stopped")
+        self.assertRegex(err, r"#\d+ \S+ .*step [67]: FAILED after")
+
+    def test_a_stopped_store_host_is_named_as_such(self):
+        # Rank 0 serves the store: the survey cannot reach it and says so instead of waiting.
+        err = self.hang(rank=0)
+        self.assertRegex(err, r"rank 1: .*\[collective #\d+, step [67]\] failed: it did not complete within 3 s\. The "
+                              r"rendezvous store did not answer the survey of the other ranks(| within 3 s); rank 0 "
+                              r"serves it for env:// and tcp://, so rank 0 is probably stopped or gone")
 
 
 class AutoResume(unittest.TestCase):

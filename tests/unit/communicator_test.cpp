@@ -157,21 +157,25 @@ std::string message_when_a_peer_leaves(Transport transport) {
 
 TEST(Communicator, APeerThatStaysAwayTimesOutNamingRankAndOperation) {
   const std::string message = message_when_a_peer_stays_away(Transport::Gloo);
-  EXPECT_NE(message.find("rank 0: all_reduce(sum) failed: it did not complete within 1 s"), std::string::npos)
+  EXPECT_NE(message.find("rank 0: all_reduce(sum) [collective #1] failed: it did not complete within 1 s. Rank 1 "
+                         "did not arrive (or stopped inside it): no report within 1 s"),
+            std::string::npos)
       << message;
 }
 
 TEST(Communicator, SharedMemoryNamesAPeerThatStaysAway) {
   const std::string message = message_when_a_peer_stays_away(Transport::SharedMemory);
   EXPECT_NE(message.find("rank 0: all_reduce over shared memory timed out: rank 1 did not start the same all_reduce "
-                         "within 1 s"),
+                         "within 1 s. It is stuck, much slower, or gone; check its output. (in all_reduce(sum) "
+                         "[collective #1])"),
             std::string::npos)
       << message;
 }
 
 TEST(Communicator, APeerThatExitsIsReportedAsSuch) {
   const std::string message = message_when_a_peer_leaves(Transport::Gloo);
-  EXPECT_NE(message.find("rank 0: all_reduce(sum) failed: a peer closed its connection"), std::string::npos)
+  EXPECT_NE(message.find("rank 0: all_reduce(sum) [collective #1] failed: a peer closed its connection"),
+            std::string::npos)
       << message;
 }
 

@@ -9,23 +9,34 @@
 //   auto work = comm->all_reduce_async(bucket);          // overlap with other work
 //   work.wait();
 //
+// Every collective is recorded in the communicator's flight recorder (flight_recorder.h). When one
+// times out, the ranks that timed out ask each other through the store how far each got, and the
+// error names the rank that did not arrive; the recorder's entries are printed to `failure_log`
+// before the error is thrown.
+//
 // A Communicator wraps one c10d backend (Gloo or NCCL). Backend gaps (Gloo has no AVG, and no
 // bfloat16 before LibTorch 2.3) are filled here, so callers never see them. all_reduce travels
 // through the transport chosen at construction (transport/transport.h): when all ranks share a
 // host, float tensors go through shared memory instead of Gloo's loopback TCP.
 
 #include <chrono>
+#include <cstdint>
 #include <functional>
+#include <iostream>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "dptrain/common/log_stream.h"
 #include "dptrain/compat/compat.h"
 #include "dptrain/dist/collective.h"
+#include "dptrain/dist/flight_recorder.h"
 #include "dptrain/dist/transport/transport.h"
 #include "dptrain/dist/world.h"
 
 namespace dpt::dist {
+
+class Communicator;
 
 // An operation in flight. wait() blocks until it completes, at most for the communicator's
 // timeout, finishes any fix-up (divide for Mean, cast back from float32) and throws DistError or
@@ -33,7 +44,8 @@ namespace dpt::dist {
 class Work {
  public:
   Work() = default;
-  Work(compat::WorkPtr work, std::function<void()> finish, std::string what, int rank,
+  // `seq` is the operation's entry in `comm`'s flight recorder; `comm` outlives the Work.
+  Work(compat::WorkPtr work, std::function<void()> finish, Communicator* comm, uint64_t seq, std::string what,
        std::chrono::milliseconds timeout);
   Work(Work&&) noexcept = default;
   Work& operator=(Work&&) noexcept = default;
@@ -46,8 +58,9 @@ class Work {
  private:
   compat::WorkPtr work_;
   std::function<void()> finish_;
+  Communicator* comm_ = nullptr;
+  uint64_t seq_ = 0;
   std::string what_;
-  int rank_ = 0;
   std::chrono::milliseconds timeout_{0};
 };
 
@@ -61,6 +74,10 @@ struct CommunicatorOptions {
   TORCH_ARG(compat::StorePtr, store);
   // Try shared memory for all_reduce when every rank is on this host (needs `store`).
   TORCH_ARG(bool, shared_memory) = false;
+  // How many recent collectives the flight recorder keeps (about three training steps' worth).
+  TORCH_ARG(size_t, flight_recorder_size) = 16;
+  // Where a failing collective prints the flight recorder's entries; null: nowhere.
+  TORCH_ARG(LogStream, failure_log) = &std::cerr;
 };
 
 class Communicator {
@@ -109,8 +126,19 @@ class Communicator {
   // The wrapped c10d backend, for callers that need an operation not offered above.
   compat::Backend& backend() { return *backend_; }
 
+  // This rank's recent collectives; set_step() on it tags the entries with the caller's step.
+  FlightRecorder& flight_recorder() { return recorder_; }
+
  private:
-  Work start_all_reduce(at::Tensor tensor, ReduceOp op, const std::string& what);
+  friend class Work;
+
+  Work start_all_reduce(at::Tensor tensor, ReduceOp op);
+  // Records a blocking collective named `what` on `tensor` and runs it; failures go through fail().
+  void run_recorded(const std::string& what, const at::Tensor& tensor, const std::function<void()>& body);
+  // Marks `seq` failed, finds the ranks that did not arrive when it timed out, prints the flight
+  // recorder to the failure log, and throws the error that names all of it.
+  [[noreturn]] void fail(uint64_t seq, const std::string& what, std::exception_ptr cause,
+                         std::chrono::milliseconds waited);
 
   compat::BackendPtr backend_;
   WorldInfo world_;
@@ -118,6 +146,8 @@ class Communicator {
   at::Device device_;
   compat::StorePtr store_;
   std::unique_ptr<transport::Transport> transport_;
+  FlightRecorder recorder_;
+  std::ostream* failure_log_;
 };
 
 }  // namespace dpt::dist

@@ -42,12 +42,15 @@ struct MetricSums {
   int64_t correct1 = 0;
   int64_t correct5 = 0;
   int64_t count = 0;
+  // Ranks that asked to stop (a training step's reduction carries this vote, so that agreeing on
+  // when to stop costs no collective of its own); 0 or 1 on a single rank before reduction.
+  int64_t stop_votes = 0;
 
   // Adds a batch: `mean_loss` is the batch's mean loss (cross_entropy's default reduction).
   void add(const at::Tensor& logits, const at::Tensor& targets, double mean_loss);
   void add(const MetricSums& other);
 
-  // The sums over all ranks of `comm` (one all-reduce of a float64 tensor); collective.
+  // The sums over all ranks of `comm` (one all-reduce of five float64 values); collective.
   MetricSums reduced(dist::Communicator& comm) const;
 
   // Means; 0 when nothing was added.

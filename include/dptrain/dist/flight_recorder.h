@@ -1,0 +1,86 @@
+#pragma once
+// A ring of this rank's most recent collectives, kept by every Communicator and printed when one of
+// them fails, so that a hang or a mismatch can be read from the logs: which collective each rank
+// was in, how big, for which bucket and step, and which ones had completed. PyTorch keeps such a
+// "flight recorder" for NCCL; this one records every backend and transport.
+//
+//   comm->flight_recorder().set_step(global_step);        // the caller's position, recorded with each entry
+//   { dpt::dist::CollectiveLabel label("bucket 3");       // names what this thread starts next
+//     work = comm->all_reduce_async(bucket); }
+//   std::cerr << comm->flight_recorder().describe();      // one line per entry, oldest first
+//
+// Recording costs a mutex and a small copy per collective, nothing per element.
+
+#include <chrono>
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include <ATen/ATen.h>
+
+namespace dpt::dist {
+
+struct CollectiveRecord {
+  enum class State { Started, Completed, Failed };
+  using Clock = std::chrono::steady_clock;
+
+  uint64_t seq = 0;        // 1 for this communicator's first collective; equal on every rank
+  std::string operation;   // "all_reduce(sum)", "broadcast", ...
+  std::string label;       // the innermost CollectiveLabel when it started ("bucket 3"), or empty
+  std::vector<int64_t> shape;
+  at::ScalarType dtype = at::kFloat;
+  int64_t step = -1;       // FlightRecorder::set_step when it started; -1 before any
+  Clock::time_point started;
+  Clock::time_point ended;  // when it completed or failed
+  State state = State::Started;
+
+  // "#57 all_reduce(sum) bucket 3 [2785354] Float step 12: completed in 1.2 ms"
+  std::string describe(Clock::time_point now) const;
+};
+
+class FlightRecorder {
+ public:
+  explicit FlightRecorder(size_t capacity = 16);
+  FlightRecorder(const FlightRecorder&) = delete;
+  FlightRecorder& operator=(const FlightRecorder&) = delete;
+
+  // Records a collective that starts now on `tensor` (undefined for a barrier); returns its seq.
+  uint64_t start(std::string operation, const at::Tensor& tensor);
+  // Marks `seq` completed or failed; a no-op once it has left the ring.
+  void end(uint64_t seq, CollectiveRecord::State state);
+
+  // The caller's position (a training step), stored with the entries that start after it.
+  void set_step(int64_t step);
+
+  // The entries still in the ring, oldest first.
+  std::vector<CollectiveRecord> records() const;
+  // One line per entry, oldest first, each prefixed with `indent`.
+  std::string describe(const std::string& indent = "  ") const;
+
+ private:
+  mutable std::mutex mutex_;
+  size_t capacity_;
+  std::vector<CollectiveRecord> ring_;  // seq k at (k - 1) % capacity_
+  uint64_t last_seq_ = 0;
+  int64_t step_ = -1;
+};
+
+// Names the collectives this thread starts while it lives (innermost wins), for the flight recorder
+// and for failure messages: the reducer labels each bucket. Thread-local, because reductions start
+// on autograd's threads as well as on the caller's.
+class CollectiveLabel {
+ public:
+  explicit CollectiveLabel(std::string label);
+  ~CollectiveLabel();
+  CollectiveLabel(const CollectiveLabel&) = delete;
+  CollectiveLabel& operator=(const CollectiveLabel&) = delete;
+
+  // The innermost label alive on this thread, or empty.
+  static const std::string& current();
+
+ private:
+  std::string previous_;
+};
+
+}  // namespace dpt::dist
