@@ -8,6 +8,7 @@
 #include "dptrain/parallel/convert_sync_batchnorm.h"
 #include "dptrain/parallel/data_parallel.h"
 #include "dptrain/parallel/ddp.h"
+#include "dptrain/parallel/join.h"
 #include "dptrain/parallel/hvd.h"
 #include "dptrain/parallel/norm_layer_holder.h"
 #include "dptrain/parallel/reducer.h"

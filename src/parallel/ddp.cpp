@@ -39,14 +39,27 @@ DistributedDataParallelBase::DistributedDataParallelBase(std::shared_ptr<torch::
       options_(options),
       reducer_(trainable_parameters(*module_), comm_, options.reducer()),
       buffers_(module_->buffers()) {
+  broadcast_state(/*root=*/0);
+}
+
+void DistributedDataParallelBase::broadcast_state(int root) {
   std::vector<at::Tensor> state = module_->parameters();
   state.insert(state.end(), buffers_.begin(), buffers_.end());
-  broadcast_coalesced(*comm_, state, /*root=*/0);
+  broadcast_coalesced(*comm_, state, root);
 }
 
 void DistributedDataParallelBase::before_forward() {
   forward_start_ = std::chrono::steady_clock::now();
-  if (options_.broadcast_buffers()) broadcast_buffers();
+  Join* join = active_join();
+  if (join != nullptr && !shadowing_ && torch::GradMode::is_enabled()) {
+    DPT_CHECK(sync_, ConfigError, "rank ", comm_->rank(), ": no_sync() inside a Join: a finished rank cannot "
+              "shadow steps that skip the reduction; accumulate outside the Join");
+    join->announce_step();
+  }
+  if (options_.broadcast_buffers()) {
+    // Inside a Join rank 0 may have finished; a rank still training holds the current buffers.
+    broadcast_coalesced(*comm_, buffers_, /*root=*/join != nullptr ? join->authoritative_rank() : 0);
+  }
   // Otherwise backward accumulates into .grad, wherever it lives; the next synchronized step
   // moves it into the buckets.
   if (sync_ && torch::GradMode::is_enabled()) reducer_.prepare_for_backward();
@@ -59,6 +72,28 @@ void DistributedDataParallelBase::after_forward() {
   forward_end_ = std::chrono::steady_clock::now();
   forward_ms_ = ms_between(forward_start_, forward_end_);
 }
+
+void DistributedDataParallelBase::shadow_step() {
+  DPT_CHECK(shadow_forward_, ConfigError, "rank ", comm_->rank(), ": this rank finished before its first training "
+            "step, so it cannot shadow the others' steps (it never saw a batch's shape); give every rank at least "
+            "one batch");
+  // Backward adds to .grad, and this rank's last step left its gradients there.
+  for (auto& p : module_->parameters()) {
+    if (p.grad().defined()) p.mutable_grad().zero_();
+  }
+  const torch::AutoGradMode grad_on(true);
+  shadowing_ = true;
+  try {
+    // An empty batch's output sums to zero: every gradient it sends is zero.
+    shadow_forward_().sum().backward();
+  } catch (...) {
+    shadowing_ = false;
+    throw;
+  }
+  shadowing_ = false;
+}
+
+void DistributedDataParallelBase::take_final_state(int root) { broadcast_state(root); }
 
 StepTiming DistributedDataParallelBase::last_timing() const {
   StepTiming timing;

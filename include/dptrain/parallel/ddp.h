@@ -12,11 +12,16 @@
 //   { auto guard = ddp.no_sync(); micro_loss.backward(); }   // accumulate locally
 //   ddp.register_comm_hook(dpt::comm_hooks::fp16_compress());
 //
+//   dpt::Join join({&ddp});   // shards of different lengths (join.h)
+//
 // Construction checks that every rank built the same model (a ConfigError naming the first
 // difference, on every rank) and copies rank 0's parameters and buffers to all ranks.
 
 #include <chrono>
+#include <functional>
 #include <memory>
+#include <tuple>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -24,8 +29,10 @@
 #include <torch/nn/module.h>
 #include <torch/nn/pimpl.h>
 
+#include "dptrain/common/error.h"
 #include "dptrain/dist/communicator.h"
 #include "dptrain/parallel/comm_hooks.h"
+#include "dptrain/parallel/join.h"
 #include "dptrain/parallel/module_handle.h"
 #include "dptrain/parallel/reducer.h"
 
@@ -50,7 +57,7 @@ struct StepTiming {
 };
 
 // The part of DistributedDataParallel that does not depend on the module's type.
-class DistributedDataParallelBase {
+class DistributedDataParallelBase : public Joinable {
  public:
   DistributedDataParallelBase(std::shared_ptr<torch::nn::Module> module, std::shared_ptr<dist::Communicator> comm,
                               DDPOptions options);
@@ -92,12 +99,24 @@ class DistributedDataParallelBase {
   // Timing of the last step whose backward reduced gradients.
   StepTiming last_timing() const;
 
+  // Joinable (join.h): a forward and backward of an empty batch shaped like the last one, which
+  // runs every collective of a step (buffers, SyncBatchNorm, buckets) with nothing to add.
+  void shadow_step() override;
+  void take_final_state(int root) override;
+  dist::Communicator& join_communicator() const override { return *comm_; }
+
  protected:
   void before_forward();
   void after_forward();
+  // Inside a Join, each training forward remembers how to run itself on an empty batch like its
+  // own; a shadow step runs that (and must not replace it while it runs).
+  bool records_shadow_forward() const { return active_join() != nullptr && !shadowing_; }
+  void remember_shadow_forward(std::function<at::Tensor()> forward_empty) { shadow_forward_ = std::move(forward_empty); }
 
  private:
   static std::vector<NamedParameter> trainable_parameters(const torch::nn::Module& module);
+  // Copies `root`'s parameters and buffers to every rank. Collective.
+  void broadcast_state(int root);
 
   std::shared_ptr<torch::nn::Module> module_;
   std::shared_ptr<dist::Communicator> comm_;
@@ -105,6 +124,8 @@ class DistributedDataParallelBase {
   Reducer reducer_;
   std::vector<at::Tensor> buffers_;
   bool sync_ = true;
+  std::function<at::Tensor()> shadow_forward_;
+  bool shadowing_ = false;
   std::chrono::steady_clock::time_point forward_start_{}, forward_end_{};
   double forward_ms_ = 0;
 };
@@ -125,6 +146,7 @@ class DistributedDataParallel : public DistributedDataParallelBase {
 
   template <typename... Args>
   auto forward(Args&&... args) {
+    if (records_shadow_forward()) remember_shadow_forward(shadow_forward_of(args...));
     before_forward();
     auto output = module_->forward(std::forward<Args>(args)...);
     after_forward();
@@ -141,6 +163,36 @@ class DistributedDataParallel : public DistributedDataParallelBase {
   ModuleType& module() { return module_; }
 
  private:
+  // A tensor argument with no rows (its other dimensions kept); anything else as it is, so a batch
+  // passed in another type (a vector of tensors) cannot be shadowed.
+  template <typename T>
+  static auto without_rows(const T& arg) {
+    if constexpr (std::is_same_v<std::decay_t<T>, at::Tensor>) {
+      auto sizes = arg.sizes().vec();
+      if (!sizes.empty()) sizes[0] = 0;
+      return at::empty(sizes, arg.options());
+    } else {
+      return arg;
+    }
+  }
+  template <typename... Args>
+  std::function<at::Tensor()> shadow_forward_of(const Args&... args) {
+    return [this, empty = std::make_tuple(without_rows(args)...)]() {
+      return std::apply(
+          [this](const auto&... a) -> at::Tensor {
+            auto output = forward(a...);
+            if constexpr (std::is_convertible_v<decltype(output), at::Tensor>) {
+              return output;
+            } else {
+              DPT_CHECK(false, ConfigError, "rank ", communicator().rank(), ": Join shadows a step by a backward "
+                        "from the forward's output, which must then be a tensor");
+              return at::Tensor();
+            }
+          },
+          empty);
+    };
+  }
+
   ModuleType module_;
 };
 
