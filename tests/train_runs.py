@@ -6,6 +6,17 @@ import re
 from proc import env_with, free_port
 
 
+# The short resumable run of the recovery tests (test_train_faults, test_slurm, bench/faults):
+# ResNet-20 on 32 px synthetic images, 384 training images over 2 ranks, batch 16 per rank, so 12
+# steps per epoch and 24 in all, --resume auto with a checkpoint every 4 steps. Steps long enough
+# (tens of ms) that a kill lands within a step of the progress line it follows, and 401 validation
+# images keep validation long enough to be hit.
+SMALL = ["--dummy", "-a", "resnet20", "--image-size", "32", "--dummy-train-size", "384", "--dummy-val-size", "401",
+         "-b", "16", "-j", "1", "--lr", "0.2", "--seed", "5", "--deterministic", "--epochs", "2", "-p", "1",
+         "--resume", "auto", "--checkpoint-every", "4"]
+STEPS = 24
+
+
 def alone():
     """The environment of a single-process run: its own rendezvous port, so tests running side by
     side do not collide on the default one."""

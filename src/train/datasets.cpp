@@ -35,12 +35,13 @@ RunDatasets open_datasets(const DataOptions& options, uint64_t seed) {
     const int size = options.image_size().value_or(32);
     // Drawn a quarter larger than the input, so that crops and the eval resize have room.
     const int drawn = size + size / 4;
-    return {std::make_shared<data::SyntheticDataset>(
-                data::SyntheticOptions().size(options.dummy_train_size()).image_size(drawn).seed(seed),
-                train_transform(options, seed, size, kSmallImageScaleMin)),
-            std::make_shared<data::SyntheticDataset>(
-                data::SyntheticOptions().size(options.dummy_val_size()).image_size(drawn).seed(seed + 1),
-                eval_transform(size, size)),
+    const auto synthetic = [&](int64_t images, uint64_t set_seed) {
+      return data::SyntheticOptions().size(images).num_classes(options.dummy_classes()).image_size(drawn).seed(set_seed);
+    };
+    return {std::make_shared<data::SyntheticDataset>(synthetic(options.dummy_train_size(), seed),
+                                                     train_transform(options, seed, size, kSmallImageScaleMin)),
+            std::make_shared<data::SyntheticDataset>(synthetic(options.dummy_val_size(), seed + 1),
+                                                     eval_transform(size, size)),
             "synthetic"};
   }
   const fs::path root(options.root());

@@ -15,6 +15,8 @@
 #include <string>
 #include <vector>
 
+#include <fmt/format.h>
+
 #include "datasets.h"
 #include "dptrain/common/error.h"
 #include "dptrain/compat/compat.h"
@@ -179,19 +181,25 @@ struct Trainer::State {
     report.acc5 = all.top5_percent();
   }
   void save_checkpoint(bool epoch_done, bool is_best);
-  // Whether any rank has caught a stop signal: one small all-reduce per step (collective), so that
-  // every rank stops after the same step whichever rank the signal reached.
-  bool stop_requested() {
-    if (!stop_signals) return false;
-    at::Tensor asked = at::full({1}, stop_signals->received() != 0 ? 1.0 : 0.0, at::kDouble).to(comm->device());
-    comm->all_reduce(asked, dist::ReduceOp::Sum);
-    const auto ranks = static_cast<int64_t>(asked.item<double>());
-    if (ranks > 0 && leader() && options.log() != nullptr) {
+  // Whether any rank had caught a stop signal when the step's sums were reduced (`all` carries the
+  // votes), so that every rank stops after the same step whichever rank the signal reached.
+  bool stop_agreed_in(const MetricSums& all) const {
+    if (all.stop_votes > 0 && leader() && options.log() != nullptr) {
       *options.log() << "stopping on request after global step " << global_step() << " (a stop signal reached "
-                     << ranks << " rank(s)); writing the checkpoint" << std::endl;
+                     << all.stop_votes << " rank(s)); writing the checkpoint" << std::endl;
     }
-    return ranks > 0;
+    return all.stop_votes > 0;
   }
+  // Whether any rank has caught a stop signal by now: one small all-reduce (collective), once per
+  // epoch; within an epoch each step's vote rides in its sums.
+  bool any_rank_stopping() {
+    if (!stop_signals) return false;
+    MetricSums vote;
+    vote.stop_votes = stop_vote();
+    return stop_agreed_in(vote.reduced(*comm));
+  }
+  // This rank's vote: 1 once it has caught a stop signal.
+  int64_t stop_vote() const { return stop_signals && stop_signals->received() != 0 ? 1 : 0; }
   // Whether --checkpoint-every or --checkpoint-minutes asks for a checkpoint after this step. Not
   // after an epoch's last step: the epoch's own checkpoint follows its validation.
   bool periodic_checkpoint_due() const {
@@ -339,6 +347,7 @@ void Trainer::State::print_banner() const {
 }
 
 MetricSums Trainer::State::step(const data::Batch& batch) {
+  comm->flight_recorder().set_step(global_step() + 1);  // steps count from 1 in logs and messages
   set_lr(*optimizer, schedule->lr_at(global_step()));
   auto [images, labels] = to_device(batch);
   style->zero_grad();
@@ -347,6 +356,7 @@ MetricSums Trainer::State::step(const data::Batch& batch) {
   style->synchronize();
   MetricSums local;
   local.add(logits.detach(), labels, loss.item<double>());
+  local.stop_votes = stop_vote();
   MetricSums all = local.reduced(*comm);
   // NaN or inf on any rank makes the summed loss non-finite on every rank, so all ranks decide
   // alike. The scaler skips such steps; without it, continuing would spread NaN into the weights.
@@ -395,12 +405,12 @@ bool Trainer::State::train_epoch(MetricSums& sums, int64_t& skipped) {
     report.images_per_s = elapsed > 0 ? static_cast<double>(sums.count) / elapsed : 0.0;
     report.eta_s = taken > 0 ? elapsed / taken * static_cast<double>(std::max<int64_t>(0, steps - step_in_epoch)) : 0.0;
     notify([&](TrainObserver& o) { o.on_step(report); });
-    if (periodic_checkpoint_due()) save_checkpoint(/*epoch_done=*/false, /*is_best=*/false);
-    if (stop_requested()) {
+    if (stop_agreed_in(all)) {  // the caller writes the checkpoint
       stop_agreed = true;
       stopped = true;
       break;
     }
+    if (periodic_checkpoint_due()) save_checkpoint(/*epoch_done=*/false, /*is_best=*/false);
   }
   skipped = static_cast<int64_t>(loader.skipped().size());
   return !stopped;
@@ -426,6 +436,12 @@ void Trainer::State::save_checkpoint(bool epoch_done, bool is_best) {
   const fs::path dir(options.checkpoint().output_dir());
   const fs::path latest = dir / kLatestCheckpointName;
   train::save_checkpoint(cp.to_ivalue(), latest);
+  if (options.log() != nullptr) {
+    // What a checkpoint costs, to choose --checkpoint-every/--checkpoint-minutes by.
+    *options.log() << fmt::format("checkpoint: wrote {} ({:.1f} MB) in {:.2f} s", latest.string(),
+                                  static_cast<double>(fs::file_size(latest)) / 1e6, seconds_since(last_checkpoint))
+                   << std::endl;
+  }
   if (epoch_done) {
     copy_file_atomically(latest, epoch_checkpoint_path(dir, epoch));
     rotate_checkpoints(dir, options.checkpoint().keep());
@@ -450,7 +466,9 @@ TrainResult Trainer::train() {
       if (s.stop_agreed) s.comm->barrier();
       break;
     }
-    s.report_pass("train", sums, static_cast<size_t>(skipped_local), start);
+    // A run stopped after an epoch's last step resumes into an empty pass: nothing to report.
+    // (`sums` holds every rank's counts, so all ranks skip alike.)
+    if (sums.count > 0) s.report_pass("train", sums, static_cast<size_t>(skipped_local), start);
 
     result.last_val = evaluate();
     const double acc1 = result.last_val.top1_percent();
@@ -460,6 +478,13 @@ TrainResult Trainer::train() {
     s.step_in_epoch = 0;
     s.save_checkpoint(/*epoch_done=*/true, is_best);
     if (s.options.max_steps() && s.global_step() >= *s.options.max_steps()) break;
+    // A stop signal that came during validation: the epoch's checkpoint is written, so stop now
+    // rather than after the next epoch's first step.
+    if (s.any_rank_stopping()) {
+      s.stop_agreed = true;
+      s.comm->barrier();
+      break;
+    }
   }
   s.stop_signals.reset();
   result.stopped_on_request = s.stop_agreed;

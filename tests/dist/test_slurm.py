@@ -1,17 +1,21 @@
 """Training under a real Slurm: a one-node cluster (munged, slurmctld, slurmd) started by the test,
 `srun -N1 -n2 PROGRAM` with no distributed flags at all, the same with a file:// rendezvous, and
 examples/slurm.sbatch submitted with `sbatch --wait`. Each must print exactly the numbers the same
-training prints under `dptrain launch`. Skips, with the daemons' last log lines, only when the
+training prints under `dptrain launch`. A job submitted with --requeue and signalled mid-epoch
+(as Slurm's --signal=USR1@90 would) requeues itself and ends bitwise equal to an uninterrupted run. Skips, with the daemons' last log lines, only when the
 daemons cannot start here."""
 
 import os
+import re
 import shutil
 import tempfile
+import time
 import unittest
 
 import small_training
 from local_slurm import ClusterUnavailable, LocalSlurm
-from proc import cannot_run, env_with, run
+from proc import PYTHON, cannot_run, dptrain, env_with, run
+from train_runs import COMPARE, SMALL, STEPS, last_json
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 # srun waits forever for resources it cannot get: every client command is bounded by this.
@@ -69,6 +73,70 @@ class Slurm(unittest.TestCase):
             job_out = f.read()
         self.assertIn("Submitted batch job", out)
         self.assert_same_training(code, job_out, err)
+
+    def job_field(self, job, field):
+        code, out, _ = self.cluster.run(["scontrol", "show", "job", job], timeout=30)
+        found = re.search(rf"\b{field}=(\S+)", out) if code == 0 else None
+        return found.group(1) if found else None
+
+    def wait_for(self, what, predicate, timeout=BOUND):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if predicate():
+                return
+            time.sleep(0.2)
+        self.fail(f"timed out waiting for {what}\n{self.cluster.log_tails()}")
+
+    def test_a_preempted_job_requeues_itself_and_continues_exactly(self):
+        reference = os.path.join(self.dir, "requeue_reference")
+        code, out, err = run([dptrain(), "launch", "--standalone", "--nproc-per-node", "2", "--", dptrain(), "train",
+                              *SMALL, "--output", reference], timeout=BOUND, env=env_with(MASTER_PORT=None))
+        self.assertEqual(code, 0, out + err)
+        output, log = os.path.join(self.dir, "requeue_run"), os.path.join(self.dir, "requeue.out")
+        script = os.path.join(self.dir, "requeue.sbatch")
+        with open(script, "w") as f:
+            f.write("#!/bin/bash\necho \"start ${SLURM_RESTART_COUNT:-0}\"\n"
+                    f"srun --kill-on-bad-exit=1 {dptrain()} train {' '.join(SMALL)} --requeue --output {output}\n")
+        code, out, err = self.cluster.run(
+            ["sbatch", "--parsable", "--requeue", "--open-mode=append", "--nodes=1", "--ntasks-per-node=2",
+             "--cpus-per-task=1", "--gpus-per-node=0", "--time=5", f"--output={log}", script],
+            timeout=BOUND, env=self.cluster.env(**THREADS), cwd=self.dir)
+        self.assertEqual(code, 0, out + err)
+        job = out.strip().split(";")[0]
+        self.addCleanup(self.cluster.run, ["scancel", job], timeout=30)
+
+        def job_log():
+            with open(log) if os.path.exists(log) else open(os.devnull) as f:
+                return f.read()
+
+        self.wait_for("step 6 of the first start", lambda: re.search(r"Epoch: \[0\]\[ ?6/12\]", job_log()))
+        code, out, err = self.cluster.run(["scancel", "--signal=USR1", job], timeout=30)
+        self.assertEqual(code, 0, out + err)
+        self.wait_for("the job to be requeued", lambda: self.job_field(job, "Restarts") == "1")
+
+        def started_again():
+            # Slurm holds a requeued batch job for about two minutes (its BeginTime) before it may
+            # start again; the test lets it start at once, as often as the requeue resets that time.
+            state = self.job_field(job, "JobState")
+            if state == "PENDING":
+                self.cluster.run(["scontrol", "update", f"JobId={job}", "StartTime=now"], timeout=30)
+            return state in ("RUNNING", "COMPLETED")  # not COMPLETING: the first run ending
+
+        self.wait_for("the requeued job to start", started_again)
+        self.wait_for("the requeued job to finish", lambda: self.job_field(job, "JobState") == "COMPLETED")
+        text = job_log()
+        self.assertIn("start 0", text)
+        self.assertIn("start 1", text)
+        stop = re.search(r"stopping on request after global step (\d+)", text)
+        self.assertIsNotNone(stop, text)
+        self.assertIn(f"requeueing Slurm job {job} (scontrol requeue); its next start continues from the checkpoint",
+                      text)
+        self.assertRegex(text, rf"resuming from .*checkpoint\.pt \(epoch 0, step {stop.group(1)} of it")
+        self.assertEqual(last_json(text)["global_step"], STEPS)
+        code, cmp_out, cmp_err = run([PYTHON, "-c", COMPARE, os.path.join(reference, "checkpoint.pt"),
+                                      os.path.join(output, "checkpoint.pt")], timeout=120)
+        self.assertEqual(code, 0, cmp_err)
+        self.assertEqual(cmp_out.splitlines()[1], "max_abs_diff 0.0 bitwise True momentum_bitwise True entries 59")
 
 
 if __name__ == "__main__":

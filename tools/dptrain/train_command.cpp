@@ -19,6 +19,7 @@
 #include "dptrain/launch/visible_gpus.h"
 #include "dptrain/train/trainer.h"
 #include "run_flags.h"
+#include "slurm_requeue.h"
 
 namespace dpt::cli {
 
@@ -27,12 +28,16 @@ namespace {
 struct TrainFlags {
   train::TrainOptions options = command_line_options();
   bool evaluate = false;
+  bool requeue = false;
+  std::string slurm_job_id;  // with --requeue: this job's, from SLURM_JOB_ID
   bool multiprocessing_distributed = false;
   std::optional<int> nprocs;
 };
 
 // One process's training or evaluation.
-int train_process(const train::TrainOptions& options, bool evaluate) {
+int train_process(const TrainFlags& flags) {
+  const train::TrainOptions& options = flags.options;
+  const bool evaluate = flags.evaluate;
   train::Trainer trainer(options);
   nlohmann::json summary;
   int exit_code = 0;
@@ -47,6 +52,10 @@ int train_process(const train::TrainOptions& options, bool evaluate) {
     if (result.stopped_on_request) {
       summary["stopped_on_request"] = true;
       exit_code = kExitStoppedOnRequest;
+      // Every rank has passed the barrier after rank 0's checkpoint: safe to end the job now.
+      if (flags.requeue && trainer.rank() == 0) {
+        summary["requeued"] = requeue_slurm_job(flags.slurm_job_id, std::chrono::seconds(60), std::cout);
+      }
     }
   }
   if (trainer.rank() == 0) std::cout << summary.dump() << std::endl;
@@ -79,19 +88,25 @@ launch::SpawnOptions spawn_options(const dist::InitOptions& dist) {
 
 // imagenet/main.py's --multiprocessing-distributed: --world-size counts nodes and --rank is this
 // node's index; each worker's rank and the job's size come from spawn's environment.
-int run_train(const TrainFlags& f) {
-  if (!f.multiprocessing_distributed) return train_process(f.options, f.evaluate);
+int run_train(TrainFlags f) {
+  if (f.requeue) {
+    const auto job = Environment::current().get("SLURM_JOB_ID");
+    DPT_CHECK(job && !job->empty(), ConfigError, "--requeue puts a Slurm job back in the queue, and SLURM_JOB_ID is "
+              "not set: run under sbatch --requeue, or leave --requeue out");
+    f.slurm_job_id = *job;
+  }
+  if (!f.multiprocessing_distributed) return train_process(f);
   DPT_CHECK(f.options.parallel().mode() != train::ParallelMode::Dp, ConfigError,
             "--mode dp is one process; it cannot be combined with --multiprocessing-distributed");
   DPT_CHECK(f.nprocs || !launch::visible_gpus(Environment::current()).empty(), ConfigError,
             "--multiprocessing-distributed starts one worker per visible GPU and none is visible; give the "
             "number of workers with --nprocs N");
   const auto options = spawn_options(f.options.parallel().dist());
-  train::TrainOptions worker = f.options;
+  TrainFlags worker = f;
   // The workers find MASTER_ADDR/MASTER_PORT (those of --dist-url) in their environment, and
   // their rank and the job's size in spawn's.
-  worker.parallel().dist().world({}).init_method("env://");
-  return launch::spawn([&](int) { return train_process(worker, f.evaluate); }, f.nprocs, options);
+  worker.options.parallel().dist().world({}).init_method("env://");
+  return launch::spawn([&](int) { return train_process(worker); }, f.nprocs, options);
 }
 
 }  // namespace
@@ -113,6 +128,10 @@ Command add_train_command(CLI::App& root) {
                   "checkpoint to continue from exactly, or 'auto': the newest readable one in --output, or a "
                   "fresh start when there is none yet (one command line for the first start and every restart)");
   app->add_flag("-e,--evaluate", flags->evaluate, "evaluate the model (from --resume or --pretrained) and stop");
+  app->add_flag("--requeue", flags->requeue,
+                "in a Slurm job submitted with --requeue: after stopping on SIGTERM/SIGUSR1 (e.g. --signal=USR1@90) "
+                "and writing the checkpoint, rank 0 runs scontrol requeue; the requeued job continues with "
+                "--resume auto");
   app->add_option("--pretrained", checkpoint.pretrained(), "initial weights: a checkpoint or a Python dict(state_dict)");
   app->add_option("--warmup-epochs", lr.warmup_epochs(), "linear warm-up length")->capture_default_str();
   add_parsed_option(*app, "--lr-schedule", lr.decay(), train::parse_lr_decay, "step, multistep, cosine or none");

@@ -19,6 +19,7 @@
 
 #include <torch/arg.h>
 
+#include "dptrain/common/log_stream.h"
 #include "dptrain/data/dataset.h"
 #include "dptrain/dist/init.h"
 #include "dptrain/train/lr_schedule.h"
@@ -35,9 +36,6 @@ enum class ParallelMode { Ddp, Dp, Hvd };
 ParallelMode parse_parallel_mode(const std::string& name);
 std::string to_string(ParallelMode mode);
 
-// Where text output goes (an alias, because TORCH_ARG cannot take a pointer type as written).
-using LogStream = std::ostream*;
-
 // What is trained on, and how each image is read and augmented.
 struct DataOptions {
   // An ImageFolder root with train/ and val/, or a CIFAR-10 binary folder (data_batch_*.bin);
@@ -48,6 +46,8 @@ struct DataOptions {
   TORCH_ARG(int64_t, dummy_train_size) = 4000;
   // Odd by default, so that evaluation over two ranks has unequal shards.
   TORCH_ARG(int64_t, dummy_val_size) = 1001;
+  // Classes of the synthetic set (1000 gives ImageNet's classifier, e.g. to size checkpoints).
+  TORCH_ARG(int64_t, dummy_classes) = 10;
   // Side of the network's input. Unset: 224 for ImageFolder data, 32 for CIFAR and the dummy set.
   TORCH_ARG(std::optional<int>, image_size) = std::nullopt;
   // Random horizontal flips in training (off for data where mirroring changes the class, e.g. digits).
