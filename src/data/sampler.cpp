@@ -1,5 +1,7 @@
 #include "dptrain/data/sampler.h"
 
+#include <algorithm>
+
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
 
@@ -35,7 +37,8 @@ DistributedSampler::DistributedSampler(int64_t dataset_size, SamplerOptions opti
       options.drop_last() && dataset_size % world != 0 ? dataset_size / world : ceil_div(dataset_size, world);
 }
 
-std::vector<int64_t> DistributedSampler::indices() const {
+std::vector<int64_t> DistributedSampler::indices_from(int64_t consumed) const {
+  DPT_CHECK(consumed >= 0, ConfigError, "sampler: samples already consumed must not be negative, got ", consumed);
   std::vector<int64_t> all;
   if (options_.shuffle()) {
     all = seeded_permutation(dataset_size_, options_.seed() + static_cast<uint64_t>(epoch_));
@@ -43,15 +46,17 @@ std::vector<int64_t> DistributedSampler::indices() const {
     all.resize(dataset_size_);
     for (int64_t i = 0; i < dataset_size_; ++i) all[i] = i;
   }
-  const int64_t total = total_size();
-  if (static_cast<int64_t>(all.size()) < total) {
-    // Pad by cycling through the permutation from its start, as often as needed.
-    DPT_CHECK(dataset_size_ > 0, ConfigError, "sampler: cannot pad an empty dataset to ", total, " samples");
-    for (int64_t i = 0; static_cast<int64_t>(all.size()) < total; ++i) all.push_back(all[i % dataset_size_]);
-  }
+  const int64_t world = options_.world_size();
+  std::vector<int64_t> rest(all.begin() + std::min(consumed, dataset_size_), all.end());
+  const int64_t left = static_cast<int64_t>(rest.size());
+  // PyTorch's rule for the whole epoch, applied to what is left: pad to a multiple of the world
+  // by cycling through the permutation from its start, or with drop_last truncate to one.
+  const int64_t total = options_.drop_last() ? left / world * world : ceil_div(left, world) * world;
+  rest.resize(std::min(left, total));
+  for (int64_t i = 0; static_cast<int64_t>(rest.size()) < total; ++i) rest.push_back(all[i % dataset_size_]);
   std::vector<int64_t> mine;
-  mine.reserve(num_samples_);
-  for (int64_t i = options_.rank(); i < total; i += options_.world_size()) mine.push_back(all[i]);
+  mine.reserve(total / world);
+  for (int64_t i = options_.rank(); i < total; i += world) mine.push_back(rest[i]);
   return mine;
 }
 

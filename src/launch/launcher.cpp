@@ -1,6 +1,7 @@
 #include "dptrain/launch/launcher.h"
 
 #include <arpa/inet.h>
+#include <netdb.h>
 #include <netinet/in.h>
 #include <sched.h>
 #include <sys/socket.h>
@@ -8,6 +9,7 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <cstring>
 #include <filesystem>
 #include <iostream>
 #include <random>
@@ -50,22 +52,6 @@ std::string describe_cpus(const std::vector<int>& cpus) {
   return text;
 }
 
-// A port that was free a moment ago: bind to port 0 and let the kernel choose.
-int free_local_port() {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  DPT_ASSERT(fd >= 0, "socket() failed");
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = 0;
-  socklen_t length = sizeof(addr);
-  bool ok = bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
-            getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &length) == 0;
-  close(fd);
-  DPT_CHECK(ok, DistError, "--standalone: cannot find a free TCP port on 127.0.0.1");
-  return ntohs(addr.sin_port);
-}
-
 std::string fresh_run_id() {
   std::random_device device;
   std::mt19937_64 generator(device() ^ static_cast<uint64_t>(getpid()));
@@ -74,7 +60,44 @@ std::string fresh_run_id() {
   return id;
 }
 
+// Resolved address of `host` (a name or a number), for binding.
+std::optional<sockaddr_storage> resolve_address(const std::string& host, socklen_t& length) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  if (getaddrinfo(host.c_str(), nullptr, &hints, &found) != 0 || found == nullptr) return std::nullopt;
+  sockaddr_storage address{};
+  std::memcpy(&address, found->ai_addr, found->ai_addrlen);
+  length = found->ai_addrlen;
+  freeaddrinfo(found);
+  return address;
+}
+
+// Binds a socket to `host` port 0; returns the port the kernel chose, or 0 when it cannot bind.
+int bind_any_port(const std::string& host) {
+  socklen_t length = 0;
+  auto address = resolve_address(host, length);
+  if (!address) return 0;
+  int fd = socket(address->ss_family, SOCK_STREAM, 0);
+  if (fd < 0) return 0;
+  bool ok = bind(fd, reinterpret_cast<sockaddr*>(&*address), length) == 0 &&
+            getsockname(fd, reinterpret_cast<sockaddr*>(&*address), &length) == 0;
+  close(fd);
+  if (!ok) return 0;
+  return ntohs(address->ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&*address)->sin6_port
+                                              : reinterpret_cast<sockaddr_in*>(&*address)->sin_port);
+}
+
 }  // namespace
+
+int free_port(const std::string& address) {
+  const int port = bind_any_port(address);
+  DPT_CHECK(port > 0, DistError, "cannot find a free TCP port on ", address);
+  return port;
+}
+
+bool is_local_address(const std::string& address) { return bind_any_port(address) > 0; }
 
 std::vector<std::vector<int>> split_cpus(const std::vector<int>& usable, int workers) {
   if (workers < 1 || static_cast<int>(usable.size()) < workers) return {};
@@ -92,6 +115,12 @@ std::vector<std::vector<int>> split_cpus(const std::vector<int>& usable, int wor
 
 LaunchOptions resolve(LaunchOptions options, const Environment& env) {
   DPT_CHECK(options.nnodes() >= 1, ConfigError, "--nnodes must be at least 1, got ", options.nnodes());
+  if (options.min_nnodes()) {
+    DPT_CHECK(*options.min_nnodes() >= 1 && *options.min_nnodes() <= options.nnodes(), ConfigError,
+              "--nnodes MIN:MAX needs 1 <= MIN <= MAX, got ", *options.min_nnodes(), ":", options.nnodes());
+    DPT_CHECK(!options.standalone(), ConfigError, "--standalone runs one node; it cannot be elastic");
+    options.node_rank(0);  // the rendezvous assigns it, round by round
+  }
   DPT_CHECK(options.node_rank() >= 0 && options.node_rank() < options.nnodes(), ConfigError, "--node-rank ",
             options.node_rank(), " is outside 0..", options.nnodes() - 1, " for --nnodes ", options.nnodes());
   DPT_CHECK(options.max_restarts() >= 0, ConfigError, "--max-restarts must not be negative");
@@ -113,7 +142,7 @@ LaunchOptions resolve(LaunchOptions options, const Environment& env) {
   if (options.standalone()) {
     DPT_CHECK(options.nnodes() == 1, ConfigError, "--standalone runs one node; drop --nnodes ", options.nnodes());
     options.master_addr("127.0.0.1");
-    options.master_port(free_local_port());
+    options.master_port(free_port("127.0.0.1"));
   }
   DPT_CHECK(options.master_port() > 0 && options.master_port() < 65536, ConfigError, "--master-port ",
             options.master_port(), " is not a TCP port");
@@ -176,23 +205,29 @@ std::vector<WorkerSpec> make_worker_specs(const LaunchOptions& options, const st
   return specs;
 }
 
-int launch(const LaunchOptions& requested, const std::vector<std::string>& program, const Environment& env) {
-  const LaunchOptions options = resolve(requested, env);
+std::string describe_workers(const LaunchOptions& options) {
   const int nproc = *options.nproc_per_node();
   const int first = options.node_rank() * nproc;
-  std::cerr << "dptrain launch: " << nproc << " worker(s) on node " << options.node_rank() << " of "
-            << options.nnodes() << " (ranks " << first << ".." << first + nproc - 1 << " of "
-            << nproc * options.nnodes() << "), master " << options.master_addr() << ":" << options.master_port()
-            << ", run id " << options.run_id() << std::endl;
+  std::string text = str("dptrain launch: ", nproc, " worker(s) on node ", options.node_rank(), " of ", options.nnodes(),
+                         " (ranks ", first, "..", first + nproc - 1, " of ", nproc * options.nnodes(), "), master ",
+                         options.master_addr(), ":", options.master_port(), ", run id ", options.run_id(), "\n");
   if (options.cpu_bind() == CpuBind::Cores) {
     const auto blocks = split_cpus(usable_cpus(), nproc);
     std::string placement;
     for (const auto& block : blocks) placement += (placement.empty() ? "" : " | ") + describe_cpus(block);
-    std::cerr << "dptrain launch: "
-              << (blocks.empty() ? "fewer CPUs than workers, so the workers are not pinned"
-                                 : "worker CPUs (local rank order): " + placement)
-              << std::endl;
+    text += str("dptrain launch: ",
+                blocks.empty() ? "fewer CPUs than workers, so the workers are not pinned"
+                               : "worker CPUs (local rank order): " + placement,
+                "\n");
   }
+  return text;
+}
+
+int launch(const LaunchOptions& requested, const std::vector<std::string>& program, const Environment& env) {
+  DPT_CHECK(!requested.min_nnodes(), ConfigError, "an elastic launch (--nnodes MIN:MAX) runs in dptrain-torch; ",
+            "call dpt::launch::launch_elastic");
+  const LaunchOptions options = resolve(requested, env);
+  std::cerr << describe_workers(options);
   for (int attempt = 0;; ++attempt) {
     WorkerGroup group(make_worker_specs(options, program, env, attempt),
                       SupervisorOptions().grace_period(options.grace_period()));

@@ -78,6 +78,7 @@ std::string GroupResult::report() const {
     return str("interrupted by signal ", signal, " (", strsignal(signal),
                "); it was passed to every worker and all of them have stopped");
   }
+  if (outcome == Outcome::Stopped) return "the workers were stopped on the launcher's request";
   const WorkerExit& w = *first_failure;
   std::string text = str(w.name, " (pid ", w.pid, ") failed first: it ", describe_status(w.exit_code, w.signal),
                          " after ", static_cast<int>(w.seconds * 10) / 10.0,
@@ -241,6 +242,11 @@ GroupResult WorkerGroup::run() {
       result.signal = signal;
       result.exit_code = 128 + signal;
       stop_all(signal, signals);
+      break;
+    }
+    if (options_.stop_when() && options_.stop_when()()) {
+      result.outcome = GroupResult::Outcome::Stopped;
+      stop_all(SIGTERM, signals);
       break;
     }
     reap_and_drain(true);

@@ -22,6 +22,14 @@ class DdpStyle : public ParallelStyle {
 
   at::Tensor forward(const at::Tensor& images) override { return ddp_.forward(images); }
   void zero_grad() override { optimizer_->zero_grad(); }
+  void backward(const at::Tensor& loss, bool reduce) override {
+    if (reduce) {
+      loss.backward();
+      return;
+    }
+    auto local_only = ddp_.no_sync();
+    loss.backward();
+  }
   // Validation is split over the ranks and runs the model itself, not ddp_.forward: every rank
   // first takes rank 0's BatchNorm statistics, so the pass measures the model rank 0 checkpoints.
   void before_evaluate() override { ddp_.broadcast_buffers(); }
@@ -65,6 +73,8 @@ class HvdStyle : public ParallelStyle {
 
   at::Tensor forward(const at::Tensor& images) override { return model_->forward(images); }
   void zero_grad() override { optimizer_.zero_grad(); }
+  // Every backward runs the reducer (its hooks are the optimizer's).
+  bool accumulates() const override { return false; }
   // The reducer has finished during backward; this only checks that it ran.
   void synchronize() override { optimizer_.synchronize(); }
   // Horovod leaves BatchNorm's running statistics to each rank, where they drift apart (each

@@ -7,7 +7,7 @@
 //   auto style = make_parallel_style(options, model, optimizer, comm);
 //   style->zero_grad();
 //   auto loss = cross_entropy(style->forward(images), labels);
-//   loss.backward();
+//   style->backward(loss, /*reduce=*/true);
 //   style->synchronize();            // the gradients are now the reduced ones
 //   optimizer->step();
 
@@ -30,7 +30,12 @@ class ParallelStyle {
   virtual at::Tensor forward(const at::Tensor& images) = 0;
   // Before the step's forward.
   virtual void zero_grad() = 0;
-  // After backward, before the optimizer steps.
+  // Backward of one micro-batch's loss. With `reduce` false the gradients only accumulate here,
+  // to be reduced with a later micro-batch's (--accum-steps), as under DDP's no_sync().
+  virtual void backward(const at::Tensor& loss, bool reduce) { loss.backward(); }
+  // Whether backward(loss, false) holds the reduction back (else every backward reduces).
+  virtual bool accumulates() const { return true; }
+  // After the step's last backward, before the optimizer steps.
   virtual void synchronize() {}
   // Before a validation pass.
   virtual void before_evaluate() {}

@@ -48,6 +48,7 @@ double seconds_since(Clock::time_point start) {
 
 void check_options(const TrainOptions& o) {
   DPT_CHECK(o.batch_size() > 0, ConfigError, "--batch-size must be positive, got ", o.batch_size());
+  DPT_CHECK(o.accum_steps() >= 1, ConfigError, "--accum-steps must be at least 1, got ", o.accum_steps());
   DPT_CHECK(o.epochs() > 0, ConfigError, "--epochs must be positive, got ", o.epochs());
   DPT_CHECK(o.start_epoch() >= 0 && o.start_epoch() < o.epochs(), ConfigError, "--start-epoch must be in [0, ",
             o.epochs(), "), got ", o.start_epoch());
@@ -111,6 +112,10 @@ struct Trainer::State {
   std::unique_ptr<LrSchedule> schedule;
   int64_t epoch = 0;
   int64_t step_in_epoch = 0;
+  int64_t samples_in_epoch = 0;  // over all ranks: where the epoch's shuffled order continues
+  // Micro-batches per optimizer step: --accum-steps, or what keeps a resumed run's global batch
+  // at another world size (adapt_to_world).
+  int64_t accum_steps = 1;
   double best_acc1 = 0;
   // Set while train() runs, when CheckpointOptions::stop_signals names any.
   std::unique_ptr<StopSignals> stop_signals;
@@ -127,12 +132,16 @@ struct Trainer::State {
   void join();                                                 // the process group, the device
   void build_step();  // optimizer, parallel style, scaler, sampler, schedule
   void restore(const TrainingCheckpoint& checkpoint, const fs::path& file);  // exact resume: position, optimizer, RNG
+  // A checkpoint written by another number of processes (an elastic job re-formed): keep its global
+  // batch through gradient accumulation when it divides, else rescale the learning rate.
+  void adapt_to_world(const TrainingCheckpoint& checkpoint);
   void open_logs();
 
   bool leader() const { return comm->rank() == 0; }
-  int64_t global_batch() const { return options.batch_size() * comm->size(); }
+  int64_t global_batch() const { return options.batch_size() * comm->size() * accum_steps; }
   int64_t steps_per_epoch() const {
-    return (sampler->num_samples() + options.batch_size() - 1) / options.batch_size();
+    const int64_t per_step = options.batch_size() * accum_steps;
+    return (sampler->num_samples() + per_step - 1) / per_step;
   }
   int64_t global_step() const { return epoch * steps_per_epoch() + step_in_epoch; }
 
@@ -209,8 +218,9 @@ struct Trainer::State {
     const bool time_due = c.every_minutes() && seconds_since(last_checkpoint) >= *c.every_minutes() * 60;
     return steps_due || time_due;
   }
-  // One optimizer step; returns the step's sums over all ranks.
-  MetricSums step(const data::Batch& batch);
+  // One optimizer step over the next accum_steps micro-batches of `loader` (fewer at the epoch's
+  // end); returns the step's sums over all ranks, or nothing when the loader had none left.
+  std::optional<MetricSums> step(data::Loader& loader);
   // Trains one epoch from step_in_epoch on; returns false when max_steps stopped it early.
   bool train_epoch(MetricSums& sums, int64_t& skipped);
 };
@@ -280,6 +290,9 @@ void Trainer::State::build_step() {
                                                       .momentum(o.optimizer().momentum())
                                                       .weight_decay(o.optimizer().weight_decay()));
   style = make_parallel_style(o, model, optimizer, comm);
+  accum_steps = o.accum_steps();
+  DPT_CHECK(accum_steps == 1 || style->accumulates(), ConfigError,
+            "--accum-steps needs --mode ddp or dp: the Horovod style reduces the gradients in every backward");
   // Loss scaling keeps fp16 gradients from underflowing; bf16 has float32's range and needs none.
   scaler = std::make_unique<GradScaler>(GradScalerOptions().enabled(o.amp() && device.is_cuda()), comm);
   sampler = std::make_unique<data::DistributedSampler>(
@@ -289,11 +302,17 @@ void Trainer::State::build_step() {
 }
 
 void Trainer::State::restore(const TrainingCheckpoint& cp, const fs::path& file) {
-  DPT_CHECK(cp.step_in_epoch == 0 || cp.global_batch == global_batch(), ConfigError, "rank ", comm->rank(),
-            ": checkpoint ", file.string(), " stopped mid-epoch with a global batch of ", cp.global_batch,
-            " samples; resume it with the same world size and --batch-size (now ", global_batch(), ")");
   epoch = cp.epoch;
   step_in_epoch = cp.step_in_epoch;
+  samples_in_epoch = cp.samples_in_epoch;
+  if (cp.world_size > 0 && cp.world_size != comm->size()) {
+    adapt_to_world(cp);
+  } else {
+    DPT_CHECK(cp.step_in_epoch == 0 || cp.global_batch == global_batch(), ConfigError, "rank ", comm->rank(),
+              ": checkpoint ", file.string(), " stopped mid-epoch with a global batch of ", cp.global_batch,
+              " samples; resume it with the same --batch-size and --accum-steps (now a global batch of ",
+              global_batch(), ")");
+  }
   best_acc1 = cp.best_acc1;
   sampler->load_state(cp.sampler);
   load_sgd_state_dict(*optimizer, cp.optimizer);
@@ -302,6 +321,32 @@ void Trainer::State::restore(const TrainingCheckpoint& cp, const fs::path& file)
     at::Generator generator = at::detail::getDefaultCPUGenerator();  // shares the default's state
     generator.set_state(cp.rng_state);
   }
+}
+
+void Trainer::State::adapt_to_world(const TrainingCheckpoint& cp) {
+  const int64_t per_micro_step = options.batch_size() * comm->size();
+  const bool kept = style->accumulates() && cp.global_batch % per_micro_step == 0;
+  if (kept) accum_steps = cp.global_batch / per_micro_step;
+  // The rate follows the global batch from the batch the base rate was set for: --lr's reference
+  // batch, or without linear scaling the checkpoint's record of it (the first run's global batch),
+  // so that a job that shrinks and grows back returns to its rate.
+  LrScheduleOptions lr(options.schedule());
+  if (!lr.reference_batch()) lr.reference_batch(cp.lr_reference_batch > 0 ? cp.lr_reference_batch : cp.global_batch);
+  const double before = lr.base_lr() * static_cast<double>(cp.global_batch) / static_cast<double>(*lr.reference_batch());
+  schedule = std::make_unique<LrSchedule>(lr.global_batch(global_batch()).epochs(options.epochs()), steps_per_epoch());
+  // The position in the new steps, for the schedule; the data continues from samples_in_epoch.
+  step_in_epoch = samples_in_epoch / global_batch();
+  std::string how = kept ? str("the global batch stays ", cp.global_batch, " through ", accum_steps,
+                               " accumulation step(s) per optimizer step; the learning rate is unchanged")
+                         : str("a global batch of ", cp.global_batch, " does not split into ", comm->size(),
+                               " process(es) x ", options.batch_size(), style->accumulates() ? "" : " (no accumulation in this mode)",
+                               ", so it becomes ", global_batch(), " and the learning rate is rescaled by ",
+                               global_batch(), "/", cp.global_batch, ": ", before, " -> ", schedule->peak_lr());
+  resume_notes.push_back(str("world size ", cp.world_size, " -> ", comm->size(), ": ", how,
+                             samples_in_epoch > 0 ? str("; the rest of epoch ", epoch, " (from sample ",
+                                                        samples_in_epoch, ") is re-sharded over ", comm->size(),
+                                                        " process(es)")
+                                                  : ""));
 }
 
 void Trainer::State::open_logs() {
@@ -330,7 +375,9 @@ void Trainer::State::print_banner() const {
   if (options.parallel().mode() == ParallelMode::Dp) {
     out << " per step (split over the replicas)";
   } else {
-    out << " per process (" << global_batch() << " global)";
+    out << " per process";
+    if (accum_steps > 1) out << " x " << accum_steps << " accumulation steps";
+    out << " (" << global_batch() << " global)";
   }
   out << ", lr " << schedule->peak_lr();
   const LrScheduleOptions& lr = options.schedule();
@@ -346,16 +393,31 @@ void Trainer::State::print_banner() const {
   for (const auto& note : resume_notes) out << note << std::endl;
 }
 
-MetricSums Trainer::State::step(const data::Batch& batch) {
+std::optional<MetricSums> Trainer::State::step(data::Loader& loader) {
+  std::vector<data::Batch> micro_batches;
+  while (static_cast<int64_t>(micro_batches.size()) < accum_steps) {
+    auto batch = loader.next();
+    if (!batch) break;
+    micro_batches.push_back(std::move(*batch));
+  }
+  if (micro_batches.empty()) return std::nullopt;
+  int64_t step_samples = 0;
+  for (const auto& batch : micro_batches) step_samples += batch.labels.size(0);
   comm->flight_recorder().set_step(global_step() + 1);  // steps count from 1 in logs and messages
   set_lr(*optimizer, schedule->lr_at(global_step()));
-  auto [images, labels] = to_device(batch);
   style->zero_grad();
-  auto [logits, loss] = forward(images, labels, /*train=*/true);
-  scaler->scale(loss).backward();
-  style->synchronize();
   MetricSums local;
-  local.add(logits.detach(), labels, loss.item<double>());
+  for (size_t k = 0; k < micro_batches.size(); ++k) {
+    auto [images, labels] = to_device(micro_batches[k]);
+    auto [logits, loss] = forward(images, labels, /*train=*/true);
+    // Each micro-batch's mean loss weighted by its share of the step's samples: the gradient of the
+    // whole step's mean loss, as if its micro-batches were one batch.
+    const at::Tensor step_loss =
+        micro_batches.size() == 1 ? loss : loss * (static_cast<double>(labels.size(0)) / static_cast<double>(step_samples));
+    style->backward(scaler->scale(step_loss), /*reduce=*/k + 1 == micro_batches.size());
+    local.add(logits.detach(), labels, loss.item<double>());
+  }
+  style->synchronize();
   local.stop_votes = stop_vote();
   MetricSums all = local.reduced(*comm);
   // NaN or inf on any rank makes the summed loss non-finite on every rank, so all ranks decide
@@ -368,18 +430,16 @@ MetricSums Trainer::State::step(const data::Batch& batch) {
   scaler->step(*optimizer);
   scaler->update();
   ++step_in_epoch;
+  samples_in_epoch += global_batch();
   return all;
 }
 
 bool Trainer::State::train_epoch(MetricSums& sums, int64_t& skipped) {
   model->train();
   sampler->set_epoch(epoch);
-  // Resuming mid-epoch: batch k holds indices[k*B, (k+1)*B) with augmentation fixed by
-  // (seed, epoch, index), so dropping the done batches' indices continues exactly.
-  auto indices = sampler->indices();
-  const int64_t done = std::min<int64_t>(step_in_epoch * options.batch_size(), indices.size());
-  indices.erase(indices.begin(), indices.begin() + done);
-  data::Loader loader(data.train, std::move(indices), epoch, loader_options());
+  // Resuming mid-epoch: a sample's augmentation is fixed by (seed, epoch, index), so continuing the
+  // epoch's order after the samples done continues exactly (re-sharded if the world changed).
+  data::Loader loader(data.train, sampler->indices_from(samples_in_epoch), epoch, loader_options());
   const int64_t steps = options.max_steps()
                             ? std::min(steps_per_epoch(), *options.max_steps() - epoch * steps_per_epoch())
                             : steps_per_epoch();
@@ -391,9 +451,9 @@ bool Trainer::State::train_epoch(MetricSums& sums, int64_t& skipped) {
       stopped = step_in_epoch < steps_per_epoch();
       break;
     }
-    auto batch = loader.next();
-    if (!batch) break;
-    const MetricSums all = step(*batch);
+    const std::optional<MetricSums> stepped = step(loader);
+    if (!stepped) break;
+    const MetricSums& all = *stepped;
     sums.add(all);
     const double elapsed = seconds_since(start);
     const int64_t taken = step_in_epoch - first_step;
@@ -425,6 +485,9 @@ void Trainer::State::save_checkpoint(bool epoch_done, bool is_best) {
   cp.step_in_epoch = step_in_epoch;
   cp.global_step = global_step();
   cp.global_batch = global_batch();
+  cp.samples_in_epoch = samples_in_epoch;
+  cp.world_size = comm->size();
+  cp.lr_reference_batch = schedule->options().reference_batch().value_or(global_batch());
   cp.best_acc1 = best_acc1;
   cp.seed = options.seed();
   cp.sampler = sampler->state();
@@ -476,6 +539,7 @@ TrainResult Trainer::train() {
     s.best_acc1 = std::max(s.best_acc1, acc1);
     ++s.epoch;
     s.step_in_epoch = 0;
+    s.samples_in_epoch = 0;
     s.save_checkpoint(/*epoch_done=*/true, is_best);
     if (s.options.max_steps() && s.global_step() >= *s.options.max_steps()) break;
     // A stop signal that came during validation: the epoch's checkpoint is written, so stop now

@@ -82,6 +82,50 @@ TEST(DistributedSampler, ShardsCoverTheEpochAndChangeWithIt) {
   EXPECT_NE(first, s.indices());
 }
 
+TEST(DistributedSampler, ContinuingAtTheSameWorldDropsTheDoneBatches) {
+  for (const Case& c : kCases) {
+    DistributedSampler sampler(c.size,
+                               SamplerOptions(c.world, c.rank).seed(c.seed).drop_last(c.drop_last).shuffle(c.shuffle));
+    sampler.set_epoch(c.epoch);
+    const auto whole = sampler.indices();
+    const int64_t n = static_cast<int64_t>(whole.size());
+    for (int64_t done : {int64_t{0}, std::min<int64_t>(1, n), n / 2, std::max<int64_t>(n - 1, 0), n}) {
+      const std::vector<int64_t> rest(whole.begin() + done, whole.end());
+      EXPECT_EQ(sampler.indices_from(done * c.world), rest) << "size " << c.size << " world " << c.world;
+    }
+  }
+}
+
+TEST(DistributedSampler, ContinuingAtAnotherWorldReshardsWhatIsLeft) {
+  // 3 ranks took 2 batches of 4 (24 samples) of a 50-sample epoch; 2 ranks share the other 26.
+  const auto order = dpt::data::seeded_permutation(50, 7 + 1);
+  std::vector<int64_t> done;
+  for (int r = 0; r < 3; ++r) {
+    DistributedSampler before(50, SamplerOptions(3, r).seed(7));
+    before.set_epoch(1);
+    const auto shard = before.indices();
+    done.insert(done.end(), shard.begin(), shard.begin() + 8);
+  }
+  std::multiset<int64_t> expected_done(order.begin(), order.begin() + 24);
+  EXPECT_EQ(std::multiset<int64_t>(done.begin(), done.end()), expected_done);
+  std::multiset<int64_t> rest;
+  for (int r = 0; r < 2; ++r) {
+    DistributedSampler after(50, SamplerOptions(2, r).seed(7));
+    after.set_epoch(1);
+    const auto shard = after.indices_from(24);
+    EXPECT_EQ(shard.size(), 13u);
+    rest.insert(shard.begin(), shard.end());
+  }
+  EXPECT_EQ(rest, std::multiset<int64_t>(order.begin() + 24, order.end()));
+  // An odd rest is padded from the epoch's start; nothing is left once every sample is done.
+  DistributedSampler odd(50, SamplerOptions(4, 3).seed(7));
+  odd.set_epoch(1);
+  EXPECT_EQ(odd.indices_from(24), (std::vector<int64_t>{order[27], order[31], order[35], order[39], order[43],
+                                                       order[47], order[1]}));
+  EXPECT_TRUE(odd.indices_from(50).empty());
+  EXPECT_TRUE(odd.indices_from(64).empty());
+}
+
 TEST(DistributedSampler, StateSavesAndLoads) {
   DistributedSampler a(20, SamplerOptions(2, 1).seed(77));
   a.set_epoch(6);

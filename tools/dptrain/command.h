@@ -12,6 +12,9 @@
 #include <string>
 #include <vector>
 
+#include "dptrain/common/environment.h"
+#include "dptrain/launch/launcher.h"
+
 namespace dpt::cli {
 
 struct Command {
@@ -22,7 +25,12 @@ struct Command {
 
 int run_commands(CLI::App& app, const std::vector<Command>& commands, int argc, char** argv);
 
-Command add_launch_command(CLI::App& root);  // no LibTorch: served by the light `dptrain` binary
+// What runs an elastic launch (--nnodes MIN:MAX): launch::launch_elastic in dptrain-torch; the light
+// `dptrain` binary, which has no c10d store, hands the command line to dptrain-torch instead.
+using ElasticLauncher = std::function<int(const launch::LaunchOptions&, const std::vector<std::string>& program,
+                                          const Environment&)>;
+
+Command add_launch_command(CLI::App& root, ElasticLauncher elastic);  // no LibTorch of its own
 Command add_check_command(CLI::App& root);
 Command add_make_dataset_command(CLI::App& root);
 Command add_bench_loader_command(CLI::App& root);

@@ -10,7 +10,7 @@ namespace {
 
 struct LaunchFlags {
   std::string nproc_per_node = "auto";
-  int nnodes = 1;
+  std::string nnodes = "1";
   int node_rank = 0;
   std::string master_addr = "127.0.0.1";
   int master_port = 29500;
@@ -22,6 +22,7 @@ struct LaunchFlags {
   double grace_period_s = 5;
   std::string cpu_bind = "cores";
   std::optional<int> rendezvous_timeout_s;
+  double last_call_s = 10;
 };
 
 // A small non-negative decimal number (one that std::stoi cannot overflow on).
@@ -43,9 +44,19 @@ std::vector<int> parse_gpu_list(const std::string& text) {
   return gpus;
 }
 
-int run_launch(const LaunchFlags& flags, const std::vector<std::string>& program) {
+// "--nnodes N" (a fixed job) or "MIN:MAX" (elastic) into the options.
+void parse_nnodes(const std::string& text, launch::LaunchOptions& options) {
+  const size_t colon = text.find(':');
+  const std::string max = colon == std::string::npos ? text : text.substr(colon + 1);
+  const std::string min = colon == std::string::npos ? "" : text.substr(0, colon);
+  DPT_CHECK(is_small_count(max) && (colon == std::string::npos || is_small_count(min)), ConfigError, "--nnodes '",
+            text, "' is neither a node count (2) nor a range MIN:MAX (2:4)");
+  options.nnodes(std::stoi(max));
+  if (colon != std::string::npos) options.min_nnodes(std::stoi(min));
+}
+
+int run_launch(const LaunchFlags& flags, const std::vector<std::string>& program, const ElasticLauncher& elastic) {
   auto options = launch::LaunchOptions()
-                     .nnodes(flags.nnodes)
                      .node_rank(flags.node_rank)
                      .master_addr(flags.master_addr)
                      .master_port(flags.master_port)
@@ -55,7 +66,9 @@ int run_launch(const LaunchFlags& flags, const std::vector<std::string>& program
                      .gpus(parse_gpu_list(flags.gpus))
                      .run_id(flags.run_id)
                      .grace_period(std::chrono::milliseconds(static_cast<int64_t>(flags.grace_period_s * 1000)))
-                     .cpu_bind(flags.cpu_bind == "none" ? launch::CpuBind::None : launch::CpuBind::Cores);
+                     .cpu_bind(flags.cpu_bind == "none" ? launch::CpuBind::None : launch::CpuBind::Cores)
+                     .last_call(std::chrono::milliseconds(static_cast<int64_t>(flags.last_call_s * 1000)));
+  parse_nnodes(flags.nnodes, options);
   if (flags.nproc_per_node != "auto") {
     DPT_CHECK(is_small_count(flags.nproc_per_node), ConfigError, "--nproc-per-node '", flags.nproc_per_node, "' is neither a number nor 'auto'");
     options.nproc_per_node(std::stoi(flags.nproc_per_node));
@@ -66,13 +79,15 @@ int run_launch(const LaunchFlags& flags, const std::vector<std::string>& program
     DPT_CHECK(*flags.rendezvous_timeout_s > 0, ConfigError, "--rendezvous-timeout must be positive, got ",
               *flags.rendezvous_timeout_s);
     env.set("DPTRAIN_RENDEZVOUS_TIMEOUT", std::to_string(*flags.rendezvous_timeout_s));
+    options.rendezvous_timeout(std::chrono::seconds(*flags.rendezvous_timeout_s));
   }
+  if (options.min_nnodes()) return elastic(options, program, env);
   return launch::launch(options, program, env);
 }
 
 }  // namespace
 
-Command add_launch_command(CLI::App& root) {
+Command add_launch_command(CLI::App& root, ElasticLauncher elastic) {
   auto flags = std::make_shared<LaunchFlags>();
   CLI::App* app = root.add_subcommand(
       "launch", "Run PROGRAM as the local workers of a data-parallel job, torchrun-style: "
@@ -80,9 +95,16 @@ Command add_launch_command(CLI::App& root) {
   app->add_option("--nproc-per-node,--nproc_per_node", flags->nproc_per_node,
                   "workers on this node, or 'auto' (one per --gpus entry, CUDA device, or core)")
       ->capture_default_str();
-  app->add_option("--nnodes", flags->nnodes, "nodes in the job")->capture_default_str();
-  app->add_option("--node-rank,--node_rank", flags->node_rank, "this node's index")->capture_default_str();
+  app->add_option("--nnodes", flags->nnodes,
+                  "nodes in the job, or MIN:MAX for an elastic job that re-forms when nodes are lost or join "
+                  "(the launcher on --master-addr's machine hosts its rendezvous)")
+      ->capture_default_str();
+  app->add_option("--node-rank,--node_rank", flags->node_rank, "this node's index (elastic jobs assign it)")
+      ->capture_default_str();
   app->add_option("--master-addr,--master_addr", flags->master_addr, "host of rank 0")->capture_default_str();
+  app->add_option("--rdzv-last-call", flags->last_call_s,
+                  "elastic: seconds a round stays open for more nodes once MIN have joined")
+      ->capture_default_str();
   app->add_option("--master-port,--master_port", flags->master_port, "rendezvous port")->capture_default_str();
   app->add_option("--rendezvous-timeout", flags->rendezvous_timeout_s,
                   "seconds the workers wait for every rank of every node to join (exported to them as "
@@ -101,7 +123,8 @@ Command add_launch_command(CLI::App& root) {
                   "mpirun does); none: leave placement to the kernel")
       ->check(CLI::IsMember({"cores", "none"}))
       ->capture_default_str();
-  return {app, [flags](const std::vector<std::string>& program) { return run_launch(*flags, program); },
+  return {app,
+          [flags, elastic](const std::vector<std::string>& program) { return run_launch(*flags, program, elastic); },
           /*takes_program=*/true};
 }
 

@@ -24,17 +24,25 @@ std::string sibling(const char* name) {
   return path.substr(0, path.rfind('/') + 1) + name;
 }
 
+// Runs the same command line in dptrain-torch; returns only when that cannot start.
+int hand_over(char** argv) {
+  const std::string full = sibling("dptrain-torch");
+  execv(full.c_str(), argv);
+  std::cerr << "dptrain: error: cannot run " << full << ": " << std::strerror(errno)
+            << ". It is installed next to dptrain; reinstall or rebuild dptrain." << std::endl;
+  return 1;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   if (argc > 1 && std::string(argv[1]) == "launch") {
     CLI::App app{"dptrain: data-parallel training of image classifiers on LibTorch", "dptrain"};
     app.require_subcommand(1);
-    return dpt::cli::run_commands(app, {dpt::cli::add_launch_command(app)}, argc, argv);
+    // An elastic launch needs LibTorch's c10d store for the launchers' rendezvous.
+    auto elastic = [argv](const dpt::launch::LaunchOptions&, const std::vector<std::string>&,
+                          const dpt::Environment&) { return hand_over(argv); };
+    return dpt::cli::run_commands(app, {dpt::cli::add_launch_command(app, elastic)}, argc, argv);
   }
-  const std::string full = sibling("dptrain-torch");
-  execv(full.c_str(), argv);
-  std::cerr << "dptrain: error: cannot run " << full << ": " << std::strerror(errno)
-            << ". It is installed next to dptrain; reinstall or rebuild dptrain." << std::endl;
-  return 1;
+  return hand_over(argv);
 }

@@ -3,6 +3,7 @@
 #include "command.h"
 #include "dptrain/common/host_memory.h"
 #include "dptrain/compat/compat.h"
+#include "dptrain/launch/elastic_launch.h"
 
 int main(int argc, char** argv) {
   // Before any training allocates: every step then reuses the memory the one before it freed.
@@ -11,7 +12,7 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   app.set_version_flag("--version", "dptrain 0.1.0 (LibTorch " + dpt::compat::torch_version() + ")");
   std::vector<dpt::cli::Command> commands{
-      dpt::cli::add_launch_command(app),
+      dpt::cli::add_launch_command(app, dpt::launch::launch_elastic),
       dpt::cli::add_check_command(app),
       dpt::cli::add_make_dataset_command(app),
       dpt::cli::add_bench_loader_command(app),

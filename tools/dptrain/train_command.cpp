@@ -146,6 +146,10 @@ Command add_train_command(CLI::App& root) {
   app->add_option("--checkpoint-every", checkpoint.every_steps(), "also write checkpoint.pt every N optimizer steps");
   app->add_option("--checkpoint-minutes", checkpoint.every_minutes(),
                   "also write checkpoint.pt when M minutes have passed since the last one");
+  app->add_option("--accum-steps", o.accum_steps(),
+                  "micro-batches of -b per optimizer step, gradients reduced once per step (global batch: "
+                  "-b x processes x this)")
+      ->capture_default_str();
   app->add_option("--max-steps", o.max_steps(), "stop after N optimizer steps in all, mid-epoch if need be");
   add_parsed_option(*app, "--mode", parallel.mode(), train::parse_parallel_mode,
                     "ddp: one process per replica (DistributedDataParallel); dp: one process driving the "

@@ -50,7 +50,13 @@ class DistributedSampler {
   int64_t epoch() const { return epoch_; }
 
   // This rank's indices for the current epoch.
-  std::vector<int64_t> indices() const;
+  std::vector<int64_t> indices() const { return indices_from(0); }
+  // This rank's share of the rest of the current epoch once its first `consumed` samples (in the
+  // epoch's shuffled order, over all ranks) are done: that order from position `consumed` on,
+  // padded or truncated as indices() is, and sharded among the current world. When `consumed` is
+  // a multiple of the world size this is indices() without its first consumed / world_size
+  // entries; otherwise (a run resumed mid-epoch at another world size) it re-shards what is left.
+  std::vector<int64_t> indices_from(int64_t consumed) const;
   int64_t num_samples() const { return num_samples_; }
   int64_t total_size() const { return num_samples_ * options_.world_size(); }
   const SamplerOptions& options() const { return options_; }

@@ -26,9 +26,16 @@ enum class CpuBind {
 struct LaunchOptions {
   // Workers on this node; unset ("auto"): one per --gpus entry, else per visible GPU, else per core.
   TORCH_ARG(std::optional<int>, nproc_per_node) = std::nullopt;
-  // Nodes in the job, and this node's index among them.
+  // Nodes in the job, and this node's index among them. With min_nnodes the job is elastic:
+  // between min_nnodes and nnodes nodes, whose ranks a rendezvous among the launchers assigns
+  // (launch_elastic; node_rank is then unused).
   TORCH_ARG(int, nnodes) = 1;
   TORCH_ARG(int, node_rank) = 0;
+  TORCH_ARG(std::optional<int>, min_nnodes) = std::nullopt;
+  // Elastic only: once min_nnodes have joined a round, how long it stays open for more.
+  TORCH_ARG(std::chrono::milliseconds, last_call) = std::chrono::seconds(10);
+  // Elastic only: how long a round may wait for min_nnodes.
+  TORCH_ARG(std::chrono::milliseconds, rendezvous_timeout) = std::chrono::minutes(5);
   // Where rank 0 listens for the rendezvous.
   TORCH_ARG(std::string, master_addr) = "127.0.0.1";
   TORCH_ARG(int, master_port) = 29500;
@@ -66,7 +73,17 @@ std::vector<WorkerSpec> make_worker_specs(const LaunchOptions& options, const st
 // the run id. Checks the rest.
 LaunchOptions resolve(LaunchOptions options, const Environment& env);
 
+// The lines the launcher prints as it starts a group: where the workers go (ranks, master, CPUs).
+// `options` must be resolved.
+std::string describe_workers(const LaunchOptions& options);
+
+// A port that is free on `address` (one of this host's) at the moment of asking.
+int free_port(const std::string& address);
+// Whether `address` (a name or a number) is one of this host's, i.e. a socket can bind to it.
+bool is_local_address(const std::string& address);
+
 // Runs `program` as the local workers until they finish, restarting up to max_restarts times.
+// Elastic options (min_nnodes) need launch_elastic (elastic_launch.h, in the LibTorch library).
 // Prints what happened to stderr; returns the exit code for the launcher (0, the failing worker's
 // code, or 128 + signal).
 int launch(const LaunchOptions& options, const std::vector<std::string>& program, const Environment& env);

@@ -15,6 +15,7 @@
 #include <sys/types.h>
 
 #include <chrono>
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -39,6 +40,10 @@ struct SupervisorOptions {
   TORCH_ARG(std::chrono::milliseconds, grace_period) = std::chrono::seconds(5);
   // Lines of each worker's output kept for the failure report.
   TORCH_ARG(size_t, tail_lines) = 20;
+  // Asked while the workers run (every poll, about 20 times a second; it should be cheap): true
+  // stops them with SIGTERM, which dptrain train takes as a stop on request (a checkpoint, then
+  // exit). The elastic launcher stops a round this way for a re-formation.
+  TORCH_ARG(std::function<bool()>, stop_when);
 };
 
 // How one worker ended.
@@ -52,7 +57,8 @@ struct WorkerExit {
 };
 
 struct GroupResult {
-  enum class Outcome { Succeeded, WorkerFailed, Interrupted };
+  // Stopped: SupervisorOptions::stop_when asked for it.
+  enum class Outcome { Succeeded, WorkerFailed, Interrupted, Stopped };
   Outcome outcome = Outcome::Succeeded;
   // What the launcher should exit with: 0, the first failing worker's code, or 128 + signal.
   int exit_code = 0;

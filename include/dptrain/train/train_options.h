@@ -113,6 +113,9 @@ struct TrainOptions {
   // Samples per step on each process; the global batch is this times the world size. Mode Dp:
   // samples per step, split over the replicas.
   TORCH_ARG(int64_t, batch_size) = 256;
+  // Micro-batches of batch_size per optimizer step, their gradients reduced once, with the last
+  // (DDP's no_sync() before the others): the global batch is batch_size x world size x this.
+  TORCH_ARG(int64_t, accum_steps) = 1;
   // Stop after this many optimizer steps in all (resumed steps included), mid-epoch if need be.
   TORCH_ARG(std::optional<int64_t>, max_steps) = std::nullopt;
   // Seeds the weights (the same on every rank), the sampler's shuffles and the augmentation.

@@ -25,6 +25,10 @@ class Reader {
     return found->value();
   }
   int64_t integer(const std::string& key) const { return get(key, &c10::IValue::isInt, "an integer").toInt(); }
+  // An entry newer dptrain versions write: `fallback` when absent.
+  int64_t integer_or(const std::string& key, int64_t fallback) const {
+    return dict_.contains(key) ? integer(key) : fallback;
+  }
   double number(const std::string& key) const {
     auto v = get(key, &c10::IValue::isScalar, "a number");
     return v.isDouble() ? v.toDouble() : static_cast<double>(v.toInt());
@@ -66,6 +70,9 @@ c10::IValue TrainingCheckpoint::to_ivalue() const {
   out.insert("step_in_epoch", step_in_epoch);
   out.insert("global_step", global_step);
   out.insert("global_batch", global_batch);
+  out.insert("samples_in_epoch", samples_in_epoch);
+  out.insert("world_size", world_size);
+  out.insert("lr_reference_batch", lr_reference_batch);
   out.insert("sampler", sampler_state);
   out.insert("scaler", scaler);
   out.insert("seed", static_cast<int64_t>(seed));
@@ -81,6 +88,9 @@ TrainingCheckpoint TrainingCheckpoint::from_ivalue(const c10::IValue& value, con
   out.step_in_epoch = read.integer("step_in_epoch");
   out.global_step = read.integer("global_step");
   out.global_batch = read.integer("global_batch");
+  out.samples_in_epoch = read.integer_or("samples_in_epoch", out.step_in_epoch * out.global_batch);
+  out.world_size = read.integer_or("world_size", 0);
+  out.lr_reference_batch = read.integer_or("lr_reference_batch", 0);
   out.best_acc1 = read.number("best_acc1");
   out.seed = static_cast<uint64_t>(read.integer("seed"));
   const Reader sampler(read.get("sampler", &c10::IValue::isGenericDict, "a dict"), file);

@@ -30,6 +30,12 @@ struct TrainingCheckpoint {
   int64_t step_in_epoch = 0;  // optimizer steps of `epoch` already done (a --max-steps stop)
   int64_t global_step = 0;    // optimizer steps since training began
   int64_t global_batch = 0;   // samples per step over all ranks, which step_in_epoch counts in
+  // Samples of `epoch` done, over all ranks (step_in_epoch x global_batch unless the world size
+  // changed within the epoch). Older checkpoints lack it: derived from the two above.
+  int64_t samples_in_epoch = 0;
+  int64_t world_size = 0;          // the processes that wrote it; 0: not recorded (older checkpoints)
+  // The global batch at which the base learning rate applies; 0: not recorded.
+  int64_t lr_reference_batch = 0;
   double best_acc1 = 0;
   uint64_t seed = 0;
   data::SamplerState sampler;

@@ -1,0 +1,134 @@
+#include "dptrain/launch/node_rendezvous.h"
+
+#include <gtest/gtest.h>
+#include <torch/csrc/distributed/c10d/HashStore.hpp>
+
+#include <future>
+#include <set>
+#include <thread>
+
+#include "dptrain/common/error.h"
+
+using dpt::launch::Membership;
+using dpt::launch::NodeRendezvous;
+using dpt::launch::NodeRendezvousOptions;
+
+namespace {
+
+using namespace std::chrono_literals;
+
+// Launchers as threads over one in-memory store; the host hands out ports 40000, 40001, ...
+class Launchers {
+ public:
+  explicit Launchers(int min_nodes, int max_nodes) : min_(min_nodes), max_(max_nodes) {}
+
+  NodeRendezvousOptions options() {
+    return NodeRendezvousOptions(min_, max_).last_call(300ms).timeout(2s).choose_worker_port([this] {
+      return next_port_++;
+    });
+  }
+  std::unique_ptr<NodeRendezvous> host() { return std::make_unique<NodeRendezvous>(store_, true, "job", options()); }
+  std::unique_ptr<NodeRendezvous> guest() { return std::make_unique<NodeRendezvous>(store_, false, "job", options()); }
+
+ private:
+  c10::intrusive_ptr<c10d::HashStore> store_ = c10::make_intrusive<c10d::HashStore>();
+  int min_, max_;
+  std::atomic<int> next_port_{40000};
+};
+
+std::future<std::optional<Membership>> next_round_async(NodeRendezvous& node) {
+  return std::async(std::launch::async, [&node] { return node.next_round(); });
+}
+
+// reformation_due() reads the store once a second: ask until it says yes, for at most 3 s.
+bool becomes_due(NodeRendezvous& node) {
+  for (auto until = std::chrono::steady_clock::now() + 3s; std::chrono::steady_clock::now() < until;) {
+    if (node.reformation_due()) return true;
+    std::this_thread::sleep_for(50ms);
+  }
+  return false;
+}
+
+}  // namespace
+
+TEST(NodeRendezvous, ARoundTakesEveryNodeUpToTheMaximum) {
+  Launchers job(2, 3);
+  auto host = job.host();
+  auto a = job.guest(), b = job.guest();
+  auto fa = next_round_async(*a), fb = next_round_async(*b);
+  const Membership mine = *host->next_round();
+  const Membership ma = *fa.get(), mb = *fb.get();
+  EXPECT_EQ(mine.round, 0);
+  EXPECT_EQ(mine.node_rank, 0);
+  EXPECT_EQ(mine.nnodes, 3);
+  EXPECT_EQ(std::set<int>({ma.node_rank, mb.node_rank}), std::set<int>({1, 2}));
+  EXPECT_EQ(ma.nnodes, 3);
+  EXPECT_EQ(ma.master_port, mine.master_port);
+  EXPECT_EQ(mb.master_port, 40000);
+}
+
+TEST(NodeRendezvous, ClosesWithTheMinimumAfterTheLastCall) {
+  Launchers job(2, 3);
+  auto host = job.host();
+  auto guest = job.guest();
+  auto joined = next_round_async(*guest);
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_EQ(host->next_round()->nnodes, 2);
+  EXPECT_GE(std::chrono::steady_clock::now() - start, 300ms);
+  EXPECT_EQ(joined.get()->node_rank, 1);
+}
+
+TEST(NodeRendezvous, TooFewNodesIsATimeoutThatSaysSo) {
+  Launchers job(2, 2);
+  auto host = job.host();
+  try {
+    host->next_round();
+    FAIL() << "expected a TimeoutError";
+  } catch (const dpt::TimeoutError& e) {
+    EXPECT_NE(std::string(e.what()).find("only 1 of at least 2 node(s) joined"), std::string::npos) << e.what();
+  }
+}
+
+TEST(NodeRendezvous, ReformsWithoutALostNodeThenAdmitsANewOne) {
+  Launchers job(1, 3);
+  auto host = job.host();
+  auto a = job.guest(), lost = job.guest();
+  auto fa = next_round_async(*a), flost = next_round_async(*lost);
+  ASSERT_EQ(host->next_round()->nnodes, 3);
+  fa.get();
+  flost.get();
+  EXPECT_FALSE(host->reformation_due());
+
+  // `lost` dies; `a`'s workers fail and it asks for a re-formation, which every node sees.
+  a->request_reformation();
+  EXPECT_TRUE(becomes_due(*host));
+  fa = next_round_async(*a);
+  const Membership second = *host->next_round();  // waits the last call for `lost`, then closes
+  EXPECT_EQ(second.round, 1);
+  EXPECT_EQ(second.nnodes, 2);
+  EXPECT_EQ(fa.get()->node_rank, 1);
+
+  // A node that comes back waits for the next round and asks for it: the round has room.
+  auto back = job.guest();
+  auto fback = next_round_async(*back);
+  EXPECT_TRUE(becomes_due(*host));
+  EXPECT_TRUE(becomes_due(*a));
+  fa = next_round_async(*a);
+  const auto start = std::chrono::steady_clock::now();
+  const Membership third = *host->next_round();
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 300ms) << "every node was back: no last call";
+  EXPECT_EQ(third.nnodes, 3);
+  EXPECT_EQ(std::set<int>({fa.get()->node_rank, fback.get()->node_rank}), std::set<int>({1, 2}));
+}
+
+TEST(NodeRendezvous, AFullRoundLeavesANodeWaitingUntilTheJobEnds) {
+  Launchers job(1, 1);
+  auto host = job.host();
+  ASSERT_EQ(host->next_round()->nnodes, 1);
+  auto spare = job.guest();
+  auto waited = next_round_async(*spare);
+  std::this_thread::sleep_for(200ms);
+  EXPECT_FALSE(becomes_due(*host)) << "a full round does not re-form for a waiting node";
+  host->finish();
+  EXPECT_FALSE(waited.get().has_value());
+}
