@@ -1,0 +1,146 @@
+"""Elastic membership: `dptrain launch --nnodes MIN:MAX` on network-namespace nodes (netns.py), one
+worker per node, running `dptrain train --resume auto --checkpoint-every 4`. A node whose launcher
+is killed is left behind: the others re-form at the smaller world and continue from the last
+checkpoint, keeping the global batch through gradient accumulation where it divides and rescaling
+the learning rate where it does not (the log says which). A node started again is admitted at the
+re-formation it asks for. Every run finishes its 2 epochs with exit code 0 on every live node."""
+
+import json
+import os
+import re
+import signal
+import tempfile
+import threading
+import time
+import unittest
+
+from netns import Nodes
+from proc import Started, dptrain
+
+# ResNet-20 on 32 px images, batch 16 per process: 1536 images make 32 steps per epoch on 3
+# processes, long enough (seconds) for a node to be killed and another to come back mid-run.
+TRAIN = ["--dummy", "-a", "resnet20", "--image-size", "32", "--dummy-val-size", "96", "-b", "16", "-j", "1",
+         "--lr", "0.2", "--seed", "5", "--deterministic", "--epochs", "2", "-p", "1", "--resume", "auto",
+         "--checkpoint-every", "4"]
+
+
+class Node:
+    """One node's launcher, its output (stdout and stderr) collected line by line as it comes."""
+
+    def __init__(self, nodes, index, nnodes, output, train_size):
+        env = dict(os.environ, GLOO_SOCKET_IFNAME=nodes.dev[index])
+        self.started = Started(nodes.run_in(index, [
+            dptrain(), "launch", "--nnodes", nnodes, "--nproc-per-node", "1", "--max-restarts", "3",
+            "--master-addr", nodes.addr[0], "--master-port", "29431", "--rdzv-last-call", "2",
+            "--run-id", "elastic-test", "--", dptrain(), "train", *TRAIN, "--dummy-train-size", str(train_size),
+            "--output", output]), env=env)
+        self.lines = []
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
+        self.stderr = threading.Thread(target=self._read_stderr, daemon=True)
+        self.stderr.start()
+
+    def _read(self):
+        for line in self.started.proc.stdout:
+            self.lines.append(line.rstrip("\n"))
+
+    def _read_stderr(self):
+        for line in self.started.proc.stderr:
+            self.lines.append(line.rstrip("\n"))
+
+    def text(self):
+        return "\n".join(self.lines)
+
+    def wait_for(self, pattern, timeout):
+        """The first match of `pattern` in this node's output, waiting up to `timeout` s for it."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            found = re.search(pattern, self.text())
+            if found:
+                return found
+            if self.started.proc.poll() is not None:
+                time.sleep(0.2)  # the last lines
+                found = re.search(pattern, self.text())
+                if found:
+                    return found
+                break
+            time.sleep(0.05)
+        raise AssertionError(f"no '{pattern}' within {timeout} s; the node printed:\n{self.text()}")
+
+    def kill(self):
+        os.kill(self.started.proc.pid, signal.SIGKILL)  # the launcher; its worker dies with it
+        self.started.proc.wait(timeout=30)
+
+    def finish(self, timeout):
+        code = self.started.proc.wait(timeout=timeout)
+        self.reader.join(timeout=10)
+        self.stderr.join(timeout=10)
+        return code
+
+
+class Elastic(unittest.TestCase):
+    def setUp(self):
+        self.output = tempfile.mkdtemp(prefix="dpt-elastic-")
+        self.running = []
+
+    def tearDown(self):
+        for node in self.running:
+            node.started.close()
+        self.nodes.close()
+
+    def start(self, index, nnodes, train_size):
+        node = Node(self.nodes, index, nnodes, self.output, train_size)
+        self.running.append(node)
+        return node
+
+    def finished(self, node):
+        code = node.finish(timeout=200)
+        self.assertEqual(code, 0, node.text())
+        final = json.loads(re.findall(r"^\[rank 0\] (\{.*\})$", node.text(), re.M)[-1])
+        self.assertEqual(final["epochs"], 2, node.text())
+        return final
+
+    def test_two_nodes_lose_one_and_keep_the_global_batch(self):
+        self.nodes = Nodes(2)
+        host, other = self.start(0, "1:2", 768), self.start(1, "1:2", 768)
+        host.wait_for(r"\[rank 0\] Epoch: \[0\]\[ 6/24\]", timeout=120)
+        other.kill()
+        # Alone, the host resumes from step 4's checkpoint with two micro-batches of 16 per step.
+        host.wait_for(r"round 1: 1 node\(s\)", timeout=60)
+        resumed = host.wait_for(r"world size 2 -> 1: the global batch stays 32 through 2 accumulation step\(s\) per "
+                                r"optimizer step; the learning rate is unchanged; the rest of epoch 0 \(from sample "
+                                r"(\d+)\) is re-sharded over 1 process\(es\)", timeout=60)
+        self.assertEqual(int(resumed[1]) % 128, 0, "a checkpoint every 4 steps of 32 samples")
+        self.assertIn("batch 16 per process x 2 accumulation steps (32 global)", host.text())
+        final = self.finished(host)
+        self.assertEqual(final["global_step"], 48)
+
+    def test_three_nodes_lose_one_then_admit_it_again(self):
+        self.nodes = Nodes(3)
+        nodes = [self.start(i, "2:3", 1536) for i in range(3)]
+        nodes[0].wait_for(r"round 0 formed with 3 node\(s\)", timeout=120)
+        nodes[0].wait_for(r"\[rank 0\] Epoch: \[0\]\[ 6/32\]", timeout=120)
+        nodes[2].kill()
+        # 48 samples per step do not split into 2 processes of 16: the batch and the rate shrink.
+        shrunk = nodes[0].wait_for(r"world size 3 -> 2: a global batch of 48 does not split into 2 process\(es\) "
+                                   r"x 16, so it becomes 32 and the learning rate is rescaled by 32/48: "
+                                   r"([0-9.e-]+) -> ([0-9.e-]+)", timeout=90)
+        self.assertAlmostEqual(float(shrunk[2]) / float(shrunk[1]), 32 / 48, places=5)
+        nodes[0].wait_for(r"round 1: 2 node\(s\)", timeout=5)
+        back = self.start(2, "2:3", 1536)
+        # It waits for the next round and asks for it; the two stop on request (a checkpoint) and
+        # all three re-form, back at the first batch and rate.
+        back.wait_for(r"waiting for round 2", timeout=60)
+        grown = nodes[0].wait_for(r"world size 2 -> 3: a global batch of 32 does not split into 3 process\(es\) "
+                                  r"x 16, so it becomes 48 and the learning rate is rescaled by 48/32: "
+                                  r"([0-9.e-]+) -> ([0-9.e-]+)", timeout=90)
+        self.assertAlmostEqual(float(grown[2]), float(shrunk[1]), places=6)
+        self.assertIn("round 2: 3 node(s)", nodes[0].text())
+        self.assertIn("stopping on request", nodes[0].text())
+        self.finished(nodes[0])
+        for node in (nodes[1], back):
+            self.assertEqual(node.finish(timeout=60), 0, node.text())
+
+
+if __name__ == "__main__":
+    unittest.main()
