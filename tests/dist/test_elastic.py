@@ -8,6 +8,7 @@ re-formation it asks for. Every run finishes its 2 epochs with exit code 0 on ev
 import json
 import os
 import re
+import shutil
 import signal
 import tempfile
 import threading
@@ -82,11 +83,14 @@ class Elastic(unittest.TestCase):
     def setUp(self):
         self.output = tempfile.mkdtemp(prefix="dpt-elastic-")
         self.running = []
+        self.nodes = None
 
     def tearDown(self):
         for node in self.running:
             node.started.close()
-        self.nodes.close()
+        if self.nodes:
+            self.nodes.close()
+        shutil.rmtree(self.output, ignore_errors=True)
 
     def start(self, index, nnodes, train_size):
         node = Node(self.nodes, index, nnodes, self.output, train_size)
