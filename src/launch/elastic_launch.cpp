@@ -32,8 +32,30 @@ compat::StorePtr connect_node_store(const LaunchOptions& options, bool host) {
               "elastic rendezvous: cannot serve the launchers' store on ", where,
               ": the port is busy. Pick a free --master-port or stop the process that holds it. (", cause, ")");
     throw DistError(str("elastic rendezvous: ", host ? "cannot serve" : "cannot reach", " the launchers' store at ",
-                        where, ": ", cause, ". Start the launcher on the machine --master-addr names (it hosts the ",
-                        "rendezvous), and check the address and port from here."));
+                        where, ". Start the launcher on the machine --master-addr names (it hosts the rendezvous), ",
+                        "and check the address and port from here. (", cause, ")"));
+  }
+}
+
+// The next round; a store that stops answering means the host launcher is gone.
+std::optional<Membership> next_round(NodeRendezvous& rendezvous, const LaunchOptions& options) {
+  try {
+    return rendezvous.next_round();
+  } catch (const Error&) {
+    throw;
+  } catch (const std::exception& e) {
+    throw DistError(str("elastic rendezvous: the launchers' store at ", options.master_addr(), ":",
+                        options.master_port(), " stopped answering, so the launcher that hosts it is gone; the job ",
+                        "cannot re-form without it. Start the job again (--resume auto continues from the last ",
+                        "checkpoint). (", compat::short_message(e), ")"));
+  }
+}
+
+// Asks the other nodes to re-form; a host that is gone is reported by the next round instead.
+void request_reformation(NodeRendezvous& rendezvous) {
+  try {
+    rendezvous.request_reformation();
+  } catch (const std::exception&) {
   }
 }
 
@@ -56,7 +78,7 @@ int launch_elastic(const LaunchOptions& requested, const std::vector<std::string
                                 .choose_worker_port([&options] { return free_port(options.master_addr()); })
                                 .report(say));
   int failures = 0;
-  while (const auto membership = rendezvous.next_round()) {
+  while (const auto membership = next_round(rendezvous, options)) {
     const LaunchOptions round = LaunchOptions(options)
                                     .nnodes(membership->nnodes)
                                     .node_rank(membership->node_rank)
@@ -84,10 +106,10 @@ int launch_elastic(const LaunchOptions& requested, const std::vector<std::string
     }
     say(result.report());
     if (result.outcome == GroupResult::Outcome::Interrupted) {
-      if (!host) rendezvous.request_reformation();  // the others continue without this node
+      if (!host) request_reformation(rendezvous);  // the others continue without this node
       return result.exit_code;
     }
-    rendezvous.request_reformation();
+    request_reformation(rendezvous);
     // Workers that stopped on request (a node left gracefully, or the re-formation another
     // launcher began reached them first) wrote a checkpoint: nothing failed.
     if (result.exit_code == kExitStoppedOnRequest) continue;
