@@ -67,6 +67,9 @@ TEST(TrainingCheckpoint, RoundTripsThroughAFile) {
   cp.step_in_epoch = 7;
   cp.global_step = 52;
   cp.global_batch = 64;
+  cp.samples_in_epoch = 400;
+  cp.world_size = 4;
+  cp.lr_reference_batch = 96;
   cp.best_acc1 = 87.5;
   cp.seed = 11;
   cp.sampler = {11, 3};
@@ -83,6 +86,9 @@ TEST(TrainingCheckpoint, RoundTripsThroughAFile) {
   EXPECT_EQ(back.step_in_epoch, 7);
   EXPECT_EQ(back.global_step, 52);
   EXPECT_EQ(back.global_batch, 64);
+  EXPECT_EQ(back.samples_in_epoch, 400);
+  EXPECT_EQ(back.world_size, 4);
+  EXPECT_EQ(back.lr_reference_batch, 96);
   EXPECT_DOUBLE_EQ(back.best_acc1, 87.5);
   EXPECT_EQ(back.seed, 11u);
   EXPECT_EQ(back.sampler.epoch, 3);
@@ -93,6 +99,19 @@ TEST(TrainingCheckpoint, RoundTripsThroughAFile) {
   }
   // --pretrained reads the weights of such a checkpoint too.
   EXPECT_EQ(read_weights(file).keys(), cp.state_dict.keys());
+}
+
+TEST(TrainingCheckpoint, OlderCheckpointsLackTheElasticEntries) {
+  TrainingCheckpoint cp;
+  cp.arch = "resnet20";
+  cp.step_in_epoch = 7;
+  cp.global_batch = 64;
+  auto dict = cp.to_ivalue().toGenericDict();
+  for (const char* key : {"samples_in_epoch", "world_size", "lr_reference_batch"}) dict.erase(key);
+  const auto back = TrainingCheckpoint::from_ivalue(dict, "old.pt");
+  EXPECT_EQ(back.samples_in_epoch, 7 * 64);
+  EXPECT_EQ(back.world_size, 0) << "unknown: a resume at any world size is taken as unchanged";
+  EXPECT_EQ(back.lr_reference_batch, 0);
 }
 
 TEST(TrainingCheckpoint, MissingEntryIsNamed) {
