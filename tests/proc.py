@@ -38,11 +38,12 @@ def pid_alive(pid):
         return False
     except PermissionError:
         return True
-    # A zombie (exited, not yet reaped by its parent) counts as gone.
+    # A zombie (exited, not yet reaped by its parent) counts as gone. The process may be reaped
+    # between the open and the read, which then fails with ESRCH: gone as well.
     try:
         with open(f"/proc/{pid}/stat") as f:
             return f.read().split(")")[-1].split()[0] != "Z"
-    except FileNotFoundError:
+    except (FileNotFoundError, ProcessLookupError):
         return False
 
 

@@ -147,7 +147,7 @@ def _children(pid):
     try:
         with open(f"/proc/{pid}/task/{pid}/children", "rb") as f:
             return f.read()
-    except FileNotFoundError:
+    except (FileNotFoundError, ProcessLookupError):  # gone, before the open or the read
         return b""
 
 
