@@ -26,6 +26,11 @@ std::string to_string(LrDecay decay) {
   DPT_ASSERT(false, "unhandled LrDecay ", static_cast<int>(decay));
 }
 
+double scaled_lr(const LrScheduleOptions& o) {
+  return o.reference_batch() ? o.base_lr() * static_cast<double>(o.global_batch()) / *o.reference_batch()
+                             : o.base_lr();
+}
+
 LrSchedule::LrSchedule(LrScheduleOptions options, int64_t steps_per_epoch)
     : options_(std::move(options)), steps_per_epoch_(steps_per_epoch) {
   const auto& o = options_;
@@ -54,9 +59,7 @@ LrSchedule::LrSchedule(LrScheduleOptions options, int64_t steps_per_epoch)
   }
 
   warmup_steps_ = o.warmup_epochs() * steps_per_epoch;
-  peak_lr_ = o.reference_batch()
-                 ? o.base_lr() * static_cast<double>(o.global_batch()) / *o.reference_batch()
-                 : o.base_lr();
+  peak_lr_ = scaled_lr(o);
   warmup_start_lr_ = o.warmup_start_lr().value_or(std::min(o.base_lr(), peak_lr_));
 
   if (o.decay() == LrDecay::Cosine) {

@@ -332,7 +332,7 @@ void Trainer::State::adapt_to_world(const TrainingCheckpoint& cp) {
   // so that a job that shrinks and grows back returns to its rate.
   LrScheduleOptions lr(options.schedule());
   if (!lr.reference_batch()) lr.reference_batch(cp.lr_reference_batch > 0 ? cp.lr_reference_batch : cp.global_batch);
-  const double before = lr.base_lr() * static_cast<double>(cp.global_batch) / static_cast<double>(*lr.reference_batch());
+  const double before = scaled_lr(LrScheduleOptions(lr).global_batch(cp.global_batch));
   schedule = std::make_unique<LrSchedule>(lr.global_batch(global_batch()).epochs(options.epochs()), steps_per_epoch());
   // The position in the new steps, for the schedule; the data continues from samples_in_epoch.
   step_in_epoch = samples_in_epoch / global_batch();

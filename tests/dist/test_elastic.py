@@ -36,17 +36,13 @@ class Node:
             "--run-id", "elastic-test", "--", dptrain(), "train", *TRAIN, "--dummy-train-size", str(train_size),
             "--output", output]), env=env)
         self.lines = []
-        self.reader = threading.Thread(target=self._read, daemon=True)
-        self.reader.start()
-        self.stderr = threading.Thread(target=self._read_stderr, daemon=True)
-        self.stderr.start()
+        self.readers = [threading.Thread(target=self._read, args=(stream,), daemon=True)
+                        for stream in (self.started.proc.stdout, self.started.proc.stderr)]
+        for reader in self.readers:
+            reader.start()
 
-    def _read(self):
-        for line in self.started.proc.stdout:
-            self.lines.append(line.rstrip("\n"))
-
-    def _read_stderr(self):
-        for line in self.started.proc.stderr:
+    def _read(self, stream):
+        for line in stream:
             self.lines.append(line.rstrip("\n"))
 
     def text(self):
@@ -74,8 +70,8 @@ class Node:
 
     def finish(self, timeout):
         code = self.started.proc.wait(timeout=timeout)
-        self.reader.join(timeout=10)
-        self.stderr.join(timeout=10)
+        for reader in self.readers:
+            reader.join(timeout=10)
         return code
 
 

@@ -70,8 +70,6 @@ class NodeRendezvous {
   // Host: the job is done; guests still waiting for a round go home.
   void finish();
 
-  bool host() const { return host_; }
-
  private:
   std::string key(const std::string& name) const;
   std::string round_key(int round, const std::string& name) const;

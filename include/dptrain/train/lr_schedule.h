@@ -66,6 +66,10 @@ struct LrScheduleOptions {
   TORCH_ARG(int64_t, epochs) = 90;
 };
 
+// The rate after linear scaling for options.global_batch(): base_lr x global_batch /
+// reference_batch, or base_lr without a reference batch.
+double scaled_lr(const LrScheduleOptions& options);
+
 class LrSchedule {
  public:
   // Throws ConfigError for options that cannot work (non-positive rates, batches or periods,
