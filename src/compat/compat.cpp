@@ -1,5 +1,7 @@
 #include "dptrain/compat/compat.h"
 
+#include <cmath>
+
 #if defined(DPTRAIN_WITH_NCCL)
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
 #endif
@@ -61,6 +63,18 @@ AutocastGuard::~AutocastGuard() {
     at::autocast::clear_cache();
   }
   set_autocast(device_, previous_enabled_, previous_dtype_);
+}
+
+at::Tensor scaled_dot_product_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                        double dropout_p) {
+#if TORCH_VERSION_MAJOR >= 2
+  return at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/{}, dropout_p);
+#else
+  const double scale = 1.0 / std::sqrt(static_cast<double>(q.size(-1)));
+  auto weights = at::softmax(at::matmul(q * scale, k.transpose(-2, -1)), -1);
+  if (dropout_p > 0) weights = at::dropout(weights, dropout_p, /*train=*/true);
+  return at::matmul(weights, v);
+#endif
 }
 
 }  // namespace dpt::compat

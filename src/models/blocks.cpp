@@ -10,11 +10,12 @@
 namespace dpt::models {
 namespace {
 
-torch::nn::Conv2d conv(int64_t in, int64_t out, int64_t kernel, int64_t stride) {
+torch::nn::Conv2d conv(int64_t in, int64_t out, int64_t kernel, int64_t stride, int64_t groups = 1) {
   // torchvision's convolutions inside blocks carry no bias: the norm layer after them has one.
   return torch::nn::Conv2d(torch::nn::Conv2dOptions(in, out, kernel)
                                .stride(stride)
                                .padding(kernel / 2)
+                               .groups(groups)
                                .bias(false));
 }
 
@@ -48,18 +49,6 @@ void zero_weight(torch::nn::AnyModule& norm_layer) {
 
 }  // namespace
 
-torch::nn::AnyModule make_norm(const NormLayer& factory, int64_t num_features) {
-  if (factory) return factory(num_features);
-  return torch::nn::AnyModule(torch::nn::BatchNorm2d(num_features));
-}
-
-void swap_norm_layer(torch::nn::Module& owner, const std::string& name, torch::nn::AnyModule& slot,
-                     torch::nn::AnyModule layer, NormLayer layer_factory, NormLayer& factory) {
-  factory = std::move(layer_factory);
-  slot = std::move(layer);
-  owner.replace_module(name, slot.ptr());
-}
-
 ZeroPadShortcutImpl::ZeroPadShortcutImpl(int64_t stride, int64_t out_channels)
     : stride_(stride), out_channels_(out_channels) {}
 
@@ -86,19 +75,25 @@ void ResidualBlockImpl<Kind>::pretty_print(std::ostream& stream) const {
 
 template <BlockKind Kind>
 void ResidualBlockImpl<Kind>::reset() {
-  const int64_t width = options.channels();
-  const int64_t out = width * kExpansion;
-  // Kind's convolutions: {in, out, kernel, stride}.
-  const std::vector<std::array<int64_t, 4>> plan =
+  DPT_CHECK(Kind == BlockKind::Bottleneck || (options.groups() == 1 && options.base_width() == 64), ConfigError,
+            "BasicBlock only supports groups=1 and base_width=64 (as torchvision), got groups=", options.groups(),
+            " and base_width=", options.base_width());
+  const int64_t out = options.channels() * kExpansion;
+  // Integer division first, as torchvision's int(planes * (base_width / 64.)) * groups.
+  const int64_t width = options.channels() * options.base_width() / 64 * options.groups();
+  const int64_t groups = options.groups();
+  // Kind's convolutions: {in, out, kernel, stride, groups}.
+  const std::vector<std::array<int64_t, 5>> plan =
       Kind == BlockKind::Basic
-          ? std::vector<std::array<int64_t, 4>>{{options.in_channels(), width, 3, options.stride()}, {width, out, 3, 1}}
-          : std::vector<std::array<int64_t, 4>>{
-                {options.in_channels(), width, 1, 1}, {width, width, 3, options.stride()}, {width, out, 1, 1}};
+          ? std::vector<std::array<int64_t, 5>>{{options.in_channels(), out, 3, options.stride(), 1}, {out, out, 3, 1, 1}}
+          : std::vector<std::array<int64_t, 5>>{{options.in_channels(), width, 1, 1, 1},
+                                                {width, width, 3, options.stride(), groups},
+                                                {width, out, 1, 1, 1}};
   convs_.clear();
   norms_.clear();
-  for (const auto& [in, channels, kernel, stride] : plan) {
+  for (const auto& [in, channels, kernel, stride, conv_groups] : plan) {
     const std::string n = std::to_string(convs_.size() + 1);
-    convs_.push_back(this->register_module("conv" + n, conv(in, channels, kernel, stride)));
+    convs_.push_back(this->register_module("conv" + n, conv(in, channels, kernel, stride, conv_groups)));
     norms_.push_back(norm(options, channels));
     this->register_module("bn" + n, norms_.back().ptr());
   }

@@ -1,39 +1,179 @@
 #include "dptrain/models/registry.h"
 
+#include <tuple>
 #include <utility>
 
+#include <torch/nn/modules/container/any.h>
+
 #include "dptrain/common/error.h"
+#include "dptrain/models/classic.h"
+#include "dptrain/models/efficientnet.h"
+#include "dptrain/models/mobilenet.h"
+#include "dptrain/models/resnet.h"
+#include "dptrain/models/torchscript.h"
+#include "dptrain/models/vit.h"
 
 namespace dpt::models {
 namespace {
 
-using Factory = ResNet (*)(const ResNetOptions&);
+struct Entry {
+  ModelInfo info;
+  NetworkBuilder build;
+};
 
-// The one list of names; names() and create() both read it, so they cannot disagree.
-const std::vector<std::pair<std::string, Factory>>& factories() {
-  static const std::vector<std::pair<std::string, Factory>> table = {
-      {"resnet18", resnet18}, {"resnet34", resnet34},   {"resnet50", resnet50},
-      {"resnet101", resnet101}, {"resnet152", resnet152}, {"resnet20", resnet20},
-      {"resnet56", resnet56},
+// torchvision's ResNet options from the common ones.
+ResNetOptions resnet_options(const ClassifierOptions& o) {
+  return ResNetOptions().num_classes(o.num_classes()).zero_init_residual(o.zero_init_residual()).norm_layer(o.norm_layer());
+}
+
+NetworkBuilder resnet(BlockKind block, std::vector<int64_t> depths, int64_t groups = 1, int64_t width_per_group = 64) {
+  return [=](const ClassifierOptions& o) {
+    return torch::nn::AnyModule(
+        ResNet(ResNetLayout().block(block).depths(depths).groups(groups).width_per_group(width_per_group),
+               resnet_options(o)));
   };
+}
+
+// One entry per name. The evaluation transforms are those of torchvision 0.14's default weights
+// (`torchvision.models.get_model_weights(name).DEFAULT.transforms()`).
+const std::vector<Entry>& entries() {
+  using I = Interpolation;
+  auto info = [](std::string name, std::string family, int64_t crop = 224, int64_t resize = 256,
+                 I interpolation = I::Bilinear, bool half = false) {
+    return ModelInfo{std::move(name), std::move(family), crop, resize, interpolation, half};
+  };
+  const auto basic = BlockKind::Basic, bottleneck = BlockKind::Bottleneck;
+  static const std::vector<Entry> table = [&] {
+    std::vector<Entry> t = {
+        {info("alexnet", "AlexNet"), [](const ClassifierOptions& o) { return torch::nn::AnyModule(alexnet(o)); }},
+        {info("resnet18", "ResNet"), resnet(basic, {2, 2, 2, 2})},
+        {info("resnet34", "ResNet"), resnet(basic, {3, 4, 6, 3})},
+        {info("resnet50", "ResNet", 224, 232), resnet(bottleneck, {3, 4, 6, 3})},
+        {info("resnet101", "ResNet", 224, 232), resnet(bottleneck, {3, 4, 23, 3})},
+        {info("resnet152", "ResNet", 224, 232), resnet(bottleneck, {3, 8, 36, 3})},
+        {info("resnext50_32x4d", "ResNeXt", 224, 232), resnet(bottleneck, {3, 4, 6, 3}, 32, 4)},
+        {info("resnext101_32x8d", "ResNeXt", 224, 232), resnet(bottleneck, {3, 4, 23, 3}, 32, 8)},
+        {info("resnext101_64x4d", "ResNeXt", 224, 232), resnet(bottleneck, {3, 4, 23, 3}, 64, 4)},
+        {info("wide_resnet50_2", "Wide ResNet", 224, 232), resnet(bottleneck, {3, 4, 6, 3}, 1, 128)},
+        {info("wide_resnet101_2", "Wide ResNet", 224, 232), resnet(bottleneck, {3, 4, 23, 3}, 1, 128)},
+        {info("resnet20", "CIFAR ResNet", 32, 32),
+         [](const ClassifierOptions& o) { return torch::nn::AnyModule(resnet20(resnet_options(o))); }},
+        {info("resnet56", "CIFAR ResNet", 32, 32),
+         [](const ClassifierOptions& o) { return torch::nn::AnyModule(resnet56(resnet_options(o))); }},
+        {info("squeezenet1_0", "SqueezeNet"),
+         [](const ClassifierOptions& o) { return torch::nn::AnyModule(squeezenet("1_0", o)); }},
+        {info("squeezenet1_1", "SqueezeNet"),
+         [](const ClassifierOptions& o) { return torch::nn::AnyModule(squeezenet("1_1", o)); }},
+        {info("mobilenet_v2", "MobileNetV2", 224, 232),
+         [](const ClassifierOptions& o) { return torch::nn::AnyModule(mobilenet_v2(o)); }},
+        {info("mobilenet_v3_small", "MobileNetV3"),
+         [](const ClassifierOptions& o) { return torch::nn::AnyModule(mobilenet_v3("small", o)); }},
+        {info("mobilenet_v3_large", "MobileNetV3", 224, 232),
+         [](const ClassifierOptions& o) { return torch::nn::AnyModule(mobilenet_v3("large", o)); }},
+    };
+    for (int depth : {11, 13, 16, 19}) {
+      for (bool bn : {false, true}) {
+        t.push_back({info("vgg" + std::to_string(depth) + (bn ? "_bn" : ""), "VGG"), [depth, bn](const ClassifierOptions& o) {
+                       return torch::nn::AnyModule(vgg(depth, bn, o));
+                     }});
+      }
+    }
+    const std::vector<std::tuple<std::string, int64_t, int64_t, I, bool>> efficientnets = {
+        {"b0", 224, 256, I::Bicubic, false},  {"b1", 240, 255, I::Bilinear, false}, {"b2", 288, 288, I::Bicubic, false},
+        {"b3", 300, 320, I::Bicubic, false},  {"b4", 380, 384, I::Bicubic, false},  {"b5", 456, 456, I::Bicubic, false},
+        {"b6", 528, 528, I::Bicubic, false},  {"b7", 600, 600, I::Bicubic, false},  {"v2_s", 384, 384, I::Bilinear, false},
+        {"v2_m", 480, 480, I::Bilinear, false}, {"v2_l", 480, 480, I::Bicubic, true}};
+    for (const auto& [variant, crop, resize, interpolation, half] : efficientnets) {
+      t.push_back({info("efficientnet_" + variant, "EfficientNet", crop, resize, interpolation, half),
+                   [variant = variant](const ClassifierOptions& o) { return torch::nn::AnyModule(efficientnet(variant, o)); }});
+    }
+    const std::vector<std::tuple<std::string, ViTLayout, int64_t, int64_t, I>> vits = {
+        {"vit_b_16", ViTLayout::b16(), 224, 256, I::Bilinear}, {"vit_b_32", ViTLayout::b32(), 224, 256, I::Bilinear},
+        {"vit_l_16", ViTLayout::l16(), 224, 242, I::Bilinear}, {"vit_l_32", ViTLayout::l32(), 224, 256, I::Bilinear},
+        {"vit_h_14", ViTLayout::h14(), 518, 518, I::Bicubic}};
+    for (const auto& [name, layout, crop, resize, interpolation] : vits) {
+      t.push_back({info(name, "Vision Transformer", crop, resize, interpolation),
+                   [layout = layout, crop = crop](const ClassifierOptions& o) {
+                     auto sized = o;
+                     if (!sized.image_size()) sized.image_size(crop);
+                     return torch::nn::AnyModule(vision_transformer(layout, sized));
+                   }});
+    }
+    return t;
+  }();
   return table;
+}
+
+bool is_torchscript(const std::string& name) { return name.rfind(kTorchScriptPrefix, 0) == 0; }
+
+const Entry* find(const std::string& name) {
+  for (const auto& entry : entries()) {
+    if (entry.info.name == name) return &entry;
+  }
+  return nullptr;
+}
+
+[[noreturn]] void unknown(const std::string& name) {
+  std::string known;
+  for (const auto& entry : names()) known += (known.empty() ? "" : ", ") + entry;
+  throw ConfigError(str("unknown model architecture '", name, "'; choose one of: ", known, ", or ",
+                        kTorchScriptPrefix, "PATH for a module saved with torch.jit.script or torch.jit.trace"));
+}
+
+// A scripted model's classifier is its own: one forward of a black image (eval mode, no grad)
+// checks it yields num_classes logits, so a mismatch is reported here and not as a loss error.
+void check_scripted_outputs(Classifier& model, const std::string& name, const ClassifierOptions& options) {
+  const int64_t side = options.image_size().value_or(224);
+  torch::NoGradGuard no_grad;
+  model->eval();
+  torch::Tensor logits;
+  try {
+    logits = model(torch::zeros({1, 3, side, side}));
+  } catch (const c10::Error& error) {
+    throw ConfigError(str(name, " fails on a ", side, "x", side, " image: ", error.what_without_backtrace(),
+                          "; pick the image size it expects (--image-size)"));
+  }
+  model->train();
+  DPT_CHECK(logits.dim() == 2 && logits.size(1) == options.num_classes(), ConfigError, name, " outputs ",
+            logits.sizes(), " for one image, but the data has ", options.num_classes(),
+            " classes; give the scripted model a classifier with ", options.num_classes(), " outputs");
 }
 
 }  // namespace
 
-ResNet create(const std::string& name, const ResNetOptions& options) {
-  for (const auto& [known, factory] : factories()) {
-    if (known == name) return factory(options);
+Classifier create(const std::string& name, const ClassifierOptions& options) {
+  if (is_torchscript(name)) {
+    const std::string path = name.substr(std::string(kTorchScriptPrefix).size());
+    Classifier model(name, [path](const ClassifierOptions&) { return torch::nn::AnyModule(ScriptedNetwork(path)); },
+                     options);
+    check_scripted_outputs(model, name, options);
+    return model;
   }
-  std::string known;
-  for (const auto& entry : names()) known += (known.empty() ? "" : ", ") + entry;
-  throw ConfigError(str("unknown model architecture '", name, "'; choose one of: ", known));
+  const Entry* entry = find(name);
+  if (!entry) unknown(name);
+  return Classifier(name, entry->build, options);
+}
+
+const std::vector<ModelInfo>& registry() {
+  static const std::vector<ModelInfo> infos = [] {
+    std::vector<ModelInfo> all;
+    for (const auto& entry : entries()) all.push_back(entry.info);
+    return all;
+  }();
+  return infos;
 }
 
 std::vector<std::string> names() {
   std::vector<std::string> result;
-  for (const auto& entry : factories()) result.push_back(entry.first);
+  for (const auto& entry : entries()) result.push_back(entry.info.name);
   return result;
+}
+
+ModelInfo info(const std::string& name) {
+  if (is_torchscript(name)) return ModelInfo{name, "TorchScript"};
+  const Entry* entry = find(name);
+  if (!entry) unknown(name);
+  return entry->info;
 }
 
 }  // namespace dpt::models

@@ -48,7 +48,9 @@ nn::Sequential ResNetImpl::make_stage(int64_t& in_channels, int64_t width, int64
     auto block = BlockOptions(in_channels, width)
                      .stride(i == 0 ? stride : 1)
                      .shortcut(layout.shortcut())
-                     .norm_layer(options.norm_layer());
+                     .norm_layer(options.norm_layer())
+                     .groups(layout.groups())
+                     .base_width(layout.width_per_group());
     if (layout.block() == BlockKind::Basic) {
       stage->push_back(BasicBlock(block));
     } else {

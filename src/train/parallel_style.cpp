@@ -16,7 +16,7 @@ namespace {
 // --mode ddp: DistributedDataParallel, gradients averaged over the ranks during backward.
 class DdpStyle : public ParallelStyle {
  public:
-  DdpStyle(models::ResNet model, std::shared_ptr<torch::optim::SGD> optimizer,
+  DdpStyle(models::Classifier model, std::shared_ptr<torch::optim::SGD> optimizer,
            std::shared_ptr<dist::Communicator> comm)
       : ddp_(std::move(model), std::move(comm)), optimizer_(std::move(optimizer)) {}
 
@@ -36,7 +36,7 @@ class DdpStyle : public ParallelStyle {
   std::string describe() const override { return "DistributedDataParallel"; }
 
  private:
-  DistributedDataParallel<models::ResNet> ddp_;
+  DistributedDataParallel<models::Classifier> ddp_;
   std::shared_ptr<torch::optim::SGD> optimizer_;
 };
 
@@ -45,7 +45,7 @@ class DdpStyle : public ParallelStyle {
 // steps the model itself and evaluation runs on it.
 class DpStyle : public ParallelStyle {
  public:
-  DpStyle(models::ResNet model, std::vector<torch::Device> devices, std::shared_ptr<torch::optim::SGD> optimizer)
+  DpStyle(models::Classifier model, std::vector<torch::Device> devices, std::shared_ptr<torch::optim::SGD> optimizer)
       : dp_(std::move(model), DataParallelOptions(std::move(devices))), optimizer_(std::move(optimizer)) {}
 
   at::Tensor forward(const at::Tensor& images) override { return dp_.forward(images); }
@@ -58,7 +58,7 @@ class DpStyle : public ParallelStyle {
   }
 
  private:
-  DataParallel<models::ResNet> dp_;
+  DataParallel<models::Classifier> dp_;
   std::shared_ptr<torch::optim::SGD> optimizer_;
 };
 
@@ -67,7 +67,7 @@ class DpStyle : public ParallelStyle {
 // DistributedDataParallel.
 class HvdStyle : public ParallelStyle {
  public:
-  HvdStyle(models::ResNet model, std::shared_ptr<torch::optim::SGD> optimizer,
+  HvdStyle(models::Classifier model, std::shared_ptr<torch::optim::SGD> optimizer,
            std::shared_ptr<dist::Communicator> comm)
       : context_(std::move(comm)), model_(std::move(model)), optimizer_(make_optimizer(optimizer)) {}
 
@@ -91,16 +91,16 @@ class HvdStyle : public ParallelStyle {
   }
 
   hvd::Context context_;
-  models::ResNet model_;
+  models::Classifier model_;
   hvd::DistributedOptimizer optimizer_;
 };
 
-std::unique_ptr<ParallelStyle> make_ddp_style(models::ResNet model, std::shared_ptr<torch::optim::SGD> optimizer,
+std::unique_ptr<ParallelStyle> make_ddp_style(models::Classifier model, std::shared_ptr<torch::optim::SGD> optimizer,
                                               std::shared_ptr<dist::Communicator> comm) {
   return std::make_unique<DdpStyle>(std::move(model), std::move(optimizer), std::move(comm));
 }
 
-std::unique_ptr<ParallelStyle> make_dp_style(const TrainOptions& options, models::ResNet model,
+std::unique_ptr<ParallelStyle> make_dp_style(const TrainOptions& options, models::Classifier model,
                                              std::shared_ptr<torch::optim::SGD> optimizer,
                                              const dist::Communicator& comm) {
   DPT_CHECK(comm.size() == 1, ConfigError, "rank ", comm.rank(), ": --mode dp runs in one process driving ",
@@ -113,7 +113,7 @@ std::unique_ptr<ParallelStyle> make_dp_style(const TrainOptions& options, models
   return std::make_unique<DpStyle>(std::move(model), data_parallel_devices(options.parallel()), std::move(optimizer));
 }
 
-std::unique_ptr<ParallelStyle> make_hvd_style(models::ResNet model, std::shared_ptr<torch::optim::SGD> optimizer,
+std::unique_ptr<ParallelStyle> make_hvd_style(models::Classifier model, std::shared_ptr<torch::optim::SGD> optimizer,
                                               std::shared_ptr<dist::Communicator> comm) {
   return std::make_unique<HvdStyle>(std::move(model), std::move(optimizer), std::move(comm));
 }
@@ -128,7 +128,7 @@ std::vector<torch::Device> data_parallel_devices(const ParallelOptions& o) {
   return cpu_devices(*o.replicas());
 }
 
-std::unique_ptr<ParallelStyle> make_parallel_style(const TrainOptions& options, models::ResNet model,
+std::unique_ptr<ParallelStyle> make_parallel_style(const TrainOptions& options, models::Classifier model,
                                                    std::shared_ptr<torch::optim::SGD> optimizer,
                                                    std::shared_ptr<dist::Communicator> comm) {
   switch (options.parallel().mode()) {

@@ -102,7 +102,7 @@ FoundCheckpoint read_resume_checkpoint(const TrainOptions& o) {
 struct Trainer::State {
   TrainOptions options;
   RunDatasets data;
-  models::ResNet model{nullptr};
+  models::Classifier model{nullptr};
   std::shared_ptr<dist::Communicator> comm;
   at::Device device{at::kCPU};
   std::shared_ptr<torch::optim::SGD> optimizer;
@@ -255,7 +255,7 @@ Trainer::Trainer(TrainOptions options) : state_(std::make_unique<State>(std::mov
 
 void Trainer::State::build_model(const models::StateDict* resumed_weights) {
   torch::manual_seed(options.seed());  // the same initial weights on every rank
-  model = models::create(options.arch(), models::ResNetOptions().num_classes(data.train->num_classes()));
+  model = models::create(options.arch(), models::ClassifierOptions().num_classes(data.train->num_classes()));
   if (resumed_weights) {
     models::load_state_dict(*model, *resumed_weights);
   } else if (!options.checkpoint().pretrained().empty()) {

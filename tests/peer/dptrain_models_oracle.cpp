@@ -1,14 +1,18 @@
 // Moves models between dptrain and torchvision for test_models_oracle.py (built with the tests,
 // not installed).
 //
-//   dptrain_models_oracle keys   <arch> <num_classes>
+//   dptrain_models_oracle keys   <arch> <num_classes> [image_size]
 //       one line per state-dict entry: name, shape, dtype; then "parameters <count>"
 //   dptrain_models_oracle export <arch> <num_classes> <dir>
 //       randomises the model (seeded), writes <dir>/state.pt and <dir>/io.pt = {input, logits}
-//   dptrain_models_oracle import <arch> <num_classes> <state.pt> <io.pt> <logits.pt>
-//       loads state.pt, runs eval-mode forward on io.pt's "input", writes {"logits"}
+//   dptrain_models_oracle import <arch> <num_classes> <state.pt> <io.pt> <out.pt>
+//       loads state.pt; io.pt holds "input" and "weights" (one per logit). Writes to out.pt the
+//       eval-mode "logits", then, in training mode with dropout and stochastic depth off, the
+//       gradient of sum(weights * logits) (plus each auxiliary head's weighted the same way) as
+//       "grad.<parameter name>", and the training "train_logits".
 //
-// Exit status 1 with "error: <message>" on stderr for any dptrain error.
+// The image size of networks built for one (ViT) is io.pt's input size. Exit status 1 with
+// "error: <message>" on stderr for any dptrain error.
 
 #include <cstdlib>
 #include <iostream>
@@ -29,29 +33,39 @@ bool ends_with(const std::string& text, const std::string& suffix) {
 }
 
 // Norm statistics and affine terms away from their 1/0 defaults, so a mix-up between any two
-// of them changes the logits; convolutions and fc keep their (seeded) random initialisation.
-void randomise_norms(models::ResNet& model) {
+// of them changes the logits; other weights keep their (seeded) random initialisation.
+void randomise_norms(models::Classifier& model) {
   torch::NoGradGuard no_grad;
   for (auto& entry : models::state_dict(*model)) {
     auto& t = entry.value();
     const std::string& key = entry.key();
     if (ends_with(key, "num_batches_tracked")) {
       t.fill_(7);
-    } else if (ends_with(key, "running_var") || (t.dim() == 1 && ends_with(key, ".weight") && key != "fc.weight")) {
+    } else if (ends_with(key, "running_var") || (t.dim() == 1 && ends_with(key, ".weight"))) {
       t.copy_(torch::rand_like(t) + 0.5);
-    } else if (ends_with(key, "running_mean") || (t.dim() == 1 && ends_with(key, ".bias") && key != "fc.bias")) {
+    } else if (ends_with(key, "running_mean") || (t.dim() == 1 && ends_with(key, ".bias"))) {
       t.copy_((torch::rand_like(t) - 0.5) * 0.2);
     }
   }
 }
 
-torch::Tensor eval_logits(models::ResNet& model, const torch::Tensor& input) {
+torch::Tensor eval_logits(models::Classifier& model, const torch::Tensor& input) {
   torch::NoGradGuard no_grad;
   model->eval();
   return model(input);
 }
 
-int keys(models::ResNet& model) {
+models::Classifier make(const std::string& arch, int64_t num_classes, std::optional<int64_t> image_size) {
+  torch::manual_seed(0);
+  // Dropout and stochastic depth off, so that a training forward is deterministic.
+  return models::create(arch, models::ClassifierOptions()
+                                  .num_classes(num_classes)
+                                  .dropout(0.0)
+                                  .stochastic_depth(0.0)
+                                  .image_size(image_size));
+}
+
+int keys(models::Classifier& model) {
   int64_t parameters = 0;
   for (const auto& p : model->parameters()) parameters += p.numel();
   for (const auto& entry : models::state_dict(*model)) {
@@ -61,7 +75,7 @@ int keys(models::ResNet& model) {
   return 0;
 }
 
-int export_model(models::ResNet& model, const std::string& dir) {
+int export_model(models::Classifier& model, const std::string& dir) {
   randomise_norms(model);
   torch::manual_seed(1);
   auto input = torch::randn({2, 3, 64, 64});
@@ -73,23 +87,41 @@ int export_model(models::ResNet& model, const std::string& dir) {
   return 0;
 }
 
-int import_model(models::ResNet& model, const std::string& state, const std::string& io,
-                 const std::string& logits) {
+int import_model(models::Classifier& model, const std::string& state, const models::StateDict& io,
+                 const std::string& out_path) {
   models::load_state_dict(*model, models::read_state_dict(state));
+  const auto& input = io["input"];
   models::StateDict out;
-  out.insert("logits", eval_logits(model, models::read_state_dict(io)["input"]));
-  models::write_state_dict(out, logits);
+  out.insert("logits", eval_logits(model, input));
+  model->train();
+  auto logits = model(input);
+  auto objective = (logits * io["weights"]).sum();
+  for (const auto& aux : model->take_auxiliary_logits()) objective = objective + (aux.logits * io["weights"]).sum();
+  objective.backward();
+  for (const auto& param : model->named_parameters()) out.insert("grad." + param.key(), param.value().grad());
+  out.insert("train_logits", logits.detach());
+  models::write_state_dict(out, out_path);
   return 0;
 }
 
 int run(const std::vector<std::string>& args) {
   const auto usage = "usage: dptrain_models_oracle keys|export|import <arch> <num_classes> [files...]";
   DPT_CHECK(args.size() >= 3, ConfigError, usage);
-  torch::manual_seed(0);
-  auto model = models::create(args[1], models::ResNetOptions().num_classes(std::stoll(args[2])));
-  if (args[0] == "keys" && args.size() == 3) return keys(model);
-  if (args[0] == "export" && args.size() == 4) return export_model(model, args[3]);
-  if (args[0] == "import" && args.size() == 6) return import_model(model, args[3], args[4], args[5]);
+  const std::string& command = args[0];
+  const int64_t num_classes = std::stoll(args[2]);
+  if (command == "keys" && (args.size() == 3 || args.size() == 4)) {
+    auto model = make(args[1], num_classes, args.size() == 4 ? std::optional<int64_t>(std::stoll(args[3])) : std::nullopt);
+    return keys(model);
+  }
+  if (command == "export" && args.size() == 4) {
+    auto model = make(args[1], num_classes, 64);
+    return export_model(model, args[3]);
+  }
+  if (command == "import" && args.size() == 6) {
+    auto io = models::read_state_dict(args[4]);
+    auto model = make(args[1], num_classes, io["input"].size(2));
+    return import_model(model, args[3], io, args[5]);
+  }
   throw dpt::ConfigError(usage);
 }
 

@@ -15,7 +15,7 @@ namespace {
 
 // An SGD optimizer with momentum buffers from one step on a small model.
 struct Stepped {
-  dpt::models::ResNet model = dpt::models::create("resnet20", dpt::models::ResNetOptions().num_classes(3));
+  dpt::models::Classifier model = dpt::models::create("resnet20", dpt::models::ClassifierOptions().num_classes(3));
   torch::optim::SGD optimizer{model->parameters(), torch::optim::SGDOptions(0.05).momentum(0.9).weight_decay(1e-4)};
   Stepped() {
     torch::manual_seed(1);
@@ -54,7 +54,7 @@ TEST(OptimizerState, HasPythonsShapeAndRoundTrips) {
 
 TEST(OptimizerState, OtherModelIsRefused) {
   Stepped a;
-  auto other = dpt::models::create("resnet18", dpt::models::ResNetOptions().num_classes(3));
+  auto other = dpt::models::create("resnet18", dpt::models::ClassifierOptions().num_classes(3));
   torch::optim::SGD sgd(other->parameters(), torch::optim::SGDOptions(0.1));
   EXPECT_THROW(load_sgd_state_dict(sgd, sgd_state_dict(a.optimizer)), dpt::CheckpointError);
 }

@@ -93,4 +93,11 @@ typename StateMap::key_type optimizer_state_key(const at::Tensor& param) {
   }
 }
 
+// softmax(q k^T / sqrt(d)) v over the last two dimensions of [..., L, d] tensors, with dropout on
+// the attention weights when `dropout_p` > 0. LibTorch 2.x has a fused kernel
+// (at::scaled_dot_product_attention, which PyTorch's MultiheadAttention uses there); 1.13 computes
+// it as PyTorch 1.13's MultiheadAttention did (q scaled first).
+at::Tensor scaled_dot_product_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                        double dropout_p);
+
 }  // namespace dpt::compat

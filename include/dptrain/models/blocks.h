@@ -20,25 +20,10 @@
 #include <torch/nn/modules/conv.h>
 #include <torch/nn/pimpl.h>
 
+#include "dptrain/models/layers.h"
 #include "dptrain/parallel/norm_layer_holder.h"
 
 namespace dpt::models {
-
-// Makes the normalisation layer for `num_features` channels. The default is BatchNorm2d; a
-// data-parallel run can pass a factory for synchronised batch norm instead
-// (dpt::sync_batch_norm_factory(comm)).
-using NormLayer = NormLayerFactory;
-
-// A norm layer from `factory`, or BatchNorm2d with PyTorch's defaults (eps 1e-5, momentum 0.1)
-// when the factory is empty.
-torch::nn::AnyModule make_norm(const NormLayer& factory, int64_t num_features);
-
-// The NormLayerHolder step shared by the blocks and the ResNet: `layer` becomes `owner`'s child
-// `name` and the member `slot` forward() calls, and `layer_factory` becomes `factory`, the
-// options' norm_layer, so that reset() and clone() (which rebuilds from the options) keep the
-// swapped kind of layer.
-void swap_norm_layer(torch::nn::Module& owner, const std::string& name, torch::nn::AnyModule& slot,
-                     torch::nn::AnyModule layer, NormLayer layer_factory, NormLayer& factory);
 
 // How a block's identity path adapts when the block changes the resolution or channel count.
 enum class Shortcut {
@@ -62,6 +47,11 @@ struct BlockOptions {
   TORCH_ARG(Shortcut, shortcut) = Shortcut::Projection;
   // Factory for the norm layers; empty means BatchNorm2d.
   TORCH_ARG(NormLayer, norm_layer) = nullptr;
+  // Bottleneck only (torchvision's ResNeXt and Wide ResNet): the 3x3 convolution has `groups`
+  // groups of `base_width` * channels / 64 channels each, so its width is
+  // channels * base_width / 64 * groups; the block still outputs 4 x channels.
+  TORCH_ARG(int64_t, groups) = 1;
+  TORCH_ARG(int64_t, base_width) = 64;
 };
 
 // The identity path of a ZeroPad shortcut: no parameters, so it adds no state-dict keys.

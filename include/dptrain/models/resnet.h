@@ -41,6 +41,10 @@ struct ResNetLayout {
   TORCH_ARG(Stem, stem) = Stem::ImageNet;
   // Identity-path adapter where a stage changes shape.
   TORCH_ARG(Shortcut, shortcut) = Shortcut::Projection;
+  // Bottleneck blocks' grouped 3x3 convolutions (BlockOptions::groups, base_width): ResNeXt-50
+  // 32x4d has 32 groups of width 4, Wide ResNet-50-2 one group of width 128.
+  TORCH_ARG(int64_t, groups) = 1;
+  TORCH_ARG(int64_t, width_per_group) = 64;
 };
 
 struct ResNetOptions {

@@ -1,0 +1,167 @@
+#include "dptrain/models/layers.h"
+
+#include <cmath>
+
+#include <torch/nn/init.h>
+#include <torch/nn/modules/batchnorm.h>
+#include <torch/nn/modules/linear.h>
+#include <torch/nn/modules/normalization.h>
+
+#include "dptrain/common/error.h"
+
+namespace dpt::models {
+
+namespace nn = torch::nn;
+
+nn::AnyModule make_norm(const NormLayer& factory, int64_t num_features) {
+  if (factory) return factory(num_features);
+  return nn::AnyModule(nn::BatchNorm2d(num_features));
+}
+
+NormLayer batch_norm(const NormLayer& factory, double eps, double momentum) {
+  if (factory) return factory;
+  return [eps, momentum](int64_t num_features) {
+    return nn::AnyModule(nn::BatchNorm2d(nn::BatchNormOptions(num_features).eps(eps).momentum(momentum)));
+  };
+}
+
+void swap_norm_layer(nn::Module& owner, const std::string& name, nn::AnyModule& slot, nn::AnyModule layer,
+                     NormLayer layer_factory, NormLayer& factory) {
+  factory = std::move(layer_factory);
+  slot = std::move(layer);
+  owner.replace_module(name, slot.ptr());
+}
+
+int64_t make_divisible(double value, int64_t divisor) {
+  auto rounded = std::max<int64_t>(divisor, static_cast<int64_t>(value + divisor / 2.0) / divisor * divisor);
+  if (static_cast<double>(rounded) < 0.9 * value) rounded += divisor;
+  return rounded;
+}
+
+torch::Tensor activate(Activation kind, const torch::Tensor& x) {
+  switch (kind) {
+    case Activation::None: return x;
+    case Activation::ReLU: return torch::relu(x);
+    case Activation::ReLU6: return torch::hardtanh(x, 0, 6);
+    case Activation::Hardswish: return torch::hardswish(x);
+    case Activation::Hardsigmoid: return torch::hardsigmoid(x);
+    case Activation::SiLU: return torch::silu(x);
+    case Activation::GELU: return torch::gelu(x);
+    case Activation::Sigmoid: return torch::sigmoid(x);
+  }
+  DPT_ASSERT(false, "unknown activation ", static_cast<int>(kind));
+  return x;
+}
+
+torch::Tensor ActivationLayerImpl::forward(torch::Tensor x) {
+  if (!inplace_) return activate(kind_, x);
+  switch (kind_) {
+    case Activation::ReLU: return torch::relu_(x);
+    case Activation::ReLU6: return torch::hardtanh_(x, 0, 6);
+    case Activation::Hardswish: return torch::hardswish_(x);
+    case Activation::SiLU: return torch::silu_(x);
+    default: return activate(kind_, x);
+  }
+}
+
+void ActivationLayerImpl::pretty_print(std::ostream& stream) const {
+  static const char* const names[] = {"Identity", "ReLU", "ReLU6", "Hardswish", "Hardsigmoid", "SiLU", "GELU",
+                                      "Sigmoid"};
+  stream << names[static_cast<int>(kind_)];
+}
+
+std::shared_ptr<nn::Module> StackImpl::clone(const c10::optional<torch::Device>& device) const {
+  auto copy = std::make_shared<StackImpl>();
+  for (const auto& module : *this) copy->push_back(module.clone(device));
+  copy->train(is_training());
+  return copy;
+}
+
+Stack conv_norm_activation(const ConvNormActivationOptions& options) {
+  const int64_t padding = options.padding().value_or((options.kernel_size() - 1) / 2);
+  Stack layers(nn::Conv2d(nn::Conv2dOptions(options.in_channels(), options.out_channels(),
+                                                     options.kernel_size())
+                                       .stride(options.stride())
+                                       .padding(padding)
+                                       .groups(options.groups())
+                                       .bias(!options.norm())));
+  if (options.norm()) layers->push_back(make_norm(options.norm_layer(), options.out_channels()));
+  // In place: the norm's output is needed by nothing else (torchvision's inplace=True).
+  if (options.activation() != Activation::None) layers->push_back(ActivationLayer(options.activation(), true));
+  return layers;
+}
+
+Stack conv_norm_activation(int64_t in, int64_t out, int64_t kernel, int64_t stride, int64_t groups,
+                           Activation activation, const NormLayer& norm_layer) {
+  return conv_norm_activation(ConvNormActivationOptions(in, out)
+                                  .kernel_size(kernel)
+                                  .stride(stride)
+                                  .groups(groups)
+                                  .norm_layer(norm_layer)
+                                  .activation(activation));
+}
+
+SqueezeExcitationImpl::SqueezeExcitationImpl(int64_t channels, int64_t squeeze_channels, Activation activation,
+                                             Activation scale)
+    : channels_(channels), squeeze_channels_(squeeze_channels), activation_(activation), scale_(scale) {
+  reset();
+}
+
+void SqueezeExcitationImpl::reset() {
+  fc1_ = register_module("fc1", nn::Conv2d(nn::Conv2dOptions(channels_, squeeze_channels_, 1)));
+  fc2_ = register_module("fc2", nn::Conv2d(nn::Conv2dOptions(squeeze_channels_, channels_, 1)));
+}
+
+torch::Tensor SqueezeExcitationImpl::forward(const torch::Tensor& x) {
+  auto scale = torch::adaptive_avg_pool2d(x, {1, 1});
+  scale = activate(scale_, fc2_(activate(activation_, fc1_(scale))));
+  return scale * x;
+}
+
+torch::Tensor StochasticDepthImpl::forward(const torch::Tensor& x) {
+  if (!is_training() || p_ == 0) return x;
+  const double survival = 1 - p_;
+  std::vector<int64_t> shape(x.dim(), 1);
+  shape[0] = x.size(0);
+  auto noise = torch::empty(shape, x.options()).bernoulli_(survival);
+  if (survival > 0) noise.div_(survival);
+  return x * noise;
+}
+
+void StochasticDepthImpl::pretty_print(std::ostream& stream) const {
+  stream << "StochasticDepth(p=" << p_ << ", mode=row)";
+}
+
+torch::Tensor GlobalAvgPoolImpl::forward(const torch::Tensor& x) {
+  return torch::adaptive_avg_pool2d(x, {1, 1});
+}
+
+void trunc_normal_(torch::Tensor tensor, double std, double a, double b) {
+  // Inverse-CDF sampling: uniform between the bounds' CDF values, mapped back through erfinv.
+  auto cdf = [](double x) { return (1 + std::erf(x / std::sqrt(2.0))) / 2; };
+  torch::NoGradGuard no_grad;
+  tensor.uniform_(2 * cdf(a / std) - 1, 2 * cdf(b / std) - 1);
+  tensor.erfinv_().mul_(std * std::sqrt(2.0)).clamp_(a, b);
+}
+
+void init_like_torchvision(nn::Module& network, LinearInit linear) {
+  torch::NoGradGuard no_grad;
+  for (const auto& module : network.modules(/*include_self=*/false)) {
+    if (auto* conv = module->as<nn::Conv2d>()) {
+      nn::init::kaiming_normal_(conv->weight, 0, torch::kFanOut, torch::kReLU);
+      if (conv->bias.defined()) conv->bias.zero_();
+    } else if (auto* fc = module->as<nn::Linear>()) {
+      if (linear == LinearInit::Normal) {
+        fc->weight.normal_(0, 0.01);
+      } else {
+        const double range = 1.0 / std::sqrt(static_cast<double>(fc->weight.size(0)));
+        fc->weight.uniform_(-range, range);
+      }
+      fc->bias.zero_();
+    }
+    // Batch and group norms: their own reset() already set weight 1 and bias 0, whatever the
+    // norm-layer factory made.
+  }
+}
+
+}  // namespace dpt::models
