@@ -1,5 +1,7 @@
-"""dptrain's ResNets against torchvision 0.14: same state-dict entries, and the same logits after
-moving the weights either way (dptrain -> torch.load -> torchvision, torch.save -> dptrain).
+"""dptrain's model zoo against torchvision: every registered architecture has torchvision's
+state-dict entries (names, shapes, dtypes, order) and parameter count; for one or more sizes of
+each family, weights moved either way give the same eval-mode logits, and one training step's
+gradients match with dropout and stochastic depth off.
 
 Drives $DPT_BUILD/bin/dptrain_models_oracle (tests/peer/dptrain_models_oracle.cpp).
 """
@@ -14,12 +16,34 @@ import torchvision
 BUILD = os.environ.get("DPT_BUILD", os.path.join(os.path.dirname(__file__), "..", "..", "build"))
 ORACLE = os.path.join(BUILD, "bin", "dptrain_models_oracle")
 DTYPES = {torch.float32: "Float", torch.int64: "Long"}
+NUM_CLASSES = 10
+
+# Architecture -> the image size its structure is checked at (only ViT's weights depend on it).
+STRUCTURE = {name: None for name in [
+    "alexnet", "vgg11", "vgg11_bn", "vgg13", "vgg13_bn", "vgg16", "vgg16_bn", "vgg19", "vgg19_bn",
+    "resnet18", "resnet34", "resnet50", "resnet101", "resnet152", "resnext50_32x4d", "resnext101_32x8d",
+    "resnext101_64x4d", "wide_resnet50_2", "wide_resnet101_2", "squeezenet1_0", "squeezenet1_1",
+    "mobilenet_v2", "mobilenet_v3_small", "mobilenet_v3_large",
+    "efficientnet_b0", "efficientnet_b1", "efficientnet_b2", "efficientnet_b3", "efficientnet_b4",
+    "efficientnet_b5", "efficientnet_b6", "efficientnet_b7", "efficientnet_v2_s", "efficientnet_v2_m",
+    "efficientnet_v2_l"]}
+# The large ViTs share B/16's code and differ in sizes only: checked at a small input.
+STRUCTURE.update({"vit_b_16": 32, "vit_b_32": 64, "vit_l_16": 32, "vit_l_32": 64, "vit_h_14": 28})
+
+# Architecture -> (input side, relative tolerance on logits and gradients). One or more per
+# family, at the smallest input each accepts, so the zoo stays within minutes.
+NUMERIC = {
+    "alexnet": (64, 1e-5), "vgg11_bn": (32, 1e-5), "resnet18": (64, 1e-5), "resnext50_32x4d": (64, 1e-4),
+    "wide_resnet50_2": (64, 1e-4), "squeezenet1_0": (64, 1e-5), "squeezenet1_1": (64, 1e-5),
+    "mobilenet_v2": (64, 1e-4), "mobilenet_v3_small": (64, 1e-4), "mobilenet_v3_large": (64, 1e-4),
+    "efficientnet_b0": (64, 1e-4), "efficientnet_v2_s": (64, 1e-4), "vit_b_32": (64, 1e-4),
+}
 
 
 def oracle(*args):
     if not os.path.exists(ORACLE):
         raise AssertionError(f"{ORACLE} is missing: build the target dptrain_models_oracle")
-    return subprocess.run([ORACLE, *map(str, args)], capture_output=True, text=True, timeout=120)
+    return subprocess.run([ORACLE, *map(str, args)], capture_output=True, text=True, timeout=300)
 
 
 def checked(*args):
@@ -29,36 +53,54 @@ def checked(*args):
     return result.stdout
 
 
+def torchvision_model(arch, image_size=None):
+    kwargs = {"num_classes": NUM_CLASSES}
+    if arch.startswith("vit_"):
+        kwargs["image_size"] = image_size or 224
+    return getattr(torchvision.models, arch)(**kwargs)
+
+
+def without_randomness(model):
+    """Dropout and stochastic depth off, as the C++ side builds its model."""
+    for module in model.modules():
+        if isinstance(module, (torch.nn.Dropout, torchvision.ops.StochasticDepth)):
+            module.p = 0.0
+    return model
+
+
 def randomise_norms(model):
-    """Norm statistics and affine terms away from their defaults, as the C++ side does."""
+    """Norm statistics and affine terms away from their defaults, and zero-initialised linear
+    layers (ViT's head) random, as the C++ side does: every parameter then shows in the logits."""
     with torch.no_grad():
         for module in model.modules():
-            if isinstance(module, torch.nn.BatchNorm2d):
+            if isinstance(module, torch.nn.Linear) and not module.weight.any():
+                module.weight.normal_(0, 0.02)
+            if isinstance(module, (torch.nn.BatchNorm2d, torch.nn.LayerNorm)):
                 module.weight.copy_(torch.rand_like(module.weight) + 0.5)
                 module.bias.copy_((torch.rand_like(module.bias) - 0.5) * 0.2)
+            if isinstance(module, torch.nn.BatchNorm2d):
                 module.running_mean.copy_((torch.rand_like(module.running_mean) - 0.5) * 0.2)
                 module.running_var.copy_(torch.rand_like(module.running_var) + 0.5)
                 module.num_batches_tracked.fill_(5)
 
 
-def max_error(actual, expected):
-    return (actual - expected).abs().max().item()
+def relative_error(actual, expected):
+    return ((actual - expected).abs().max() / expected.abs().max().clamp(min=1e-12)).item()
 
 
 class StateDictEntries(unittest.TestCase):
-    def test_names_shapes_dtypes_and_order_match_torchvision(self):
-        # 34 and 101 come from the same code paths; their counts are checked in tests/unit.
-        for arch in ["resnet18", "resnet50", "resnet152"]:
+    def test_names_shapes_dtypes_order_and_counts_match_torchvision(self):
+        for arch, image_size in STRUCTURE.items():
             with self.subTest(arch=arch):
-                model = getattr(torchvision.models, arch)(num_classes=10)
-                expected = [f"{name} {list(t.shape)} {DTYPES[t.dtype]}"
-                            for name, t in model.state_dict().items()]
+                model = torchvision_model(arch, image_size)
+                expected = [f"{name} {list(t.shape)} {DTYPES[t.dtype]}" for name, t in model.state_dict().items()]
                 expected.append(f"parameters {sum(p.numel() for p in model.parameters())}")
-                lines = checked("keys", arch, 10).splitlines()
-                self.assertEqual(lines, expected)
+                del model
+                args = ["keys", arch, NUM_CLASSES] + ([image_size] if image_size else [])
+                self.assertEqual(checked(*args).splitlines(), expected)
 
 
-class Logits(unittest.TestCase):
+class Numerics(unittest.TestCase):
     def setUp(self):
         self.dir = tempfile.TemporaryDirectory(prefix="dpt_models_oracle_")
         self.addCleanup(self.dir.cleanup)
@@ -66,39 +108,47 @@ class Logits(unittest.TestCase):
     def path(self, name):
         return os.path.join(self.dir.name, name)
 
-    def test_dptrain_weights_in_torchvision(self):
-        checked("export", "resnet18", 10, self.dir.name)
-        state = torch.load(self.path("state.pt"))
-        io = torch.load(self.path("io.pt"))
-        self.assertIs(type(state), dict)
-        model = torchvision.models.resnet18(num_classes=10)
-        self.assertEqual(list(state.keys()), list(model.state_dict().keys()))
-        model.load_state_dict(state, strict=True)
-        self.assertEqual(model.bn1.num_batches_tracked.item(), 7)
-        model.eval()
-        with torch.no_grad():
-            logits = model(io["input"])
-        self.assertEqual(list(io["logits"].shape), [2, 10])
-        self.assertLessEqual(max_error(logits, io["logits"]), 1e-4)
+    def test_torchvision_weights_give_the_same_logits_and_gradients(self):
+        for arch, (side, tolerance) in NUMERIC.items():
+            with self.subTest(arch=arch):
+                torch.manual_seed(3)
+                model = without_randomness(torchvision_model(arch, side))
+                randomise_norms(model)
+                inputs = torch.randn(4, 3, side, side)
+                weights = torch.randn(4, NUM_CLASSES)
+                model.eval()
+                with torch.no_grad():
+                    logits = model(inputs)
+                torch.save(dict(model.state_dict()), self.path("state.pt"))
+                model.train()
+                train_logits = model(inputs)
+                (train_logits * weights).sum().backward()
+                torch.save({"input": inputs, "weights": weights}, self.path("io.pt"))
+                checked("import", arch, NUM_CLASSES, self.path("state.pt"), self.path("io.pt"), self.path("out.pt"))
+                out = torch.load(self.path("out.pt"))
+                self.assertLessEqual(relative_error(out["logits"], logits), tolerance)
+                self.assertLessEqual(relative_error(out["train_logits"], train_logits.detach()), tolerance)
+                for name, param in model.named_parameters():
+                    self.assertLessEqual(relative_error(out["grad." + name], param.grad), tolerance, name)
 
-    def test_torchvision_weights_in_dptrain(self):
-        torch.manual_seed(3)
-        model = torchvision.models.resnet18(num_classes=10)
-        randomise_norms(model)
-        model.eval()
-        inputs = torch.randn(2, 3, 64, 64)
-        with torch.no_grad():
-            expected = model(inputs)
-        torch.save(dict(model.state_dict()), self.path("state.pt"))
-        # Two entries: LibTorch 1.13 cannot unpickle a one-entry dict from Python (opcode SETITEM).
-        torch.save({"input": inputs, "logits": expected}, self.path("io.pt"))
-        checked("import", "resnet18", 10, self.path("state.pt"), self.path("io.pt"), self.path("logits.pt"))
-        actual = torch.load(self.path("logits.pt"))["logits"]
-        self.assertLessEqual(max_error(actual, expected), 1e-4)
+    def test_dptrain_weights_give_torchvision_the_same_logits(self):
+        for arch in NUMERIC:
+            with self.subTest(arch=arch):
+                checked("export", arch, NUM_CLASSES, self.dir.name)
+                state = torch.load(self.path("state.pt"))
+                io = torch.load(self.path("io.pt"))
+                self.assertIs(type(state), dict)
+                model = torchvision_model(arch, 64)
+                self.assertEqual(list(state.keys()), list(model.state_dict().keys()))
+                model.load_state_dict(state, strict=True)
+                model.eval()
+                with torch.no_grad():
+                    logits = model(io["input"])
+                self.assertLessEqual(relative_error(logits, io["logits"]), 1e-4)
 
     def test_wrong_num_classes_names_the_entry_and_shapes(self):
         torch.save(dict(torchvision.models.resnet18().state_dict()), self.path("state.pt"))
-        torch.save({"input": torch.zeros(2, 3, 32, 32), "logits": torch.zeros(2, 10)}, self.path("io.pt"))
+        torch.save({"input": torch.zeros(2, 3, 32, 32), "weights": torch.zeros(2, 10)}, self.path("io.pt"))
         result = oracle("import", "resnet18", 10, self.path("state.pt"), self.path("io.pt"), self.path("out.pt"))
         self.assertEqual(result.returncode, 1)
         self.assertEqual(result.stderr,
@@ -109,7 +159,7 @@ class Logits(unittest.TestCase):
 
     def test_ordered_dict_from_python_gets_a_hint(self):
         torch.save(torchvision.models.resnet18(num_classes=10).state_dict(), self.path("state.pt"))
-        torch.save({"input": torch.zeros(2, 3, 32, 32), "logits": torch.zeros(2, 10)}, self.path("io.pt"))
+        torch.save({"input": torch.zeros(2, 3, 32, 32), "weights": torch.zeros(2, 10)}, self.path("io.pt"))
         result = oracle("import", "resnet18", 10, self.path("state.pt"), self.path("io.pt"), self.path("out.pt"))
         self.assertEqual(result.returncode, 1)
         self.assertTrue(result.stderr.startswith(f"error: cannot read state dict file '{self.path('state.pt')}'"),
