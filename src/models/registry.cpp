@@ -90,7 +90,10 @@ const std::vector<Entry>& entries() {
     const std::vector<std::tuple<std::string, ViTLayout, int64_t, int64_t, I>> vits = {
         {"vit_b_16", ViTLayout::b16(), 224, 256, I::Bilinear}, {"vit_b_32", ViTLayout::b32(), 224, 256, I::Bilinear},
         {"vit_l_16", ViTLayout::l16(), 224, 242, I::Bilinear}, {"vit_l_32", ViTLayout::l32(), 224, 256, I::Bilinear},
-        {"vit_h_14", ViTLayout::h14(), 518, 518, I::Bicubic}};
+        {"vit_h_14", ViTLayout::h14(), 518, 518, I::Bicubic},
+        // Not in torchvision's registry: torchvision.models.VisionTransformer(224, 16, 12, 3, 192, 768)
+        // and (224, 16, 12, 6, 384, 1536) in Python, with DeiT's evaluation transform.
+        {"vit_ti_16", ViTLayout::ti16(), 224, 256, I::Bicubic}, {"vit_s_16", ViTLayout::s16(), 224, 256, I::Bicubic}};
     for (const auto& [name, layout, crop, resize, interpolation] : vits) {
       t.push_back({info(name, "Vision Transformer", crop, resize, interpolation),
                    [layout = layout, crop = crop](const ClassifierOptions& o) {

@@ -28,7 +28,7 @@ data::Transform eval_transform(int size, int resize) {
 
 }  // namespace
 
-RunDatasets open_datasets(const DataOptions& options, uint64_t seed) {
+RunDatasets open_datasets(const DataOptions& options, uint64_t seed, const models::ModelInfo& model) {
   // Small images keep more of themselves in a crop than ImageNet's 8% floor allows.
   constexpr double kSmallImageScaleMin = 0.35;
   if (options.dummy()) {
@@ -42,7 +42,7 @@ RunDatasets open_datasets(const DataOptions& options, uint64_t seed) {
                                                      train_transform(options, seed, size, kSmallImageScaleMin)),
             std::make_shared<data::SyntheticDataset>(synthetic(options.dummy_val_size(), seed + 1),
                                                      eval_transform(size, size)),
-            "synthetic"};
+            "synthetic", size};
   }
   const fs::path root(options.root());
   DPT_CHECK(!options.root().empty(), ConfigError, "no data folder given: pass DATA (an ImageFolder with train/ and val/, "
@@ -52,22 +52,22 @@ RunDatasets open_datasets(const DataOptions& options, uint64_t seed) {
     const int size = options.image_size().value_or(data::kCifarSide);
     return {std::make_shared<data::Cifar10>(root.string(), true,
                                             train_transform(options, seed, size, kSmallImageScaleMin)),
-            std::make_shared<data::Cifar10>(root.string(), false, eval_transform(size, size)), "CIFAR-10"};
+            std::make_shared<data::Cifar10>(root.string(), false, eval_transform(size, size)), "CIFAR-10", size};
   }
   for (const char* split : {"train", "val"}) {
     DPT_CHECK(fs::is_directory(root / split), DataError, "data folder '", root.string(), "' has no ", split,
               "/ folder; expected an ImageFolder root with train/ and val/, or CIFAR-10 binary files");
   }
-  // torchvision's recipe: RandomResizedCrop(224) for training, Resize(256) + CenterCrop(224)
-  // for validation; other sizes keep the 256/224 ratio.
-  const int size = options.image_size().value_or(224);
-  const int resize = static_cast<int>(size * 256.0 / 224.0 + 0.5);
+  // torchvision's recipe: RandomResizedCrop(crop) for training, Resize(resize) + CenterCrop(crop)
+  // for validation, with the model's sizes (224 and 256 for most); other sizes keep the ratio.
+  const int size = options.image_size().value_or(static_cast<int>(model.crop_size));
+  const int resize = static_cast<int>(size * static_cast<double>(model.resize_size) / model.crop_size + 0.5);
   const double scale_min = size <= 64 ? kSmallImageScaleMin : 0.08;
   return {std::make_shared<data::ImageFolder>((root / "train").string(), train_transform(options, seed, size, scale_min),
                                               options.bad_images()),
           std::make_shared<data::ImageFolder>((root / "val").string(), eval_transform(size, resize),
                                               options.bad_images()),
-          "ImageFolder"};
+          "ImageFolder", size};
 }
 
 }  // namespace dpt::train

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "dptrain/data/dataset.h"
+#include "dptrain/models/registry.h"
 #include "dptrain/train/train_options.h"
 
 namespace dpt::train {
@@ -14,9 +15,13 @@ struct RunDatasets {
   std::shared_ptr<const data::Dataset> train;
   std::shared_ptr<const data::Dataset> val;
   std::string kind;  // "synthetic", "CIFAR-10" or "ImageFolder"
+  int image_size = 0;  // side of the network's input
 };
 
-// Throws DataError naming the folder when the data is missing or unreadable.
-RunDatasets open_datasets(const DataOptions& options, uint64_t seed);
+// `model` gives ImageFolder data its defaults: torchvision's input size and evaluation resize for
+// that architecture (299/342 for Inception v3, 224/232 for ResNet-50); an explicit image size
+// keeps the model's resize-to-crop ratio. Throws DataError naming the folder when the data is
+// missing or unreadable.
+RunDatasets open_datasets(const DataOptions& options, uint64_t seed, const models::ModelInfo& model);
 
 }  // namespace dpt::train

@@ -234,7 +234,7 @@ Trainer::Trainer(TrainOptions options) : state_(std::make_unique<State>(std::mov
     resumed = read_resume_checkpoint(s.options);
     if (resumed.checkpoint) s.options.seed(resumed.checkpoint->seed);
   }
-  s.data = open_datasets(s.options.data(), s.options.seed());
+  s.data = open_datasets(s.options.data(), s.options.seed(), models::info(s.options.arch()));
   s.build_model(resumed.checkpoint ? &resumed.checkpoint->state_dict : nullptr);
   // Then the process group, and what needs it.
   s.join();
@@ -253,9 +253,22 @@ Trainer::Trainer(TrainOptions options) : state_(std::make_unique<State>(std::mov
   s.print_banner();
 }
 
+namespace {
+
+bool has_batch_norm_statistics(const torch::nn::Module& model) {
+  for (const auto& buffer : model.named_buffers()) {
+    const auto& key = buffer.key();
+    if (key.size() >= 12 && key.compare(key.size() - 12, 12, "running_mean") == 0) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
 void Trainer::State::build_model(const models::StateDict* resumed_weights) {
   torch::manual_seed(options.seed());  // the same initial weights on every rank
-  model = models::create(options.arch(), models::ClassifierOptions().num_classes(data.train->num_classes()));
+  model = models::create(options.arch(),
+                         models::ClassifierOptions().num_classes(data.train->num_classes()).image_size(data.image_size));
   if (resumed_weights) {
     models::load_state_dict(*model, *resumed_weights);
   } else if (!options.checkpoint().pretrained().empty()) {
@@ -280,7 +293,13 @@ void Trainer::State::join() {
   if (parallel.mode() == ParallelMode::Dp) device = data_parallel_devices(parallel).front();
   model->to(device);
   if (options.channels_last()) to_channels_last(*model);
-  if (parallel.sync_bn()) convert_sync_batchnorm(*model, comm);
+  if (parallel.sync_bn()) {
+    // A TorchScript model's batch norms are compiled into its forward: there is nothing to swap,
+    // and training on with local statistics would silently ignore the flag.
+    DPT_CHECK(convert_sync_batchnorm(*model, comm) > 0 || !has_batch_norm_statistics(*model), ConfigError,
+              "--sync-bn cannot convert the batch norms of ", options.arch(), ": they are compiled into its "
+              "forward, where no C++ layer can replace them. Train it without --sync-bn");
+  }
 }
 
 void Trainer::State::build_step() {

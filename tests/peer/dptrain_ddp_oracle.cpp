@@ -2,13 +2,15 @@
 // job started with RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT. It trains a small conv net with
 // DistributedDataParallel and writes, from rank 0, what Python's DDP needs to repeat the run:
 //
-//   dptrain_ddp_oracle OUT_DIR [--mismatch]
+//   dptrain_ddp_oracle OUT_DIR [--mismatch | --torchscript MODEL.pt]
 //                                ->  OUT_DIR/initial.pt  the weights after DDP's broadcast
 //                                    OUT_DIR/data.pt     {"x": [steps, batch, 3, 8, 8], "y": [steps, batch]}
 //                                    OUT_DIR/final.pt    the weights after training
 // The .pt files are dpt::compat::pickle_save output, which Python's torch.load reads (also with
 // weights_only=True). With --mismatch, rank 1 builds a different last layer: every rank must fail
-// with the named difference (exit 2).
+// with the named difference (exit 2). With --torchscript, the model is MODEL.pt, saved from Python
+// with torch.jit.script (8x8 inputs, 5 classes), trained as `dptrain train -a torchscript:...`
+// trains it (dpt::models::Classifier).
 
 #include <fstream>
 #include <iostream>
@@ -18,6 +20,7 @@
 #include "dptrain/common/error.h"
 #include "dptrain/compat/pickle.h"
 #include "dptrain/dist/init.h"
+#include "dptrain/models/registry.h"
 #include "dptrain/parallel.h"
 
 namespace {
@@ -32,16 +35,9 @@ void save(const torch::nn::Module& module, const std::string& path) {
   std::ofstream(path, std::ios::binary).write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
 }
 
-int train(const std::string& out, bool mismatch) {
-  at::set_num_threads(1);
-  auto comm = dpt::dist::init_process_group(
-      dpt::dist::InitOptions().backend("gloo").timeout(std::chrono::seconds(60)));
+template <typename Model>
+int train(const std::string& out, Model model, const std::shared_ptr<dpt::dist::Communicator>& comm) {
   const int rank = comm->rank();
-
-  // Every rank starts from different weights: DDP must copy rank 0's.
-  torch::manual_seed(1 + rank);
-  torch::nn::Sequential model(torch::nn::Conv2d(torch::nn::Conv2dOptions(3, 4, 3)), torch::nn::ReLU(),
-                              torch::nn::Flatten(), torch::nn::Linear(4 * 6 * 6, mismatch && rank == 1 ? 6 : 5));
   dpt::DistributedDataParallel ddp(
       model, comm, dpt::DDPOptions().reducer(
           dpt::ReducerOptions().first_bucket_cap_mb(0.00001).bucket_cap_mb(0.001).last_bucket_cap_mb(0.00001)));
@@ -73,16 +69,38 @@ int train(const std::string& out, bool mismatch) {
   return 0;
 }
 
+int train(const std::string& out, bool mismatch, const std::string& torchscript) {
+  at::set_num_threads(1);
+  auto comm = dpt::dist::init_process_group(
+      dpt::dist::InitOptions().backend("gloo").timeout(std::chrono::seconds(60)));
+  const int rank = comm->rank();
+
+  // Every rank starts from different weights: DDP must copy rank 0's.
+  torch::manual_seed(1 + rank);
+  if (!torchscript.empty()) {
+    return train(out, dpt::models::create("torchscript:" + torchscript,
+                                          dpt::models::ClassifierOptions().num_classes(5).image_size(8)),
+                 comm);
+  }
+  return train(out,
+               torch::nn::Sequential(torch::nn::Conv2d(torch::nn::Conv2dOptions(3, 4, 3)), torch::nn::ReLU(),
+                                     torch::nn::Flatten(),
+                                     torch::nn::Linear(4 * 6 * 6, mismatch && rank == 1 ? 6 : 5)),
+               comm);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   const bool mismatch = argc == 3 && std::string(argv[2]) == "--mismatch";
-  if (argc != 2 && !mismatch) {
-    std::cerr << "usage: dptrain_ddp_oracle OUT_DIR [--mismatch] (under RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT)\n";
+  const bool scripted = argc == 4 && std::string(argv[2]) == "--torchscript";
+  if (argc != 2 && !mismatch && !scripted) {
+    std::cerr << "usage: dptrain_ddp_oracle OUT_DIR [--mismatch | --torchscript MODEL.pt] (under RANK/WORLD_SIZE/"
+                 "MASTER_ADDR/MASTER_PORT)\n";
     return 2;
   }
   try {
-    return train(argv[1], mismatch);
+    return train(argv[1], mismatch, scripted ? argv[3] : "");
   } catch (const dpt::ConfigError& e) {
     std::cerr << "dptrain_ddp_oracle: error: " << e.what() << std::endl;
     return 2;

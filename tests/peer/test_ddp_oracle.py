@@ -59,6 +59,31 @@ class DistributedDataParallelOracle(unittest.TestCase):
             self.assertLessEqual(difference, 1e-5, f"{name}: dptrain and PyTorch DDP differ by {difference}")
 
 
+    def test_scripted_model_trains_like_pytorch_ddp(self):
+        # A model with batch norm (DDP broadcasts its buffers), scripted in Python, trained by
+        # dptrain as -a torchscript:PATH trains it; Python's DDP trains the eager model.
+        torch.manual_seed(5)
+        eager = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3, bias=False), torch.nn.BatchNorm2d(4), torch.nn.ReLU(),
+                                    torch.nn.Flatten(), torch.nn.Linear(4 * 6 * 6, 5))
+        with tempfile.TemporaryDirectory() as out:
+            scripted = os.path.join(out, "scripted.pt")
+            torch.jit.script(eager).save(scripted)
+            results = run_world([oracle_program(), out, "--torchscript", scripted])
+            for rank, (_, stdout, _) in enumerate(results):
+                self.assertIn(f"rank {rank}: trained 20 steps in", stdout)
+            run_world([PYTHON, os.path.join(HERE, "workers", "torch_ddp.py"), out, "--batch-norm"])
+            initial = torch.load(os.path.join(out, "initial.pt"))
+            ours = torch.load(os.path.join(out, "final.pt"))
+            theirs = torch.load(os.path.join(out, "python_final.pt"))
+        self.assertEqual(sorted(ours), ["0.weight", "1.bias", "1.weight", "4.bias", "4.weight"])
+        self.assertEqual(sorted(ours), sorted(theirs))
+        for name in ours:
+            self.assertTrue(torch.equal(initial[name], eager.state_dict()[name]), name)
+            moved = (ours[name] - initial[name]).abs().max().item()
+            self.assertGreater(moved, 1e-3, f"{name} did not train")
+            difference = (ours[name] - theirs[name]).abs().max().item()
+            self.assertLessEqual(difference, 1e-5, f"{name}: dptrain and PyTorch DDP differ by {difference}")
+
     def test_different_models_fail_on_every_rank_with_the_difference(self):
         with tempfile.TemporaryDirectory() as out:
             results = run_world([oracle_program(), out, "--mismatch"], timeout=60, expected_code=2)

@@ -28,7 +28,11 @@ STRUCTURE = {name: None for name in [
     "efficientnet_b5", "efficientnet_b6", "efficientnet_b7", "efficientnet_v2_s", "efficientnet_v2_m",
     "efficientnet_v2_l"]}
 # The large ViTs share B/16's code and differ in sizes only: checked at a small input.
-STRUCTURE.update({"vit_b_16": 32, "vit_b_32": 64, "vit_l_16": 32, "vit_l_32": 64, "vit_h_14": 28})
+STRUCTURE.update({"vit_b_16": 32, "vit_b_32": 64, "vit_l_16": 32, "vit_l_32": 64, "vit_h_14": 28,
+                  "vit_ti_16": 32, "vit_s_16": 32})
+# DeiT's sizes, which dptrain registers and torchvision builds with its VisionTransformer class:
+# (patch, layers, heads, hidden, mlp).
+DEIT = {"vit_ti_16": (16, 12, 3, 192, 768), "vit_s_16": (16, 12, 6, 384, 1536)}
 
 # Architecture -> (input side, relative tolerance on logits and gradients). One or more per
 # family, at the smallest input each accepts, so the zoo stays within minutes.
@@ -37,6 +41,7 @@ NUMERIC = {
     "wide_resnet50_2": (64, 1e-4), "squeezenet1_0": (64, 1e-5), "squeezenet1_1": (64, 1e-5),
     "mobilenet_v2": (64, 1e-4), "mobilenet_v3_small": (64, 1e-4), "mobilenet_v3_large": (64, 1e-4),
     "efficientnet_b0": (64, 1e-4), "efficientnet_v2_s": (64, 1e-4), "vit_b_32": (64, 1e-4),
+    "vit_ti_16": (64, 1e-4),
 }
 
 
@@ -54,6 +59,8 @@ def checked(*args):
 
 
 def torchvision_model(arch, image_size=None):
+    if arch in DEIT:
+        return torchvision.models.VisionTransformer(image_size or 224, *DEIT[arch], num_classes=NUM_CLASSES)
     kwargs = {"num_classes": NUM_CLASSES}
     if arch.startswith("vit_"):
         kwargs["image_size"] = image_size or 224

@@ -42,7 +42,7 @@ TEST(ModelRegistry, NamesAreTorchvisionsAndUnique) {
   for (const char* name : {"alexnet", "vgg11", "vgg19_bn", "resnet18", "resnet152", "resnext50_32x4d",
                            "resnext101_64x4d", "wide_resnet101_2", "squeezenet1_1", "mobilenet_v2",
                            "mobilenet_v3_small", "mobilenet_v3_large", "efficientnet_b0", "efficientnet_b7",
-                           "efficientnet_v2_l", "vit_b_16", "vit_b_32", "resnet20", "resnet56"}) {
+                           "efficientnet_v2_l", "vit_b_16", "vit_b_32", "vit_ti_16", "resnet20", "resnet56"}) {
     EXPECT_NE(std::find(names.begin(), names.end(), name), names.end()) << name;
   }
   EXPECT_EQ(models::registry().size(), names.size());

@@ -38,5 +38,6 @@ Command add_bench_ddp_command(CLI::App& root);
 Command add_train_command(CLI::App& root);
 Command add_eval_command(CLI::App& root);
 Command add_bench_dp_command(CLI::App& root);
+Command add_models_command(CLI::App& root);
 
 }  // namespace dpt::cli

@@ -24,12 +24,15 @@
 namespace dpt::models {
 
 struct ViTLayout {
-  // torchvision's sizes: B/16 (the defaults), B/32, L/16, L/32, H/14.
+  // torchvision's sizes: B/16 (the defaults), B/32, L/16, L/32, H/14; and DeiT's Ti/16 and S/16
+  // (Touvron et al. 2021), which torchvision's VisionTransformer class builds with these sizes.
   static ViTLayout b16() { return ViTLayout(); }
   static ViTLayout b32() { return ViTLayout().patch_size(32); }
   static ViTLayout l16() { return ViTLayout().num_layers(24).num_heads(16).hidden_dim(1024).mlp_dim(4096); }
   static ViTLayout l32() { return l16().patch_size(32); }
   static ViTLayout h14() { return ViTLayout().patch_size(14).num_layers(32).num_heads(16).hidden_dim(1280).mlp_dim(5120); }
+  static ViTLayout ti16() { return ViTLayout().num_heads(3).hidden_dim(192).mlp_dim(768); }
+  static ViTLayout s16() { return ViTLayout().num_heads(6).hidden_dim(384).mlp_dim(1536); }
 
   TORCH_ARG(int64_t, patch_size) = 16;
   TORCH_ARG(int64_t, num_layers) = 12;

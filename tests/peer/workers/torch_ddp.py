@@ -1,5 +1,6 @@
 """Python PyTorch's side of the DDP oracle test: one rank (env:// rendezvous, gloo), repeating
-dptrain_ddp_oracle's run from its initial weights and data. Rank 0 writes OUT_DIR/python_final.pt."""
+dptrain_ddp_oracle's run from its initial weights and data. Rank 0 writes OUT_DIR/python_final.pt.
+With --batch-norm, the model of the TorchScript case (a batch norm after the convolution)."""
 import datetime
 import sys
 
@@ -13,8 +14,12 @@ torch.set_num_threads(1)
 dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=60))
 rank = dist.get_rank()
 
-model = nn.Sequential(nn.Conv2d(3, 4, 3), nn.ReLU(), nn.Flatten(), nn.Linear(4 * 6 * 6, 5))
-model.load_state_dict(torch.load(f"{out}/initial.pt"))
+if "--batch-norm" in sys.argv:
+    model = nn.Sequential(nn.Conv2d(3, 4, 3, bias=False), nn.BatchNorm2d(4), nn.ReLU(), nn.Flatten(), nn.Linear(4 * 6 * 6, 5))
+else:
+    model = nn.Sequential(nn.Conv2d(3, 4, 3), nn.ReLU(), nn.Flatten(), nn.Linear(4 * 6 * 6, 5))
+# The parameters; batch-norm buffers start at their defaults on both sides.
+model.load_state_dict(torch.load(f"{out}/initial.pt"), strict=False)
 data = torch.load(f"{out}/data.pt")
 ddp = nn.parallel.DistributedDataParallel(model)
 optimizer = torch.optim.SGD(ddp.parameters(), lr=0.05, momentum=0.9, weight_decay=1e-3)
