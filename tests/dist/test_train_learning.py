@@ -1,6 +1,7 @@
 """`dptrain train` learns: on 2 processes it reaches at least 90% validation top-1 on the synthetic
 set, and at least 95% on the UCI digits written as an ImageFolder (a real data set), with the
-accuracy counted exactly over both ranks."""
+accuracy counted exactly over both ranks; the model zoo's MobileNetV2, EfficientNet-B0 and a ViT
+learn the synthetic set too."""
 
 import os
 import tempfile
@@ -12,12 +13,18 @@ from train_runs import last_json
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-def train_two_ranks(*args):
+def train_two_ranks(*args, arch="resnet20"):
     code, out, err = run([dptrain(), "launch", "--standalone", "--nproc-per-node", "2", "--", dptrain(), "train",
-                          "-a", "resnet20", "-j", "1", "-p", "1000", *args], timeout=280)
+                          "-a", arch, "-j", "1", "-p", "1000", *args], timeout=280)
     if code != 0:
         raise AssertionError(out + err)
     return out, last_json(out)
+
+
+# arch -> (image size, training images, learning rate, epochs, top-1 bar); measured here: 99.0%,
+# 89.0% and 90.0% (EfficientNet-B0 reduces 32 px to 1x1 and learns slowly there, hence 64 px).
+ZOO = {"mobilenet_v2": ("32", "2000", "0.2", "4", 90.0), "efficientnet_b0": ("64", "2000", "0.1", "4", 80.0),
+       "vit_ti_16": ("32", "1000", "0.05", "2", 80.0)}
 
 
 class Learning(unittest.TestCase):
@@ -29,6 +36,16 @@ class Learning(unittest.TestCase):
         self.assertIn("2 process(es), batch 32 per process (64 global), lr 0.1 (0.4 x 64/256)", out)
         self.assertEqual(summary["val"]["count"], 501)
         self.assertGreaterEqual(summary["val"]["acc1"], 90.0)
+
+    def test_model_zoo_learns_the_synthetic_set(self):
+        for arch, (size, images, lr, epochs, bar) in ZOO.items():
+            with self.subTest(arch=arch):
+                out, summary = train_two_ranks("--dummy", "--image-size", size, "--dummy-train-size", images,
+                                               "--dummy-val-size", "501", "-b", "32", "--lr", lr, "--epochs", epochs,
+                                               "--lr-schedule", "cosine", "--wd", "5e-5", arch=arch)
+                print(out)
+                self.assertEqual(summary["val"]["count"], 501)
+                self.assertGreaterEqual(summary["val"]["acc1"], bar)
 
     def test_digits_reach_95_percent(self):
         with tempfile.TemporaryDirectory(prefix="dpt_digits_") as tmp:
