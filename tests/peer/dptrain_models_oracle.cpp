@@ -6,10 +6,10 @@
 //   dptrain_models_oracle export <arch> <num_classes> <dir>
 //       randomises the model (seeded), writes <dir>/state.pt and <dir>/io.pt = {input, logits}
 //   dptrain_models_oracle import <arch> <num_classes> <state.pt> <io.pt> <out.pt>
-//       loads state.pt; io.pt holds "input" and "weights" (one per logit). Writes to out.pt the
-//       eval-mode "logits", then, in training mode with dropout and stochastic depth off, the
-//       gradient of sum(weights * logits) (plus each auxiliary head's weighted the same way) as
-//       "grad.<parameter name>", and the training "train_logits".
+//       loads state.pt; io.pt holds "input" and, optionally, "weights" (one per logit). Writes to
+//       out.pt the eval-mode "logits"; with weights also, in training mode with dropout and
+//       stochastic depth off, the gradient of sum(weights * logits) (plus each auxiliary head's
+//       weighted the same way) as "grad.<parameter name>", and the training "train_logits".
 //
 // The image size of networks built for one (ViT) is io.pt's input size. Exit status 1 with
 // "error: <message>" on stderr for any dptrain error.
@@ -96,6 +96,10 @@ int import_model(models::Classifier& model, const std::string& state, const mode
   const auto& input = io["input"];
   models::StateDict out;
   out.insert("logits", eval_logits(model, input));
+  if (!io.contains("weights")) {
+    models::write_state_dict(out, out_path);
+    return 0;
+  }
   model->train();
   auto logits = model(input);
   auto objective = (logits * io["weights"]).sum();

@@ -39,5 +39,6 @@ Command add_train_command(CLI::App& root);
 Command add_eval_command(CLI::App& root);
 Command add_bench_dp_command(CLI::App& root);
 Command add_models_command(CLI::App& root);
+Command add_bench_models_command(CLI::App& root);
 
 }  // namespace dpt::cli

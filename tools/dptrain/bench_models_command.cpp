@@ -1,0 +1,81 @@
+// `dptrain bench-models ARCH...`: the training step of each architecture alone (forward, loss,
+// backward at a fixed batch on random images, no data loading, no communication), the figure
+// bench/models sets beside torchvision's in Python on the same threads. One JSON line per
+// architecture: {"arch", "ms_per_step", "img_per_s", "batch", "image_size", "threads"}.
+
+#include <algorithm>
+#include <chrono>
+#include <iostream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+#include <torch/torch.h>
+
+#include "bench_common.h"
+#include "command.h"
+#include "dptrain/models/registry.h"
+
+namespace dpt::cli {
+
+namespace {
+
+struct BenchModelsFlags {
+  std::vector<std::string> archs;
+  int64_t batch = 32;
+  int64_t image_size = 64;
+  int steps = 5;
+  int warmup = 2;
+  int threads = 0;  // 0: LibTorch's default
+};
+
+// Median milliseconds of `steps` training steps after `warmup` unmeasured ones.
+double step_ms(models::Classifier& model, const BenchModelsFlags& flags) {
+  const auto images = torch::randn({flags.batch, 3, flags.image_size, flags.image_size});
+  const auto labels = torch::randint(10, {flags.batch}, torch::kLong);
+  model->train();
+  std::vector<double> times;
+  for (int i = 0; i < flags.warmup + flags.steps; ++i) {
+    const auto start = std::chrono::steady_clock::now();
+    model->zero_grad();
+    torch::nn::functional::cross_entropy(model(images), labels).backward();
+    if (i >= flags.warmup) times.push_back(seconds_since(start) * 1000.0);
+  }
+  std::sort(times.begin(), times.end());
+  return times[times.size() / 2];
+}
+
+int run_bench_models(const BenchModelsFlags& flags) {
+  if (flags.threads > 0) at::set_num_threads(flags.threads);
+  for (const auto& arch : flags.archs) {
+    torch::manual_seed(0);
+    auto model = models::create(arch, models::ClassifierOptions().num_classes(10).image_size(flags.image_size));
+    const double ms = step_ms(model, flags);
+    std::cout << nlohmann::json{{"arch", arch},
+                                {"ms_per_step", ms},
+                                {"img_per_s", static_cast<double>(flags.batch) * 1000.0 / ms},
+                                {"batch", flags.batch},
+                                {"image_size", flags.image_size},
+                                {"threads", at::get_num_threads()}}
+                     .dump()
+              << std::endl;
+  }
+  return 0;
+}
+
+}  // namespace
+
+Command add_bench_models_command(CLI::App& root) {
+  auto flags = std::make_shared<BenchModelsFlags>();
+  CLI::App* app = root.add_subcommand("bench-models", "Time each architecture's training step (forward + backward)");
+  app->add_option("archs", flags->archs, "architectures (dptrain models lists them)")->required();
+  app->add_option("-b,--batch-size", flags->batch, "images per step")->capture_default_str();
+  app->add_option("--image-size", flags->image_size, "side of the random images")->capture_default_str();
+  app->add_option("--steps", flags->steps, "measured steps (the median is reported)")->capture_default_str();
+  app->add_option("--warmup", flags->warmup, "unmeasured steps first")->capture_default_str();
+  app->add_option("--threads", flags->threads, "intra-op threads (default: LibTorch's)");
+  return {app, [flags](const std::vector<std::string>&) { return run_bench_models(*flags); }};
+}
+
+}  // namespace dpt::cli
