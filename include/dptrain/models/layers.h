@@ -137,18 +137,6 @@ class StochasticDepthImpl : public torch::nn::Cloneable<StochasticDepthImpl> {
 };
 TORCH_MODULE(StochasticDepth);
 
-// Permutes the dimensions (ConvNeXt moves channels last around its LayerNorm and Linear layers).
-class PermuteImpl : public torch::nn::Cloneable<PermuteImpl> {
- public:
-  explicit PermuteImpl(std::vector<int64_t> dims) : dims_(std::move(dims)) {}
-  void reset() override {}
-  torch::Tensor forward(const torch::Tensor& x) { return x.permute(dims_); }
-
- private:
-  std::vector<int64_t> dims_;
-};
-TORCH_MODULE(Permute);
-
 // Flattens all dimensions from `start` (torch.nn.Flatten with start_dim).
 class FlattenImpl : public torch::nn::Cloneable<FlattenImpl> {
  public:
