@@ -11,6 +11,7 @@
 #include "dptrain/models/mobilenet.h"
 #include "dptrain/models/registry.h"
 #include "dptrain/models/resnet.h"
+#include "dptrain/models/shufflenet.h"
 #include "dptrain/models/state_dict.h"
 #include "dptrain/models/torchscript.h"
 #include "dptrain/models/vit.h"

@@ -10,6 +10,7 @@
 #include "dptrain/models/efficientnet.h"
 #include "dptrain/models/mobilenet.h"
 #include "dptrain/models/resnet.h"
+#include "dptrain/models/shufflenet.h"
 #include "dptrain/models/torchscript.h"
 #include "dptrain/models/vit.h"
 
@@ -71,6 +72,12 @@ const std::vector<Entry>& entries() {
         {info("mobilenet_v3_large", "MobileNetV3", 224, 232),
          [](const ClassifierOptions& o) { return torch::nn::AnyModule(mobilenet_v3("large", o)); }},
     };
+    for (const auto& [width, resize] : std::vector<std::pair<std::string, int64_t>>{
+             {"0_5", 256}, {"1_0", 256}, {"1_5", 232}, {"2_0", 232}}) {
+      t.push_back({info("shufflenet_v2_x" + width, "ShuffleNetV2", 224, resize), [width = width](const ClassifierOptions& o) {
+                     return torch::nn::AnyModule(shufflenet_v2(width, o));
+                   }});
+    }
     for (int depth : {11, 13, 16, 19}) {
       for (bool bn : {false, true}) {
         t.push_back({info("vgg" + std::to_string(depth) + (bn ? "_bn" : ""), "VGG"), [depth, bn](const ClassifierOptions& o) {

@@ -24,6 +24,7 @@ STRUCTURE = {name: None for name in [
     "resnet18", "resnet34", "resnet50", "resnet101", "resnet152", "resnext50_32x4d", "resnext101_32x8d",
     "resnext101_64x4d", "wide_resnet50_2", "wide_resnet101_2", "squeezenet1_0", "squeezenet1_1",
     "mobilenet_v2", "mobilenet_v3_small", "mobilenet_v3_large",
+    "shufflenet_v2_x0_5", "shufflenet_v2_x1_0", "shufflenet_v2_x1_5", "shufflenet_v2_x2_0",
     "efficientnet_b0", "efficientnet_b1", "efficientnet_b2", "efficientnet_b3", "efficientnet_b4",
     "efficientnet_b5", "efficientnet_b6", "efficientnet_b7", "efficientnet_v2_s", "efficientnet_v2_m",
     "efficientnet_v2_l"]}
@@ -41,7 +42,7 @@ NUMERIC = {
     "wide_resnet50_2": (64, 1e-4), "squeezenet1_0": (64, 1e-5), "squeezenet1_1": (64, 1e-5),
     "mobilenet_v2": (64, 1e-4), "mobilenet_v3_small": (64, 1e-4), "mobilenet_v3_large": (64, 1e-4),
     "efficientnet_b0": (64, 1e-4), "efficientnet_v2_s": (64, 1e-4), "vit_b_32": (64, 1e-4),
-    "vit_ti_16": (64, 1e-4),
+    "vit_ti_16": (64, 1e-4), "shufflenet_v2_x0_5": (64, 1e-4),
 }
 
 
