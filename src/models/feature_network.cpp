@@ -2,8 +2,6 @@
 
 #include <utility>
 
-#include "dptrain/models/layers.h"
-
 namespace dpt::models {
 
 FeatureNetworkImpl::FeatureNetworkImpl(std::string family, std::function<FeatureNetworkParts()> build)
@@ -36,16 +34,13 @@ InvertedResidualImpl::InvertedResidualImpl(std::string branch_name, std::functio
 void InvertedResidualImpl::reset() {
   branch_ = register_module(branch_name_, build_branch_());
   // Registered so train()/eval() reach it; it has no parameters, so the state dict is unchanged.
-  if (residual_ && stochastic_depth_ > 0) {
-    drop_ = torch::nn::AnyModule(StochasticDepth(stochastic_depth_));
-    register_module("stochastic_depth", drop_.ptr());
-  }
+  if (residual_ && stochastic_depth_ > 0) drop_ = register_module("stochastic_depth", StochasticDepth(stochastic_depth_));
 }
 
 torch::Tensor InvertedResidualImpl::forward(const torch::Tensor& x) {
   auto out = branch_->forward(x);
   if (!residual_) return out;
-  if (!drop_.is_empty()) out = drop_.forward(out);
+  if (drop_) out = drop_(out);
   return out + x;
 }
 

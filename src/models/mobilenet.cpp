@@ -1,6 +1,5 @@
 #include "dptrain/models/mobilenet.h"
 
-#include <cmath>
 #include <vector>
 
 #include <torch/nn/modules/dropout.h>
@@ -18,7 +17,7 @@ namespace {
 // MobileNetV2's block: expand 1x1 (unless t = 1), depthwise 3x3, linear 1x1 projection (a bare
 // convolution and norm, entries 2 and 3 after two Conv2dNormActivations, as torchvision).
 InvertedResidual v2_block(int64_t in, int64_t out, int64_t stride, int64_t expand_ratio, const NormLayer& norm_layer) {
-  const auto hidden = static_cast<int64_t>(std::lround(static_cast<double>(in * expand_ratio)));
+  const int64_t hidden = in * expand_ratio;
   return InvertedResidual("conv", [=] {
     nn::Sequential branch;
     if (expand_ratio != 1) branch->push_back(conv_norm_activation(in, hidden, 1, 1, 1, Activation::ReLU6, norm_layer));

@@ -27,12 +27,15 @@ ResNetOptions resnet_options(const ClassifierOptions& o) {
   return ResNetOptions().num_classes(o.num_classes()).zero_init_residual(o.zero_init_residual()).norm_layer(o.norm_layer());
 }
 
-NetworkBuilder resnet(BlockKind block, std::vector<int64_t> depths, int64_t groups = 1, int64_t width_per_group = 64) {
-  return [=](const ClassifierOptions& o) {
-    return torch::nn::AnyModule(
-        ResNet(ResNetLayout().block(block).depths(depths).groups(groups).width_per_group(width_per_group),
-               resnet_options(o)));
-  };
+// The builder of the network `make` makes from the common options.
+template <typename Make>
+NetworkBuilder network(Make make) {
+  return [make](const ClassifierOptions& o) { return torch::nn::AnyModule(make(o)); };
+}
+
+// The builder of one of resnet.h's ResNets.
+NetworkBuilder resnet(ResNet (*make)(const ResNetOptions&)) {
+  return network([make](const ClassifierOptions& o) { return make(resnet_options(o)); });
 }
 
 // One entry per name. The evaluation transforms are those of torchvision 0.14's default weights
@@ -43,46 +46,39 @@ const std::vector<Entry>& entries() {
                  I interpolation = I::Bilinear, bool half = false) {
     return ModelInfo{std::move(name), std::move(family), crop, resize, interpolation, half};
   };
-  const auto basic = BlockKind::Basic, bottleneck = BlockKind::Bottleneck;
   static const std::vector<Entry> table = [&] {
     std::vector<Entry> t = {
-        {info("alexnet", "AlexNet"), [](const ClassifierOptions& o) { return torch::nn::AnyModule(alexnet(o)); }},
-        {info("resnet18", "ResNet"), resnet(basic, {2, 2, 2, 2})},
-        {info("resnet34", "ResNet"), resnet(basic, {3, 4, 6, 3})},
-        {info("resnet50", "ResNet", 224, 232), resnet(bottleneck, {3, 4, 6, 3})},
-        {info("resnet101", "ResNet", 224, 232), resnet(bottleneck, {3, 4, 23, 3})},
-        {info("resnet152", "ResNet", 224, 232), resnet(bottleneck, {3, 8, 36, 3})},
-        {info("resnext50_32x4d", "ResNeXt", 224, 232), resnet(bottleneck, {3, 4, 6, 3}, 32, 4)},
-        {info("resnext101_32x8d", "ResNeXt", 224, 232), resnet(bottleneck, {3, 4, 23, 3}, 32, 8)},
-        {info("resnext101_64x4d", "ResNeXt", 224, 232), resnet(bottleneck, {3, 4, 23, 3}, 64, 4)},
-        {info("wide_resnet50_2", "Wide ResNet", 224, 232), resnet(bottleneck, {3, 4, 6, 3}, 1, 128)},
-        {info("wide_resnet101_2", "Wide ResNet", 224, 232), resnet(bottleneck, {3, 4, 23, 3}, 1, 128)},
-        {info("resnet20", "CIFAR ResNet", 32, 32),
-         [](const ClassifierOptions& o) { return torch::nn::AnyModule(resnet20(resnet_options(o))); }},
-        {info("resnet56", "CIFAR ResNet", 32, 32),
-         [](const ClassifierOptions& o) { return torch::nn::AnyModule(resnet56(resnet_options(o))); }},
-        {info("squeezenet1_0", "SqueezeNet"),
-         [](const ClassifierOptions& o) { return torch::nn::AnyModule(squeezenet("1_0", o)); }},
-        {info("squeezenet1_1", "SqueezeNet"),
-         [](const ClassifierOptions& o) { return torch::nn::AnyModule(squeezenet("1_1", o)); }},
+        {info("alexnet", "AlexNet"), network(alexnet)},
+        {info("resnet18", "ResNet"), resnet(resnet18)},
+        {info("resnet34", "ResNet"), resnet(resnet34)},
+        {info("resnet50", "ResNet", 224, 232), resnet(resnet50)},
+        {info("resnet101", "ResNet", 224, 232), resnet(resnet101)},
+        {info("resnet152", "ResNet", 224, 232), resnet(resnet152)},
+        {info("resnext50_32x4d", "ResNeXt", 224, 232), resnet(resnext50_32x4d)},
+        {info("resnext101_32x8d", "ResNeXt", 224, 232), resnet(resnext101_32x8d)},
+        {info("resnext101_64x4d", "ResNeXt", 224, 232), resnet(resnext101_64x4d)},
+        {info("wide_resnet50_2", "Wide ResNet", 224, 232), resnet(wide_resnet50_2)},
+        {info("wide_resnet101_2", "Wide ResNet", 224, 232), resnet(wide_resnet101_2)},
+        {info("resnet20", "CIFAR ResNet", 32, 32), resnet(resnet20)},
+        {info("resnet56", "CIFAR ResNet", 32, 32), resnet(resnet56)},
+        {info("squeezenet1_0", "SqueezeNet"), network([](const ClassifierOptions& o) { return squeezenet("1_0", o); })},
+        {info("squeezenet1_1", "SqueezeNet"), network([](const ClassifierOptions& o) { return squeezenet("1_1", o); })},
         {info("mobilenet_v2", "MobileNetV2", 224, 232),
-         [](const ClassifierOptions& o) { return torch::nn::AnyModule(mobilenet_v2(o)); }},
+         network([](const ClassifierOptions& o) { return mobilenet_v2(o); })},
         {info("mobilenet_v3_small", "MobileNetV3"),
-         [](const ClassifierOptions& o) { return torch::nn::AnyModule(mobilenet_v3("small", o)); }},
+         network([](const ClassifierOptions& o) { return mobilenet_v3("small", o); })},
         {info("mobilenet_v3_large", "MobileNetV3", 224, 232),
-         [](const ClassifierOptions& o) { return torch::nn::AnyModule(mobilenet_v3("large", o)); }},
+         network([](const ClassifierOptions& o) { return mobilenet_v3("large", o); })},
     };
     for (const auto& [width, resize] : std::vector<std::pair<std::string, int64_t>>{
              {"0_5", 256}, {"1_0", 256}, {"1_5", 232}, {"2_0", 232}}) {
-      t.push_back({info("shufflenet_v2_x" + width, "ShuffleNetV2", 224, resize), [width = width](const ClassifierOptions& o) {
-                     return torch::nn::AnyModule(shufflenet_v2(width, o));
-                   }});
+      t.push_back({info("shufflenet_v2_x" + width, "ShuffleNetV2", 224, resize),
+                   network([width = width](const ClassifierOptions& o) { return shufflenet_v2(width, o); })});
     }
     for (int depth : {11, 13, 16, 19}) {
       for (bool bn : {false, true}) {
-        t.push_back({info("vgg" + std::to_string(depth) + (bn ? "_bn" : ""), "VGG"), [depth, bn](const ClassifierOptions& o) {
-                       return torch::nn::AnyModule(vgg(depth, bn, o));
-                     }});
+        t.push_back({info("vgg" + std::to_string(depth) + (bn ? "_bn" : ""), "VGG"),
+                     network([depth, bn](const ClassifierOptions& o) { return vgg(depth, bn, o); })});
       }
     }
     const std::vector<std::tuple<std::string, int64_t, int64_t, I, bool>> efficientnets = {
@@ -92,7 +88,7 @@ const std::vector<Entry>& entries() {
         {"v2_m", 480, 480, I::Bilinear, false}, {"v2_l", 480, 480, I::Bicubic, true}};
     for (const auto& [variant, crop, resize, interpolation, half] : efficientnets) {
       t.push_back({info("efficientnet_" + variant, "EfficientNet", crop, resize, interpolation, half),
-                   [variant = variant](const ClassifierOptions& o) { return torch::nn::AnyModule(efficientnet(variant, o)); }});
+                   network([variant = variant](const ClassifierOptions& o) { return efficientnet(variant, o); })});
     }
     const std::vector<std::tuple<std::string, ViTLayout, int64_t, int64_t, I>> vits = {
         {"vit_b_16", ViTLayout::b16(), 224, 256, I::Bilinear}, {"vit_b_32", ViTLayout::b32(), 224, 256, I::Bilinear},
@@ -103,11 +99,11 @@ const std::vector<Entry>& entries() {
         {"vit_ti_16", ViTLayout::ti16(), 224, 256, I::Bicubic}, {"vit_s_16", ViTLayout::s16(), 224, 256, I::Bicubic}};
     for (const auto& [name, layout, crop, resize, interpolation] : vits) {
       t.push_back({info(name, "Vision Transformer", crop, resize, interpolation),
-                   [layout = layout, crop = crop](const ClassifierOptions& o) {
+                   network([layout = layout, crop = crop](const ClassifierOptions& o) {
                      auto sized = o;
                      if (!sized.image_size()) sized.image_size(crop);
-                     return torch::nn::AnyModule(vision_transformer(layout, sized));
-                   }});
+                     return vision_transformer(layout, sized);
+                   })});
     }
     return t;
   }();
@@ -154,8 +150,7 @@ void check_scripted_outputs(Classifier& model, const std::string& name, const Cl
 Classifier create(const std::string& name, const ClassifierOptions& options) {
   if (is_torchscript(name)) {
     const std::string path = name.substr(std::string(kTorchScriptPrefix).size());
-    Classifier model(name, [path](const ClassifierOptions&) { return torch::nn::AnyModule(ScriptedNetwork(path)); },
-                     options);
+    Classifier model(name, network([path](const ClassifierOptions&) { return ScriptedNetwork(path); }), options);
     check_scripted_outputs(model, name, options);
     return model;
   }

@@ -97,8 +97,15 @@ torch::Tensor ResNetImpl::forward(torch::Tensor x) {
 
 namespace {
 
-ResNet imagenet_resnet(BlockKind block, std::vector<int64_t> depths, const ResNetOptions& options) {
-  return ResNet(ResNetLayout().block(block).depths(std::move(depths)), options);
+// Bottleneck depths of ResNet-50 and ResNet-101, which ResNeXt and Wide ResNet share.
+const std::vector<int64_t> kDepths50 = {3, 4, 6, 3};
+const std::vector<int64_t> kDepths101 = {3, 4, 23, 3};
+
+ResNet imagenet_resnet(BlockKind block, std::vector<int64_t> depths, const ResNetOptions& options,
+                       int64_t groups = 1, int64_t width_per_group = 64) {
+  return ResNet(
+      ResNetLayout().block(block).depths(std::move(depths)).groups(groups).width_per_group(width_per_group),
+      options);
 }
 
 }  // namespace
@@ -110,13 +117,29 @@ ResNet resnet34(const ResNetOptions& options) {
   return imagenet_resnet(BlockKind::Basic, {3, 4, 6, 3}, options);
 }
 ResNet resnet50(const ResNetOptions& options) {
-  return imagenet_resnet(BlockKind::Bottleneck, {3, 4, 6, 3}, options);
+  return imagenet_resnet(BlockKind::Bottleneck, kDepths50, options);
 }
 ResNet resnet101(const ResNetOptions& options) {
-  return imagenet_resnet(BlockKind::Bottleneck, {3, 4, 23, 3}, options);
+  return imagenet_resnet(BlockKind::Bottleneck, kDepths101, options);
 }
 ResNet resnet152(const ResNetOptions& options) {
   return imagenet_resnet(BlockKind::Bottleneck, {3, 8, 36, 3}, options);
+}
+
+ResNet resnext50_32x4d(const ResNetOptions& options) {
+  return imagenet_resnet(BlockKind::Bottleneck, kDepths50, options, 32, 4);
+}
+ResNet resnext101_32x8d(const ResNetOptions& options) {
+  return imagenet_resnet(BlockKind::Bottleneck, kDepths101, options, 32, 8);
+}
+ResNet resnext101_64x4d(const ResNetOptions& options) {
+  return imagenet_resnet(BlockKind::Bottleneck, kDepths101, options, 64, 4);
+}
+ResNet wide_resnet50_2(const ResNetOptions& options) {
+  return imagenet_resnet(BlockKind::Bottleneck, kDepths50, options, 1, 128);
+}
+ResNet wide_resnet101_2(const ResNetOptions& options) {
+  return imagenet_resnet(BlockKind::Bottleneck, kDepths101, options, 1, 128);
 }
 
 ResNet cifar_resnet(int64_t depth, const ResNetOptions& options) {

@@ -9,6 +9,7 @@
 #include "dptrain/compat/compat.h"
 #include "dptrain/parallel/ddp.h"
 #include "dptrain/parallel/hvd.h"
+#include "support/error_of.h"
 #include "support/temp_dir.h"
 #include "support/thread_ranks.h"
 #include "support/tiny_training.h"
@@ -20,6 +21,7 @@ namespace hvd = dpt::hvd;
 using dpt::dist::Communicator;
 using dpt::testing::Batches;
 using dpt::testing::borrow;
+using dpt::testing::error_of;
 using dpt::testing::fill;
 using dpt::testing::make_batches;
 using dpt::testing::make_mlp;
@@ -75,15 +77,6 @@ std::vector<at::Tensor> train_ddp(Communicator& comm, const Batches& data, uint6
     optimizer.step();
   }
   return model->parameters();
-}
-
-std::string error_of(const std::function<void()>& action) {
-  try {
-    action();
-  } catch (const dpt::ConfigError& e) {
-    return e.what();
-  }
-  return "(no ConfigError)";
 }
 
 // The same reducer, buckets and mean allreduce as DDP: after 12 SGD steps with momentum and weight
@@ -148,11 +141,11 @@ TEST(HvdDistributedOptimizer, StepOrZeroGradBetweenThePassesOfAStepIsAnError) {
     hvd::DistributedOptimizer distributed(ctx, optimizer, model->named_parameters(),
                                           hvd::DistributedOptimizerOptions().backward_passes_per_step(2));
     F::cross_entropy(model->forward(data.x[0]), data.y[0]).backward();
-    EXPECT_EQ(error_of([&] { distributed.step(); }),
+    EXPECT_EQ(error_of<dpt::ConfigError>([&] { distributed.step(); }),
               dpt::str("rank ", comm.rank(), ": hvd::DistributedOptimizer: step() or synchronize() after 1 of 2 "
                        "backward passes since the last step; gradients are reduced during the last of those "
                        "passes. Run backward_passes_per_step (2) backward passes before each step"));
-    EXPECT_EQ(error_of([&] { distributed.zero_grad(); }),
+    EXPECT_EQ(error_of<dpt::ConfigError>([&] { distributed.zero_grad(); }),
               dpt::str("rank ", comm.rank(), ": hvd::DistributedOptimizer: zero_grad() after 1 of 2 backward "
                        "passes of this step would drop their gradients; call zero_grad() before the first backward "
                        "pass of a step or after step()"));
@@ -195,7 +188,7 @@ TEST(HvdDistributedOptimizer, ParametersMissingFromNamedParametersAreNamed) {
     auto params = model->parameters();
     params.push_back(torch::zeros({2, 5}, torch::requires_grad()));
     auto optimizer = std::make_shared<torch::optim::SGD>(params, sgd());
-    EXPECT_EQ(error_of([&] { hvd::DistributedOptimizer d(ctx, optimizer, model->named_parameters()); }),
+    EXPECT_EQ(error_of<dpt::ConfigError>([&] { hvd::DistributedOptimizer d(ctx, optimizer, model->named_parameters()); }),
               "rank 0: hvd::DistributedOptimizer: parameter 6 of param group 0 (shape [2, 5]) is not in "
               "named_parameters; pass the named_parameters() of the model the optimizer trains");
   });
@@ -288,7 +281,7 @@ TEST(HvdBroadcastOptimizerState, DifferentOptimizersFailOnEveryRank) {
     } else {
       optimizer = std::make_shared<torch::optim::Adam>(model->parameters(), torch::optim::AdamOptions(1e-3));
     }
-    EXPECT_EQ(error_of([&] { dpt::hvd::broadcast_optimizer_state(ctx, *optimizer, 0); }),
+    EXPECT_EQ(error_of<dpt::ConfigError>([&] { dpt::hvd::broadcast_optimizer_state(ctx, *optimizer, 0); }),
               dpt::str("rank ", comm.rank(), ": hvd::broadcast_optimizer_state: rank 0 and rank 1 disagree at entry 0: "
                        "rank 0 passes a torch::optim::SGD, rank 1 passes a torch::optim::Adam. Every rank must build "
                        "the same optimizer over the same parameters and pass the same root"));
@@ -331,22 +324,22 @@ TEST(HvdCollectives, MismatchedShapesFailOnEveryRankNamingTheTensor) {
   dpt::testing::run_ranks(2, [&](Communicator& comm) {
     hvd::Context ctx(borrow(comm));
     const auto mine = torch::ones({comm.rank() == 0 ? 3 : 4});
-    EXPECT_EQ(error_of([&] { ctx.allreduce(mine, "grad_norm"); }),
+    EXPECT_EQ(error_of<dpt::ConfigError>([&] { ctx.allreduce(mine, "grad_norm"); }),
               dpt::str("rank ", comm.rank(), ": hvd::allreduce 'grad_norm': rank 0 and rank 1 disagree: rank 0 passes "
                        "'grad_norm' of shape [3] and dtype Float with op Average, rank 1 passes 'grad_norm' of shape "
                        "[4] and dtype Float with op Average. Every rank must allreduce a tensor of the same name, "
                        "shape and dtype with the same op, in the same order"));
-    EXPECT_EQ(error_of([&] { ctx.allgather(torch::ones({2, comm.rank() + 1}), "features"); }),
+    EXPECT_EQ(error_of<dpt::ConfigError>([&] { ctx.allgather(torch::ones({2, comm.rank() + 1}), "features"); }),
               dpt::str("rank ", comm.rank(), ": hvd::allgather 'features': rank 0 and rank 1 disagree: rank 0 passes "
                        "'features' of dtype Float with rows of shape [1], rank 1 passes 'features' of dtype Float with "
                        "rows of shape [2]. Every rank must allgather a tensor of the same name and dtype whose "
                        "dimensions after the first agree, in the same order"));
-    EXPECT_EQ(error_of([&] { ctx.broadcast(torch::ones({2}), 0, comm.rank() == 0 ? "weights" : "bias"); }),
+    EXPECT_EQ(error_of<dpt::ConfigError>([&] { ctx.broadcast(torch::ones({2}), 0, comm.rank() == 0 ? "weights" : "bias"); }),
               dpt::str("rank ", comm.rank(), ": hvd::broadcast '", comm.rank() == 0 ? "weights" : "bias",
                        "': rank 0 and rank 1 disagree: rank 0 passes 'weights' of shape [2] and dtype Float from rank "
                        "0, rank 1 passes 'bias' of shape [2] and dtype Float from rank 0. Every rank must broadcast a "
                        "tensor of the same name, shape and dtype from the same root, in the same order"));
-    EXPECT_EQ(error_of([&] { ctx.broadcast(torch::ones({2}), 2, "weights"); }),
+    EXPECT_EQ(error_of<dpt::ConfigError>([&] { ctx.broadcast(torch::ones({2}), 2, "weights"); }),
               dpt::str("rank ", comm.rank(), ": hvd::broadcast 'weights': root_rank 2 is not a rank of this job (0..1)"));
     EXPECT_TRUE(ctx.allreduce(torch::ones({2}), "after", hvd::ReduceOp::Sum).equal(torch::full({2}, 2.0f)));
   });
@@ -354,7 +347,7 @@ TEST(HvdCollectives, MismatchedShapesFailOnEveryRankNamingTheTensor) {
 
 TEST(HvdProcessContext, FreeFunctionsNeedInitAndFollowTheGuard) {
   ASSERT_FALSE(hvd::is_initialized());
-  EXPECT_EQ(error_of([] { hvd::rank(); }),
+  EXPECT_EQ(error_of<dpt::ConfigError>([] { hvd::rank(); }),
             "dpt::hvd::rank() was called before dpt::hvd::init() (or after dpt::hvd::shutdown()); call "
             "dpt::hvd::init() first, in a process started by dptrain launch, torchrun, srun or mpirun");
   dpt::testing::TempDir dir;
@@ -372,7 +365,7 @@ TEST(HvdProcessContext, FreeFunctionsNeedInitAndFollowTheGuard) {
     EXPECT_EQ(distributed.reducer().bucket_indices().size(), 1u);  // 64 MiB: one buffer
   }
   EXPECT_FALSE(hvd::is_initialized());
-  EXPECT_EQ(error_of([] { hvd::allreduce(torch::ones({1}), "x"); }).substr(0, 60),
+  EXPECT_EQ(error_of<dpt::ConfigError>([] { hvd::allreduce(torch::ones({1}), "x"); }).substr(0, 60),
             "dpt::hvd::allreduce() was called before dpt::hvd::init() (or");
 }
 

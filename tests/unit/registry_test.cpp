@@ -15,18 +15,13 @@
 #include "dptrain/models/registry.h"
 #include "dptrain/models/state_dict.h"
 
+#include "support/error_of.h"
+
 namespace models = dpt::models;
 
-namespace {
+using dpt::testing::error_of;
 
-std::string error_of(const std::function<void()>& action) {
-  try {
-    action();
-  } catch (const dpt::Error& error) {
-    return error.what();
-  }
-  return "(no error)";
-}
+namespace {
 
 std::vector<std::string> keys_of(const torch::nn::Module& module) {
   std::vector<std::string> keys;
@@ -71,7 +66,7 @@ TEST(ModelRegistry, CreatesWithOptions) {
 }
 
 TEST(ModelRegistry, UnknownNameListsTheKnownOnes) {
-  const auto message = error_of([] { models::create("ResNet18"); });
+  const auto message = error_of<dpt::ConfigError>([] { models::create("ResNet18"); });
   EXPECT_EQ(message.rfind("unknown model architecture 'ResNet18'; choose one of: alexnet, resnet18, resnet34, ", 0), 0u)
       << message;
   const std::string tail = ", or torchscript:PATH for a module saved with torch.jit.script or torch.jit.trace";
@@ -79,7 +74,7 @@ TEST(ModelRegistry, UnknownNameListsTheKnownOnes) {
 }
 
 TEST(ModelRegistry, MissingTorchScriptFileSaysHowToMakeOne) {
-  const auto message = error_of([] { models::create("torchscript:/nonexistent/net.pt"); });
+  const auto message = error_of<dpt::ConfigError>([] { models::create("torchscript:/nonexistent/net.pt"); });
   EXPECT_EQ(message.rfind("cannot load the TorchScript model '/nonexistent/net.pt': ", 0), 0u) << message;
   EXPECT_NE(message.find("save it from Python with torch.jit.script(model).save(path)"), std::string::npos);
 }

@@ -13,7 +13,11 @@
 #include "dptrain/models/resnet.h"
 #include "dptrain/models/state_dict.h"
 
+#include "support/error_of.h"
+
 namespace models = dpt::models;
+
+using dpt::testing::error_of;
 
 namespace {
 
@@ -27,15 +31,6 @@ models::StateDict random_state(const models::StateDict& like) {
     out.insert(entry.key(), t.is_floating_point() ? torch::rand_like(t) + 0.5 : torch::randint_like(t, 100));
   }
   return out;
-}
-
-std::string error_of(const std::function<void()>& action) {
-  try {
-    action();
-  } catch (const dpt::CheckpointError& error) {
-    return error.what();
-  }
-  return "no CheckpointError";
 }
 
 class TempDir {
@@ -91,7 +86,7 @@ TEST(StateDict, MissingKeyIsNamed) {
   auto dict = models::state_dict(*model);
   dict.erase("fc.bias");
   dict.erase("layer1.0.bn1.running_var");
-  EXPECT_EQ(error_of([&] { models::load_state_dict(*model, dict); }),
+  EXPECT_EQ(error_of<dpt::CheckpointError>([&] { models::load_state_dict(*model, dict); }),
             "state dict does not match the dpt::models::ResNetImpl model (116 entries expected, 114 given): "
             "2 missing keys (first: 'layer1.0.bn1.running_var'); check the architecture and num_classes the "
             "state dict was saved with");
@@ -101,7 +96,7 @@ TEST(StateDict, UnexpectedKeysFromAWrapperGetAHint) {
   auto model = small_model();
   models::StateDict wrapped;
   for (const auto& entry : models::state_dict(*model)) wrapped.insert("module." + entry.key(), entry.value());
-  EXPECT_EQ(error_of([&] { models::load_state_dict(*model, wrapped); }),
+  EXPECT_EQ(error_of<dpt::CheckpointError>([&] { models::load_state_dict(*model, wrapped); }),
             "state dict does not match the dpt::models::ResNetImpl model (116 entries expected, 116 given): "
             "116 missing keys (first: 'conv1.weight'), 116 unexpected keys (first: 'module.conv1.weight'); "
             "the keys start with 'module.', as saved from a (Distributed)DataParallel wrapper: save the "
@@ -112,7 +107,7 @@ TEST(StateDict, ShapeMismatchNamesBothShapesAndCopiesNothing) {
   auto model = small_model();
   auto before = models::state_dict(*model)["conv1.weight"].clone();
   auto other = models::state_dict(*models::resnet20(models::ResNetOptions().num_classes(100)));
-  EXPECT_EQ(error_of([&] { models::load_state_dict(*model, other); }),
+  EXPECT_EQ(error_of<dpt::CheckpointError>([&] { models::load_state_dict(*model, other); }),
             "state dict entry 'fc.weight' has the wrong shape: the model expects [10, 64], the state dict "
             "has [100, 64]; check the architecture and num_classes the state dict was saved with");
   EXPECT_TRUE(torch::equal(models::state_dict(*model)["conv1.weight"], before));
@@ -135,13 +130,13 @@ TEST(StateDict, FileRoundTrip) {
 
 TEST(StateDict, ReadErrorsNameTheFile) {
   TempDir dir;
-  EXPECT_EQ(error_of([&] { models::read_state_dict(dir.file("absent.pt")); }),
+  EXPECT_EQ(error_of<dpt::CheckpointError>([&] { models::read_state_dict(dir.file("absent.pt")); }),
             "cannot open state dict file '" + dir.file("absent.pt") + "': No such file or directory");
   {
     std::ofstream garbage(dir.file("garbage.pt"));
     garbage << "not a checkpoint";
   }
-  EXPECT_EQ(error_of([&] { models::read_state_dict(dir.file("garbage.pt")); })
+  EXPECT_EQ(error_of<dpt::CheckpointError>([&] { models::read_state_dict(dir.file("garbage.pt")); })
                 .rfind("cannot read state dict file '" + dir.file("garbage.pt") + "' (16 bytes) with LibTorch's unpickler", 0),
             0u);
   {
@@ -149,7 +144,7 @@ TEST(StateDict, ReadErrorsNameTheFile) {
     std::ofstream tensor(dir.file("tensor.pt"), std::ios::binary);
     tensor.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
   }
-  EXPECT_EQ(error_of([&] { models::read_state_dict(dir.file("tensor.pt")); }),
+  EXPECT_EQ(error_of<dpt::CheckpointError>([&] { models::read_state_dict(dir.file("tensor.pt")); }),
             "state dict file '" + dir.file("tensor.pt") + "' holds a Tensor, not a dict of name -> tensor; "
             "from Python, save a plain dict of tensors: torch.save(dict(model.state_dict()), path)");
 }

@@ -107,7 +107,7 @@ TEST(TrainingCheckpoint, OlderCheckpointsLackTheElasticEntries) {
   cp.step_in_epoch = 7;
   cp.global_batch = 64;
   auto dict = cp.to_ivalue().toGenericDict();
-  for (const char* key : {"samples_in_epoch", "world_size", "lr_reference_batch"}) dict.erase(key);
+  for (const char* key : {"samples_in_epoch", "world_size", "lr_reference_batch"}) EXPECT_EQ(dict.erase(key), 1u) << key;
   const auto back = TrainingCheckpoint::from_ivalue(dict, "old.pt");
   EXPECT_EQ(back.samples_in_epoch, 7 * 64);
   EXPECT_EQ(back.world_size, 0) << "unknown: a resume at any world size is taken as unchanged";

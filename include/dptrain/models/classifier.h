@@ -92,7 +92,6 @@ class ClassifierImpl : public torch::nn::Cloneable<ClassifierImpl>, public NormL
 
   // The family's module (ResNetImpl, VGGImpl, ...).
   torch::nn::Module& network() const { return *network_.ptr(); }
-  const std::string& arch() const { return arch_; }
 
   ClassifierOptions options;
 

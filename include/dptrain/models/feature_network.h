@@ -19,6 +19,8 @@
 #include <torch/nn/modules/container/sequential.h>
 #include <torch/nn/pimpl.h>
 
+#include "dptrain/models/layers.h"
+
 namespace dpt::models {
 
 struct FeatureNetworkParts {
@@ -63,7 +65,7 @@ class InvertedResidualImpl : public torch::nn::Cloneable<InvertedResidualImpl> {
   bool residual_;
   double stochastic_depth_;
   torch::nn::Sequential branch_{nullptr};
-  torch::nn::AnyModule drop_;  // StochasticDepth, when stochastic_depth_ > 0
+  StochasticDepth drop_{nullptr};  // null unless residual_ and stochastic_depth_ > 0
 };
 TORCH_MODULE(InvertedResidual);
 

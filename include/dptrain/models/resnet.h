@@ -89,6 +89,14 @@ ResNet resnet50(const ResNetOptions& options = ResNetOptions());
 ResNet resnet101(const ResNetOptions& options = ResNetOptions());
 ResNet resnet152(const ResNetOptions& options = ResNetOptions());
 
+// torchvision's ResNeXt (Xie et al. 2017: grouped 3x3 convolutions, groups x width) and Wide
+// ResNet (Zagoruyko and Komodakis 2016: bottlenecks twice as wide) at ResNet-50/101 depths.
+ResNet resnext50_32x4d(const ResNetOptions& options = ResNetOptions());
+ResNet resnext101_32x8d(const ResNetOptions& options = ResNetOptions());
+ResNet resnext101_64x4d(const ResNetOptions& options = ResNetOptions());
+ResNet wide_resnet50_2(const ResNetOptions& options = ResNetOptions());
+ResNet wide_resnet101_2(const ResNetOptions& options = ResNetOptions());
+
 // The CIFAR ResNets of He et al. 2015 (section 4.2): depth 6n+2 with n basic blocks in each of
 // three stages of 16/32/64 channels, a 3x3 stem and no max-pool. Shortcuts are parameter-free
 // (Shortcut::ZeroPad, the paper's option A), so ResNet-20 has 0.27M parameters as in the paper.

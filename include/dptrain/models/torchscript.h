@@ -28,8 +28,6 @@ class ScriptedNetworkImpl : public torch::nn::Cloneable<ScriptedNetworkImpl> {
   void train(bool on = true) override;
   void pretty_print(std::ostream& stream) const override;
 
-  torch::jit::Module& script() { return script_; }
-
  private:
   std::string path_;
   torch::jit::Module script_;
