@@ -21,9 +21,11 @@ def train_two_ranks(*args, arch="resnet20"):
     return out, last_json(out)
 
 
-# arch -> (image size, training images, learning rate, epochs, top-1 bar); measured here: 99.0%,
+# arch -> (image size, training images, learning rate, epochs, top-1 bar); measured here: 98.2%,
 # 89.0% and 90.0% (EfficientNet-B0 reduces 32 px to 1x1 and learns slowly there, hence 64 px).
-ZOO = {"mobilenet_v2": ("32", "2000", "0.2", "4", 90.0), "efficientnet_b0": ("64", "2000", "0.1", "4", 80.0),
+# MobileNetV2 at lr 0.2 reached 96-99% over seeds here but 84% on another CPU: at 0.1 seeds 0-7
+# give 96.4-99.6%.
+ZOO = {"mobilenet_v2": ("32", "2000", "0.1", "4", 90.0), "efficientnet_b0": ("64", "2000", "0.1", "4", 80.0),
        "vit_ti_16": ("32", "1000", "0.05", "2", 80.0)}
 
 
