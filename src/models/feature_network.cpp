@@ -14,11 +14,15 @@ void FeatureNetworkImpl::reset() {
   features = register_module("features", parts.features);
   classifier = register_module("classifier", parts.classifier);
   pool_ = parts.pool;
+  flatten_ = parts.flatten;
 }
 
 torch::Tensor FeatureNetworkImpl::forward(torch::Tensor images) {
   auto x = features->forward(images);
-  if (pool_) x = torch::adaptive_avg_pool2d(x, {(*pool_)[0], (*pool_)[1]}).flatten(1);
+  if (pool_) {
+    x = torch::adaptive_avg_pool2d(x, {(*pool_)[0], (*pool_)[1]});
+    if (flatten_) x = x.flatten(1);
+  }
   return classifier->forward(x);
 }
 

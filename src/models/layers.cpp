@@ -71,8 +71,11 @@ void ActivationLayerImpl::pretty_print(std::ostream& stream) const {
 }
 
 std::shared_ptr<nn::Module> StackImpl::clone(const c10::optional<torch::Device>& device) const {
+  // Unlike SequentialImpl::clone, keeps the children's names (DenseNet's are conv0, norm0, ...).
   auto copy = std::make_shared<StackImpl>();
-  for (const auto& module : *this) copy->push_back(module.clone(device));
+  const auto names = named_children().keys();
+  size_t i = 0;
+  for (const auto& module : *this) copy->push_back(names[i++], module.clone(device));
   copy->train(is_training());
   return copy;
 }
@@ -134,6 +137,19 @@ void StochasticDepthImpl::pretty_print(std::ostream& stream) const {
 
 torch::Tensor GlobalAvgPoolImpl::forward(const torch::Tensor& x) {
   return torch::adaptive_avg_pool2d(x, {1, 1});
+}
+
+void LayerNorm2dImpl::reset() {
+  weight = register_parameter("weight", torch::ones({channels_}));
+  bias = register_parameter("bias", torch::zeros({channels_}));
+}
+
+torch::Tensor LayerNorm2dImpl::forward(const torch::Tensor& x) {
+  return torch::layer_norm(x.permute({0, 2, 3, 1}), {channels_}, weight, bias, eps_).permute({0, 3, 1, 2});
+}
+
+void LayerNorm2dImpl::pretty_print(std::ostream& stream) const {
+  stream << "LayerNorm2d(" << channels_ << ", eps=" << eps_ << ")";
 }
 
 void trunc_normal_(torch::Tensor tensor, double std, double a, double b) {

@@ -7,8 +7,11 @@
 
 #include "dptrain/common/error.h"
 #include "dptrain/models/classic.h"
+#include "dptrain/models/convnext.h"
+#include "dptrain/models/densenet.h"
 #include "dptrain/models/efficientnet.h"
 #include "dptrain/models/mobilenet.h"
+#include "dptrain/models/regnet.h"
 #include "dptrain/models/resnet.h"
 #include "dptrain/models/shufflenet.h"
 #include "dptrain/models/torchscript.h"
@@ -74,6 +77,24 @@ const std::vector<Entry>& entries() {
              {"0_5", 256}, {"1_0", 256}, {"1_5", 232}, {"2_0", 232}}) {
       t.push_back({info("shufflenet_v2_x" + width, "ShuffleNetV2", 224, resize),
                    network([width = width](const ClassifierOptions& o) { return shufflenet_v2(width, o); })});
+    }
+    for (int depth : {121, 161, 169, 201}) {
+      t.push_back({info("densenet" + std::to_string(depth), "DenseNet"),
+                   network([depth](const ClassifierOptions& o) { return densenet(depth, o); })});
+    }
+    for (const std::string size : {"400mf", "800mf", "1_6gf", "3_2gf", "8gf", "16gf", "32gf", "128gf"}) {
+      for (const std::string kind : {"x", "y"}) {
+        if (kind == "x" && size == "128gf") continue;  // torchvision has no RegNetX-128GF
+        const bool swag = size == "128gf";  // its only weights are SWAG's, fine-tuned at 384 px
+        t.push_back({info("regnet_" + kind + "_" + size, "RegNet", swag ? 384 : 224, swag ? 384 : 232,
+                          swag ? I::Bicubic : I::Bilinear),
+                     network([name = kind + "_" + size](const ClassifierOptions& o) { return regnet(name, o); })});
+      }
+    }
+    for (const auto& [size, resize] : std::vector<std::pair<std::string, int64_t>>{
+             {"tiny", 236}, {"small", 230}, {"base", 232}, {"large", 232}}) {
+      t.push_back({info("convnext_" + size, "ConvNeXt", 224, resize),
+                   network([size = size](const ClassifierOptions& o) { return convnext(size, o); })});
     }
     for (int depth : {11, 13, 16, 19}) {
       for (bool bn : {false, true}) {

@@ -74,7 +74,7 @@ EncoderImpl::EncoderImpl(const ViTLayout& layout, int64_t seq_length, double dro
 void EncoderImpl::reset() {
   pos_embedding = register_parameter("pos_embedding",
                                      torch::empty({1, seq_length_, layout_.hidden_dim()}).normal_(0, 0.02));
-  layers_ = nn::Sequential();
+  layers_ = Stack();
   for (int64_t i = 0; i < layout_.num_layers(); ++i) {
     layers_->push_back("encoder_layer_" + std::to_string(i), EncoderBlock(layout_, dropout_));
   }
@@ -100,7 +100,8 @@ void VisionTransformerImpl::reset() {
   conv_proj_ = register_module("conv_proj", nn::Conv2d(nn::Conv2dOptions(3, hidden, patch).stride(patch)));
   encoder_ = register_module("encoder", Encoder(layout, seq_length, dropout_or(options, 0.0)));
   nn::Linear head(hidden, options.num_classes());
-  heads_ = register_module("heads", nn::Sequential({{"head", head}}));
+  heads_ = register_module("heads", Stack());
+  heads_->push_back("head", head);
   torch::NoGradGuard no_grad;
   trunc_normal_(conv_proj_->weight, std::sqrt(1.0 / static_cast<double>(3 * patch * patch)));
   conv_proj_->bias.zero_();

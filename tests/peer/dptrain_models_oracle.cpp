@@ -33,7 +33,8 @@ bool ends_with(const std::string& text, const std::string& suffix) {
 }
 
 // Norm statistics and affine terms away from their 1/0 defaults, so a mix-up between any two
-// of them changes the logits, and zero-initialised matrices (ViT's head) random; other weights
+// of them changes the logits, ConvNeXt's layer scales up from 1e-6, so its blocks show in the
+// logits, and zero-initialised matrices (ViT's head) random; other weights
 // keep their (seeded) random initialisation.
 void randomise_norms(models::Classifier& model) {
   torch::NoGradGuard no_grad;
@@ -44,7 +45,8 @@ void randomise_norms(models::Classifier& model) {
       t.fill_(7);
     } else if (t.dim() == 2 && !t.any().item<bool>()) {
       t.normal_(0, 0.02);
-    } else if (ends_with(key, "running_var") || (t.dim() == 1 && ends_with(key, ".weight"))) {
+    } else if (ends_with(key, "running_var") || ends_with(key, "layer_scale") ||
+               (t.dim() == 1 && ends_with(key, ".weight"))) {
       t.copy_(torch::rand_like(t) + 0.5);
     } else if (ends_with(key, "running_mean") || (t.dim() == 1 && ends_with(key, ".bias"))) {
       t.copy_((torch::rand_like(t) - 0.5) * 0.2);

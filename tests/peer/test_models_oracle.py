@@ -27,7 +27,9 @@ STRUCTURE = {name: None for name in [
     "shufflenet_v2_x0_5", "shufflenet_v2_x1_0", "shufflenet_v2_x1_5", "shufflenet_v2_x2_0",
     "efficientnet_b0", "efficientnet_b1", "efficientnet_b2", "efficientnet_b3", "efficientnet_b4",
     "efficientnet_b5", "efficientnet_b6", "efficientnet_b7", "efficientnet_v2_s", "efficientnet_v2_m",
-    "efficientnet_v2_l"]}
+    "efficientnet_v2_l", "densenet121", "densenet161", "densenet169", "densenet201"] +
+    [f"regnet_{kind}_{size}" for kind in "xy" for size in ["400mf", "800mf", "1_6gf", "3_2gf", "8gf", "16gf", "32gf"]] +
+    ["regnet_y_128gf", "convnext_tiny", "convnext_small", "convnext_base", "convnext_large"]}
 # The large ViTs share B/16's code and differ in sizes only: checked at a small input.
 STRUCTURE.update({"vit_b_16": 32, "vit_b_32": 64, "vit_l_16": 32, "vit_l_32": 64, "vit_h_14": 28,
                   "vit_ti_16": 32, "vit_s_16": 32})
@@ -42,7 +44,8 @@ NUMERIC = {
     "wide_resnet50_2": (64, 1e-4), "squeezenet1_0": (64, 1e-5), "squeezenet1_1": (64, 1e-5),
     "mobilenet_v2": (64, 1e-4), "mobilenet_v3_small": (64, 1e-4), "mobilenet_v3_large": (64, 1e-4),
     "efficientnet_b0": (64, 1e-4), "efficientnet_v2_s": (64, 1e-4), "vit_b_32": (64, 1e-4),
-    "vit_ti_16": (64, 1e-4), "shufflenet_v2_x0_5": (64, 1e-4),
+    "vit_ti_16": (64, 1e-4), "shufflenet_v2_x0_5": (64, 1e-4), "densenet121": (64, 1e-4),
+    "regnet_x_400mf": (64, 1e-4), "regnet_y_400mf": (64, 1e-4), "convnext_tiny": (64, 1e-4),
 }
 
 
@@ -77,8 +80,9 @@ def without_randomness(model):
 
 
 def randomise_norms(model):
-    """Norm statistics and affine terms away from their defaults, and zero-initialised linear
-    layers (ViT's head) random, as the C++ side does: every parameter then shows in the logits."""
+    """Norm statistics and affine terms away from their defaults, ConvNeXt's layer scales up from
+    1e-6, and zero-initialised linear layers (ViT's head) random, as the C++ side does: every
+    parameter then shows in the logits."""
     with torch.no_grad():
         for module in model.modules():
             if isinstance(module, torch.nn.Linear) and not module.weight.any():
@@ -86,6 +90,8 @@ def randomise_norms(model):
             if isinstance(module, (torch.nn.BatchNorm2d, torch.nn.LayerNorm)):
                 module.weight.copy_(torch.rand_like(module.weight) + 0.5)
                 module.bias.copy_((torch.rand_like(module.bias) - 0.5) * 0.2)
+            if isinstance(module, torchvision.models.convnext.CNBlock):
+                module.layer_scale.copy_(torch.rand_like(module.layer_scale) + 0.5)
             if isinstance(module, torch.nn.BatchNorm2d):
                 module.running_mean.copy_((torch.rand_like(module.running_mean) - 0.5) * 0.2)
                 module.running_var.copy_(torch.rand_like(module.running_var) + 0.5)

@@ -86,11 +86,12 @@ TEST(Classifier, CarriesTheNetworksOwnNames) {
 }
 
 TEST(Classifier, ClonesAreEqualAndIndependent) {
-  for (const char* arch : {"efficientnet_b0", "vit_b_32", "squeezenet1_1"}) {
+  for (const char* arch : {"efficientnet_b0", "vit_b_32", "squeezenet1_1", "densenet121", "shufflenet_v2_x0_5"}) {
     SCOPED_TRACE(arch);
     torch::manual_seed(0);
     auto model = models::create(arch, models::ClassifierOptions().num_classes(3).image_size(64));
     auto copy = models::Classifier(std::dynamic_pointer_cast<models::ClassifierImpl>(model->clone()));
+    EXPECT_EQ(keys_of(*copy), keys_of(*model));  // DenseNet's named children keep their names
     auto input = torch::randn({2, 3, 64, 64});
     model->eval();
     copy->eval();

@@ -1,8 +1,9 @@
 #pragma once
 // The shape most of torchvision's families share: `features` (a Sequential of convolutional
 // stages), a pooling to a fixed size, flattening, and `classifier` (a Sequential of linear or 1x1
-// layers). AlexNet, VGG, SqueezeNet, MobileNetV2/V3 and EfficientNet are one of these, each built
-// by its own function; their state-dict names are torchvision's: features.N..., classifier.N....
+// layers). AlexNet, VGG, SqueezeNet, MobileNetV2/V3, EfficientNet and ConvNeXt are one of these,
+// each built by its own function; their state-dict names are torchvision's: features.N...,
+// classifier.N....
 //
 //   auto net = dpt::models::FeatureNetwork("vgg11", [] {
 //     return dpt::models::FeatureNetworkParts{features, std::array<int64_t, 2>{7, 7}, classifier};
@@ -29,6 +30,8 @@ struct FeatureNetworkParts {
   // features as they are (SqueezeNet pools and flattens inside its classifier).
   std::optional<std::array<int64_t, 2>> pool;
   torch::nn::Sequential classifier;
+  // false: the classifier gets the pooled features unflattened (ConvNeXt normalises them first).
+  bool flatten = true;
 };
 
 class FeatureNetworkImpl : public torch::nn::Cloneable<FeatureNetworkImpl> {
@@ -46,6 +49,7 @@ class FeatureNetworkImpl : public torch::nn::Cloneable<FeatureNetworkImpl> {
   std::string family_;
   std::function<FeatureNetworkParts()> build_;
   std::optional<std::array<int64_t, 2>> pool_;
+  bool flatten_ = true;
 };
 TORCH_MODULE(FeatureNetwork);
 

@@ -12,6 +12,7 @@
 #include <optional>
 #include <ostream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <torch/arg.h>
@@ -72,13 +73,14 @@ torch::Tensor activate(Activation kind, const torch::Tensor& x);
 
 // A torch::nn::Sequential whose forward maps a tensor to a tensor, so that it can sit inside
 // another Sequential (LibTorch's AnyModule cannot hold Sequential's templated forward). Its
-// children are named 0, 1, ... like any Sequential's, and convert_sync_batchnorm swaps its norms.
+// children are named 0, 1, ... like any Sequential's unless pushed with names, which its clone()
+// keeps (Sequential's does not), and convert_sync_batchnorm swaps its norms.
 class StackImpl : public torch::nn::SequentialImpl {
  public:
   using SequentialImpl::SequentialImpl;
   torch::Tensor forward(torch::Tensor x) { return SequentialImpl::forward(x); }
-  // A Stack, not the SequentialImpl that Sequential's clone() makes: a Sequential holding this
-  // one clones it through AnyModule, which casts the clone back to StackImpl.
+  // A Stack with the same child names, not the SequentialImpl that Sequential's clone() makes: a
+  // Sequential holding this one clones it through AnyModule, which casts the clone back to StackImpl.
   std::shared_ptr<torch::nn::Module> clone(const c10::optional<torch::Device>& device = c10::nullopt) const override;
 };
 TORCH_MODULE(Stack);
@@ -156,6 +158,36 @@ class GlobalAvgPoolImpl : public torch::nn::Cloneable<GlobalAvgPoolImpl> {
   torch::Tensor forward(const torch::Tensor& x);
 };
 TORCH_MODULE(GlobalAvgPool);
+
+// Reorders dimensions (torchvision.ops.Permute), no parameters: ConvNeXt's blocks run their
+// LayerNorm and linear layers channels-last.
+class PermuteImpl : public torch::nn::Cloneable<PermuteImpl> {
+ public:
+  explicit PermuteImpl(std::vector<int64_t> dims) : dims_(std::move(dims)) {}
+  void reset() override {}
+  torch::Tensor forward(const torch::Tensor& x) { return x.permute(dims_); }
+
+ private:
+  std::vector<int64_t> dims_;
+};
+TORCH_MODULE(Permute);
+
+// LayerNorm over the channels of an NCHW tensor (torchvision's LayerNorm2d: weight and bias of
+// `channels` entries, as nn.LayerNorm's).
+class LayerNorm2dImpl : public torch::nn::Cloneable<LayerNorm2dImpl> {
+ public:
+  explicit LayerNorm2dImpl(int64_t channels, double eps = 1e-6) : channels_(channels), eps_(eps) { reset(); }
+  void reset() override;
+  torch::Tensor forward(const torch::Tensor& x);
+  void pretty_print(std::ostream& stream) const override;
+
+  torch::Tensor weight, bias;
+
+ private:
+  int64_t channels_;
+  double eps_;
+};
+TORCH_MODULE(LayerNorm2d);
 
 // Fills `tensor` from normal(0, std) truncated to [a, b] (torch.nn.init.trunc_normal_, whose
 // bounds are absolute values, not multiples of std).

@@ -87,7 +87,7 @@ class EncoderImpl : public torch::nn::Cloneable<EncoderImpl> {
   ViTLayout layout_;
   int64_t seq_length_;
   double dropout_;
-  torch::nn::Sequential layers_{nullptr};
+  Stack layers_{nullptr};  // a Stack keeps the names encoder_layer_N in clones
   torch::nn::LayerNorm ln_{nullptr};
 };
 TORCH_MODULE(Encoder);
@@ -108,7 +108,7 @@ class VisionTransformerImpl : public torch::nn::Cloneable<VisionTransformerImpl>
   torch::Tensor class_token_;
   torch::nn::Conv2d conv_proj_{nullptr};
   Encoder encoder_{nullptr};
-  torch::nn::Sequential heads_{nullptr};
+  Stack heads_{nullptr};
 };
 TORCH_MODULE(VisionTransformer);
 
