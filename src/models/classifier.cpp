@@ -36,6 +36,10 @@ std::vector<AuxiliaryLogits> ClassifierImpl::take_auxiliary_logits() {
   return heads ? heads->take_auxiliary_logits() : std::vector<AuxiliaryLogits>{};
 }
 
+bool ClassifierImpl::has_auxiliary_heads() const {
+  return options.aux_logits() && dynamic_cast<AuxiliaryHeads*>(network_.ptr().get()) != nullptr;
+}
+
 void ClassifierImpl::train(bool on) {
   torch::nn::Module::train(on);
   network_.ptr()->train(on);

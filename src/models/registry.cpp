@@ -10,6 +10,7 @@
 #include "dptrain/models/convnext.h"
 #include "dptrain/models/densenet.h"
 #include "dptrain/models/efficientnet.h"
+#include "dptrain/models/inception.h"
 #include "dptrain/models/mobilenet.h"
 #include "dptrain/models/regnet.h"
 #include "dptrain/models/resnet.h"
@@ -64,6 +65,8 @@ const std::vector<Entry>& entries() {
         {info("wide_resnet101_2", "Wide ResNet", 224, 232), resnet(wide_resnet101_2)},
         {info("resnet20", "CIFAR ResNet", 32, 32), resnet(resnet20)},
         {info("resnet56", "CIFAR ResNet", 32, 32), resnet(resnet56)},
+        {info("googlenet", "GoogLeNet"), network(googlenet)},
+        {info("inception_v3", "Inception v3", 299, 342), network(inception_v3)},
         {info("squeezenet1_0", "SqueezeNet"), network([](const ClassifierOptions& o) { return squeezenet("1_0", o); })},
         {info("squeezenet1_1", "SqueezeNet"), network([](const ClassifierOptions& o) { return squeezenet("1_1", o); })},
         {info("mobilenet_v2", "MobileNetV2", 224, 232),

@@ -110,6 +110,9 @@ std::unique_ptr<ParallelStyle> make_dp_style(const TrainOptions& options, models
   DPT_CHECK(!options.amp(), ConfigError, "--amp is not supported with --mode dp; use --mode ddp");
   // SyncBatchNorm reduces over processes; dp's replicas share one.
   DPT_CHECK(!options.parallel().sync_bn(), ConfigError, "--sync-bn needs one process per replica; use --mode ddp");
+  // The heads' logits stay in the replicas that computed them.
+  DPT_CHECK(!model->has_auxiliary_heads(), ConfigError, "--mode dp cannot train the auxiliary classifiers of ",
+            options.arch(), "; use --mode ddp, or train without them (--no-aux-logits)");
   return std::make_unique<DpStyle>(std::move(model), data_parallel_devices(options.parallel()), std::move(optimizer));
 }
 

@@ -23,6 +23,7 @@
 #include "dptrain/data/loader.h"
 #include "dptrain/data/sampler.h"
 #include "dptrain/dist/init.h"
+#include "dptrain/models/inception.h"
 #include "dptrain/models/registry.h"
 #include "dptrain/parallel/convert_sync_batchnorm.h"
 #include "dptrain/train/checkpoint/auto_resume.h"
@@ -151,16 +152,29 @@ struct Trainer::State {
     for (auto& observer : options.observers()) tell(*observer);
   }
 
-  // The forward pass and loss, in the precision --amp asks for: bf16 autocast on the CPU, fp16
-  // on CUDA. The loss is computed in float32 outside autocast.
-  std::pair<at::Tensor, at::Tensor> forward(const at::Tensor& images, const at::Tensor& labels, bool train) {
+  // `loss` is the logits' (what the metrics report); `objective`, what backward differentiates,
+  // adds the auxiliary classifiers' weighted losses in training (GoogLeNet, Inception v3).
+  struct Forward {
+    at::Tensor logits, loss, objective;
+  };
+  // The forward pass and losses, in the precision --amp asks for: bf16 autocast on the CPU, fp16
+  // on CUDA. The losses are computed in float32 outside autocast.
+  Forward forward(const at::Tensor& images, const at::Tensor& labels, bool train) {
     at::Tensor logits;
+    std::vector<models::AuxiliaryLogits> auxiliary;
     {
       compat::AutocastGuard autocast(device.type(), device.is_cuda() ? at::kHalf : at::kBFloat16, options.amp());
       logits = train ? style->forward(images) : model->forward(images);
+      // Every style's training forward runs this process's model (--mode dp refuses heads).
+      if (train) auxiliary = model->take_auxiliary_logits();
     }
     logits = logits.to(at::kFloat);
-    return {logits, torch::nn::functional::cross_entropy(logits, labels)};
+    auto loss = torch::nn::functional::cross_entropy(logits, labels);
+    auto objective = loss;
+    for (const auto& head : auxiliary) {
+      objective = objective + head.loss_weight * torch::nn::functional::cross_entropy(head.logits.to(at::kFloat), labels);
+    }
+    return {logits, loss, objective};
   }
 
   std::pair<at::Tensor, at::Tensor> to_device(const data::Batch& batch) const {
@@ -268,11 +282,17 @@ bool has_batch_norm_statistics(const torch::nn::Module& model) {
 void Trainer::State::build_model(const models::StateDict* resumed_weights) {
   torch::manual_seed(options.seed());  // the same initial weights on every rank
   model = models::create(options.arch(),
-                         models::ClassifierOptions().num_classes(data.train->num_classes()).image_size(data.image_size));
+                         models::ClassifierOptions()
+                             .num_classes(data.train->num_classes())
+                             .image_size(data.image_size)
+                             .aux_logits(options.aux_logits())
+                             .dropout(options.dropout()));
   if (resumed_weights) {
     models::load_state_dict(*model, *resumed_weights);
   } else if (!options.checkpoint().pretrained().empty()) {
-    models::load_state_dict(*model, read_weights(options.checkpoint().pretrained()));
+    auto weights = read_weights(options.checkpoint().pretrained());
+    if (!options.aux_logits()) models::drop_auxiliary_heads(weights);  // torchvision's GoogLeNet/Inception weights
+    models::load_state_dict(*model, weights);
   }
   if (options.deterministic()) {
     at::set_num_threads(1);
@@ -428,11 +448,12 @@ std::optional<MetricSums> Trainer::State::step(data::Loader& loader) {
   MetricSums local;
   for (size_t k = 0; k < micro_batches.size(); ++k) {
     auto [images, labels] = to_device(micro_batches[k]);
-    auto [logits, loss] = forward(images, labels, /*train=*/true);
+    auto [logits, loss, objective] = forward(images, labels, /*train=*/true);
     // Each micro-batch's mean loss weighted by its share of the step's samples: the gradient of the
     // whole step's mean loss, as if its micro-batches were one batch.
-    const at::Tensor step_loss =
-        micro_batches.size() == 1 ? loss : loss * (static_cast<double>(labels.size(0)) / static_cast<double>(step_samples));
+    const at::Tensor step_loss = micro_batches.size() == 1
+                                     ? objective
+                                     : objective * (static_cast<double>(labels.size(0)) / static_cast<double>(step_samples));
     style->backward(scaler->scale(step_loss), /*reduce=*/k + 1 == micro_batches.size());
     local.add(logits.detach(), labels, loss.item<double>());
   }
@@ -588,7 +609,7 @@ MetricSums Trainer::evaluate() {
   MetricSums local;
   while (auto batch = loader.next()) {
     auto [images, labels] = s.to_device(*batch);
-    auto logits = s.forward(images, labels, /*train=*/false).first;
+    auto logits = s.forward(images, labels, /*train=*/false).logits;
     // Per-sample losses in float64: the sum then depends on the samples, not on how the ranks
     // batched them (a float32 batch mean rounds differently for every batch composition).
     const auto loss = torch::nn::functional::cross_entropy(logits.to(at::kDouble), labels);

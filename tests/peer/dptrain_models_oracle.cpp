@@ -3,8 +3,9 @@
 //
 //   dptrain_models_oracle keys   <arch> <num_classes> [image_size]
 //       one line per state-dict entry: name, shape, dtype; then "parameters <count>"
-//   dptrain_models_oracle export <arch> <num_classes> <dir>
-//       randomises the model (seeded), writes <dir>/state.pt and <dir>/io.pt = {input, logits}
+//   dptrain_models_oracle export <arch> <num_classes> <dir> [image_size]
+//       randomises the model (seeded), writes <dir>/state.pt and <dir>/io.pt = {input, logits},
+//       the input two images of image_size (default 64) pixels square
 //   dptrain_models_oracle import <arch> <num_classes> <state.pt> <io.pt> <out.pt>
 //       loads state.pt; io.pt holds "input" and, optionally, "weights" (one per logit). Writes to
 //       out.pt the eval-mode "logits"; with weights also, in training mode with dropout and
@@ -80,10 +81,10 @@ int keys(models::Classifier& model) {
   return 0;
 }
 
-int export_model(models::Classifier& model, const std::string& dir) {
+int export_model(models::Classifier& model, const std::string& dir, int64_t image_size) {
   randomise_norms(model);
   torch::manual_seed(1);
-  auto input = torch::randn({2, 3, 64, 64});
+  auto input = torch::randn({2, 3, image_size, image_size});
   models::write_state_dict(models::state_dict(*model), dir + "/state.pt");
   models::StateDict io;
   io.insert("input", input);
@@ -122,9 +123,10 @@ int run(const std::vector<std::string>& args) {
     auto model = make(args[1], num_classes, args.size() == 4 ? std::optional<int64_t>(std::stoll(args[3])) : std::nullopt);
     return keys(model);
   }
-  if (command == "export" && args.size() == 4) {
-    auto model = make(args[1], num_classes, 64);
-    return export_model(model, args[3]);
+  if (command == "export" && (args.size() == 4 || args.size() == 5)) {
+    const int64_t image_size = args.size() == 5 ? std::stoll(args[4]) : 64;
+    auto model = make(args[1], num_classes, image_size);
+    return export_model(model, args[3], image_size);
   }
   if (command == "import" && args.size() == 6) {
     auto io = models::read_state_dict(args[4]);

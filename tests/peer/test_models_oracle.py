@@ -29,7 +29,8 @@ STRUCTURE = {name: None for name in [
     "efficientnet_b5", "efficientnet_b6", "efficientnet_b7", "efficientnet_v2_s", "efficientnet_v2_m",
     "efficientnet_v2_l", "densenet121", "densenet161", "densenet169", "densenet201"] +
     [f"regnet_{kind}_{size}" for kind in "xy" for size in ["400mf", "800mf", "1_6gf", "3_2gf", "8gf", "16gf", "32gf"]] +
-    ["regnet_y_128gf", "convnext_tiny", "convnext_small", "convnext_base", "convnext_large"]}
+    ["regnet_y_128gf", "convnext_tiny", "convnext_small", "convnext_base", "convnext_large", "googlenet",
+     "inception_v3"]}
 # The large ViTs share B/16's code and differ in sizes only: checked at a small input.
 STRUCTURE.update({"vit_b_16": 32, "vit_b_32": 64, "vit_l_16": 32, "vit_l_32": 64, "vit_h_14": 28,
                   "vit_ti_16": 32, "vit_s_16": 32})
@@ -46,6 +47,7 @@ NUMERIC = {
     "efficientnet_b0": (64, 1e-4), "efficientnet_v2_s": (64, 1e-4), "vit_b_32": (64, 1e-4),
     "vit_ti_16": (64, 1e-4), "shufflenet_v2_x0_5": (64, 1e-4), "densenet121": (64, 1e-4),
     "regnet_x_400mf": (64, 1e-4), "regnet_y_400mf": (64, 1e-4), "convnext_tiny": (64, 1e-4),
+    "googlenet": (64, 1e-4), "inception_v3": (299, 1e-4),
 }
 
 
@@ -68,6 +70,8 @@ def torchvision_model(arch, image_size=None):
     kwargs = {"num_classes": NUM_CLASSES}
     if arch.startswith("vit_"):
         kwargs["image_size"] = image_size or 224
+    if arch in ("googlenet", "inception_v3"):
+        kwargs["init_weights"] = True  # torchvision's default, without its warning
     return getattr(torchvision.models, arch)(**kwargs)
 
 
@@ -96,6 +100,14 @@ def randomise_norms(model):
                 module.running_mean.copy_((torch.rand_like(module.running_mean) - 0.5) * 0.2)
                 module.running_var.copy_(torch.rand_like(module.running_var) + 0.5)
                 module.num_batches_tracked.fill_(5)
+
+
+def split_outputs(outputs):
+    """The main logits and the auxiliary heads' of a training forward (GoogLeNet and Inception v3
+    return namedtuples of them)."""
+    if isinstance(outputs, torch.Tensor):
+        return outputs, []
+    return outputs[0], [aux for aux in outputs[1:] if aux is not None]
 
 
 def relative_error(actual, expected):
@@ -135,8 +147,8 @@ class Numerics(unittest.TestCase):
                     logits = model(inputs)
                 torch.save(dict(model.state_dict()), self.path("state.pt"))
                 model.train()
-                train_logits = model(inputs)
-                (train_logits * weights).sum().backward()
+                train_logits, aux_logits = split_outputs(model(inputs))
+                sum((logits * weights).sum() for logits in [train_logits, *aux_logits]).backward()
                 torch.save({"input": inputs, "weights": weights}, self.path("io.pt"))
                 checked("import", arch, NUM_CLASSES, self.path("state.pt"), self.path("io.pt"), self.path("out.pt"))
                 out = torch.load(self.path("out.pt"))
@@ -146,13 +158,13 @@ class Numerics(unittest.TestCase):
                     self.assertLessEqual(relative_error(out["grad." + name], param.grad), tolerance, name)
 
     def test_dptrain_weights_give_torchvision_the_same_logits(self):
-        for arch in NUMERIC:
+        for arch, (side, _) in NUMERIC.items():
             with self.subTest(arch=arch):
-                checked("export", arch, NUM_CLASSES, self.dir.name)
+                checked("export", arch, NUM_CLASSES, self.dir.name, side)
                 state = torch.load(self.path("state.pt"))
                 io = torch.load(self.path("io.pt"))
                 self.assertIs(type(state), dict)
-                model = torchvision_model(arch, 64)
+                model = torchvision_model(arch, side)
                 self.assertEqual(list(state.keys()), list(model.state_dict().keys()))
                 model.load_state_dict(state, strict=True)
                 model.eval()

@@ -17,8 +17,12 @@ void add_run_flags(CLI::App& app, train::TrainOptions& o) {
   train::DataOptions& data = o.data();
   dist::InitOptions& dist = o.parallel().dist();
   app.add_option("data", data.root(), "ImageFolder root with train/ and val/, or a CIFAR-10 binary folder");
-  app.add_option("-a,--arch", o.arch(), "model: resnet18/34/50/101/152, or resnet20/56 for small images")
+  app.add_option("-a,--arch", o.arch(), "model: a name `dptrain models` lists, or torchscript:PATH")
       ->capture_default_str();
+  app.add_flag_callback("--no-aux-logits", [&o] { o.aux_logits(false); },
+                        "googlenet, inception_v3: without the auxiliary classifiers (and their losses)");
+  app.add_option("--dropout", o.dropout(), "classifier dropout (default: the model's own; 0 turns every dropout off)")
+      ->check(CLI::Range(0.0, 1.0));
   app.add_option("-j,--workers", data.workers(), "loader threads per process")->capture_default_str();
   app.add_option("-b,--batch-size", o.batch_size(), "samples per step on each process")->capture_default_str();
   app.add_option("-p,--print-freq", o.logs()->print_freq(), "print every N steps")->capture_default_str();

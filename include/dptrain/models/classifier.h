@@ -82,6 +82,8 @@ class ClassifierImpl : public torch::nn::Cloneable<ClassifierImpl>, public NormL
   void reset() override;
   torch::Tensor forward(const torch::Tensor& images);
   std::vector<AuxiliaryLogits> take_auxiliary_logits();
+  // Whether training forwards produce auxiliary logits (a family with heads, built with them).
+  bool has_auxiliary_heads() const;
   // The network's own train() too: it is not a child (see above), and families whose forward
   // asks is_training() (auxiliary heads) read their own flag.
   void train(bool on = true) override;

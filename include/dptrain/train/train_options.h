@@ -107,6 +107,12 @@ struct TrainOptions {
 
   // A model name of dpt::models::names().
   TORCH_ARG(std::string, arch);
+  // Build GoogLeNet's and Inception v3's auxiliary classifiers and add their weighted losses in
+  // training (ClassifierOptions::aux_logits); a checkpoint then carries them.
+  TORCH_ARG(bool, aux_logits) = true;
+  // The classifier's dropout probability (ClassifierOptions::dropout): unset, the model's own
+  // (torchvision's); 0 turns every dropout of the model off.
+  TORCH_ARG(std::optional<double>, dropout) = std::nullopt;
   TORCH_ARG(int64_t, epochs) = 90;
   // First epoch when not resuming (the schedule starts there as if earlier epochs had run).
   TORCH_ARG(int64_t, start_epoch) = 0;
