@@ -9,6 +9,7 @@
 #include "dptrain/models/densenet.h"
 #include "dptrain/models/efficientnet.h"
 #include "dptrain/models/feature_network.h"
+#include "dptrain/models/ghostnet.h"
 #include "dptrain/models/inception.h"
 #include "dptrain/models/layers.h"
 #include "dptrain/models/mobilenet.h"

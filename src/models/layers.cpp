@@ -105,14 +105,18 @@ Stack conv_norm_activation(int64_t in, int64_t out, int64_t kernel, int64_t stri
 }
 
 SqueezeExcitationImpl::SqueezeExcitationImpl(int64_t channels, int64_t squeeze_channels, Activation activation,
-                                             Activation scale)
-    : channels_(channels), squeeze_channels_(squeeze_channels), activation_(activation), scale_(scale) {
+                                             Activation scale, std::array<std::string, 2> names)
+    : channels_(channels),
+      squeeze_channels_(squeeze_channels),
+      activation_(activation),
+      scale_(scale),
+      names_(std::move(names)) {
   reset();
 }
 
 void SqueezeExcitationImpl::reset() {
-  fc1_ = register_module("fc1", nn::Conv2d(nn::Conv2dOptions(channels_, squeeze_channels_, 1)));
-  fc2_ = register_module("fc2", nn::Conv2d(nn::Conv2dOptions(squeeze_channels_, channels_, 1)));
+  fc1_ = register_module(names_[0], nn::Conv2d(nn::Conv2dOptions(channels_, squeeze_channels_, 1)));
+  fc2_ = register_module(names_[1], nn::Conv2d(nn::Conv2dOptions(squeeze_channels_, channels_, 1)));
 }
 
 torch::Tensor SqueezeExcitationImpl::forward(const torch::Tensor& x) {

@@ -10,6 +10,7 @@
 #include "dptrain/models/convnext.h"
 #include "dptrain/models/densenet.h"
 #include "dptrain/models/efficientnet.h"
+#include "dptrain/models/ghostnet.h"
 #include "dptrain/models/inception.h"
 #include "dptrain/models/mobilenet.h"
 #include "dptrain/models/regnet.h"
@@ -66,6 +67,8 @@ const std::vector<Entry>& entries() {
         {info("resnet20", "CIFAR ResNet", 32, 32), resnet(resnet20)},
         {info("resnet56", "CIFAR ResNet", 32, 32), resnet(resnet56)},
         {info("googlenet", "GoogLeNet"), network(googlenet)},
+        // Not torchvision's: the GhostNet authors' reference model and its ImageNet evaluation.
+        {info("ghostnet", "GhostNet"), network([](const ClassifierOptions& o) { return ghostnet(1.0, o); })},
         {info("inception_v3", "Inception v3", 299, 342), network(inception_v3)},
         {info("squeezenet1_0", "SqueezeNet"), network([](const ClassifierOptions& o) { return squeezenet("1_0", o); })},
         {info("squeezenet1_1", "SqueezeNet"), network([](const ClassifierOptions& o) { return squeezenet("1_1", o); })},

@@ -86,7 +86,7 @@ TEST(Classifier, CarriesTheNetworksOwnNames) {
 }
 
 TEST(Classifier, ClonesAreEqualAndIndependent) {
-  for (const char* arch : {"efficientnet_b0", "vit_b_32", "squeezenet1_1", "densenet121", "shufflenet_v2_x0_5"}) {
+  for (const char* arch : {"efficientnet_b0", "vit_b_32", "squeezenet1_1", "densenet121", "shufflenet_v2_x0_5", "ghostnet"}) {
     SCOPED_TRACE(arch);
     torch::manual_seed(0);
     auto model = models::create(arch, models::ClassifierOptions().num_classes(3).image_size(64));

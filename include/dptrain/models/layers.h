@@ -7,6 +7,7 @@
 //   dpt::models::SqueezeExcitation se(96, 24);            // fc1.weight/bias, fc2.weight/bias
 //   dpt::models::StochasticDepth drop(0.2);               // drops whole rows in training
 
+#include <array>
 #include <cstdint>
 #include <functional>
 #include <optional>
@@ -110,17 +111,20 @@ Stack conv_norm_activation(int64_t in, int64_t out, int64_t kernel, int64_t stri
                            Activation activation, const NormLayer& norm_layer);
 
 // torchvision.ops.SqueezeExcitation: x * scale(fc2(act(fc1(avg_pool(x))))), with 1x1 convolutions
-// fc1 (channels -> squeeze_channels) and fc2 back.
+// fc1 (channels -> squeeze_channels) and fc2 back, registered under `names` (GhostNet's reference
+// model calls them conv_reduce and conv_expand).
 class SqueezeExcitationImpl : public torch::nn::Cloneable<SqueezeExcitationImpl> {
  public:
   SqueezeExcitationImpl(int64_t channels, int64_t squeeze_channels, Activation activation = Activation::ReLU,
-                        Activation scale = Activation::Sigmoid);
+                        Activation scale = Activation::Sigmoid,
+                        std::array<std::string, 2> names = {"fc1", "fc2"});
   void reset() override;
   torch::Tensor forward(const torch::Tensor& x);
 
  private:
   int64_t channels_, squeeze_channels_;
   Activation activation_, scale_;
+  std::array<std::string, 2> names_;
   torch::nn::Conv2d fc1_{nullptr}, fc2_{nullptr};
 };
 TORCH_MODULE(SqueezeExcitation);
