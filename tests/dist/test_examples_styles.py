@@ -6,7 +6,7 @@ import re
 import unittest
 
 from example_runs import example
-from proc import dptrain, env_with, run
+from proc import dptrain, env_with, free_port, run
 
 
 class HorovodStyle(unittest.TestCase):
@@ -50,7 +50,9 @@ class DistributedEval(unittest.TestCase):
     def test_two_processes_give_exactly_the_single_process_evaluation(self):
         args = [example("distributed_eval"), "--val-size", "333", "--fit-steps", "20", "--timeout", "120"]
         env = env_with(OMP_NUM_THREADS=1)  # the same arithmetic in both runs
-        code, alone, err = run(args, timeout=200, env=env)
+        # Alone, the example starts its own store: on a free port, not 29500, which a test running
+        # beside this one may hold.
+        code, alone, err = run(args, timeout=200, env=env_with(OMP_NUM_THREADS=1, MASTER_PORT=str(free_port())))
         self.assertEqual(code, 0, alone + err)
         code, out, err = run([dptrain(), "launch", "--standalone", "--nproc-per-node", "2", "--", *args, "--verify"],
                              timeout=200, env=env)
