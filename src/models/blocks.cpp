@@ -10,14 +10,6 @@
 namespace dpt::models {
 namespace {
 
-torch::nn::Conv2d conv(int64_t in, int64_t out, int64_t kernel, int64_t stride, int64_t groups = 1) {
-  // torchvision's convolutions inside blocks carry no bias: the norm layer after them has one.
-  return torch::nn::Conv2d(torch::nn::Conv2dOptions(in, out, kernel)
-                               .stride(stride)
-                               .padding(kernel / 2)
-                               .groups(groups)
-                               .bias(false));
-}
 
 torch::nn::AnyModule norm(const BlockOptions& options, int64_t num_features) {
   return make_norm(options.norm_layer(), num_features);
@@ -33,7 +25,7 @@ torch::nn::Sequential make_downsample(const BlockOptions& options, int64_t out_c
               options.in_channels(), " channels to ", out_channels, "; use Shortcut::Projection");
     return torch::nn::Sequential(ZeroPadShortcut(options.stride(), out_channels));
   }
-  return torch::nn::Sequential(conv(options.in_channels(), out_channels, 1, options.stride()),
+  return torch::nn::Sequential(conv_before_norm(options.in_channels(), out_channels, 1, options.stride()),
                                norm(options, out_channels));
 }
 
@@ -93,7 +85,7 @@ void ResidualBlockImpl<Kind>::reset() {
   norms_.clear();
   for (const auto& [in, channels, kernel, stride, conv_groups] : plan) {
     const std::string n = std::to_string(convs_.size() + 1);
-    convs_.push_back(this->register_module("conv" + n, conv(in, channels, kernel, stride, conv_groups)));
+    convs_.push_back(this->register_module("conv" + n, conv_before_norm(in, channels, kernel, stride, conv_groups)));
     norms_.push_back(norm(options, channels));
     this->register_module("bn" + n, norms_.back().ptr());
   }

@@ -4,7 +4,6 @@
 #include <vector>
 
 #include <torch/nn/init.h>
-#include <torch/nn/modules/activation.h>
 #include <torch/nn/modules/conv.h>
 #include <torch/nn/modules/dropout.h>
 #include <torch/nn/modules/linear.h>
@@ -22,10 +21,6 @@ namespace {
 nn::Conv2d conv(int64_t in, int64_t out, int64_t kernel, int64_t stride = 1, int64_t padding = 0) {
   return nn::Conv2d(nn::Conv2dOptions(in, out, kernel).stride(stride).padding(padding));
 }
-nn::ReLU relu() { return nn::ReLU(nn::ReLUOptions().inplace(true)); }
-nn::MaxPool2d max_pool(int64_t kernel, int64_t stride, bool ceil_mode = false) {
-  return nn::MaxPool2d(nn::MaxPool2dOptions(kernel).stride(stride).ceil_mode(ceil_mode));
-}
 nn::Dropout dropout(double p) { return nn::Dropout(nn::DropoutOptions(p)); }
 
 // Linear, ReLU, dropout x2, then the output layer: AlexNet's and VGG's classifier (AlexNet puts the
@@ -35,7 +30,7 @@ nn::Sequential hidden_linear_classifier(int64_t in, double p, bool dropout_first
   for (int64_t width : {in, int64_t{4096}}) {
     if (dropout_first) classifier->push_back(dropout(p));
     classifier->push_back(nn::Linear(width, 4096));
-    classifier->push_back(relu());
+    classifier->push_back(relu_inplace());
     if (!dropout_first) classifier->push_back(dropout(p));
   }
   classifier->push_back(nn::Linear(4096, num_classes));
@@ -69,9 +64,9 @@ TORCH_MODULE(Fire);
 
 FeatureNetwork alexnet(const ClassifierOptions& options) {
   return FeatureNetwork("AlexNet", [options] {
-    nn::Sequential features(conv(3, 64, 11, 4, 2), relu(), max_pool(3, 2), conv(64, 192, 5, 1, 2), relu(),
-                            max_pool(3, 2), conv(192, 384, 3, 1, 1), relu(), conv(384, 256, 3, 1, 1), relu(),
-                            conv(256, 256, 3, 1, 1), relu(), max_pool(3, 2));
+    nn::Sequential features(conv(3, 64, 11, 4, 2), relu_inplace(), max_pool(3, 2), conv(64, 192, 5, 1, 2), relu_inplace(),
+                            max_pool(3, 2), conv(192, 384, 3, 1, 1), relu_inplace(), conv(384, 256, 3, 1, 1), relu_inplace(),
+                            conv(256, 256, 3, 1, 1), relu_inplace(), max_pool(3, 2));
     // torchvision keeps PyTorch's default initialisation for AlexNet.
     return FeatureNetworkParts{
         features, std::array<int64_t, 2>{6, 6},
@@ -99,7 +94,7 @@ FeatureNetwork vgg(int depth, bool batch_norm, const ClassifierOptions& options)
       }
       features->push_back(conv(in, out, 3, 1, 1));
       if (batch_norm) features->push_back(make_norm(options.norm_layer(), out));
-      features->push_back(relu());
+      features->push_back(relu_inplace());
       in = out;
     }
     FeatureNetworkParts parts{
@@ -116,19 +111,19 @@ FeatureNetwork squeezenet(const std::string& version, const ClassifierOptions& o
   return FeatureNetwork("SqueezeNet " + version, [version, options] {
     nn::Sequential features;
     if (version == "1_0") {
-      features = nn::Sequential(conv(3, 96, 7, 2), relu(), max_pool(3, 2, true), Fire(96, 16, 64, 64),
+      features = nn::Sequential(conv(3, 96, 7, 2), relu_inplace(), max_pool(3, 2, true), Fire(96, 16, 64, 64),
                                 Fire(128, 16, 64, 64), Fire(128, 32, 128, 128), max_pool(3, 2, true),
                                 Fire(256, 32, 128, 128), Fire(256, 48, 192, 192), Fire(384, 48, 192, 192),
                                 Fire(384, 64, 256, 256), max_pool(3, 2, true), Fire(512, 64, 256, 256));
     } else {
-      features = nn::Sequential(conv(3, 64, 3, 2), relu(), max_pool(3, 2, true), Fire(64, 16, 64, 64),
+      features = nn::Sequential(conv(3, 64, 3, 2), relu_inplace(), max_pool(3, 2, true), Fire(64, 16, 64, 64),
                                 Fire(128, 16, 64, 64), max_pool(3, 2, true), Fire(128, 32, 128, 128),
                                 Fire(256, 32, 128, 128), max_pool(3, 2, true), Fire(256, 48, 192, 192),
                                 Fire(384, 48, 192, 192), Fire(384, 64, 256, 256), Fire(512, 64, 256, 256));
     }
     auto final_conv = conv(512, options.num_classes(), 1);
     // The classifier pools and flattens itself, as torchvision's (which flattens after it).
-    nn::Sequential classifier(dropout(dropout_or(options, 0.5)), final_conv, relu(), GlobalAvgPool(), Flatten());
+    nn::Sequential classifier(dropout(dropout_or(options, 0.5)), final_conv, relu_inplace(), GlobalAvgPool(), Flatten());
     torch::NoGradGuard no_grad;
     for (const auto& module : features->modules(/*include_self=*/false)) {
       if (auto* c = module->as<nn::Conv2d>()) {

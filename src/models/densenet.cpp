@@ -6,7 +6,6 @@
 #include <utility>
 
 #include <torch/nn/init.h>
-#include <torch/nn/modules/activation.h>
 #include <torch/nn/modules/conv.h>
 #include <torch/nn/modules/dropout.h>
 #include <torch/nn/modules/pooling.h>
@@ -19,21 +18,17 @@ namespace nn = torch::nn;
 
 namespace {
 
-nn::Conv2d conv(int64_t in, int64_t out, int64_t kernel, int64_t stride = 1, int64_t padding = 0) {
-  return nn::Conv2d(nn::Conv2dOptions(in, out, kernel).stride(stride).padding(padding).bias(false));
-}
-nn::ReLU relu() { return nn::ReLU(nn::ReLUOptions().inplace(true)); }
 
 // torchvision's _DenseLayer: norm1, relu1, conv1, norm2, relu2, conv2 (and F.dropout after them,
 // here a Dropout child only when it drops anything, so the names stay torchvision's).
 Stack dense_layer(int64_t in, int64_t growth, int64_t bottleneck, double dropout, const NormLayer& norm_layer) {
   Stack layer;
   layer->push_back("norm1", make_norm(norm_layer, in));
-  layer->push_back("relu1", relu());
-  layer->push_back("conv1", conv(in, bottleneck * growth, 1));
+  layer->push_back("relu1", relu_inplace());
+  layer->push_back("conv1", conv_before_norm(in, bottleneck * growth, 1));
   layer->push_back("norm2", make_norm(norm_layer, bottleneck * growth));
-  layer->push_back("relu2", relu());
-  layer->push_back("conv2", conv(bottleneck * growth, growth, 3, 1, 1));
+  layer->push_back("relu2", relu_inplace());
+  layer->push_back("conv2", conv_before_norm(bottleneck * growth, growth, 3));
   if (dropout > 0) layer->push_back("dropout", nn::Dropout(nn::DropoutOptions(dropout)));
   return layer;
 }
@@ -42,8 +37,8 @@ Stack dense_layer(int64_t in, int64_t growth, int64_t bottleneck, double dropout
 Stack transition(int64_t in, int64_t out, const NormLayer& norm_layer) {
   Stack layer;
   layer->push_back("norm", make_norm(norm_layer, in));
-  layer->push_back("relu", relu());
-  layer->push_back("conv", conv(in, out, 1));
+  layer->push_back("relu", relu_inplace());
+  layer->push_back("conv", conv_before_norm(in, out, 1));
   layer->push_back("pool", nn::AvgPool2d(nn::AvgPool2dOptions(2).stride(2)));
   return layer;
 }
@@ -87,9 +82,9 @@ void DenseNetImpl::reset() {
   constexpr int64_t kBottleneck = 4;  // torchvision's bn_size
   const auto& norm = options_.norm_layer();
   Stack features;
-  features->push_back("conv0", conv(3, stem_channels_, 7, 2, 3));
+  features->push_back("conv0", conv_before_norm(3, stem_channels_, 7, 2));
   features->push_back("norm0", make_norm(norm, stem_channels_));
-  features->push_back("relu0", relu());
+  features->push_back("relu0", relu_inplace());
   features->push_back("pool0", nn::MaxPool2d(nn::MaxPool2dOptions(3).stride(2).padding(1)));
   int64_t channels = stem_channels_;
   for (size_t i = 0; i < block_layers_.size(); ++i) {

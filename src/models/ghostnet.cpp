@@ -4,7 +4,6 @@
 #include <utility>
 #include <vector>
 
-#include <torch/nn/modules/activation.h>
 #include <torch/nn/modules/conv.h>
 #include <torch/nn/modules/linear.h>
 
@@ -16,16 +15,12 @@ namespace nn = torch::nn;
 
 namespace {
 
-nn::Conv2d conv(int64_t in, int64_t out, int64_t kernel, int64_t stride = 1, int64_t groups = 1) {
-  return nn::Conv2d(nn::Conv2dOptions(in, out, kernel).stride(stride).padding(kernel / 2).groups(groups).bias(false));
-}
-nn::ReLU relu() { return nn::ReLU(nn::ReLUOptions().inplace(true)); }
 
 // A convolution, its norm and (when `activate`) ReLU: the reference's Sequentials 0, 1, 2.
 Stack conv_norm(nn::Conv2d convolution, int64_t out, bool activate, const NormLayer& norm) {
   Stack layers(std::move(convolution));
   layers->push_back(make_norm(norm, out));
-  if (activate) layers->push_back(relu());
+  if (activate) layers->push_back(relu_inplace());
   return layers;
 }
 
@@ -40,9 +35,9 @@ class GhostModuleImpl : public nn::Cloneable<GhostModuleImpl> {
 
   void reset() override {
     const int64_t primary = (out_ + 1) / 2;  // ceil(out / ratio 2)
-    primary_ = register_module("primary_conv", conv_norm(conv(in_, primary, 1), primary, activate_, norm_));
+    primary_ = register_module("primary_conv", conv_norm(conv_before_norm(in_, primary, 1), primary, activate_, norm_));
     cheap_ = register_module("cheap_operation",
-                             conv_norm(conv(primary, primary, 3, 1, primary), primary, activate_, norm_));
+                             conv_norm(conv_before_norm(primary, primary, 3, 1, primary), primary, activate_, norm_));
   }
 
   torch::Tensor forward(const torch::Tensor& x) {
@@ -80,7 +75,7 @@ class GhostBottleneckImpl : public nn::Cloneable<GhostBottleneckImpl>, public No
     const int64_t k = setting_.kernel, stride = setting_.stride;
     ghost1_ = register_module("ghost1", GhostModule(in_, mid_, true, norm_));
     if (stride > 1) {
-      conv_dw_ = register_module("conv_dw", conv(mid_, mid_, k, stride, mid_));
+      conv_dw_ = register_module("conv_dw", conv_before_norm(mid_, mid_, k, stride, mid_));
       bn_dw_ = make_norm(norm_, mid_);
       register_module("bn_dw", bn_dw_.ptr());
     }
@@ -91,9 +86,9 @@ class GhostBottleneckImpl : public nn::Cloneable<GhostBottleneckImpl>, public No
     }
     ghost2_ = register_module("ghost2", GhostModule(mid_, out_, false, norm_));
     if (in_ != out_ || stride != 1) {
-      Stack shortcut(conv(in_, in_, k, stride, in_));
+      Stack shortcut(conv_before_norm(in_, in_, k, stride, in_));
       shortcut->push_back(make_norm(norm_, in_));
-      shortcut->push_back(conv(in_, out_, 1));
+      shortcut->push_back(conv_before_norm(in_, out_, 1));
       shortcut->push_back(make_norm(norm_, out_));
       shortcut_ = register_module("shortcut", shortcut);
     }
@@ -147,7 +142,7 @@ void GhostNetImpl::reset() {
   const auto& norm = options_.norm_layer();
   auto scaled = [this](int64_t channels) { return make_divisible(static_cast<double>(channels) * width_, 4); };
   int64_t in = scaled(16);
-  conv_stem_ = register_module("conv_stem", conv(3, in, 3, 2));
+  conv_stem_ = register_module("conv_stem", conv_before_norm(3, in, 3, 2));
   bn1_ = make_norm(norm, in);
   register_module("bn1", bn1_.ptr());
   Stack blocks;
@@ -163,9 +158,9 @@ void GhostNetImpl::reset() {
   // The reference's last stage: its ConvBnAct (conv, bn1, act1) to the last expansion width.
   const int64_t last = scaled(stages.back().back().expansion);
   Stack head_stage;
-  head_stage->push_back("conv", conv(in, last, 1));
+  head_stage->push_back("conv", conv_before_norm(in, last, 1));
   head_stage->push_back("bn1", make_norm(norm, last));
-  head_stage->push_back("act1", relu());
+  head_stage->push_back("act1", relu_inplace());
   Stack last_stage;  // a Sequential of the one ConvBnAct, as the reference's
   last_stage->push_back(head_stage);
   blocks->push_back(last_stage);

@@ -2,7 +2,6 @@
 
 #include <utility>
 
-#include <torch/nn/modules/activation.h>
 #include <torch/nn/modules/conv.h>
 #include <torch/nn/modules/dropout.h>
 #include <torch/nn/modules/linear.h>
@@ -32,12 +31,8 @@ Stack basic_conv(const ConvShape& c, const NormLayer& norm) {
                                           .padding({c.pad_h, pad_w})
                                           .bias(false)));
   layer->push_back("bn", make_norm(batch_norm(norm, 1e-3), c.out));
-  layer->push_back("relu", nn::ReLU(nn::ReLUOptions().inplace(true)));
+  layer->push_back("relu", relu_inplace());
   return layer;
-}
-
-nn::MaxPool2d max_pool(int64_t kernel, int64_t stride, bool ceil_mode = false, int64_t padding = 0) {
-  return nn::MaxPool2d(nn::MaxPool2dOptions(kernel).stride(stride).ceil_mode(ceil_mode).padding(padding));
 }
 
 // What a path of an Inception block does to the block's input before its convolutions.
@@ -256,7 +251,7 @@ InceptionNetwork googlenet(const ClassifierOptions& options) {
       aux->push_back("conv", basic_conv({in, 128, 1}, norm));
       aux->push_back("flatten", Flatten());
       aux->push_back("fc1", nn::Linear(2048, 1024));
-      aux->push_back("relu", nn::ReLU(nn::ReLUOptions().inplace(true)));
+      aux->push_back("relu", relu_inplace());
       aux->push_back("dropout", nn::Dropout(nn::DropoutOptions(head_dropout)));
       aux->push_back("fc2", nn::Linear(1024, classes));
       return InceptionPart{std::move(name), nn::AnyModule(aux), std::move(after), 0.3};

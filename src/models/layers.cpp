@@ -80,6 +80,14 @@ std::shared_ptr<nn::Module> StackImpl::clone(const c10::optional<torch::Device>&
   return copy;
 }
 
+nn::Conv2d conv_before_norm(int64_t in, int64_t out, int64_t kernel, int64_t stride, int64_t groups) {
+  return nn::Conv2d(nn::Conv2dOptions(in, out, kernel).stride(stride).padding(kernel / 2).groups(groups).bias(false));
+}
+
+nn::MaxPool2d max_pool(int64_t kernel, int64_t stride, bool ceil_mode, int64_t padding) {
+  return nn::MaxPool2d(nn::MaxPool2dOptions(kernel).stride(stride).ceil_mode(ceil_mode).padding(padding));
+}
+
 Stack conv_norm_activation(const ConvNormActivationOptions& options) {
   const int64_t padding = options.padding().value_or((options.kernel_size() - 1) / 2);
   Stack layers(nn::Conv2d(nn::Conv2dOptions(options.in_channels(), options.out_channels(),

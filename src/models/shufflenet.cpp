@@ -13,9 +13,6 @@ namespace nn = torch::nn;
 
 namespace {
 
-nn::Conv2d conv(int64_t in, int64_t out, int64_t kernel, int64_t stride = 1, int64_t groups = 1) {
-  return nn::Conv2d(nn::Conv2dOptions(in, out, kernel).stride(stride).padding(kernel / 2).groups(groups).bias(false));
-}
 
 // The unit of the paper's figure 3 (c) at stride 1 and (d) at stride 2: at stride 1 half the
 // channels pass through and branch2 transforms the other half; at stride 2 both branches see
@@ -31,14 +28,14 @@ class ShuffleUnitImpl : public nn::Cloneable<ShuffleUnitImpl> {
     auto norm = [this](int64_t channels) { return make_norm(norm_layer_, channels); };
     branch1_ = nn::Sequential();
     if (stride_ > 1) {
-      branch1_ = nn::Sequential(conv(in_, in_, 3, stride_, in_), norm(in_), conv(in_, half, 1), norm(half),
-                                ActivationLayer(Activation::ReLU, true));
+      branch1_ = nn::Sequential(conv_before_norm(in_, in_, 3, stride_, in_), norm(in_), conv_before_norm(in_, half, 1), norm(half),
+                                relu_inplace());
     }
     register_module("branch1", branch1_);
     branch2_ = register_module(
-        "branch2", nn::Sequential(conv(stride_ > 1 ? in_ : half, half, 1), norm(half),
-                                  ActivationLayer(Activation::ReLU, true), conv(half, half, 3, stride_, half), norm(half),
-                                  conv(half, half, 1), norm(half), ActivationLayer(Activation::ReLU, true)));
+        "branch2", nn::Sequential(conv_before_norm(stride_ > 1 ? in_ : half, half, 1), norm(half),
+                                  relu_inplace(), conv_before_norm(half, half, 3, stride_, half), norm(half),
+                                  conv_before_norm(half, half, 1), norm(half), relu_inplace()));
   }
   torch::Tensor forward(const torch::Tensor& x) {
     torch::Tensor out;
@@ -72,7 +69,7 @@ void ShuffleNetV2Impl::reset() {
   const auto& norm_layer = options.norm_layer();
   int64_t in = stage_channels[0];
   conv1_ = register_module(
-      "conv1", nn::Sequential(conv(3, in, 3, 2), make_norm(norm_layer, in), ActivationLayer(Activation::ReLU, true)));
+      "conv1", nn::Sequential(conv_before_norm(3, in, 3, 2), make_norm(norm_layer, in), relu_inplace()));
   const std::vector<int64_t> repeats = {4, 8, 4};
   stages_.clear();
   for (size_t i = 0; i < repeats.size(); ++i) {
@@ -84,7 +81,7 @@ void ShuffleNetV2Impl::reset() {
   }
   const int64_t last = stage_channels[4];
   conv5_ = register_module(
-      "conv5", nn::Sequential(conv(in, last, 1), make_norm(norm_layer, last), ActivationLayer(Activation::ReLU, true)));
+      "conv5", nn::Sequential(conv_before_norm(in, last, 1), make_norm(norm_layer, last), relu_inplace()));
   fc_ = register_module("fc", nn::Linear(last, options.num_classes()));
 }
 

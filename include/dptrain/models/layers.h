@@ -22,6 +22,7 @@
 #include <torch/nn/modules/container/any.h>
 #include <torch/nn/modules/container/sequential.h>
 #include <torch/nn/modules/conv.h>
+#include <torch/nn/modules/pooling.h>
 #include <torch/nn/pimpl.h>
 
 #include "dptrain/parallel/norm_layer_holder.h"
@@ -69,6 +70,9 @@ class ActivationLayerImpl : public torch::nn::Cloneable<ActivationLayerImpl> {
 };
 TORCH_MODULE(ActivationLayer);
 
+// ReLU in place, as torchvision's ReLU(inplace=True) after a norm layer or convolution.
+inline ActivationLayer relu_inplace() { return ActivationLayer(Activation::ReLU, /*inplace=*/true); }
+
 // `x` through `kind` (not in place).
 torch::Tensor activate(Activation kind, const torch::Tensor& x);
 
@@ -85,6 +89,13 @@ class StackImpl : public torch::nn::SequentialImpl {
   std::shared_ptr<torch::nn::Module> clone(const c10::optional<torch::Device>& device = c10::nullopt) const override;
 };
 TORCH_MODULE(Stack);
+
+// The convolution torchvision puts before a norm layer: no bias (the norm has one), padded by
+// kernel / 2, which keeps the size at stride 1.
+torch::nn::Conv2d conv_before_norm(int64_t in, int64_t out, int64_t kernel, int64_t stride = 1, int64_t groups = 1);
+
+// Max pooling with torchvision's arguments.
+torch::nn::MaxPool2d max_pool(int64_t kernel, int64_t stride, bool ceil_mode = false, int64_t padding = 0);
 
 struct ConvNormActivationOptions {
   ConvNormActivationOptions(int64_t in_channels, int64_t out_channels)
