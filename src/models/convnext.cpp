@@ -93,19 +93,8 @@ FeatureNetwork convnext(const std::string& size, const ClassifierOptions& option
       }
     }
     nn::Sequential classifier(LayerNorm2d(last), Flatten(), nn::Linear(last, options.num_classes()));
-    // torchvision: convolutions and linear layers truncated-normal(0.02) with zero biases.
-    torch::NoGradGuard no_grad;
-    for (auto* part : {features.ptr().get(), classifier.ptr().get()}) {
-      for (const auto& module : part->modules(/*include_self=*/false)) {
-        if (auto* conv = module->as<nn::Conv2d>()) {
-          trunc_normal_(conv->weight, 0.02);
-          conv->bias.zero_();
-        } else if (auto* linear = module->as<nn::Linear>()) {
-          trunc_normal_(linear->weight, 0.02);
-          linear->bias.zero_();
-        }
-      }
-    }
+    init_truncated_normal(*features, 0.02, /*zero_biases=*/true);
+    init_truncated_normal(*classifier, 0.02, /*zero_biases=*/true);
     FeatureNetworkParts parts{features, std::array<int64_t, 2>{1, 1}, classifier};
     parts.flatten = false;  // the classifier's LayerNorm2d wants NCHW
     return parts;

@@ -188,16 +188,6 @@ Stack pool_and_flatten() { return Stack(GlobalAvgPool(), Flatten()); }
 
 InceptionPart stage(std::string name, nn::AnyModule module) { return {std::move(name), std::move(module), "", 0}; }
 
-// torchvision's initialisation of both: convolutions' and linear layers' weights truncated
-// normal(std) within +-2 (biases as PyTorch makes them), batch norms 1 and 0 (their own reset()).
-void truncated_normal_weights(nn::Module& module, double std) {
-  torch::NoGradGuard no_grad;
-  for (const auto& m : module.modules()) {
-    if (auto* conv = m->as<nn::Conv2d>()) trunc_normal_(conv->weight, std);
-    if (auto* linear = m->as<nn::Linear>()) trunc_normal_(linear->weight, std);
-  }
-}
-
 }  // namespace
 
 InceptionNetworkImpl::InceptionNetworkImpl(std::string family, std::function<std::vector<InceptionPart>()> build)
@@ -281,7 +271,8 @@ InceptionNetwork googlenet(const ClassifierOptions& options) {
     parts.push_back(stage("avgpool", nn::AnyModule(pool_and_flatten())));
     parts.push_back(stage("dropout", nn::AnyModule(nn::Dropout(nn::DropoutOptions(dropout_or(options, 0.2))))));
     parts.push_back(stage("fc", nn::AnyModule(nn::Linear(1024, classes))));
-    for (auto& part : parts) truncated_normal_weights(*part.module.ptr(), 0.01);
+    // torchvision: biases as PyTorch makes them, batch norms 1 and 0 (their own reset()).
+    for (auto& part : parts) init_truncated_normal(*part.module.ptr(), 0.01, /*zero_biases=*/false);
     return parts;
   });
 }
@@ -329,7 +320,7 @@ InceptionNetwork inception_v3(const ClassifierOptions& options) {
     parts.push_back(stage("avgpool", nn::AnyModule(pool_and_flatten())));
     parts.push_back(stage("dropout", nn::AnyModule(nn::Dropout(nn::DropoutOptions(dropout_or(options, 0.5))))));
     parts.push_back(stage("fc", nn::AnyModule(nn::Linear(2048, classes))));
-    for (auto& part : parts) truncated_normal_weights(*part.module.ptr(), 0.1);
+    for (auto& part : parts) init_truncated_normal(*part.module.ptr(), 0.1, /*zero_biases=*/false);
     // torchvision gives the head's classifier std 0.001 (its conv1's 0.01 is set on the
     // BasicConv2d, not on the convolution it initialises, so 0.1 applies there).
     trunc_normal_(head_fc->weight, 0.001);

@@ -172,6 +172,24 @@ void trunc_normal_(torch::Tensor tensor, double std, double a, double b) {
   tensor.erfinv_().mul_(std * std::sqrt(2.0)).clamp_(a, b);
 }
 
+void init_truncated_normal(nn::Module& module, double std, bool zero_biases) {
+  torch::NoGradGuard no_grad;
+  for (const auto& m : module.modules()) {
+    torch::Tensor weight, bias;
+    if (auto* conv = m->as<nn::Conv2d>()) {
+      weight = conv->weight;
+      bias = conv->bias;
+    } else if (auto* linear = m->as<nn::Linear>()) {
+      weight = linear->weight;
+      bias = linear->bias;
+    } else {
+      continue;
+    }
+    trunc_normal_(weight, std);
+    if (zero_biases && bias.defined()) bias.zero_();
+  }
+}
+
 void init_like_torchvision(nn::Module& network, LinearInit linear) {
   torch::NoGradGuard no_grad;
   for (const auto& module : network.modules(/*include_self=*/false)) {

@@ -208,6 +208,11 @@ TORCH_MODULE(LayerNorm2d);
 // bounds are absolute values, not multiples of std).
 void trunc_normal_(torch::Tensor tensor, double std, double a = -2, double b = 2);
 
+// Convolutions' and linear layers' weights in `module` (itself included) truncated normal(0, std)
+// within +-2, as torchvision's GoogLeNet, Inception v3 and ConvNeXt; their biases zero when
+// `zero_biases`, else as PyTorch made them.
+void init_truncated_normal(torch::nn::Module& module, double std, bool zero_biases);
+
 // How torchvision initialises a family's linear layers (biases are zero in both).
 enum class LinearInit {
   Normal,      // normal(0, 0.01): VGG, MobileNetV2/V3, RegNet
