@@ -11,6 +11,19 @@ namespace dpt::data {
 
 namespace {
 
+// PIL's filters: the triangle and the cubic convolution kernel with a = -0.5, by distance in
+// input samples (already divided by the shrink factor).
+double filter_support(Interpolation filter) { return filter == Interpolation::Bicubic ? 2.0 : 1.0; }
+
+double filter_weight(Interpolation filter, double distance) {
+  const double d = std::abs(distance);
+  if (filter == Interpolation::Bilinear) return d < 1.0 ? 1.0 - d : 0.0;
+  constexpr double a = -0.5;
+  if (d < 1.0) return ((a + 2.0) * d - (a + 3.0)) * d * d + 1.0;
+  if (d < 2.0) return (((d - 5.0) * d + 8.0) * d - 4.0) * a;
+  return 0.0;
+}
+
 uint8_t clip8(int32_t v) {
   if (v >= (255 << kPrecisionBits)) return 255;
   if (v <= 0) return 0;
@@ -102,10 +115,10 @@ __attribute__((target_clones("avx2", "default"))) void accumulate_rows(const uin
   }
 }
 
-Taps bilinear_taps(double in0, double in1, int lo, int hi, int out_size, int first, int count) {
+Taps filter_taps(Interpolation filter, double in0, double in1, int lo, int hi, int out_size, int first, int count) {
   const double scale = (in1 - in0) / out_size;
   const double filter_scale = std::max(scale, 1.0);
-  const double support = filter_scale;  // the triangle's support is 1 before widening
+  const double support = filter_support(filter) * filter_scale;
   const double inv_filter_scale = 1.0 / filter_scale;
   Taps taps;
   taps.ksize = static_cast<int>(std::ceil(support)) * 2 + 1;
@@ -120,14 +133,14 @@ Taps bilinear_taps(double in0, double in1, int lo, int hi, int out_size, int fir
     const int n = std::max(xmax - xmin, 0);
     double total = 0;
     for (int x = 0; x < n; ++x) {
-      const double d = std::abs((x + xmin - center + 0.5) * inv_filter_scale);
-      w[x] = d < 1.0 ? 1.0 - d : 0.0;
+      w[x] = filter_weight(filter, (x + xmin - center + 0.5) * inv_filter_scale);
       total += w[x];
     }
     int32_t* k = &taps.weight[static_cast<size_t>(i) * taps.ksize];
     for (int x = 0; x < n; ++x) {
-      const double normalized = total != 0.0 ? w[x] / total : w[x];
-      k[x] = static_cast<int32_t>(normalized * (1 << kPrecisionBits) + 0.5);
+      const double normalized = (total != 0.0 ? w[x] / total : w[x]) * (1 << kPrecisionBits);
+      // PIL rounds half away from zero, negative lobes too.
+      k[x] = static_cast<int32_t>(normalized < 0 ? normalized - 0.5 : normalized + 0.5);
     }
     taps.start[i] = xmin;
     taps.length[i] = n;

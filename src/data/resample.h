@@ -1,6 +1,7 @@
 #pragma once
-// PIL's bilinear resize, as the fused transform runs it: filter taps per output pixel, a
-// horizontal pass into byte rows, a vertical pass, then normalization into CHW float planes.
+// PIL's bilinear and bicubic resize, as the fused transform runs it: filter taps per output
+// pixel, a horizontal pass into byte rows, a vertical pass, then normalization into CHW float
+// planes.
 // Private to the data layer.
 
 #include <array>
@@ -8,6 +9,7 @@
 #include <vector>
 
 #include "dptrain/data/image.h"
+#include "dptrain/data/interpolation.h"
 
 namespace dpt::data {
 
@@ -26,9 +28,9 @@ struct Taps {
 
 // Taps for outputs [first, first + count) of resizing the input span [in0, in1) to out_size
 // samples, reading only inputs in [lo, hi). Same arithmetic as PIL's precompute_coeffs: the
-// triangle filter is widened by the shrink factor (antialiasing), taps are normalized to sum to
-// one, then rounded to fixed point.
-Taps bilinear_taps(double in0, double in1, int lo, int hi, int out_size, int first, int count);
+// filter is widened by the shrink factor (antialiasing), taps are normalized to sum to one, then
+// rounded to fixed point (bicubic's negative lobes included).
+Taps filter_taps(Interpolation filter, double in0, double in1, int lo, int hi, int out_size, int first, int count);
 
 // Gives every output the same number of taps, the largest any output has (zero weights added,
 // start moved left where the row would end past `limit`), so the horizontal pass can run a

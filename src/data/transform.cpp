@@ -12,7 +12,7 @@ namespace dpt::data {
 namespace {
 
 // Horizontal and vertical taps of a plan on a `scaled` decode of a `full`-sized image.
-std::pair<Taps, Taps> plan_taps(const CropPlan& p, ImageSize full, ImageSize scaled, int size) {
+std::pair<Taps, Taps> plan_taps(const CropPlan& p, ImageSize full, ImageSize scaled, int size, Interpolation filter) {
   // The plan is in full-resolution coordinates; the decode may be a 1/d downscale of it.
   const double x0 = static_cast<double>(p.left) * scaled.width / full.width;
   const double x1 = static_cast<double>(p.left + p.width) * scaled.width / full.width;
@@ -21,9 +21,9 @@ std::pair<Taps, Taps> plan_taps(const CropPlan& p, ImageSize full, ImageSize sca
   // Taps stay inside the crop, as in torchvision's crop-then-resize.
   const int lo_x = static_cast<int>(std::floor(x0)), hi_x = std::min(static_cast<int>(std::ceil(x1)), scaled.width);
   const int lo_y = static_cast<int>(std::floor(y0)), hi_y = std::min(static_cast<int>(std::ceil(y1)), scaled.height);
-  Taps h = bilinear_taps(x0, x1, lo_x, hi_x, p.out_width, p.window_left, size);
+  Taps h = filter_taps(filter, x0, x1, lo_x, hi_x, p.out_width, p.window_left, size);
   pad_taps(h, scaled.width);
-  return {std::move(h), bilinear_taps(y0, y1, lo_y, hi_y, p.out_height, p.window_top, size)};
+  return {std::move(h), filter_taps(filter, y0, y1, lo_y, hi_y, p.out_height, p.window_top, size)};
 }
 
 }  // namespace
@@ -101,7 +101,7 @@ CropPlan Transform::plan(int width, int height, int64_t epoch, int64_t index) co
 
 void Transform::apply(const Image& image, const CropPlan& plan, float* out) const {
   const ImageSize size{image.width, image.height};
-  const auto [h, v] = plan_taps(plan, size, size, options_.size());
+  const auto [h, v] = plan_taps(plan, size, size, options_.size(), options_.interpolation());
   resample(image, 0, 0, h, v, plan.flip, options_.mean(), options_.std(), out);
 }
 
@@ -120,7 +120,7 @@ void Transform::apply_encoded(const std::vector<uint8_t>& bytes, const std::stri
                              static_cast<int>(std::ceil(static_cast<double>(full.height) * p.out_height / p.height))};
     denominator = jpeg_scale_denominator(full, at_least);
   }
-  const auto [h, v] = plan_taps(p, full, scaled_size(full, denominator), options_.size());
+  const auto [h, v] = plan_taps(p, full, scaled_size(full, denominator), options_.size(), options_.interpolation());
   // Decode only the pixels the filter taps read.
   const int left = h.start.front(), top = v.start.front();
   int right = 0, bottom = 0;

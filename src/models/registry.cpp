@@ -46,7 +46,7 @@ NetworkBuilder resnet(ResNet (*make)(const ResNetOptions&)) {
 // One entry per name. The evaluation transforms are those of torchvision 0.14's default weights
 // (`torchvision.models.get_model_weights(name).DEFAULT.transforms()`).
 const std::vector<Entry>& entries() {
-  using I = Interpolation;
+  using I = data::Interpolation;
   auto info = [](std::string name, std::string family, int64_t crop = 224, int64_t resize = 256,
                  I interpolation = I::Bilinear, bool half = false) {
     return ModelInfo{std::move(name), std::move(family), crop, resize, interpolation, half};

@@ -13,17 +13,18 @@ namespace fs = std::filesystem;
 
 namespace {
 
-data::Transform train_transform(const DataOptions& options, uint64_t seed, int size, double scale_min) {
-  return data::Transform(data::TransformOptions()
-                             .mode(data::TransformMode::Train)
+// `shared`: what both transforms take (filter, normalisation).
+data::Transform train_transform(const DataOptions& options, data::TransformOptions shared, uint64_t seed, int size,
+                                double scale_min) {
+  return data::Transform(shared.mode(data::TransformMode::Train)
                              .size(size)
                              .scale_min(scale_min)
                              .flip_probability(options.flip() ? 0.5 : 0.0)
                              .seed(seed));
 }
 
-data::Transform eval_transform(int size, int resize) {
-  return data::Transform(data::TransformOptions().mode(data::TransformMode::Eval).size(size).resize(resize));
+data::Transform eval_transform(data::TransformOptions shared, int size, int resize) {
+  return data::Transform(shared.mode(data::TransformMode::Eval).size(size).resize(resize));
 }
 
 }  // namespace
@@ -31,6 +32,8 @@ data::Transform eval_transform(int size, int resize) {
 RunDatasets open_datasets(const DataOptions& options, uint64_t seed, const models::ModelInfo& model) {
   // Small images keep more of themselves in a crop than ImageNet's 8% floor allows.
   constexpr double kSmallImageScaleMin = 0.35;
+  data::TransformOptions shared;
+  if (options.interpolation()) shared.interpolation(*options.interpolation());
   if (options.dummy()) {
     const int size = options.image_size().value_or(32);
     // Drawn a quarter larger than the input, so that crops and the eval resize have room.
@@ -39,9 +42,9 @@ RunDatasets open_datasets(const DataOptions& options, uint64_t seed, const model
       return data::SyntheticOptions().size(images).num_classes(options.dummy_classes()).image_size(drawn).seed(set_seed);
     };
     return {std::make_shared<data::SyntheticDataset>(synthetic(options.dummy_train_size(), seed),
-                                                     train_transform(options, seed, size, kSmallImageScaleMin)),
+                                                     train_transform(options, shared, seed, size, kSmallImageScaleMin)),
             std::make_shared<data::SyntheticDataset>(synthetic(options.dummy_val_size(), seed + 1),
-                                                     eval_transform(size, size)),
+                                                     eval_transform(shared, size, size)),
             "synthetic", size};
   }
   const fs::path root(options.root());
@@ -51,21 +54,24 @@ RunDatasets open_datasets(const DataOptions& options, uint64_t seed, const model
   if (fs::exists(root / data::cifar_files(true).front())) {
     const int size = options.image_size().value_or(data::kCifarSide);
     return {std::make_shared<data::Cifar10>(root.string(), true,
-                                            train_transform(options, seed, size, kSmallImageScaleMin)),
-            std::make_shared<data::Cifar10>(root.string(), false, eval_transform(size, size)), "CIFAR-10", size};
+                                            train_transform(options, shared, seed, size, kSmallImageScaleMin)),
+            std::make_shared<data::Cifar10>(root.string(), false, eval_transform(shared, size, size)), "CIFAR-10", size};
   }
   for (const char* split : {"train", "val"}) {
     DPT_CHECK(fs::is_directory(root / split), DataError, "data folder '", root.string(), "' has no ", split,
               "/ folder; expected an ImageFolder root with train/ and val/, or CIFAR-10 binary files");
   }
   // torchvision's recipe: RandomResizedCrop(crop) for training, Resize(resize) + CenterCrop(crop)
-  // for validation, with the model's sizes (224 and 256 for most); other sizes keep the ratio.
+  // for validation, with the model's sizes (224 and 256 for most; other sizes keep the ratio),
+  // filter and normalisation, those its published weights were trained and evaluated with.
+  if (!options.interpolation()) shared.interpolation(model.interpolation);
+  if (model.half_normalization) shared.mean({0.5f, 0.5f, 0.5f}).std({0.5f, 0.5f, 0.5f});
   const int size = options.image_size().value_or(static_cast<int>(model.crop_size));
   const int resize = static_cast<int>(size * static_cast<double>(model.resize_size) / model.crop_size + 0.5);
   const double scale_min = size <= 64 ? kSmallImageScaleMin : 0.08;
-  return {std::make_shared<data::ImageFolder>((root / "train").string(), train_transform(options, seed, size, scale_min),
+  return {std::make_shared<data::ImageFolder>((root / "train").string(), train_transform(options, shared, seed, size, scale_min),
                                               options.bad_images()),
-          std::make_shared<data::ImageFolder>((root / "val").string(), eval_transform(size, resize),
+          std::make_shared<data::ImageFolder>((root / "val").string(), eval_transform(shared, size, resize),
                                               options.bad_images()),
           "ImageFolder", size};
 }

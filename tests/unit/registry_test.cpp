@@ -49,7 +49,7 @@ TEST(ModelRegistry, EvaluationDefaultsFollowTorchvisionsWeights) {
   const auto b3 = models::info("efficientnet_b3");
   EXPECT_EQ(b3.crop_size, 300);
   EXPECT_EQ(b3.resize_size, 320);
-  EXPECT_EQ(b3.interpolation, models::Interpolation::Bicubic);
+  EXPECT_EQ(b3.interpolation, dpt::data::Interpolation::Bicubic);
   EXPECT_TRUE(models::info("efficientnet_v2_l").half_normalization);
   EXPECT_EQ(models::info("vit_h_14").crop_size, 518);
   EXPECT_EQ(models::info("torchscript:net.pt").family, "TorchScript");

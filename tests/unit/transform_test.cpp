@@ -114,22 +114,35 @@ TEST(Transform, TrainCropMatchesTorchvisionResizedCrop) {
   EXPECT_LT(max_abs_diff(out, (*expected)[0]), 1e-6);
 }
 
-// Many crops at once, from upscales (2 taps per output) to 6x shrinks (13 taps, several SIMD
-// groups), flipped or not, decoded whole or only where the taps read (where the last outputs of
-// a row sit at the end of the decoded buffer), written to aligned and misaligned memory: all
-// equal torchvision's output.
-TEST(Transform, ManyTrainCropsMatchTorchvision) {
+namespace {
+
+// torchvision's InterpolationMode for a filter.
+std::string python_mode(Interpolation interpolation) {
+  return interpolation == Interpolation::Bicubic ? "T.InterpolationMode.BICUBIC" : "T.InterpolationMode.BILINEAR";
+}
+
+class Filters : public ::testing::TestWithParam<Interpolation> {};
+
+}  // namespace
+
+// Many crops at once, from upscales (2 taps per output, 4 for bicubic) to 6x shrinks (13 taps,
+// 25 for bicubic, several SIMD groups), flipped or not, decoded whole or only where the taps read
+// (where the last outputs of a row sit at the end of the decoded buffer), written to aligned and
+// misaligned memory: all equal torchvision's output.
+TEST_P(Filters, ManyTrainCropsMatchTorchvision) {
   dpt::testing::TempDir dir;
   const std::string path = dir.path() + "/a.jpg";
   const auto bytes = encode_jpeg(dpt::testing::gradient_image(150, 101, 1), 90);
   write_file(path, bytes);
-  Transform train(TransformOptions().mode(TransformMode::Train).size(24).seed(7).dct_scaling(false));
+  Transform train(
+      TransformOptions().mode(TransformMode::Train).size(24).seed(7).dct_scaling(false).interpolation(GetParam()));
   constexpr int kCrops = 16;
   std::string crops;
   for (int64_t index = 0; index < kCrops; ++index) {
     const CropPlan p = train.plan(150, 101, 1, index);
     crops += dpt::str("lambda im: (F.hflip if ", p.flip ? "True" : "False", " else (lambda x: x))(F.resized_crop(im, ",
-                      p.top, ", ", p.left, ", ", p.height, ", ", p.width, ", [24, 24])), ");
+                      p.top, ", ", p.left, ", ", p.height, ", ", p.width, ", [24, 24], ", python_mode(GetParam()),
+                      ")), ");
   }
   auto expected = torchvision_outputs(path, crops);
   if (!expected) GTEST_SKIP() << "/usr/bin/python3 with torchvision is not available";
@@ -147,6 +160,30 @@ TEST(Transform, ManyTrainCropsMatchTorchvision) {
     EXPECT_EQ(region, whole) << "crop " << index;
   }
 }
+
+// Resize + CenterCrop with each filter, shrinking (75x50 to 40) and enlarging (to 90).
+TEST_P(Filters, EvalResizeMatchesTorchvision) {
+  dpt::testing::TempDir dir;
+  const std::string path = dir.path() + "/a.jpg";
+  const auto bytes = encode_jpeg(dpt::testing::gradient_image(75, 50, 1), 90);
+  write_file(path, bytes);
+  const std::string mode = python_mode(GetParam());
+  auto expected = torchvision_outputs(path, dpt::str("T.Compose([T.Resize(40, ", mode, "), T.CenterCrop(32)]), ",
+                                                     "T.Compose([T.Resize(90, ", mode, "), T.CenterCrop(80)])"));
+  if (!expected) GTEST_SKIP() << "/usr/bin/python3 with torchvision is not available";
+  ASSERT_EQ(expected->size(), 2u);
+  const int sizes[2][2] = {{40, 32}, {90, 80}};
+  for (int i = 0; i < 2; ++i) {
+    Transform eval(
+        TransformOptions().resize(sizes[i][0]).size(sizes[i][1]).dct_scaling(false).interpolation(GetParam()));
+    std::vector<float> out(eval.sample_numel());
+    eval.apply_encoded(bytes, path, 0, 0, out.data());
+    EXPECT_LT(max_abs_diff(out, (*expected)[i]), 1e-6) << "resize " << sizes[i][0];
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Transform, Filters, ::testing::Values(Interpolation::Bilinear, Interpolation::Bicubic),
+                         [](const auto& info) { return to_string(info.param); });
 
 TEST(Transform, RandomResizedCropFollowsTorchvisionRules) {
   Transform train(TransformOptions().mode(TransformMode::Train).size(32).seed(11));
@@ -190,4 +227,12 @@ TEST(Transform, RejectsImpossibleOptions) {
   EXPECT_THROW(Transform(TransformOptions().size(0)), dpt::ConfigError);
   EXPECT_THROW(Transform(TransformOptions().resize(100).size(224)), dpt::ConfigError);
   EXPECT_THROW(Transform(TransformOptions().std({1.0f, 0.0f, 1.0f})), dpt::ConfigError);
+}
+
+TEST(Transform, InterpolationNamesAreTorchvisions) {
+  for (Interpolation filter : {Interpolation::Bilinear, Interpolation::Bicubic}) {
+    EXPECT_EQ(parse_interpolation(to_string(filter)), filter);
+  }
+  EXPECT_EQ(to_string(Interpolation::Bicubic), "bicubic");
+  EXPECT_THROW(parse_interpolation("nearest"), dpt::ConfigError);
 }

@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "command.h"
+#include "dptrain/data/interpolation.h"
 #include "dptrain/models/registry.h"
 
 namespace dpt::cli {
@@ -27,10 +28,6 @@ int64_t parameter_count(const std::string& name) {
   int64_t count = 0;
   for (const auto& param : models::create(name)->parameters()) count += param.numel();
   return count;
-}
-
-const char* interpolation_name(models::Interpolation interpolation) {
-  return interpolation == models::Interpolation::Bicubic ? "bicubic" : "bilinear";
 }
 
 int run_models(const ModelsFlags& flags) {
@@ -50,12 +47,12 @@ int run_models(const ModelsFlags& flags) {
                          {"parameters", parameters},
                          {"crop_size", info.crop_size},
                          {"resize_size", info.resize_size},
-                         {"interpolation", interpolation_name(info.interpolation)},
+                         {"interpolation", data::to_string(info.interpolation)},
                          {"mean_std", info.half_normalization ? "0.5" : "imagenet"}});
       continue;
     }
     std::cout << fmt::format("{:<20} {:<20} {:>12}  {:>5}  {:>6}  {}{}\n", info.name, info.family, parameters,
-                             info.crop_size, info.resize_size, interpolation_name(info.interpolation),
+                             info.crop_size, info.resize_size, data::to_string(info.interpolation),
                              info.half_normalization ? ", mean/std 0.5" : "")
               << std::flush;
   }

@@ -33,6 +33,8 @@ void add_run_flags(CLI::App& app, train::TrainOptions& o) {
   app.add_option("--dummy-val-size", data.dummy_val_size())->capture_default_str();
   app.add_option("--dummy-classes", data.dummy_classes())->capture_default_str();
   app.add_option("--image-size", data.image_size(), "input side (default 224 for ImageFolder, 32 otherwise)");
+  add_parsed_option(app, "--interpolation", data.interpolation(), data::parse_interpolation,
+                    "resize filter, bilinear or bicubic (default: the model's, see `dptrain models`)");
   app.add_flag_callback("--no-flip", [&data] { data.flip(false); }, "no random horizontal flips (for digits, text, ...)");
   app.add_flag("--amp", o.amp(), "mixed precision: bf16 autocast on CPU, fp16 with loss scaling on CUDA");
   app.add_flag("--channels-last", o.channels_last(), "NHWC memory format for weights and inputs");

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <optional>
 #include <string>
+#include <type_traits>
 
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
@@ -26,8 +27,9 @@ void add_run_flags(CLI::App& app, train::TrainOptions& options);
 
 // A flag whose text the library parses into `target` (train::parse_lr_decay, parse_parallel_mode);
 // the parser's ConfigError, which names the accepted values, becomes the command line's error.
-template <typename T>
-CLI::Option* add_parsed_option(CLI::App& app, const std::string& name, T& target, T (*parse)(const std::string&),
+// An optional target (unset: a default decided later, e.g. the model's) shows no default.
+template <typename T, typename Target>
+CLI::Option* add_parsed_option(CLI::App& app, const std::string& name, Target& target, T (*parse)(const std::string&),
                                const std::string& help) {
   auto assign = [&target, parse, name](const std::string& text) {
     try {
@@ -36,7 +38,9 @@ CLI::Option* add_parsed_option(CLI::App& app, const std::string& name, T& target
       throw CLI::ValidationError(name, e.what());
     }
   };
-  return app.add_option_function<std::string>(name, assign, help)->default_str(to_string(target));
+  CLI::Option* option = app.add_option_function<std::string>(name, assign, help);
+  if constexpr (std::is_same_v<Target, T>) option->default_str(to_string(target));
+  return option;
 }
 
 // A flag's seconds as the library's durations; nullopt stays unset.

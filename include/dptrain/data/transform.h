@@ -9,8 +9,8 @@
 //   std::vector<float> out(t.sample_numel());
 //   t.apply_encoded(jpeg_bytes, "cat.jpg", /*epoch=*/0, /*index=*/17, out.data());
 //
-// Resizing follows PIL's bilinear filter (what torchvision uses on the PIL images ImageFolder
-// loads): antialiased when shrinking, 22-bit fixed-point weights, intermediate rows rounded to
+// Resizing follows PIL's bilinear or bicubic filter (what torchvision uses on the PIL images
+// ImageFolder loads): antialiased when shrinking, 22-bit fixed-point weights, intermediate rows rounded to
 // 8 bits. Only the JPEG rows and block columns the filter reads are decoded. At full scale
 // (dct_scaling(false), or crops too small for a 1/2 decode) the output equals torchvision's
 // bit for bit; with DCT scaling it differs by a few levels because libjpeg's downscaled IDCT
@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "dptrain/data/image.h"
+#include "dptrain/data/interpolation.h"
 
 namespace dpt::data {
 
@@ -43,6 +44,8 @@ struct TransformOptions {
   TORCH_ARG(double, scale_max) = 1.0;
   TORCH_ARG(double, ratio_min) = 3.0 / 4.0;
   TORCH_ARG(double, ratio_max) = 4.0 / 3.0;
+  // The resize filter of both modes (torchvision's `interpolation`).
+  TORCH_ARG(Interpolation, interpolation) = Interpolation::Bilinear;
   // Train only: probability of a horizontal flip.
   TORCH_ARG(double, flip_probability) = 0.5;
   // Per-channel normalization, applied to pixel / 255.

@@ -10,20 +10,21 @@
 #include <string>
 #include <vector>
 
+#include "dptrain/data/interpolation.h"
 #include "dptrain/models/classifier.h"
 
 namespace dpt::models {
 
-enum class Interpolation { Bilinear, Bicubic };
-
 // A registered architecture and the ImageNet evaluation transform of torchvision's default
-// weights for it (resize the shorter side to resize_size, center-crop crop_size).
+// weights for it (resize the shorter side to resize_size, center-crop crop_size), which
+// `dptrain train` and `eval` apply to ImageFolders (interpolation and normalisation in training
+// too).
 struct ModelInfo {
   std::string name;
   std::string family;
   int64_t crop_size = 224;
   int64_t resize_size = 256;
-  Interpolation interpolation = Interpolation::Bilinear;
+  data::Interpolation interpolation = data::Interpolation::Bilinear;
   // Normalisation of torchvision's weights: ImageNet's statistics, or 0.5 everywhere
   // (efficientnet_v2_l).
   bool half_normalization = false;

@@ -21,6 +21,7 @@
 
 #include "dptrain/common/log_stream.h"
 #include "dptrain/data/dataset.h"
+#include "dptrain/data/interpolation.h"
 #include "dptrain/dist/init.h"
 #include "dptrain/train/lr_schedule.h"
 #include "dptrain/train/logs/observers.h"
@@ -50,6 +51,9 @@ struct DataOptions {
   TORCH_ARG(int64_t, dummy_classes) = 10;
   // Side of the network's input. Unset: 224 for ImageFolder data, 32 for CIFAR and the dummy set.
   TORCH_ARG(std::optional<int>, image_size) = std::nullopt;
+  // The resize filter. Unset: bilinear, except for ImageFolder data, which takes the model's
+  // (that of torchvision's weights: bicubic for most EfficientNets, ViT-H/14 and DeiT).
+  TORCH_ARG(std::optional<data::Interpolation>, interpolation) = std::nullopt;
   // Random horizontal flips in training (off for data where mirroring changes the class, e.g. digits).
   TORCH_ARG(bool, flip) = true;
   // Loader threads per process.
