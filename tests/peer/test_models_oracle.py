@@ -13,12 +13,11 @@ import unittest
 import torch
 import torchvision
 
-import ghostnet_reference
+from torchvision_zoo import NUM_CLASSES, torchvision_model
 
 BUILD = os.environ.get("DPT_BUILD", os.path.join(os.path.dirname(__file__), "..", "..", "build"))
 ORACLE = os.path.join(BUILD, "bin", "dptrain_models_oracle")
 DTYPES = {torch.float32: "Float", torch.int64: "Long"}
-NUM_CLASSES = 10
 
 # Architecture -> the image size its structure is checked at (only ViT's weights depend on it).
 STRUCTURE = {name: None for name in [
@@ -36,10 +35,6 @@ STRUCTURE = {name: None for name in [
 # The large ViTs share B/16's code and differ in sizes only: checked at a small input.
 STRUCTURE.update({"vit_b_16": 32, "vit_b_32": 64, "vit_l_16": 32, "vit_l_32": 64, "vit_h_14": 28,
                   "vit_ti_16": 32, "vit_s_16": 32})
-# DeiT's sizes, which dptrain registers and torchvision builds with its VisionTransformer class:
-# (patch, layers, heads, hidden, mlp).
-DEIT = {"vit_ti_16": (16, 12, 3, 192, 768), "vit_s_16": (16, 12, 6, 384, 1536)}
-
 # Architecture -> (input side, relative tolerance on logits and gradients). One or more per
 # family, at the smallest input each accepts, so the zoo stays within minutes.
 NUMERIC = {
@@ -64,19 +59,6 @@ def checked(*args):
     if result.returncode != 0:
         raise AssertionError(f"dptrain_models_oracle {args} failed ({result.returncode}): {result.stderr}")
     return result.stdout
-
-
-def torchvision_model(arch, image_size=None):
-    if arch == "ghostnet":  # not torchvision's: the GhostNet authors' layout, in ghostnet_reference.py
-        return ghostnet_reference.GhostNet(num_classes=NUM_CLASSES)
-    if arch in DEIT:
-        return torchvision.models.VisionTransformer(image_size or 224, *DEIT[arch], num_classes=NUM_CLASSES)
-    kwargs = {"num_classes": NUM_CLASSES}
-    if arch.startswith("vit_"):
-        kwargs["image_size"] = image_size or 224
-    if arch in ("googlenet", "inception_v3"):
-        kwargs["init_weights"] = True  # torchvision's default, without its warning
-    return getattr(torchvision.models, arch)(**kwargs)
 
 
 def without_randomness(model):
