@@ -29,7 +29,8 @@ def last_json(out):
 
 
 # Two checkpoints side by side: positions, then the weights' largest difference and whether
-# weights and momentum buffers are bitwise equal. Run with PYTHON (torch) and the two files.
+# weights and the optimizer's state (momentum buffers, moment estimates, step counts) are bitwise
+# equal. Run with PYTHON (torch) and the two files.
 COMPARE = r"""
 import sys, torch
 a, b = torch.load(sys.argv[1]), torch.load(sys.argv[2])
@@ -38,7 +39,8 @@ assert list(a["state_dict"]) == list(b["state_dict"])
 diff = max((x.double() - b["state_dict"][k].double()).abs().max().item() for k, x in a["state_dict"].items())
 same = all(torch.equal(x, b["state_dict"][k]) for k, x in a["state_dict"].items())
 sa, sb = a["optimizer"]["state"], b["optimizer"]["state"]
-same_momentum = sorted(sa) == sorted(sb) and all(
-    torch.equal(sa[i]["momentum_buffer"], sb[i]["momentum_buffer"]) for i in sa)
-print("max_abs_diff", diff, "bitwise", same, "momentum_bitwise", same_momentum, "entries", len(sa))
+equal = lambda x, y: torch.equal(x, y) if torch.is_tensor(x) else x == y
+same_state = sorted(sa) == sorted(sb) and all(
+    sorted(sa[i]) == sorted(sb[i]) and all(equal(v, sb[i][k]) for k, v in sa[i].items()) for i in sa)
+print("max_abs_diff", diff, "bitwise", same, "optimizer_bitwise", same_state, "entries", len(sa))
 """

@@ -5,6 +5,7 @@
 #include "dptrain/data/device_prefetcher.h"
 #include "dptrain/data/image.h"
 #include "dptrain/data/image_folder.h"
+#include "dptrain/data/interpolation.h"
 #include "dptrain/data/loader.h"
 #include "dptrain/data/random.h"
 #include "dptrain/data/sampler.h"

@@ -16,7 +16,7 @@ namespace {
 // --mode ddp: DistributedDataParallel, gradients averaged over the ranks during backward.
 class DdpStyle : public ParallelStyle {
  public:
-  DdpStyle(models::Classifier model, std::shared_ptr<torch::optim::SGD> optimizer,
+  DdpStyle(models::Classifier model, std::shared_ptr<torch::optim::Optimizer> optimizer,
            std::shared_ptr<dist::Communicator> comm)
       : ddp_(std::move(model), std::move(comm)), optimizer_(std::move(optimizer)) {}
 
@@ -37,7 +37,7 @@ class DdpStyle : public ParallelStyle {
 
  private:
   DistributedDataParallel<models::Classifier> ddp_;
-  std::shared_ptr<torch::optim::SGD> optimizer_;
+  std::shared_ptr<torch::optim::Optimizer> optimizer_;
 };
 
 // --mode dp: one process, torch.nn.DataParallel's way. The batch of a step is split over the
@@ -45,7 +45,7 @@ class DdpStyle : public ParallelStyle {
 // steps the model itself and evaluation runs on it.
 class DpStyle : public ParallelStyle {
  public:
-  DpStyle(models::Classifier model, std::vector<torch::Device> devices, std::shared_ptr<torch::optim::SGD> optimizer)
+  DpStyle(models::Classifier model, std::vector<torch::Device> devices, std::shared_ptr<torch::optim::Optimizer> optimizer)
       : dp_(std::move(model), DataParallelOptions(std::move(devices))), optimizer_(std::move(optimizer)) {}
 
   at::Tensor forward(const at::Tensor& images) override { return dp_.forward(images); }
@@ -59,7 +59,7 @@ class DpStyle : public ParallelStyle {
 
  private:
   DataParallel<models::Classifier> dp_;
-  std::shared_ptr<torch::optim::SGD> optimizer_;
+  std::shared_ptr<torch::optim::Optimizer> optimizer_;
 };
 
 // --mode hvd: Horovod's recipe. Rank 0's weights and optimizer state are broadcast once, then
@@ -67,7 +67,7 @@ class DpStyle : public ParallelStyle {
 // DistributedDataParallel.
 class HvdStyle : public ParallelStyle {
  public:
-  HvdStyle(models::Classifier model, std::shared_ptr<torch::optim::SGD> optimizer,
+  HvdStyle(models::Classifier model, std::shared_ptr<torch::optim::Optimizer> optimizer,
            std::shared_ptr<dist::Communicator> comm)
       : context_(std::move(comm)), model_(std::move(model)), optimizer_(make_optimizer(optimizer)) {}
 
@@ -84,7 +84,7 @@ class HvdStyle : public ParallelStyle {
   std::string describe() const override { return "hvd::DistributedOptimizer"; }
 
  private:
-  hvd::DistributedOptimizer make_optimizer(std::shared_ptr<torch::optim::SGD> optimizer) const {
+  hvd::DistributedOptimizer make_optimizer(std::shared_ptr<torch::optim::Optimizer> optimizer) const {
     hvd::broadcast_parameters(context_, models::state_dict(*model_), /*root_rank=*/0);
     hvd::broadcast_optimizer_state(context_, *optimizer, /*root_rank=*/0);
     return hvd::DistributedOptimizer(context_, std::move(optimizer), model_->named_parameters());
@@ -95,13 +95,13 @@ class HvdStyle : public ParallelStyle {
   hvd::DistributedOptimizer optimizer_;
 };
 
-std::unique_ptr<ParallelStyle> make_ddp_style(models::Classifier model, std::shared_ptr<torch::optim::SGD> optimizer,
+std::unique_ptr<ParallelStyle> make_ddp_style(models::Classifier model, std::shared_ptr<torch::optim::Optimizer> optimizer,
                                               std::shared_ptr<dist::Communicator> comm) {
   return std::make_unique<DdpStyle>(std::move(model), std::move(optimizer), std::move(comm));
 }
 
 std::unique_ptr<ParallelStyle> make_dp_style(const TrainOptions& options, models::Classifier model,
-                                             std::shared_ptr<torch::optim::SGD> optimizer,
+                                             std::shared_ptr<torch::optim::Optimizer> optimizer,
                                              const dist::Communicator& comm) {
   DPT_CHECK(comm.size() == 1, ConfigError, "rank ", comm.rank(), ": --mode dp runs in one process driving ",
             "several replicas, but this process is one of ", comm.size(),
@@ -116,7 +116,7 @@ std::unique_ptr<ParallelStyle> make_dp_style(const TrainOptions& options, models
   return std::make_unique<DpStyle>(std::move(model), data_parallel_devices(options.parallel()), std::move(optimizer));
 }
 
-std::unique_ptr<ParallelStyle> make_hvd_style(models::Classifier model, std::shared_ptr<torch::optim::SGD> optimizer,
+std::unique_ptr<ParallelStyle> make_hvd_style(models::Classifier model, std::shared_ptr<torch::optim::Optimizer> optimizer,
                                               std::shared_ptr<dist::Communicator> comm) {
   return std::make_unique<HvdStyle>(std::move(model), std::move(optimizer), std::move(comm));
 }
@@ -132,7 +132,7 @@ std::vector<torch::Device> data_parallel_devices(const ParallelOptions& o) {
 }
 
 std::unique_ptr<ParallelStyle> make_parallel_style(const TrainOptions& options, models::Classifier model,
-                                                   std::shared_ptr<torch::optim::SGD> optimizer,
+                                                   std::shared_ptr<torch::optim::Optimizer> optimizer,
                                                    std::shared_ptr<dist::Communicator> comm) {
   switch (options.parallel().mode()) {
     case ParallelMode::Ddp:

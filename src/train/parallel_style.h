@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include <torch/optim/sgd.h>
+#include <torch/optim/optimizer.h>
 
 #include "dptrain/dist/communicator.h"
 #include "dptrain/models/classifier.h"
@@ -50,7 +50,7 @@ std::vector<torch::Device> data_parallel_devices(const ParallelOptions& options)
 // The style options.parallel().mode() names, over `model` (already on its device) and `optimizer` (over the
 // model's parameters). ConfigError for combinations the style cannot run.
 std::unique_ptr<ParallelStyle> make_parallel_style(const TrainOptions& options, models::Classifier model,
-                                                   std::shared_ptr<torch::optim::SGD> optimizer,
+                                                   std::shared_ptr<torch::optim::Optimizer> optimizer,
                                                    std::shared_ptr<dist::Communicator> comm);
 
 }  // namespace dpt::train

@@ -4,7 +4,7 @@
 #include <ATen/Parallel.h>
 #include <torch/cuda.h>
 #include <torch/nn/functional/loss.h>
-#include <torch/optim/sgd.h>
+#include <torch/nn/utils/clip_grad.h>
 #include <torch/utils.h>
 
 #include <algorithm>
@@ -106,7 +106,7 @@ struct Trainer::State {
   models::Classifier model{nullptr};
   std::shared_ptr<dist::Communicator> comm;
   at::Device device{at::kCPU};
-  std::shared_ptr<torch::optim::SGD> optimizer;
+  std::shared_ptr<torch::optim::Optimizer> optimizer;
   std::unique_ptr<ParallelStyle> style;
   std::unique_ptr<GradScaler> scaler;
   std::unique_ptr<data::DistributedSampler> sampler;
@@ -354,7 +354,7 @@ void Trainer::State::restore(const TrainingCheckpoint& cp, const fs::path& file)
   }
   best_acc1 = cp.best_acc1;
   sampler->load_state(cp.sampler);
-  load_sgd_state_dict(*optimizer, cp.optimizer);
+  load_optimizer_state_dict(*optimizer, cp.optimizer);
   if (scaler->is_enabled() && cp.scaler.size() > 0) scaler->load_state_dict(cp.scaler);
   if (cp.rng_state.numel() > 0) {
     at::Generator generator = at::detail::getDefaultCPUGenerator();  // shares the default's state
@@ -467,6 +467,11 @@ std::optional<MetricSums> Trainer::State::step(data::Loader& loader) {
               global_step() + 1, " (epoch ", epoch + 1, ", step ", step_in_epoch + 1,
               "); lower --lr or lengthen --warmup-epochs");
   }
+  if (const auto max_norm = options.optimizer().clip_grad_norm()) {
+    // On the reduced gradients, so every rank clips alike; unscaled first, as torchvision does.
+    scaler->unscale_(*optimizer);
+    torch::nn::utils::clip_grad_norm_(model->parameters(), *max_norm);
+  }
   scaler->step(*optimizer);
   scaler->update();
   ++step_in_epoch;
@@ -532,7 +537,7 @@ void Trainer::State::save_checkpoint(bool epoch_done, bool is_best) {
   cp.seed = options.seed();
   cp.sampler = sampler->state();
   cp.state_dict = models::state_dict(*model);
-  cp.optimizer = sgd_state_dict(*optimizer);
+  cp.optimizer = optimizer_state_dict(*optimizer);
   cp.scaler = scaler->state_dict();
   at::Generator generator = at::detail::getDefaultCPUGenerator();
   cp.rng_state = generator.get_state();

@@ -136,7 +136,7 @@ class Slurm(unittest.TestCase):
         code, cmp_out, cmp_err = run([PYTHON, "-c", COMPARE, os.path.join(reference, "checkpoint.pt"),
                                       os.path.join(output, "checkpoint.pt")], timeout=120)
         self.assertEqual(code, 0, cmp_err)
-        self.assertEqual(cmp_out.splitlines()[1], "max_abs_diff 0.0 bitwise True momentum_bitwise True entries 59")
+        self.assertEqual(cmp_out.splitlines()[1], "max_abs_diff 0.0 bitwise True optimizer_bitwise True entries 59")
 
 
 if __name__ == "__main__":

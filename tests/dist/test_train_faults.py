@@ -99,7 +99,7 @@ class ExactRecovery(unittest.TestCase):
         self.assertEqual(code, 0, cmp_err)
         lines = cmp_out.splitlines()
         self.assertEqual(lines[0], "24 2 0 24 2 0", context)
-        self.assertEqual(lines[1], "max_abs_diff 0.0 bitwise True momentum_bitwise True entries 59", context)
+        self.assertEqual(lines[1], "max_abs_diff 0.0 bitwise True optimizer_bitwise True entries 59", context)
 
     def stop_and_resume(self, name, sig, to_launcher, expected_code, when=r"Epoch: \[0\]\[ ?6/12\]",
                         steps=range(6, 12), resumed_at=lambda step: f"epoch 0, step {step} of it"):

@@ -1,6 +1,6 @@
-"""`dptrain train` checkpoints: N optimizer steps straight end with the same weights, bit for bit,
-as N/2 steps, a stop (--max-steps, mid-epoch), --resume and N/2 more, on 2 processes under
---deterministic; epoch checkpoints rotate (keep last K) beside model_best.pt; a run killed at any
+"""`dptrain train` checkpoints: N optimizer steps straight end with the same weights and optimizer
+state, bit for bit, as N/2 steps, a stop (--max-steps, mid-epoch), --resume and N/2 more, on 2
+processes under --deterministic (SGD, and AdamW with weight-decay groups and clipping); epoch checkpoints rotate (keep last K) beside model_best.pt; a run killed at any
 moment leaves a checkpoint.pt that loads."""
 
 import json
@@ -26,23 +26,27 @@ def launch(*args):
 
 class ExactResume(unittest.TestCase):
     def test_stop_and_resume_equals_straight_run_bitwise(self):
-        with tempfile.TemporaryDirectory(prefix="dpt_resume_") as tmp:
-            straight, halves = os.path.join(tmp, "straight"), os.path.join(tmp, "halves")
-            code, out, err = run(launch(*SMALL, "--max-steps", "8", "--output", straight), timeout=240)
-            self.assertEqual(code, 0, out + err)
-            code, out, err = run(launch(*SMALL, "--max-steps", "4", "--output", halves), timeout=240)
-            self.assertEqual(code, 0, out + err)
-            self.assertIn('"global_step":4', out)
-            code, out, err = run(launch(*SMALL, "--max-steps", "8", "--output", halves,
-                                        "--resume", os.path.join(halves, "checkpoint.pt")), timeout=240)
-            self.assertEqual(code, 0, out + err)
-            self.assertIn('"global_step":8', out)
-            code, out, err = run([PYTHON, "-c", COMPARE, os.path.join(straight, "checkpoint.pt"),
-                                  os.path.join(halves, "checkpoint.pt")], timeout=120)
-            self.assertEqual(code, 0, err)
-            lines = out.splitlines()
-            self.assertEqual(lines[0], "8 1 2 8 1 2")  # global step, epoch, step in epoch
-            self.assertEqual(lines[1], "max_abs_diff 0.0 bitwise True momentum_bitwise True entries 59")
+        """With SGD, and with AdamW over three weight-decay groups with clipping (its moment
+        estimates and step counts resume too)."""
+        for recipe in ([], ["--opt", "adamw", "--lr", "0.002", "--wd", "0.05", "--norm-weight-decay", "0",
+                            "--bias-weight-decay", "0", "--clip-grad-norm", "1"]):
+            with self.subTest(recipe=" ".join(recipe)), tempfile.TemporaryDirectory(prefix="dpt_resume_") as tmp:
+                straight, halves = os.path.join(tmp, "straight"), os.path.join(tmp, "halves")
+                code, out, err = run(launch(*SMALL, *recipe, "--max-steps", "8", "--output", straight), timeout=240)
+                self.assertEqual(code, 0, out + err)
+                code, out, err = run(launch(*SMALL, *recipe, "--max-steps", "4", "--output", halves), timeout=240)
+                self.assertEqual(code, 0, out + err)
+                self.assertIn('"global_step":4', out)
+                code, out, err = run(launch(*SMALL, *recipe, "--max-steps", "8", "--output", halves,
+                                            "--resume", os.path.join(halves, "checkpoint.pt")), timeout=240)
+                self.assertEqual(code, 0, out + err)
+                self.assertIn('"global_step":8', out)
+                code, out, err = run([PYTHON, "-c", COMPARE, os.path.join(straight, "checkpoint.pt"),
+                                      os.path.join(halves, "checkpoint.pt")], timeout=120)
+                self.assertEqual(code, 0, err)
+                lines = out.splitlines()
+                self.assertEqual(lines[0], "8 1 2 8 1 2")  # global step, epoch, step in epoch
+                self.assertEqual(lines[1], "max_abs_diff 0.0 bitwise True optimizer_bitwise True entries 59")
 
 
 class CheckpointFiles(unittest.TestCase):

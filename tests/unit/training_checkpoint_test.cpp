@@ -2,61 +2,118 @@
 
 #include <torch/torch.h>
 
+#include <map>
+#include <string>
+#include <vector>
+
 #include "dptrain/common/error.h"
 #include "dptrain/models/registry.h"
 #include "dptrain/train/checkpoint/checkpoint_file.h"
 #include "dptrain/train/checkpoint/optimizer_state.h"
 #include "dptrain/train/checkpoint/training_checkpoint.h"
+#include "dptrain/train/lr_schedule.h"
+#include "dptrain/train/optimizer.h"
 #include "support/temp_dir.h"
 
 using namespace dpt::train;
 
 namespace {
 
-// An SGD optimizer with momentum buffers from one step on a small model.
+// An optimizer of `kind` with its state from one step on a small model, in torchvision's three
+// weight-decay groups (other, norm, bias).
 struct Stepped {
-  dpt::models::Classifier model = dpt::models::create("resnet20", dpt::models::ClassifierOptions().num_classes(3));
-  torch::optim::SGD optimizer{model->parameters(), torch::optim::SGDOptions(0.05).momentum(0.9).weight_decay(1e-4)};
-  Stepped() {
+  explicit Stepped(OptimizerKind kind = OptimizerKind::Sgd)
+      : optimizer(make_optimizer(*model,
+                                 OptimizerOptions().kind(kind).weight_decay(1e-4).norm_weight_decay(0.0).bias_weight_decay(
+                                     1e-5),
+                                 0.05)) {
     torch::manual_seed(1);
     model->forward(torch::randn({2, 3, 8, 8})).sum().backward();
-    optimizer.step();
+    optimizer->step();
   }
+  dpt::models::Classifier model = dpt::models::create("resnet20", dpt::models::ClassifierOptions().num_classes(3));
+  std::shared_ptr<torch::optim::Optimizer> optimizer;
 };
 
-TEST(OptimizerState, HasPythonsShapeAndRoundTrips) {
-  Stepped a;
-  const auto state = sgd_state_dict(a.optimizer);
-  const auto groups = state.at("param_groups").toList();
-  ASSERT_EQ(groups.size(), 1u);
-  const auto group = groups.get(0).toGenericDict();
-  EXPECT_DOUBLE_EQ(group.at("lr").toDouble(), 0.05);
-  EXPECT_DOUBLE_EQ(group.at("momentum").toDouble(), 0.9);
-  EXPECT_DOUBLE_EQ(group.at("weight_decay").toDouble(), 1e-4);
-  EXPECT_FALSE(group.at("nesterov").toBool());
-  const auto params = a.model->parameters();
-  EXPECT_EQ(group.at("params").toList().size(), params.size());
-  EXPECT_EQ(state.at("state").toGenericDict().size(), params.size());
-
-  Stepped b;
-  torch::optim::SGD fresh(b.model->parameters(), torch::optim::SGDOptions(1.0));
-  load_sgd_state_dict(fresh, state);
-  const auto& options = static_cast<const torch::optim::SGDOptions&>(fresh.param_groups()[0].options());
-  EXPECT_DOUBLE_EQ(options.lr(), 0.05);
-  EXPECT_DOUBLE_EQ(options.momentum(), 0.9);
-  const auto again = sgd_state_dict(fresh).at("state").toGenericDict();
-  for (int64_t i = 0; i < static_cast<int64_t>(params.size()); ++i) {
-    EXPECT_TRUE(again.at(i).toGenericDict().at("momentum_buffer").toTensor().equal(
-        state.at("state").toGenericDict().at(i).toGenericDict().at("momentum_buffer").toTensor()))
-        << "parameter " << i;
+// The tensors of every parameter's state, in order, and the group hyper-parameters.
+std::vector<std::string> describe(const c10::impl::GenericDict& state) {
+  std::vector<std::string> lines;
+  for (const auto& group : state.at("param_groups").toList()) {
+    std::string line;
+    for (const auto& entry : group.get().toGenericDict()) {
+      if (entry.key().toStringRef() != "params") line += dpt::str(entry.key().toStringRef(), "=", entry.value(), " ");
+    }
+    lines.push_back(line);
   }
+  for (const auto& entry : state.at("state").toGenericDict()) {
+    for (const auto& field : entry.value().toGenericDict()) {
+      const auto& value = field.value();
+      lines.push_back(dpt::str(entry.key().toInt(), ".", field.key().toStringRef(), " ",
+                               value.isTensor() ? value.toTensor().sum().item<double>() : value.toInt()));
+    }
+  }
+  return lines;
 }
+
+class OptimizerKinds : public ::testing::TestWithParam<OptimizerKind> {};
+
+TEST_P(OptimizerKinds, StateHasPythonsShapeAndRoundTrips) {
+  Stepped a(GetParam());
+  const auto state = optimizer_state_dict(*a.optimizer);
+  const auto groups = state.at("param_groups").toList();
+  ASSERT_EQ(groups.size(), 3u);
+  const auto params = a.model->parameters();
+  const std::vector<double> decays = {1e-4, 0.0, 1e-5};
+  size_t numbered = 0;
+  for (size_t g = 0; g < groups.size(); ++g) {
+    const auto group = groups.get(g).toGenericDict();
+    EXPECT_DOUBLE_EQ(group.at("lr").toDouble(), 0.05);
+    EXPECT_DOUBLE_EQ(group.at("weight_decay").toDouble(), decays[g]);
+    EXPECT_FALSE(group.at("maximize").toBool());
+    numbered += group.at("params").toList().size();
+  }
+  EXPECT_EQ(numbered, params.size());
+  // SGD's state is its momentum buffer; the others' also count steps.
+  const auto per_param = state.at("state").toGenericDict();
+  ASSERT_EQ(per_param.size(), params.size());
+  const auto first = per_param.at(0).toGenericDict();
+  const std::map<OptimizerKind, std::vector<std::string>> fields = {
+      {OptimizerKind::Sgd, {"momentum_buffer"}},
+      {OptimizerKind::SgdNesterov, {"momentum_buffer"}},
+      {OptimizerKind::RmsProp, {"step", "square_avg", "momentum_buffer"}},
+      {OptimizerKind::AdamW, {"step", "exp_avg", "exp_avg_sq"}}};
+  std::vector<std::string> keys;
+  for (const auto& field : first) keys.push_back(field.key().toStringRef());
+  EXPECT_EQ(keys, fields.at(GetParam()));
+
+  Stepped b(GetParam());
+  set_lr(*b.optimizer, 1.0);  // load restores the rate too
+  b.optimizer->state().clear();
+  load_optimizer_state_dict(*b.optimizer, state);
+  EXPECT_EQ(describe(optimizer_state_dict(*b.optimizer)), describe(state));
+}
+
+INSTANTIATE_TEST_SUITE_P(OptimizerState, OptimizerKinds,
+                         ::testing::Values(OptimizerKind::Sgd, OptimizerKind::SgdNesterov, OptimizerKind::RmsProp,
+                                           OptimizerKind::AdamW),
+                         [](const auto& info) { return to_string(info.param); });
 
 TEST(OptimizerState, OtherModelIsRefused) {
   Stepped a;
   auto other = dpt::models::create("resnet18", dpt::models::ClassifierOptions().num_classes(3));
   torch::optim::SGD sgd(other->parameters(), torch::optim::SGDOptions(0.1));
-  EXPECT_THROW(load_sgd_state_dict(sgd, sgd_state_dict(a.optimizer)), dpt::CheckpointError);
+  EXPECT_THROW(load_optimizer_state_dict(sgd, optimizer_state_dict(*a.optimizer)), dpt::CheckpointError);
+}
+
+TEST(OptimizerState, AnotherOptimizersStateIsRefusedByName) {
+  Stepped sgd(OptimizerKind::Sgd), adamw(OptimizerKind::AdamW);
+  try {
+    load_optimizer_state_dict(*adamw.optimizer, optimizer_state_dict(*sgd.optimizer));
+    FAIL() << "an SGD state loaded into AdamW";
+  } catch (const dpt::CheckpointError& e) {
+    EXPECT_NE(std::string(e.what()).find("optimizer state is SGD's, this run's optimizer is AdamW"), std::string::npos)
+        << e.what();
+  }
 }
 
 TEST(TrainingCheckpoint, RoundTripsThroughAFile) {
@@ -74,7 +131,7 @@ TEST(TrainingCheckpoint, RoundTripsThroughAFile) {
   cp.seed = 11;
   cp.sampler = {11, 3};
   cp.state_dict = dpt::models::state_dict(*a.model);
-  cp.optimizer = sgd_state_dict(a.optimizer);
+  cp.optimizer = optimizer_state_dict(*a.optimizer);
   cp.rng_state = torch::arange(5, torch::kByte);
   dpt::testing::TempDir dir;
   const std::filesystem::path file = dir.path() + "/checkpoint.pt";

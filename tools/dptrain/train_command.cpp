@@ -122,8 +122,16 @@ Command add_train_command(CLI::App& root) {
   app->add_option("--epochs", o.epochs())->capture_default_str();
   app->add_option("--start-epoch", o.start_epoch(), "first epoch when not resuming")->capture_default_str();
   app->add_option("--lr", lr.base_lr(), "base learning rate for a global batch of 256")->capture_default_str();
-  app->add_option("--momentum", o.optimizer().momentum())->capture_default_str();
-  app->add_option("--wd,--weight-decay", o.optimizer().weight_decay())->capture_default_str();
+  train::OptimizerOptions& opt = o.optimizer();
+  add_parsed_option(*app, "--opt", opt.kind(), train::parse_optimizer_kind, "sgd, sgd_nesterov, rmsprop or adamw");
+  app->add_option("--momentum", opt.momentum(), "SGD's and RMSprop's momentum")->capture_default_str();
+  app->add_option("--wd,--weight-decay", opt.weight_decay())->capture_default_str();
+  app->add_option("--norm-weight-decay", opt.norm_weight_decay(),
+                  "weight decay of the normalisation layers' parameters (default: --wd)");
+  app->add_option("--bias-weight-decay", opt.bias_weight_decay(),
+                  "weight decay of every bias (default: its layer's)");
+  app->add_option("--clip-grad-norm", opt.clip_grad_norm(),
+                  "scale the averaged gradients down to this total 2-norm when above it");
   app->add_option("--resume", checkpoint.resume(),
                   "checkpoint to continue from exactly, or 'auto': the newest readable one in --output, or a "
                   "fresh start when there is none yet (one command line for the first start and every restart)");

@@ -24,6 +24,7 @@
 #include "dptrain/data/interpolation.h"
 #include "dptrain/dist/init.h"
 #include "dptrain/train/lr_schedule.h"
+#include "dptrain/train/optimizer.h"
 #include "dptrain/train/logs/observers.h"
 #include "dptrain/train/logs/report.h"
 
@@ -59,12 +60,6 @@ struct DataOptions {
   // Loader threads per process.
   TORCH_ARG(int, workers) = 4;
   TORCH_ARG(data::BadImagePolicy, bad_images) = data::BadImagePolicy::Skip;
-};
-
-// SGD's settings besides the rate, which the schedule sets at every step.
-struct OptimizerOptions {
-  TORCH_ARG(double, momentum) = 0.9;
-  TORCH_ARG(double, weight_decay) = 1e-4;
 };
 
 // Where a run starts from and what it leaves behind.
@@ -141,6 +136,7 @@ struct TrainOptions {
   // rate as given), warm-up and decay. The trainer sets global_batch (batch_size x world size) and
   // epochs (those above) itself.
   TORCH_ARG(LrScheduleOptions, schedule) = LrScheduleOptions(0.1);
+  // The optimizer and its parameter groups; its rate is the schedule's.
   TORCH_ARG(OptimizerOptions, optimizer) = {};
   TORCH_ARG(CheckpointOptions, checkpoint) = {};
   TORCH_ARG(ParallelOptions, parallel) = {};

@@ -1,0 +1,129 @@
+#include "dptrain/train/optimizer.h"
+
+#include <algorithm>
+#include <cctype>
+#include <utility>
+
+#include <torch/nn/modules/batchnorm.h>
+#include <torch/nn/modules/instancenorm.h>
+#include <torch/nn/modules/normalization.h>
+#include <torch/optim/adamw.h>
+#include <torch/optim/rmsprop.h>
+#include <torch/optim/sgd.h>
+
+#include "dptrain/common/error.h"
+#include "dptrain/models/layers.h"
+#include "dptrain/parallel/sync_batch_norm.h"
+
+namespace dpt::train {
+
+namespace {
+
+constexpr std::pair<OptimizerKind, const char*> kNames[] = {{OptimizerKind::Sgd, "sgd"},
+                                                            {OptimizerKind::SgdNesterov, "sgd_nesterov"},
+                                                            {OptimizerKind::RmsProp, "rmsprop"},
+                                                            {OptimizerKind::AdamW, "adamw"}};
+
+// torchvision's norm_classes: the layers whose parameters norm_weight_decay applies to.
+bool is_norm_layer(const torch::nn::Module& module) {
+  const torch::nn::Module* m = &module;
+  return dynamic_cast<const torch::nn::BatchNorm1dImpl*>(m) || dynamic_cast<const torch::nn::BatchNorm2dImpl*>(m) ||
+         dynamic_cast<const torch::nn::BatchNorm3dImpl*>(m) || dynamic_cast<const SyncBatchNormImpl*>(m) ||
+         dynamic_cast<const torch::nn::LayerNormImpl*>(m) || dynamic_cast<const models::LayerNorm2dImpl*>(m) ||
+         dynamic_cast<const torch::nn::GroupNormImpl*>(m) ||
+         dynamic_cast<const torch::nn::LocalResponseNormImpl*>(m) ||
+         dynamic_cast<const torch::nn::InstanceNorm1dImpl*>(m) ||
+         dynamic_cast<const torch::nn::InstanceNorm2dImpl*>(m) || dynamic_cast<const torch::nn::InstanceNorm3dImpl*>(m);
+}
+
+// set_weight_decay's walk: a module's own parameters, then its children's, depth first.
+void collect(const torch::nn::Module& module, const std::string& prefix, const OptimizerOptions& options,
+             std::vector<ParameterGroup>& groups) {
+  for (const auto& param : module.named_parameters(/*recurse=*/false)) {
+    if (!param.value().requires_grad()) continue;
+    ParameterGroup* group = &groups[0];  // other
+    if (options.bias_weight_decay() && param.key() == "bias") {
+      group = &groups[2];
+    } else if (options.norm_weight_decay() && is_norm_layer(module)) {
+      group = &groups[1];
+    }
+    group->parameter_names.push_back(prefix.empty() ? param.key() : prefix + "." + param.key());
+    group->parameters.push_back(param.value());
+  }
+  for (const auto& child : module.named_children()) {
+    collect(*child.value(), prefix.empty() ? child.key() : prefix + "." + child.key(), options, groups);
+  }
+}
+
+std::unique_ptr<torch::optim::OptimizerOptions> group_options(const OptimizerOptions& o, double lr,
+                                                              double weight_decay) {
+  switch (o.kind()) {
+    case OptimizerKind::Sgd:
+    case OptimizerKind::SgdNesterov:
+      return std::make_unique<torch::optim::SGDOptions>(torch::optim::SGDOptions(lr)
+                                                             .momentum(o.momentum())
+                                                             .weight_decay(weight_decay)
+                                                             .nesterov(o.kind() == OptimizerKind::SgdNesterov));
+    case OptimizerKind::RmsProp:
+      // torchvision's eps and alpha, close to TensorFlow's RMSProp (eps inside the root there).
+      return std::make_unique<torch::optim::RMSpropOptions>(
+          torch::optim::RMSpropOptions(lr).momentum(o.momentum()).weight_decay(weight_decay).eps(0.0316).alpha(0.9));
+    case OptimizerKind::AdamW:
+      return std::make_unique<torch::optim::AdamWOptions>(torch::optim::AdamWOptions(lr).weight_decay(weight_decay));
+  }
+  throw Error("unknown optimizer kind");
+}
+
+}  // namespace
+
+OptimizerKind parse_optimizer_kind(const std::string& name) {
+  std::string lower = name;
+  std::transform(lower.begin(), lower.end(), lower.begin(), [](unsigned char c) { return std::tolower(c); });
+  for (const auto& [kind, spelling] : kNames) {
+    if (lower == spelling) return kind;
+  }
+  throw ConfigError(str("unknown optimizer '", name, "'; use sgd, sgd_nesterov, rmsprop or adamw"));
+}
+
+std::string to_string(OptimizerKind kind) {
+  for (const auto& [known, spelling] : kNames) {
+    if (known == kind) return spelling;
+  }
+  return "unknown";
+}
+
+std::vector<ParameterGroup> weight_decay_groups(const torch::nn::Module& model, const OptimizerOptions& options) {
+  std::vector<ParameterGroup> groups{{"other", options.weight_decay(), {}, {}},
+                                     {"norm", options.norm_weight_decay().value_or(0.0), {}, {}},
+                                     {"bias", options.bias_weight_decay().value_or(0.0), {}, {}}};
+  collect(model, "", options, groups);
+  groups.erase(std::remove_if(groups.begin(), groups.end(), [](const auto& g) { return g.parameters.empty(); }),
+               groups.end());
+  return groups;
+}
+
+std::shared_ptr<torch::optim::Optimizer> make_optimizer(const torch::nn::Module& model,
+                                                        const OptimizerOptions& options, double lr) {
+  DPT_CHECK(options.kind() != OptimizerKind::SgdNesterov || options.momentum() > 0, ConfigError,
+            "sgd_nesterov needs a momentum above 0 (--momentum), got ", options.momentum());
+  std::vector<torch::optim::OptimizerParamGroup> groups;
+  for (auto& group : weight_decay_groups(model, options)) {
+    groups.emplace_back(std::move(group.parameters), group_options(options, lr, group.weight_decay));
+  }
+  auto defaults = group_options(options, lr, options.weight_decay());
+  switch (options.kind()) {
+    case OptimizerKind::Sgd:
+    case OptimizerKind::SgdNesterov:
+      return std::make_shared<torch::optim::SGD>(std::move(groups),
+                                                 static_cast<torch::optim::SGDOptions&>(*defaults));
+    case OptimizerKind::RmsProp:
+      return std::make_shared<torch::optim::RMSprop>(std::move(groups),
+                                                     static_cast<torch::optim::RMSpropOptions&>(*defaults));
+    case OptimizerKind::AdamW:
+      return std::make_shared<torch::optim::AdamW>(std::move(groups),
+                                                   static_cast<torch::optim::AdamWOptions&>(*defaults));
+  }
+  throw Error("unknown optimizer kind");
+}
+
+}  // namespace dpt::train
