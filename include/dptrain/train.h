@@ -2,6 +2,7 @@
 // The train layer: the training loop and its styles (train/), learning-rate schedules, loss
 // scaling and distributed metrics; checkpoint files with exact resume (train/checkpoint/); the
 // progress and metrics logs: console, JSONL, TensorBoard (train/logs/).
+#include "dptrain/train/batch_mixing.h"
 #include "dptrain/train/checkpoint/auto_resume.h"
 #include "dptrain/train/checkpoint/checkpoint_file.h"
 #include "dptrain/train/checkpoint/optimizer_state.h"

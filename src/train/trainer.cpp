@@ -111,6 +111,7 @@ struct Trainer::State {
   std::unique_ptr<GradScaler> scaler;
   std::unique_ptr<data::DistributedSampler> sampler;
   std::unique_ptr<LrSchedule> schedule;
+  std::unique_ptr<BatchMixing> mixing;
   int64_t epoch = 0;
   int64_t step_in_epoch = 0;
   int64_t samples_in_epoch = 0;  // over all ranks: where the epoch's shuffled order continues
@@ -159,7 +160,8 @@ struct Trainer::State {
   };
   // The forward pass and losses, in the precision --amp asks for: bf16 autocast on the CPU, fp16
   // on CUDA. The losses are computed in float32 outside autocast.
-  Forward forward(const at::Tensor& images, const at::Tensor& labels, bool train) {
+  // `targets`: class indices, or soft targets [N, classes] of a mixed batch.
+  Forward forward(const at::Tensor& images, const at::Tensor& targets, bool train) {
     at::Tensor logits;
     std::vector<models::AuxiliaryLogits> auxiliary;
     {
@@ -169,12 +171,29 @@ struct Trainer::State {
       if (train) auxiliary = model->take_auxiliary_logits();
     }
     logits = logits.to(at::kFloat);
-    auto loss = torch::nn::functional::cross_entropy(logits, labels);
+    auto loss = criterion(logits, targets);
     auto objective = loss;
     for (const auto& head : auxiliary) {
-      objective = objective + head.loss_weight * torch::nn::functional::cross_entropy(head.logits.to(at::kFloat), labels);
+      objective = objective + head.loss_weight * criterion(head.logits.to(at::kFloat), targets);
     }
     return {logits, loss, objective};
+  }
+
+  // Cross-entropy against class indices or soft (mixed) targets, with --label-smoothing.
+  at::Tensor criterion(const at::Tensor& logits, const at::Tensor& targets) const {
+    namespace F = torch::nn::functional;
+    return F::cross_entropy(logits, targets,
+                            F::CrossEntropyFuncOptions().label_smoothing(options.loss().label_smoothing()));
+  }
+
+  // --mixup-alpha, --cutmix-alpha: mixes micro-batch `k` of this step in place and returns its soft
+  // targets. The draws depend on (seed, epoch, step, micro-batch, rank) only, so a resumed run
+  // draws what an uninterrupted one would.
+  at::Tensor mix(at::Tensor& images, const at::Tensor& labels, int64_t k) const {
+    constexpr uint64_t kMixingStream = 0x6d6978696e67;  // apart from the per-sample crop streams
+    data::SampleRng rng(options.seed() ^ kMixingStream, epoch,
+                        (step_in_epoch * accum_steps + k) * comm->size() + comm->rank());
+    return mixing->apply(images, labels, mixing->draw(rng, images.size(2), images.size(3)));
   }
 
   std::pair<at::Tensor, at::Tensor> to_device(const data::Batch& batch) const {
@@ -324,10 +343,7 @@ void Trainer::State::join() {
 
 void Trainer::State::build_step() {
   const TrainOptions& o = options;
-  optimizer = std::make_shared<torch::optim::SGD>(model->parameters(),
-                                                  torch::optim::SGDOptions(o.schedule().base_lr())
-                                                      .momentum(o.optimizer().momentum())
-                                                      .weight_decay(o.optimizer().weight_decay()));
+  optimizer = make_optimizer(*model, o.optimizer(), o.schedule().base_lr());
   style = make_parallel_style(o, model, optimizer, comm);
   accum_steps = o.accum_steps();
   DPT_CHECK(accum_steps == 1 || style->accumulates(), ConfigError,
@@ -338,6 +354,7 @@ void Trainer::State::build_step() {
       data.train->size(), data::SamplerOptions(comm->size(), comm->rank()).seed(o.seed()));
   schedule = std::make_unique<LrSchedule>(LrScheduleOptions(o.schedule()).global_batch(global_batch()).epochs(o.epochs()),
                                           steps_per_epoch());
+  mixing = std::make_unique<BatchMixing>(o.loss().mixing(), data.train->num_classes());
 }
 
 void Trainer::State::restore(const TrainingCheckpoint& cp, const fs::path& file) {
@@ -448,14 +465,16 @@ std::optional<MetricSums> Trainer::State::step(data::Loader& loader) {
   MetricSums local;
   for (size_t k = 0; k < micro_batches.size(); ++k) {
     auto [images, labels] = to_device(micro_batches[k]);
-    auto [logits, loss, objective] = forward(images, labels, /*train=*/true);
+    const at::Tensor targets = mixing->enabled() ? mix(images, labels, static_cast<int64_t>(k)) : labels;
+    auto [logits, loss, objective] = forward(images, targets, /*train=*/true);
     // Each micro-batch's mean loss weighted by its share of the step's samples: the gradient of the
     // whole step's mean loss, as if its micro-batches were one batch.
     const at::Tensor step_loss = micro_batches.size() == 1
                                      ? objective
                                      : objective * (static_cast<double>(labels.size(0)) / static_cast<double>(step_samples));
     style->backward(scaler->scale(step_loss), /*reduce=*/k + 1 == micro_batches.size());
-    local.add(logits.detach(), labels, loss.item<double>());
+    // A mixed sample counts as its larger class, as torchvision's accuracy takes it.
+    local.add(logits.detach(), mixing->enabled() ? targets.argmax(1) : labels, loss.item<double>());
   }
   style->synchronize();
   local.stop_votes = stop_vote();
@@ -617,7 +636,7 @@ MetricSums Trainer::evaluate() {
     auto logits = s.forward(images, labels, /*train=*/false).logits;
     // Per-sample losses in float64: the sum then depends on the samples, not on how the ranks
     // batched them (a float32 batch mean rounds differently for every batch composition).
-    const auto loss = torch::nn::functional::cross_entropy(logits.to(at::kDouble), labels);
+    const auto loss = s.criterion(logits.to(at::kDouble), labels);
     local.add(logits, labels, loss.item<double>());
   }
   const MetricSums all = local.reduced(*s.comm);

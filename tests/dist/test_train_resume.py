@@ -1,6 +1,7 @@
 """`dptrain train` checkpoints: N optimizer steps straight end with the same weights and optimizer
 state, bit for bit, as N/2 steps, a stop (--max-steps, mid-epoch), --resume and N/2 more, on 2
-processes under --deterministic (SGD, and AdamW with weight-decay groups and clipping); epoch checkpoints rotate (keep last K) beside model_best.pt; a run killed at any
+processes under --deterministic (SGD, and AdamW with weight-decay groups, clipping, label
+smoothing and batch mixing); epoch checkpoints rotate (keep last K) beside model_best.pt; a run killed at any
 moment leaves a checkpoint.pt that loads."""
 
 import json
@@ -20,16 +21,27 @@ SMALL = ["--dummy", "-a", "resnet20", "--image-size", "16", "--dummy-train-size"
 
 
 
+# The optimizer class a checkpoint's state is for, from the keys only it has, and each group's decay.
+OPTIMIZER = r"""
+import sys, torch
+groups = torch.load(sys.argv[1])["optimizer"]["param_groups"]
+kind = "AdamW" if "betas" in groups[0] else "RMSprop" if "alpha" in groups[0] else "SGD"
+print(kind, [g["weight_decay"] for g in groups])
+"""
+
+
 def launch(*args):
     return [dptrain(), "launch", "--standalone", "--nproc-per-node", "2", "--", dptrain(), "train", *args]
 
 
 class ExactResume(unittest.TestCase):
     def test_stop_and_resume_equals_straight_run_bitwise(self):
-        """With SGD, and with AdamW over three weight-decay groups with clipping (its moment
-        estimates and step counts resume too)."""
+        """With SGD, and with a recipe of torchvision's: AdamW over three weight-decay groups with
+        clipping (its moment estimates and step counts resume too), label smoothing and mixup or
+        cutmix per batch (their draws resume too)."""
         for recipe in ([], ["--opt", "adamw", "--lr", "0.002", "--wd", "0.05", "--norm-weight-decay", "0",
-                            "--bias-weight-decay", "0", "--clip-grad-norm", "1"]):
+                            "--bias-weight-decay", "0", "--clip-grad-norm", "1", "--label-smoothing", "0.1",
+                            "--mixup-alpha", "0.2", "--cutmix-alpha", "1.0"]):
             with self.subTest(recipe=" ".join(recipe)), tempfile.TemporaryDirectory(prefix="dpt_resume_") as tmp:
                 straight, halves = os.path.join(tmp, "straight"), os.path.join(tmp, "halves")
                 code, out, err = run(launch(*SMALL, *recipe, "--max-steps", "8", "--output", straight), timeout=240)
@@ -47,6 +59,9 @@ class ExactResume(unittest.TestCase):
                 lines = out.splitlines()
                 self.assertEqual(lines[0], "8 1 2 8 1 2")  # global step, epoch, step in epoch
                 self.assertEqual(lines[1], "max_abs_diff 0.0 bitwise True optimizer_bitwise True entries 59")
+                code, out, err = run([PYTHON, "-c", OPTIMIZER, os.path.join(halves, "checkpoint.pt")], timeout=120)
+                self.assertEqual(code, 0, err)
+                self.assertEqual(out.strip(), "SGD [0.0001]" if not recipe else "AdamW [0.05, 0.0, 0.0]")
 
 
 class CheckpointFiles(unittest.TestCase):

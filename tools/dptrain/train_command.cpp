@@ -132,6 +132,17 @@ Command add_train_command(CLI::App& root) {
                   "weight decay of every bias (default: its layer's)");
   app->add_option("--clip-grad-norm", opt.clip_grad_norm(),
                   "scale the averaged gradients down to this total 2-norm when above it");
+  train::LossOptions& loss = o.loss();
+  app->add_option("--label-smoothing", loss.label_smoothing(), "cross-entropy against smoothed targets")
+      ->check(CLI::Range(0.0, 1.0))
+      ->capture_default_str();
+  app->add_option("--mixup-alpha", loss.mixing().mixup_alpha(), "mixup with Beta(alpha, alpha) weights (0: off)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  app->add_option("--cutmix-alpha", loss.mixing().cutmix_alpha(), "cutmix with Beta(alpha, alpha) areas (0: off); "
+                  "with --mixup-alpha, one of the two per batch")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
   app->add_option("--resume", checkpoint.resume(),
                   "checkpoint to continue from exactly, or 'auto': the newest readable one in --output, or a "
                   "fresh start when there is none yet (one command line for the first start and every restart)");

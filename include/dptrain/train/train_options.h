@@ -23,6 +23,7 @@
 #include "dptrain/data/dataset.h"
 #include "dptrain/data/interpolation.h"
 #include "dptrain/dist/init.h"
+#include "dptrain/train/batch_mixing.h"
 #include "dptrain/train/lr_schedule.h"
 #include "dptrain/train/optimizer.h"
 #include "dptrain/train/logs/observers.h"
@@ -60,6 +61,14 @@ struct DataOptions {
   // Loader threads per process.
   TORCH_ARG(int, workers) = 4;
   TORCH_ARG(data::BadImagePolicy, bad_images) = data::BadImagePolicy::Skip;
+};
+
+// What the training loss is computed on (torchvision's --label-smoothing, --mixup-alpha,
+// --cutmix-alpha). Training metrics score the logits against each mixed target's larger class.
+struct LossOptions {
+  // Cross-entropy against (1 - s) x the target + s / classes, in training and validation.
+  TORCH_ARG(double, label_smoothing) = 0.0;
+  TORCH_ARG(BatchMixingOptions, mixing) = {};
 };
 
 // Where a run starts from and what it leaves behind.
@@ -138,6 +147,7 @@ struct TrainOptions {
   TORCH_ARG(LrScheduleOptions, schedule) = LrScheduleOptions(0.1);
   // The optimizer and its parameter groups; its rate is the schedule's.
   TORCH_ARG(OptimizerOptions, optimizer) = {};
+  TORCH_ARG(LossOptions, loss) = {};
   TORCH_ARG(CheckpointOptions, checkpoint) = {};
   TORCH_ARG(ParallelOptions, parallel) = {};
 
