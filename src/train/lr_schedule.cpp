@@ -1,6 +1,7 @@
 #include "dptrain/train/lr_schedule.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 
 #include "dptrain/common/error.h"
@@ -12,9 +13,27 @@ LrDecay parse_lr_decay(const std::string& name) {
   if (name == "step") return LrDecay::Step;
   if (name == "multistep") return LrDecay::MultiStep;
   if (name == "cosine") return LrDecay::Cosine;
+  if (name == "exponential") return LrDecay::Exponential;
   throw ConfigError(str("unknown learning-rate schedule '", name,
-                        "': use one of none, step, multistep, cosine"));
+                        "': use one of none, step, multistep, cosine, exponential"));
 }
+
+LrDecay parse_torchvision_lr_scheduler(const std::string& name) {
+  std::string lower = name;
+  std::transform(lower.begin(), lower.end(), lower.begin(), [](unsigned char c) { return std::tolower(c); });
+  if (lower == "steplr") return LrDecay::Step;
+  if (lower == "cosineannealinglr") return LrDecay::Cosine;
+  if (lower == "exponentiallr") return LrDecay::Exponential;
+  throw ConfigError(str("unknown --lr-scheduler '", name, "': use steplr, cosineannealinglr or exponentiallr"));
+}
+
+WarmupMethod parse_warmup_method(const std::string& name) {
+  if (name == "constant") return WarmupMethod::Constant;
+  DPT_CHECK(name == "linear", ConfigError, "unknown warm-up method '", name, "': use linear or constant");
+  return WarmupMethod::Linear;
+}
+
+std::string to_string(WarmupMethod method) { return method == WarmupMethod::Constant ? "constant" : "linear"; }
 
 std::string to_string(LrDecay decay) {
   switch (decay) {
@@ -22,6 +41,7 @@ std::string to_string(LrDecay decay) {
     case LrDecay::Step: return "step";
     case LrDecay::MultiStep: return "multistep";
     case LrDecay::Cosine: return "cosine";
+    case LrDecay::Exponential: return "exponential";
   }
   DPT_ASSERT(false, "unhandled LrDecay ", static_cast<int>(decay));
 }
@@ -46,6 +66,8 @@ LrSchedule::LrSchedule(LrScheduleOptions options, int64_t steps_per_epoch)
             o.warmup_epochs());
   DPT_CHECK(!o.warmup_start_lr() || *o.warmup_start_lr() >= 0, ConfigError,
             "the warm-up start rate must not be negative, got ", o.warmup_start_lr().value_or(0));
+  DPT_CHECK(!o.warmup_decay() || (*o.warmup_decay() > 0 && *o.warmup_decay() <= 1), ConfigError,
+            "the warm-up decay (start factor) must lie in (0, 1], got ", o.warmup_decay().value_or(0));
   DPT_CHECK(o.gamma() > 0, ConfigError, "the decay factor gamma must be positive, got ", o.gamma());
   if (o.decay() == LrDecay::Step) {
     DPT_CHECK(o.step_epochs() > 0, ConfigError, "the step decay period must be positive, got ",
@@ -60,7 +82,8 @@ LrSchedule::LrSchedule(LrScheduleOptions options, int64_t steps_per_epoch)
 
   warmup_steps_ = o.warmup_epochs() * steps_per_epoch;
   peak_lr_ = scaled_lr(o);
-  warmup_start_lr_ = o.warmup_start_lr().value_or(std::min(o.base_lr(), peak_lr_));
+  warmup_start_lr_ = o.warmup_decay() ? *o.warmup_decay() * peak_lr_
+                                      : o.warmup_start_lr().value_or(std::min(o.base_lr(), peak_lr_));
 
   if (o.decay() == LrDecay::Cosine) {
     DPT_CHECK(o.epochs() > o.warmup_epochs(), ConfigError, "the cosine schedule needs epochs (",
@@ -74,20 +97,25 @@ LrSchedule::LrSchedule(LrScheduleOptions options, int64_t steps_per_epoch)
 double LrSchedule::lr_at(int64_t global_step) const {
   DPT_CHECK(global_step >= 0, ConfigError, "the global step must not be negative, got ",
             global_step);
-  if (global_step < warmup_steps_) {
-    // Linear in the step: the first step runs at the start rate, the first step after warm-up at
-    // the peak.
-    const double progress = static_cast<double>(global_step) / warmup_steps_;
-    return warmup_start_lr_ + (peak_lr_ - warmup_start_lr_) * progress;
-  }
-  return decayed(global_step);
+  return global_step < warmup_steps_ ? warmup_lr(global_step) : decayed(global_step);
+}
+
+double LrSchedule::warmup_lr(int64_t global_step) const {
+  if (options_.warmup_method() == WarmupMethod::Constant) return warmup_start_lr_;
+  // Linear in the step (or, per epoch, in the epoch): the first step runs at the start rate, the
+  // first step after warm-up at the peak.
+  const double progress = options_.per_epoch()
+                              ? static_cast<double>(global_step / steps_per_epoch_) / options_.warmup_epochs()
+                              : static_cast<double>(global_step) / warmup_steps_;
+  return warmup_start_lr_ + (peak_lr_ - warmup_start_lr_) * progress;
 }
 
 double LrSchedule::decayed(int64_t global_step) const {
   const auto& o = options_;
   // Step and multistep decay happen at epoch boundaries, counted from the start of training, as
-  // when pytorch/examples call scheduler.step() once per epoch.
-  const int64_t epoch = global_step / steps_per_epoch_;
+  // when pytorch/examples call scheduler.step() once per epoch; per epoch, every decay counts its
+  // epochs from the end of warm-up, as the second scheduler of torchvision's SequentialLR does.
+  const int64_t epoch = global_step / steps_per_epoch_ - (o.per_epoch() ? o.warmup_epochs() : 0);
   switch (o.decay()) {
     case LrDecay::None:
       return peak_lr_;
@@ -98,13 +126,16 @@ double LrSchedule::decayed(int64_t global_step) const {
                           o.milestones().begin();
       return peak_lr_ * std::pow(o.gamma(), static_cast<double>(passed));
     }
+    case LrDecay::Exponential:
+      return peak_lr_ * std::pow(o.gamma(), static_cast<double>(epoch));
     case LrDecay::Cosine: {
-      // CosineAnnealingLR's closed form with T_max = the steps after warm-up; past the planned
-      // end the rate stays at the floor instead of rising again.
-      const int64_t span = o.epochs() * steps_per_epoch_ - warmup_steps_;
-      const int64_t t = std::min(global_step - warmup_steps_, span);
+      // CosineAnnealingLR's closed form with T_max = the steps (per epoch: the epochs) after
+      // warm-up; past the planned end the rate stays at the floor instead of rising again.
+      const int64_t span =
+          o.per_epoch() ? o.epochs() - o.warmup_epochs() : o.epochs() * steps_per_epoch_ - warmup_steps_;
+      const int64_t t = std::min(o.per_epoch() ? epoch : global_step - warmup_steps_, span);
       const double pi = std::acos(-1.0);
-      return o.min_lr() + (peak_lr_ - o.min_lr()) * (1 + std::cos(pi * t / span)) / 2;
+      return o.min_lr() + (peak_lr_ - o.min_lr()) * (1 + std::cos(pi * static_cast<double>(t) / span)) / 2;
     }
   }
   DPT_ASSERT(false, "unhandled LrDecay ", static_cast<int>(o.decay()));

@@ -438,8 +438,9 @@ void Trainer::State::print_banner() const {
   out << ", lr " << schedule->peak_lr();
   const LrScheduleOptions& lr = options.schedule();
   if (lr.reference_batch()) out << " (" << lr.base_lr() << " x " << global_batch() << "/" << *lr.reference_batch() << ")";
-  out << ", warm-up " << lr.warmup_epochs() << " epoch(s), " << to_string(lr.decay())
-      << " schedule, amp " << (options.amp() ? (device.is_cuda() ? "fp16" : "bf16") : "off") << ", device "
+  out << ", " << (lr.warmup_method() == WarmupMethod::Constant ? "constant " : "") << "warm-up "
+      << lr.warmup_epochs() << " epoch(s), " << to_string(lr.decay()) << " schedule"
+      << (lr.per_epoch() ? " stepped per epoch" : "") << ", amp " << (options.amp() ? (device.is_cuda() ? "fp16" : "bf16") : "off") << ", device "
       << device.str() << ", " << style->describe();
   if (comm->size() > 1) out << " over " << comm->transport();
   out << "\n"

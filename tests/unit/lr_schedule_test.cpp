@@ -2,8 +2,12 @@
 
 #include <torch/optim/sgd.h>
 
+#include <string>
+#include <vector>
+
 #include "dptrain/common/error.h"
 #include "dptrain/train/lr_schedule.h"
+#include "support/python_oracle.h"
 
 using dpt::train::LrDecay;
 using dpt::train::LrSchedule;
@@ -115,7 +119,7 @@ TEST(LrSchedule, RejectsOptionsThatCannotWork) {
     FAIL() << "no error";
   } catch (const dpt::ConfigError& e) {
     EXPECT_STREQ(e.what(),
-                 "unknown learning-rate schedule 'linear': use one of none, step, multistep, cosine");
+                 "unknown learning-rate schedule 'linear': use one of none, step, multistep, cosine, exponential");
   }
 }
 
@@ -127,4 +131,93 @@ TEST(LrSchedule, SetLrReachesEveryParamGroup) {
                         torch::optim::SGDOptions(1.0));
   dpt::train::set_lr(sgd, 0.25);
   for (auto& group : sgd.param_groups()) EXPECT_EQ(group.options().get_lr(), 0.25);
+}
+
+namespace {
+
+// torchvision's train.py schedules, built as it builds them and stepped once per epoch, for
+// 12 epochs at a base rate of 0.5: one line of rates per configuration below.
+const char* kTorchvisionSchedules = R"(
+import warnings
+warnings.filterwarnings("ignore")
+import torch
+from torch.optim import lr_scheduler as S
+
+def rates(name, warmup, method, decay, step_size=3, gamma=0.1, lr_min=0.0, epochs=12):
+    opt = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=0.5)
+    main = {"steplr": lambda: S.StepLR(opt, step_size=step_size, gamma=gamma),
+            "cosineannealinglr": lambda: S.CosineAnnealingLR(opt, T_max=epochs - warmup, eta_min=lr_min),
+            "exponentiallr": lambda: S.ExponentialLR(opt, gamma=gamma)}[name]()
+    if warmup > 0:
+        first = (S.LinearLR(opt, start_factor=decay, total_iters=warmup) if method == "linear"
+                 else S.ConstantLR(opt, factor=decay, total_iters=warmup))
+        main = S.SequentialLR(opt, schedulers=[first, main], milestones=[warmup])
+    out = []
+    for _ in range(epochs):
+        out.append(opt.param_groups[0]["lr"])
+        opt.step()
+        main.step()
+    print(" ".join(repr(v) for v in out))
+
+rates("steplr", 2, "linear", 0.01, step_size=3, gamma=0.1)
+rates("cosineannealinglr", 3, "constant", 0.1, lr_min=1e-5)
+rates("cosineannealinglr", 0, "linear", 0.01)
+rates("exponentiallr", 4, "linear", 0.2, gamma=0.9)
+rates("steplr", 0, "linear", 0.01, step_size=5, gamma=0.5)
+)";
+
+constexpr int64_t kEpochSteps = 5;
+
+LrScheduleOptions torchvision(LrDecay decay, int64_t warmup, dpt::train::WarmupMethod method, double decay_factor) {
+  return LrScheduleOptions(0.5)
+      .reference_batch(std::nullopt)
+      .per_epoch(true)
+      .epochs(12)
+      .decay(decay)
+      .warmup_epochs(warmup)
+      .warmup_method(method)
+      .warmup_decay(decay_factor);
+}
+
+}  // namespace
+
+// Per epoch, with linear and constant warm-up and each of torchvision's three main schedules:
+// every step of each epoch runs at the rate Python's schedulers give that epoch.
+TEST(LrSchedule, PerEpochMatchesTorchvisionsSchedulers) {
+  auto out = dpt::testing::run_python(kTorchvisionSchedules);
+  if (!out) GTEST_SKIP() << "/usr/bin/python3 with torch is not available";
+  const auto expected = dpt::testing::parse_lines<double>(*out);
+  using dpt::train::WarmupMethod;
+  const std::vector<LrScheduleOptions> ours = {
+      torchvision(LrDecay::Step, 2, WarmupMethod::Linear, 0.01).step_epochs(3).gamma(0.1),
+      torchvision(LrDecay::Cosine, 3, WarmupMethod::Constant, 0.1).min_lr(1e-5),
+      torchvision(LrDecay::Cosine, 0, WarmupMethod::Linear, 0.01),
+      torchvision(LrDecay::Exponential, 4, WarmupMethod::Linear, 0.2).gamma(0.9),
+      torchvision(LrDecay::Step, 0, WarmupMethod::Linear, 0.01).step_epochs(5).gamma(0.5)};
+  ASSERT_EQ(expected.size(), ours.size());
+  for (size_t c = 0; c < ours.size(); ++c) {
+    LrSchedule schedule(ours[c], kEpochSteps);
+    ASSERT_EQ(expected[c].size(), 12u);
+    for (int64_t epoch = 0; epoch < 12; ++epoch) {
+      for (int64_t step : {int64_t{0}, kEpochSteps - 1}) {
+        EXPECT_NEAR(schedule.lr_at(epoch, step), expected[c][epoch], 1e-12 * expected[c][0])
+            << "schedule " << c << " epoch " << epoch << " step " << step;
+      }
+    }
+  }
+}
+
+TEST(LrSchedule, TorchvisionNamesAndWarmupMethods) {
+  EXPECT_EQ(dpt::train::parse_torchvision_lr_scheduler("CosineAnnealingLR"), LrDecay::Cosine);
+  EXPECT_EQ(dpt::train::parse_torchvision_lr_scheduler("exponentiallr"), LrDecay::Exponential);
+  EXPECT_THROW(dpt::train::parse_torchvision_lr_scheduler("cosine"), dpt::ConfigError);
+  EXPECT_EQ(dpt::train::parse_warmup_method("constant"), dpt::train::WarmupMethod::Constant);
+  EXPECT_THROW(dpt::train::parse_warmup_method("cosine"), dpt::ConfigError);
+  // Per step, a constant warm-up holds the start rate until the peak.
+  LrSchedule constant(LrScheduleOptions(0.4).reference_batch(std::nullopt).warmup_epochs(1).warmup_decay(0.25)
+                          .warmup_method(dpt::train::WarmupMethod::Constant).decay(LrDecay::None),
+                      kEpochSteps);
+  EXPECT_DOUBLE_EQ(constant.lr_at(kEpochSteps - 1), 0.1);
+  EXPECT_DOUBLE_EQ(constant.lr_at(kEpochSteps), 0.4);
+  EXPECT_THROW(LrSchedule(LrScheduleOptions(0.1).warmup_decay(0.0), 5), dpt::ConfigError);
 }

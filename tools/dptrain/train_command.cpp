@@ -152,11 +152,29 @@ Command add_train_command(CLI::App& root) {
                 "and writing the checkpoint, rank 0 runs scontrol requeue; the requeued job continues with "
                 "--resume auto");
   app->add_option("--pretrained", checkpoint.pretrained(), "initial weights: a checkpoint or a Python dict(state_dict)");
-  app->add_option("--warmup-epochs", lr.warmup_epochs(), "linear warm-up length")->capture_default_str();
-  add_parsed_option(*app, "--lr-schedule", lr.decay(), train::parse_lr_decay, "step, multistep, cosine or none");
-  app->add_option("--lr-step", lr.step_epochs(), "step schedule: epochs between decays")->capture_default_str();
-  app->add_option("--lr-gamma", lr.gamma(), "step and multistep: decay factor")->capture_default_str();
+  app->add_option("--warmup-epochs,--lr-warmup-epochs", lr.warmup_epochs(), "warm-up length")->capture_default_str();
+  add_parsed_option(*app, "--lr-warmup-method", lr.warmup_method(), train::parse_warmup_method,
+                    "linear (from the start rate to the peak) or constant (the start rate, then the peak)");
+  app->add_option("--lr-warmup-decay", lr.warmup_decay(), "warm-up start rate as a fraction of the peak")
+      ->check(CLI::Range(0.0, 1.0));
+  add_parsed_option(*app, "--lr-schedule", lr.decay(), train::parse_lr_decay,
+                    "step, multistep, cosine, exponential or none");
+  app->add_option_function<std::string>(
+      "--lr-scheduler",
+      [&lr](const std::string& name) {
+        try {
+          lr.decay(train::parse_torchvision_lr_scheduler(name)).per_epoch(true);
+        } catch (const ConfigError& e) {
+          throw CLI::ValidationError("--lr-scheduler", e.what());
+        }
+      },
+      "torchvision's names (steplr, cosineannealinglr, exponentiallr) and semantics: the rate changes once per "
+      "epoch, the schedule counts epochs from the end of warm-up");
+  app->add_option("--lr-step,--lr-step-size", lr.step_epochs(), "step schedule: epochs between decays")
+      ->capture_default_str();
+  app->add_option("--lr-gamma", lr.gamma(), "step, multistep and exponential: decay factor")->capture_default_str();
   app->add_option("--lr-milestones", lr.milestones(), "multistep: decay epochs")->delimiter(',');
+  app->add_option("--lr-min", lr.min_lr(), "cosine: the final rate")->capture_default_str();
   app->add_flag("--sync-bn", parallel.sync_bn(), "batch-norm statistics over all processes (SyncBatchNorm)");
   app->add_flag_callback("--no-lr-scaling", [&lr] { lr.reference_batch(std::nullopt); },
                          "use --lr as is, not lr x global batch / 256");

@@ -15,6 +15,11 @@
 // Nothing here has state: after a resume, the same (epoch, step) gives the same rate, exactly.
 // Decay counts epochs from the start of training but begins when warm-up ends: a step or
 // milestone inside the warm-up applies from its first step after.
+//
+// With per_epoch, the schedule is torchvision's (references/classification/train.py): the rate
+// changes at epoch boundaries only, as SequentialLR([LinearLR or ConstantLR, main], milestones=
+// [warmup_epochs]) stepped once per epoch gives it, and the main schedule counts its epochs from
+// the end of warm-up.
 
 #include <cstdint>
 #include <optional>
@@ -32,11 +37,22 @@ enum class LrDecay {
   MultiStep,  // times gamma at each milestone epoch (MultiStepLR stepped once per epoch)
   Cosine,     // half a cosine from the scaled rate to min_lr over the steps after warm-up
               // (CosineAnnealingLR stepped once per iteration)
+  Exponential,  // times gamma every epoch (ExponentialLR stepped once per epoch)
 };
 
 // "step" -> LrDecay::Step; throws ConfigError naming the accepted names otherwise.
 LrDecay parse_lr_decay(const std::string& name);
 std::string to_string(LrDecay decay);
+// torchvision's --lr-scheduler names: "steplr", "cosineannealinglr", "exponentiallr" (any case).
+LrDecay parse_torchvision_lr_scheduler(const std::string& name);
+
+enum class WarmupMethod {
+  Linear,    // from the start rate up to the peak (LinearLR)
+  Constant,  // the start rate throughout, then the peak (ConstantLR)
+};
+// "linear" or "constant"; ConfigError otherwise.
+WarmupMethod parse_warmup_method(const std::string& name);
+std::string to_string(WarmupMethod method);
 
 struct LrScheduleOptions {
   explicit LrScheduleOptions(double base_lr) : base_lr_(base_lr) {}
@@ -53,10 +69,16 @@ struct LrScheduleOptions {
   // rate when scaling lowers it (a global batch under reference_batch), so that warm-up never
   // starts above where it ends.
   TORCH_ARG(std::optional<double>, warmup_start_lr) = std::nullopt;
+  // Where warm-up starts as a fraction of the peak (torchvision's --lr-warmup-decay); takes the
+  // place of warmup_start_lr when set.
+  TORCH_ARG(std::optional<double>, warmup_decay) = std::nullopt;
+  TORCH_ARG(WarmupMethod, warmup_method) = WarmupMethod::Linear;
+  // The rate changes once per epoch, torchvision's way (see above).
+  TORCH_ARG(bool, per_epoch) = false;
   TORCH_ARG(LrDecay, decay) = LrDecay::Step;
   // Step: decay period in epochs (counted from epoch 0, warm-up included).
   TORCH_ARG(int64_t, step_epochs) = 30;
-  // Step, MultiStep: the factor applied at each decay.
+  // Step, MultiStep, Exponential: the factor applied at each decay.
   TORCH_ARG(double, gamma) = 0.1;
   // MultiStep: the epochs at which the rate is multiplied by gamma, increasing.
   TORCH_ARG(std::vector<int64_t>, milestones) = {};
@@ -90,6 +112,7 @@ class LrSchedule {
   const LrScheduleOptions& options() const { return options_; }
 
  private:
+  double warmup_lr(int64_t global_step) const;
   double decayed(int64_t global_step) const;
 
   LrScheduleOptions options_;
