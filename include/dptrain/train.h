@@ -18,6 +18,7 @@
 #include "dptrain/train/logs/tensorboard_observer.h"
 #include "dptrain/train/lr_schedule.h"
 #include "dptrain/train/metrics.h"
+#include "dptrain/train/model_ema.h"
 #include "dptrain/train/optimizer.h"
 #include "dptrain/train/train_options.h"
 #include "dptrain/train/trainer.h"

@@ -32,6 +32,7 @@
 #include "dptrain/train/checkpoint/training_checkpoint.h"
 #include "dptrain/train/grad_scaler.h"
 #include "dptrain/train/lr_schedule.h"
+#include "dptrain/train/model_ema.h"
 #include "dptrain/train/stop_signals.h"
 #include "parallel_style.h"
 
@@ -112,6 +113,7 @@ struct Trainer::State {
   std::unique_ptr<data::DistributedSampler> sampler;
   std::unique_ptr<LrSchedule> schedule;
   std::unique_ptr<BatchMixing> mixing;
+  std::unique_ptr<ModelEma> ema;  // --model-ema
   int64_t epoch = 0;
   int64_t step_in_epoch = 0;
   int64_t samples_in_epoch = 0;  // over all ranks: where the epoch's shuffled order continues
@@ -154,21 +156,21 @@ struct Trainer::State {
   }
 
   // `loss` is the logits' (what the metrics report); `objective`, what backward differentiates,
-  // adds the auxiliary classifiers' weighted losses in training (GoogLeNet, Inception v3).
+  // adds the auxiliary classifiers' weighted losses (GoogLeNet, Inception v3).
   struct Forward {
     at::Tensor logits, loss, objective;
   };
-  // The forward pass and losses, in the precision --amp asks for: bf16 autocast on the CPU, fp16
-  // on CUDA. The losses are computed in float32 outside autocast.
-  // `targets`: class indices, or soft targets [N, classes] of a mixed batch.
-  Forward forward(const at::Tensor& images, const at::Tensor& targets, bool train) {
+  // The training forward pass and losses, in the precision --amp asks for: bf16 autocast on the
+  // CPU, fp16 on CUDA. The losses are computed in float32 outside autocast. `targets`: class
+  // indices, or soft targets [N, classes] of a mixed batch.
+  Forward train_forward(const at::Tensor& images, const at::Tensor& targets) {
     at::Tensor logits;
     std::vector<models::AuxiliaryLogits> auxiliary;
     {
       compat::AutocastGuard autocast(device.type(), device.is_cuda() ? at::kHalf : at::kBFloat16, options.amp());
-      logits = train ? style->forward(images) : model->forward(images);
+      logits = style->forward(images);
       // Every style's training forward runs this process's model (--mode dp refuses heads).
-      if (train) auxiliary = model->take_auxiliary_logits();
+      auxiliary = model->take_auxiliary_logits();
     }
     logits = logits.to(at::kFloat);
     auto loss = criterion(logits, targets);
@@ -178,6 +180,16 @@ struct Trainer::State {
     }
     return {logits, loss, objective};
   }
+
+  // The eval-mode logits of `net` (the model or its EMA), in --amp's precision, as float32.
+  at::Tensor eval_logits(models::ClassifierImpl& net, const at::Tensor& images) const {
+    compat::AutocastGuard autocast(device.type(), device.is_cuda() ? at::kHalf : at::kBFloat16, options.amp());
+    return net.forward(images).to(at::kFloat);
+  }
+
+  // One validation pass of `net` over the whole validation set, split over the ranks; reports it
+  // as `phase`. Collective.
+  MetricSums evaluate(models::ClassifierImpl& net, const std::string& phase);
 
   // Cross-entropy against class indices or soft (mixed) targets, with --label-smoothing.
   at::Tensor criterion(const at::Tensor& logits, const at::Tensor& targets) const {
@@ -355,6 +367,7 @@ void Trainer::State::build_step() {
   schedule = std::make_unique<LrSchedule>(LrScheduleOptions(o.schedule()).global_batch(global_batch()).epochs(o.epochs()),
                                           steps_per_epoch());
   mixing = std::make_unique<BatchMixing>(o.loss().mixing(), data.train->num_classes());
+  if (o.model_ema()) ema = std::make_unique<ModelEma>(model, ema_decay(*o.model_ema(), global_batch(), o.epochs()));
 }
 
 void Trainer::State::restore(const TrainingCheckpoint& cp, const fs::path& file) {
@@ -373,6 +386,11 @@ void Trainer::State::restore(const TrainingCheckpoint& cp, const fs::path& file)
   sampler->load_state(cp.sampler);
   load_optimizer_state_dict(*optimizer, cp.optimizer);
   if (scaler->is_enabled() && cp.scaler.size() > 0) scaler->load_state_dict(cp.scaler);
+  if (ema && !cp.model_ema.is_empty()) {
+    ema->load_state_dict(cp.model_ema);
+  } else if (ema) {
+    resume_notes.push_back(str("checkpoint ", file.string(), " has no model EMA: the average starts from its weights"));
+  }
   if (cp.rng_state.numel() > 0) {
     at::Generator generator = at::detail::getDefaultCPUGenerator();  // shares the default's state
     generator.set_state(cp.rng_state);
@@ -467,7 +485,7 @@ std::optional<MetricSums> Trainer::State::step(data::Loader& loader) {
   for (size_t k = 0; k < micro_batches.size(); ++k) {
     auto [images, labels] = to_device(micro_batches[k]);
     const at::Tensor targets = mixing->enabled() ? mix(images, labels, static_cast<int64_t>(k)) : labels;
-    auto [logits, loss, objective] = forward(images, targets, /*train=*/true);
+    auto [logits, loss, objective] = train_forward(images, targets);
     // Each micro-batch's mean loss weighted by its share of the step's samples: the gradient of the
     // whole step's mean loss, as if its micro-batches were one batch.
     const at::Tensor step_loss = micro_batches.size() == 1
@@ -494,6 +512,11 @@ std::optional<MetricSums> Trainer::State::step(data::Loader& loader) {
   }
   scaler->step(*optimizer);
   scaler->update();
+  if (ema && step_in_epoch % options.model_ema()->steps() == 0) {
+    ema->update(*model);
+    // During warm-up the average keeps copying the weights, as torchvision's recipe does.
+    if (epoch < options.schedule().warmup_epochs()) ema->reset();
+  }
   ++step_in_epoch;
   samples_in_epoch += global_batch();
   return all;
@@ -559,6 +582,7 @@ void Trainer::State::save_checkpoint(bool epoch_done, bool is_best) {
   cp.state_dict = models::state_dict(*model);
   cp.optimizer = optimizer_state_dict(*optimizer);
   cp.scaler = scaler->state_dict();
+  if (ema) cp.model_ema = ema->state_dict();
   at::Generator generator = at::detail::getDefaultCPUGenerator();
   cp.rng_state = generator.get_state();
   const fs::path dir(options.checkpoint().output_dir());
@@ -599,6 +623,7 @@ TrainResult Trainer::train() {
     if (sums.count > 0) s.report_pass("train", sums, static_cast<size_t>(skipped_local), start);
 
     result.last_val = evaluate();
+    if (s.ema) result.last_val_ema = s.evaluate(*s.ema->module(), "val_ema");
     const double acc1 = result.last_val.top1_percent();
     const bool is_best = acc1 > s.best_acc1;
     s.best_acc1 = std::max(s.best_acc1, acc1);
@@ -623,25 +648,26 @@ TrainResult Trainer::train() {
   return result;
 }
 
-MetricSums Trainer::evaluate() {
-  State& s = *state_;
+MetricSums Trainer::evaluate() { return state_->evaluate(*state_->model, "val"); }
+
+MetricSums Trainer::State::evaluate(models::ClassifierImpl& net, const std::string& phase) {
   const auto start = Clock::now();
-  s.style->before_evaluate();
-  s.model->eval();
+  style->before_evaluate();
+  net.eval();
   torch::NoGradGuard no_grad;
-  data::EvalSampler val_sampler(s.data.val->size(), s.comm->size(), s.comm->rank());
-  data::Loader loader(s.data.val, val_sampler.indices(), /*epoch=*/0, s.loader_options());
+  data::EvalSampler val_sampler(data.val->size(), comm->size(), comm->rank());
+  data::Loader loader(data.val, val_sampler.indices(), /*epoch=*/0, loader_options());
   MetricSums local;
   while (auto batch = loader.next()) {
-    auto [images, labels] = s.to_device(*batch);
-    auto logits = s.forward(images, labels, /*train=*/false).logits;
+    auto [images, labels] = to_device(*batch);
+    const at::Tensor logits = eval_logits(net, images);
     // Per-sample losses in float64: the sum then depends on the samples, not on how the ranks
     // batched them (a float32 batch mean rounds differently for every batch composition).
-    const auto loss = s.criterion(logits.to(at::kDouble), labels);
+    const auto loss = criterion(logits.to(at::kDouble), labels);
     local.add(logits, labels, loss.item<double>());
   }
-  const MetricSums all = local.reduced(*s.comm);
-  s.report_pass("val", all, loader.skipped().size(), start);
+  const MetricSums all = local.reduced(*comm);
+  report_pass(phase, all, loader.skipped().size(), start);
   return all;
 }
 

@@ -21,12 +21,18 @@ SMALL = ["--dummy", "-a", "resnet20", "--image-size", "16", "--dummy-train-size"
 
 
 
-# The optimizer class a checkpoint's state is for, from the keys only it has, and each group's decay.
+# The optimizer class a checkpoint's state is for, from the keys only it has, and each group's
+# decay; then whether two checkpoints' model EMAs (absent: None) are bitwise equal, and the first
+# one's update count.
 OPTIMIZER = r"""
 import sys, torch
-groups = torch.load(sys.argv[1])["optimizer"]["param_groups"]
+a, b = torch.load(sys.argv[1]), torch.load(sys.argv[2])
+groups = a["optimizer"]["param_groups"]
 kind = "AdamW" if "betas" in groups[0] else "RMSprop" if "alpha" in groups[0] else "SGD"
 print(kind, [g["weight_decay"] for g in groups])
+ema_a, ema_b = a.get("model_ema"), b.get("model_ema")
+same = None if ema_a is None else list(ema_a) == list(ema_b) and all(torch.equal(v, ema_b[k]) for k, v in ema_a.items())
+print("ema_bitwise", same, "n_averaged", None if ema_a is None else int(ema_a["n_averaged"]))
 """
 
 
@@ -38,10 +44,11 @@ class ExactResume(unittest.TestCase):
     def test_stop_and_resume_equals_straight_run_bitwise(self):
         """With SGD, and with a recipe of torchvision's: AdamW over three weight-decay groups with
         clipping (its moment estimates and step counts resume too), label smoothing and mixup or
-        cutmix per batch (their draws resume too)."""
+        cutmix per batch (their draws resume too), and a model EMA updated every 3 steps."""
         for recipe in ([], ["--opt", "adamw", "--lr", "0.002", "--wd", "0.05", "--norm-weight-decay", "0",
                             "--bias-weight-decay", "0", "--clip-grad-norm", "1", "--label-smoothing", "0.1",
-                            "--mixup-alpha", "0.2", "--cutmix-alpha", "1.0"]):
+                            "--mixup-alpha", "0.2", "--cutmix-alpha", "1.0", "--model-ema", "--model-ema-steps",
+                            "3"]):
             with self.subTest(recipe=" ".join(recipe)), tempfile.TemporaryDirectory(prefix="dpt_resume_") as tmp:
                 straight, halves = os.path.join(tmp, "straight"), os.path.join(tmp, "halves")
                 code, out, err = run(launch(*SMALL, *recipe, "--max-steps", "8", "--output", straight), timeout=240)
@@ -59,9 +66,12 @@ class ExactResume(unittest.TestCase):
                 lines = out.splitlines()
                 self.assertEqual(lines[0], "8 1 2 8 1 2")  # global step, epoch, step in epoch
                 self.assertEqual(lines[1], "max_abs_diff 0.0 bitwise True optimizer_bitwise True entries 59")
-                code, out, err = run([PYTHON, "-c", OPTIMIZER, os.path.join(halves, "checkpoint.pt")], timeout=120)
+                code, out, err = run([PYTHON, "-c", OPTIMIZER, os.path.join(halves, "checkpoint.pt"),
+                                      os.path.join(straight, "checkpoint.pt")], timeout=120)
                 self.assertEqual(code, 0, err)
-                self.assertEqual(out.strip(), "SGD [0.0001]" if not recipe else "AdamW [0.05, 0.0, 0.0]")
+                # 8 steps: 6 of epoch 0 (updates after steps 0 and 3), 2 of epoch 1 (after step 0).
+                self.assertEqual(out.splitlines(), ["SGD [0.0001]", "ema_bitwise None n_averaged None"] if not recipe
+                                 else ["AdamW [0.05, 0.0, 0.0]", "ema_bitwise True n_averaged 3"])
 
 
 class CheckpointFiles(unittest.TestCase):

@@ -32,6 +32,8 @@ struct TrainFlags {
   std::string slurm_job_id;  // with --requeue: this job's, from SLURM_JOB_ID
   bool multiprocessing_distributed = false;
   std::optional<int> nprocs;
+  bool model_ema = false;
+  train::ModelEmaOptions model_ema_options;
 };
 
 // One process's training or evaluation.
@@ -49,6 +51,7 @@ int train_process(const TrainFlags& flags) {
                {"global_step", result.global_step},
                {"best_acc1", result.best_acc1},
                {"val", metrics_json(result.last_val)}};
+    if (result.last_val_ema) summary["val_ema"] = metrics_json(*result.last_val_ema);
     if (result.stopped_on_request) {
       summary["stopped_on_request"] = true;
       exit_code = kExitStoppedOnRequest;
@@ -132,6 +135,13 @@ Command add_train_command(CLI::App& root) {
                   "weight decay of every bias (default: its layer's)");
   app->add_option("--clip-grad-norm", opt.clip_grad_norm(),
                   "scale the averaged gradients down to this total 2-norm when above it");
+  app->add_flag("--model-ema", flags->model_ema,
+                "keep an exponential moving average of the weights, validated and checkpointed beside them");
+  app->add_option("--model-ema-steps", flags->model_ema_options.steps(), "optimizer steps between EMA updates")
+      ->capture_default_str();
+  app->add_option("--model-ema-decay", flags->model_ema_options.decay(),
+                  "EMA decay, adjusted as torchvision's for the global batch, update interval and epochs")
+      ->capture_default_str();
   train::LossOptions& loss = o.loss();
   app->add_option("--label-smoothing", loss.label_smoothing(), "cross-entropy against smoothed targets")
       ->check(CLI::Range(0.0, 1.0))
@@ -201,7 +211,10 @@ Command add_train_command(CLI::App& root) {
                 "workers, rank = node rank x workers + local rank), --dist-url tcp://HOST:PORT the "
                 "rendezvous (default: a free local port)");
   app->add_option("--nprocs", flags->nprocs, "--multiprocessing-distributed: workers on this node (default: one per GPU)");
-  return {app, [flags](const std::vector<std::string>&) { return run_train(*flags); }};
+  return {app, [flags](const std::vector<std::string>&) {
+            if (flags->model_ema) flags->options.model_ema(flags->model_ema_options);
+            return run_train(*flags);
+          }};
 }
 
 }  // namespace dpt::cli

@@ -25,6 +25,7 @@
 #include "dptrain/dist/init.h"
 #include "dptrain/train/batch_mixing.h"
 #include "dptrain/train/lr_schedule.h"
+#include "dptrain/train/model_ema.h"
 #include "dptrain/train/optimizer.h"
 #include "dptrain/train/logs/observers.h"
 #include "dptrain/train/logs/report.h"
@@ -148,6 +149,9 @@ struct TrainOptions {
   // The optimizer and its parameter groups; its rate is the schedule's.
   TORCH_ARG(OptimizerOptions, optimizer) = {};
   TORCH_ARG(LossOptions, loss) = {};
+  // An exponential moving average of the weights, validated after each epoch beside the model and
+  // checkpointed as "model_ema". Unset: none.
+  TORCH_ARG(std::optional<ModelEmaOptions>, model_ema) = std::nullopt;
   TORCH_ARG(CheckpointOptions, checkpoint) = {};
   TORCH_ARG(ParallelOptions, parallel) = {};
 

@@ -19,6 +19,7 @@
 // instead of leaving the others waiting.
 
 #include <memory>
+#include <optional>
 
 #include "dptrain/train/metrics.h"
 #include "dptrain/train/train_options.h"
@@ -30,6 +31,7 @@ struct TrainResult {
   int64_t global_step = 0;   // optimizer steps taken, resumed ones included
   double best_acc1 = 0;      // best validation top-1, percent
   MetricSums last_val;       // the last validation pass, over all ranks
+  std::optional<MetricSums> last_val_ema;  // the same for the model's EMA (--model-ema)
   // A stop signal reached some rank (CheckpointOptions::stop_signals): every rank stopped after
   // the same step, and checkpoint.pt holds it.
   bool stopped_on_request = false;

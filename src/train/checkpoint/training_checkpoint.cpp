@@ -25,9 +25,10 @@ class Reader {
     return found->value();
   }
   int64_t integer(const std::string& key) const { return get(key, &c10::IValue::isInt, "an integer").toInt(); }
+  bool has(const std::string& key) const { return dict_.contains(key); }
   // An entry newer dptrain versions write: `fallback` when absent.
   int64_t integer_or(const std::string& key, int64_t fallback) const {
-    return dict_.contains(key) ? integer(key) : fallback;
+    return has(key) ? integer(key) : fallback;
   }
   double number(const std::string& key) const {
     auto v = get(key, &c10::IValue::isScalar, "a number");
@@ -77,6 +78,11 @@ c10::IValue TrainingCheckpoint::to_ivalue() const {
   out.insert("scaler", scaler);
   out.insert("seed", static_cast<int64_t>(seed));
   out.insert("rng_state", rng_state.defined() ? rng_state : at::empty({0}, at::kByte));
+  if (!model_ema.is_empty()) {
+    auto ema = string_dict();
+    for (const auto& item : model_ema) ema.insert(item.key(), item.value().detach().cpu().contiguous());
+    out.insert("model_ema", ema);
+  }
   return out;
 }
 
@@ -99,6 +105,7 @@ TrainingCheckpoint TrainingCheckpoint::from_ivalue(const c10::IValue& value, con
   out.optimizer = read.dict("optimizer");
   out.scaler = read.dict("scaler");
   out.rng_state = read.get("rng_state", &c10::IValue::isTensor, "a tensor").toTensor();
+  if (read.has("model_ema")) out.model_ema = tensors_of(read.dict("model_ema"), file);
   return out;
 }
 

@@ -6,7 +6,7 @@
 //
 //   dpt::train::TrainingCheckpoint cp;
 //   cp.arch = "resnet18"; cp.epoch = 3; cp.state_dict = dpt::models::state_dict(*model);
-//   cp.optimizer = dpt::train::sgd_state_dict(optimizer);
+//   cp.optimizer = dpt::train::optimizer_state_dict(optimizer);
 //   dpt::train::save_checkpoint(cp.to_ivalue(), dir / "checkpoint.pt");
 //   auto back = dpt::train::TrainingCheckpoint::from_ivalue(dpt::train::load_checkpoint(file), file);
 //
@@ -43,6 +43,9 @@ struct TrainingCheckpoint {
   c10::impl::GenericDict optimizer{c10::StringType::get(), c10::AnyType::get()};
   c10::impl::GenericDict scaler{c10::StringType::get(), c10::AnyType::get()};  // empty without AMP
   at::Tensor rng_state;                   // the default CPU generator's state
+  // --model-ema: the average as Python's AveragedModel.state_dict() names it ("n_averaged",
+  // "module.<name>"); empty without EMA (and in older checkpoints).
+  models::StateDict model_ema;
 
   c10::IValue to_ivalue() const;
   // Throws CheckpointError naming `file` and the missing or mistyped entry.
