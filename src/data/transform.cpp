@@ -26,6 +26,39 @@ std::pair<Taps, Taps> plan_taps(const CropPlan& p, ImageSize full, ImageSize sca
   return {std::move(h), filter_taps(filter, y0, y1, lo_y, hi_y, p.out_height, p.window_top, size)};
 }
 
+// RandomErasing.get_params with scale (0.02, 0.33), ratio (0.3, 3.3): ten tries at an area and
+// a log-uniform aspect ratio that fit inside the size x size output; none when all ten miss.
+std::optional<EraseBox> erase_box(int size, SampleRng& rng) {
+  const double area = static_cast<double>(size) * size;
+  const double log_lo = std::log(0.3), log_hi = std::log(3.3);
+  for (int attempt = 0; attempt < 10; ++attempt) {
+    const double erase_area = area * rng.uniform(0.02, 0.33);
+    const double aspect = std::exp(rng.uniform(log_lo, log_hi));
+    const int h = static_cast<int>(std::nearbyint(std::sqrt(erase_area * aspect)));
+    const int w = static_cast<int>(std::nearbyint(std::sqrt(erase_area / aspect)));
+    if (!(h < size && w < size)) continue;
+    EraseBox box;
+    box.height = h;
+    box.width = w;
+    box.top = static_cast<int>(rng.integer(0, size - h));
+    box.left = static_cast<int>(rng.integer(0, size - w));
+    return box;
+  }
+  return std::nullopt;
+}
+
+void erase(const EraseBox& box, int size, float* out) {
+  for (int c = 0; c < 3; ++c) {
+    for (int y = box.top; y < box.top + box.height; ++y) {
+      float* row = out + (static_cast<size_t>(c) * size + y) * size + box.left;
+      std::fill(row, row + box.width, 0.0f);
+    }
+  }
+}
+
+// A stream apart from the crop's, so that turning erasing on leaves every crop as it was.
+constexpr uint64_t kEraseStream = 0x6572617365;  // "erase"
+
 }  // namespace
 
 Transform::Transform(TransformOptions options) : options_(std::move(options)) {
@@ -35,6 +68,8 @@ Transform::Transform(TransformOptions options) : options_(std::move(options)) {
             o.resize(), " must be at least the crop size ", o.size());
   DPT_CHECK(o.scale_min() > 0 && o.scale_min() <= o.scale_max(), ConfigError, "transform: bad crop scale range [",
             o.scale_min(), ", ", o.scale_max(), "]");
+  DPT_CHECK(o.erase_probability() >= 0 && o.erase_probability() <= 1, ConfigError,
+            "transform: random erasing probability must lie in [0, 1], got ", o.erase_probability());
   DPT_CHECK(o.ratio_min() > 0 && o.ratio_min() <= o.ratio_max(), ConfigError,
             "transform: bad crop aspect ratio range [", o.ratio_min(), ", ", o.ratio_max(), "]");
   for (int c = 0; c < 3; ++c) {
@@ -96,6 +131,10 @@ CropPlan Transform::plan(int width, int height, int64_t epoch, int64_t index) co
   }
   p.out_width = p.out_height = o.size();
   p.flip = rng.uniform(0.0, 1.0) < o.flip_probability();
+  if (o.erase_probability() > 0) {
+    SampleRng erase_rng(o.seed() ^ kEraseStream, epoch, index);
+    if (erase_rng.uniform(0.0, 1.0) < o.erase_probability()) p.erase = erase_box(o.size(), erase_rng);
+  }
   return p;
 }
 
@@ -103,6 +142,7 @@ void Transform::apply(const Image& image, const CropPlan& plan, float* out) cons
   const ImageSize size{image.width, image.height};
   const auto [h, v] = plan_taps(plan, size, size, options_.size(), options_.interpolation());
   resample(image, 0, 0, h, v, plan.flip, options_.mean(), options_.std(), out);
+  if (plan.erase) erase(*plan.erase, options_.size(), out);
 }
 
 void Transform::apply(const Image& image, int64_t epoch, int64_t index, float* out) const {
@@ -129,6 +169,7 @@ void Transform::apply_encoded(const std::vector<uint8_t>& bytes, const std::stri
   thread_local ImageRegion region;
   decode_region(bytes, name, denominator, {left, top, right - left, bottom - top}, region);
   resample(region.image, region.left, region.top, h, v, p.flip, options_.mean(), options_.std(), out);
+  if (p.erase) erase(*p.erase, options_.size(), out);
 }
 
 }  // namespace dpt::data

@@ -1,5 +1,6 @@
 #include "datasets.h"
 
+#include <algorithm>
 #include <filesystem>
 
 #include "dptrain/common/error.h"
@@ -20,11 +21,27 @@ data::Transform train_transform(const DataOptions& options, data::TransformOptio
                              .size(size)
                              .scale_min(scale_min)
                              .flip_probability(options.flip() ? 0.5 : 0.0)
+                             .erase_probability(options.random_erase())
                              .seed(seed));
 }
 
 data::Transform eval_transform(data::TransformOptions shared, int size, int resize) {
   return data::Transform(shared.mode(data::TransformMode::Eval).size(size).resize(resize));
+}
+
+// The sides of the transforms: the data's default crop (the resize keeping `resize_ratio` to the
+// crop), then --image-size, then the flags for each side.
+struct Sizes {
+  int train_crop, val_crop, val_resize;
+};
+
+Sizes sizes_for(const DataOptions& options, int default_crop, double resize_ratio) {
+  const int crop = options.image_size().value_or(default_crop);
+  Sizes sizes;
+  sizes.train_crop = options.train_crop_size().value_or(crop);
+  sizes.val_crop = options.val_crop_size().value_or(crop);
+  sizes.val_resize = options.val_resize_size().value_or(static_cast<int>(sizes.val_crop * resize_ratio + 0.5));
+  return sizes;
 }
 
 }  // namespace
@@ -35,27 +52,34 @@ RunDatasets open_datasets(const DataOptions& options, uint64_t seed, const model
   data::TransformOptions shared;
   if (options.interpolation()) shared.interpolation(*options.interpolation());
   if (options.dummy()) {
-    const int size = options.image_size().value_or(32);
-    // Drawn a quarter larger than the input, so that crops and the eval resize have room.
-    const int drawn = size + size / 4;
+    const Sizes sizes = sizes_for(options, 32, 1.0);
+    // Drawn a quarter larger than the largest side asked, so that crops and the resize have room.
+    const int largest = std::max(sizes.train_crop, sizes.val_resize);
     const auto synthetic = [&](int64_t images, uint64_t set_seed) {
-      return data::SyntheticOptions().size(images).num_classes(options.dummy_classes()).image_size(drawn).seed(set_seed);
+      return data::SyntheticOptions()
+          .size(images)
+          .num_classes(options.dummy_classes())
+          .image_size(largest + largest / 4)
+          .seed(set_seed);
     };
-    return {std::make_shared<data::SyntheticDataset>(synthetic(options.dummy_train_size(), seed),
-                                                     train_transform(options, shared, seed, size, kSmallImageScaleMin)),
+    return {std::make_shared<data::SyntheticDataset>(
+                synthetic(options.dummy_train_size(), seed),
+                train_transform(options, shared, seed, sizes.train_crop, kSmallImageScaleMin)),
             std::make_shared<data::SyntheticDataset>(synthetic(options.dummy_val_size(), seed + 1),
-                                                     eval_transform(shared, size, size)),
-            "synthetic", size};
+                                                     eval_transform(shared, sizes.val_crop, sizes.val_resize)),
+            "synthetic", sizes.train_crop};
   }
   const fs::path root(options.root());
   DPT_CHECK(!options.root().empty(), ConfigError, "no data folder given: pass DATA (an ImageFolder with train/ and val/, "
             "or a CIFAR-10 binary folder), or --dummy for the synthetic set");
   DPT_CHECK(fs::is_directory(root), DataError, "data folder '", root.string(), "' does not exist or is not a folder");
   if (fs::exists(root / data::cifar_files(true).front())) {
-    const int size = options.image_size().value_or(data::kCifarSide);
+    const Sizes sizes = sizes_for(options, data::kCifarSide, 1.0);
     return {std::make_shared<data::Cifar10>(root.string(), true,
-                                            train_transform(options, shared, seed, size, kSmallImageScaleMin)),
-            std::make_shared<data::Cifar10>(root.string(), false, eval_transform(shared, size, size)), "CIFAR-10", size};
+                                            train_transform(options, shared, seed, sizes.train_crop, kSmallImageScaleMin)),
+            std::make_shared<data::Cifar10>(root.string(), false,
+                                            eval_transform(shared, sizes.val_crop, sizes.val_resize)),
+            "CIFAR-10", sizes.train_crop};
   }
   for (const char* split : {"train", "val"}) {
     DPT_CHECK(fs::is_directory(root / split), DataError, "data folder '", root.string(), "' has no ", split,
@@ -66,14 +90,16 @@ RunDatasets open_datasets(const DataOptions& options, uint64_t seed, const model
   // filter and normalisation, those its published weights were trained and evaluated with.
   if (!options.interpolation()) shared.interpolation(model.interpolation);
   if (model.half_normalization) shared.mean({0.5f, 0.5f, 0.5f}).std({0.5f, 0.5f, 0.5f});
-  const int size = options.image_size().value_or(static_cast<int>(model.crop_size));
-  const int resize = static_cast<int>(size * static_cast<double>(model.resize_size) / model.crop_size + 0.5);
-  const double scale_min = size <= 64 ? kSmallImageScaleMin : 0.08;
-  return {std::make_shared<data::ImageFolder>((root / "train").string(), train_transform(options, shared, seed, size, scale_min),
+  const Sizes sizes = sizes_for(options, static_cast<int>(model.crop_size),
+                                static_cast<double>(model.resize_size) / static_cast<double>(model.crop_size));
+  const double scale_min = sizes.train_crop <= 64 ? kSmallImageScaleMin : 0.08;
+  return {std::make_shared<data::ImageFolder>((root / "train").string(),
+                                              train_transform(options, shared, seed, sizes.train_crop, scale_min),
                                               options.bad_images()),
-          std::make_shared<data::ImageFolder>((root / "val").string(), eval_transform(shared, size, resize),
+          std::make_shared<data::ImageFolder>((root / "val").string(),
+                                              eval_transform(shared, sizes.val_crop, sizes.val_resize),
                                               options.bad_images()),
-          "ImageFolder", size};
+          "ImageFolder", sizes.train_crop};
 }
 
 }  // namespace dpt::train

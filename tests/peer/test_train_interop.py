@@ -97,9 +97,11 @@ class Interop(unittest.TestCase):
     def test_python_state_dict_evaluates_like_python(self):
         """With the model's evaluation transform at 32 px: resize 37 (256 / 224), bilinear for
         resnet18, bicubic for efficientnet_b0 or when asked, 0.5 mean and std for
-        efficientnet_v2_l (its resize is its crop)."""
+        efficientnet_v2_l (its resize is its crop); --val-resize-size overrides the resize (and
+        --train-crop-size leaves validation alone)."""
         cases = [("resnet18", [], "37", "BILINEAR", "imagenet"), ("efficientnet_b0", [], "37", "BICUBIC", "imagenet"),
                  ("resnet18", ["--interpolation", "bicubic"], "37", "BICUBIC", "imagenet"),
+                 ("resnet18", ["--val-resize-size", "44", "--train-crop-size", "24"], "44", "BILINEAR", "imagenet"),
                  ("efficientnet_v2_l", [], "32", "BICUBIC", "0.5")]
         with tempfile.TemporaryDirectory(prefix="dpt_interop_") as tmp:
             data, weights = os.path.join(tmp, "digits"), os.path.join(tmp, "python.pt")

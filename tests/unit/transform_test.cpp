@@ -236,3 +236,49 @@ TEST(Transform, InterpolationNamesAreTorchvisions) {
   EXPECT_EQ(to_string(Interpolation::Bicubic), "bicubic");
   EXPECT_THROW(parse_interpolation("nearest"), dpt::ConfigError);
 }
+
+// RandomErasing after the crop, flip and normalisation: the plan's box zeroed in every channel,
+// as torchvision's F.erase(img, i, j, h, w, 0) on the normalised tensor; the box covers 2-33% of
+// the output with an aspect ratio within 0.3-3.3, and about half the samples are erased at 0.5.
+TEST(Transform, RandomErasingZeroesThePlannedBox) {
+  dpt::testing::TempDir dir;
+  const std::string path = dir.path() + "/a.jpg";
+  const auto bytes = encode_jpeg(dpt::testing::gradient_image(64, 48), 90);
+  write_file(path, bytes);
+  Transform train(
+      TransformOptions().mode(TransformMode::Train).size(24).seed(3).dct_scaling(false).erase_probability(0.5));
+  CropPlan plan;
+  int erased = 0;
+  for (int64_t index = 0; index < 400; ++index) {
+    const CropPlan p = train.plan(64, 48, 0, index);
+    if (!p.erase) continue;
+    ++erased;
+    const double fraction = static_cast<double>(p.erase->height * p.erase->width) / (24 * 24);
+    EXPECT_GE(fraction, 0.02 * 0.8) << index;  // rounding the sides moves the area a little
+    EXPECT_LE(fraction, 0.33 * 1.2) << index;
+    EXPECT_LE(p.erase->top + p.erase->height, 24);
+    EXPECT_LE(p.erase->left + p.erase->width, 24);
+    if (p.flip && !plan.erase) plan = p;
+  }
+  EXPECT_NEAR(erased / 400.0, 0.5, 0.08);
+  ASSERT_TRUE(plan.erase);
+  auto expected = torchvision_outputs(
+      path, dpt::str("lambda im: F.hflip(F.resized_crop(im, ", plan.top, ", ", plan.left, ", ", plan.height, ", ",
+                     plan.width, ", [24, 24]))"));
+  if (!expected) GTEST_SKIP() << "/usr/bin/python3 with torchvision is not available";
+  const auto& box = *plan.erase;
+  auto& values = (*expected)[0];
+  for (int c = 0; c < 3; ++c) {
+    for (int y = box.top; y < box.top + box.height; ++y) {
+      for (int x = box.left; x < box.left + box.width; ++x) values[(c * 24 + y) * 24 + x] = 0.0;
+    }
+  }
+  std::vector<float> out(train.sample_numel());
+  train.apply(decode_image(bytes, path), plan, out.data());
+  EXPECT_LT(max_abs_diff(out, values), 1e-6);
+  // Erasing draws from a stream of its own: the crops and flips are those without it.
+  Transform plain(TransformOptions().mode(TransformMode::Train).size(24).seed(3).dct_scaling(false));
+  const CropPlan same = plain.plan(64, 48, 0, 7), with = train.plan(64, 48, 0, 7);
+  EXPECT_EQ(std::make_tuple(same.left, same.top, same.width, same.height, same.flip),
+            std::make_tuple(with.left, with.top, with.width, with.height, with.flip));
+}

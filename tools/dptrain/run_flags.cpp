@@ -33,6 +33,10 @@ void add_run_flags(CLI::App& app, train::TrainOptions& o) {
   app.add_option("--dummy-val-size", data.dummy_val_size())->capture_default_str();
   app.add_option("--dummy-classes", data.dummy_classes())->capture_default_str();
   app.add_option("--image-size", data.image_size(), "input side (default 224 for ImageFolder, 32 otherwise)");
+  app.add_option("--train-crop-size", data.train_crop_size(), "training crop side (default: --image-size)");
+  app.add_option("--val-crop-size", data.val_crop_size(), "validation center-crop side (default: --image-size)");
+  app.add_option("--val-resize-size", data.val_resize_size(),
+                 "validation resize of the shorter side (default: the model's ratio to the crop)");
   add_parsed_option(app, "--interpolation", data.interpolation(), data::parse_interpolation,
                     "resize filter, bilinear or bicubic (default: the model's, see `dptrain models`)");
   app.add_flag_callback("--no-flip", [&data] { data.flip(false); }, "no random horizontal flips (for digits, text, ...)");

@@ -142,6 +142,9 @@ Command add_train_command(CLI::App& root) {
   app->add_option("--model-ema-decay", flags->model_ema_options.decay(),
                   "EMA decay, adjusted as torchvision's for the global batch, update interval and epochs")
       ->capture_default_str();
+  app->add_option("--random-erase", o.data().random_erase(), "probability of RandomErasing per training image")
+      ->check(CLI::Range(0.0, 1.0))
+      ->capture_default_str();
   train::LossOptions& loss = o.loss();
   app->add_option("--label-smoothing", loss.label_smoothing(), "cross-entropy against smoothed targets")
       ->check(CLI::Range(0.0, 1.0))

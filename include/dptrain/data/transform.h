@@ -3,6 +3,7 @@
 // crop, resize, flip, convert to float and normalize in one pass into the caller's CHW buffer.
 //
 //   Train: RandomResizedCrop(size, scale, ratio) + RandomHorizontalFlip + Normalize(mean, std)
+//          [+ RandomErasing(p, value=0)]
 //   Eval:  Resize(resize) + CenterCrop(size) + Normalize(mean, std)
 //
 //   dpt::data::Transform t(dpt::data::TransformOptions().mode(dpt::data::TransformMode::Train).seed(1));
@@ -20,6 +21,7 @@
 
 #include <array>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -48,6 +50,9 @@ struct TransformOptions {
   TORCH_ARG(Interpolation, interpolation) = Interpolation::Bilinear;
   // Train only: probability of a horizontal flip.
   TORCH_ARG(double, flip_probability) = 0.5;
+  // Train only: probability of RandomErasing (zeroing a rectangle of 2-33% of the normalised
+  // output, aspect ratio 0.3-3.3, as torchvision's defaults).
+  TORCH_ARG(double, erase_probability) = 0.0;
   // Per-channel normalization, applied to pixel / 255.
   TORCH_ARG(ChannelValues, mean) = {0.485f, 0.456f, 0.406f};
   TORCH_ARG(ChannelValues, std) = {0.229f, 0.224f, 0.225f};
@@ -57,15 +62,22 @@ struct TransformOptions {
   TORCH_ARG(uint64_t, seed) = 0;
 };
 
+// A rectangle of the output that RandomErasing zeroes: rows [top, top + height), columns
+// [left, left + width), every channel.
+struct EraseBox {
+  int top = 0, left = 0, height = 0, width = 0;
+};
+
 // Where the output comes from, in the coordinates of the full-resolution image: the region
 // [left, left + width) x [top, top + height) is resized to out_width x out_height, and the window
 // [window_left, + size) x [window_top, + size) of that is kept (the whole of it for train crops,
-// the center for eval), mirrored when flip is set.
+// the center for eval), mirrored when flip is set, then `erase` zeroed when set.
 struct CropPlan {
   int left = 0, top = 0, width = 0, height = 0;
   int out_width = 0, out_height = 0;
   int window_left = 0, window_top = 0;
   bool flip = false;
+  std::optional<EraseBox> erase;
 };
 
 class Transform {

@@ -54,6 +54,13 @@ struct DataOptions {
   TORCH_ARG(int64_t, dummy_classes) = 10;
   // Side of the network's input. Unset: 224 for ImageFolder data, 32 for CIFAR and the dummy set.
   TORCH_ARG(std::optional<int>, image_size) = std::nullopt;
+  // torchvision's --train-crop-size, --val-crop-size and --val-resize-size, each overriding what
+  // image_size (or the model's defaults) gives; the network is built for the training crop.
+  TORCH_ARG(std::optional<int>, train_crop_size) = std::nullopt;
+  TORCH_ARG(std::optional<int>, val_crop_size) = std::nullopt;
+  TORCH_ARG(std::optional<int>, val_resize_size) = std::nullopt;
+  // Probability of torchvision's RandomErasing on each training sample (--random-erase).
+  TORCH_ARG(double, random_erase) = 0.0;
   // The resize filter. Unset: bilinear, except for ImageFolder data, which takes the model's
   // (that of torchvision's weights: bicubic for most EfficientNets, ViT-H/14 and DeiT).
   TORCH_ARG(std::optional<data::Interpolation>, interpolation) = std::nullopt;
