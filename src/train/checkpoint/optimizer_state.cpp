@@ -54,6 +54,12 @@ at::Tensor buffer_for(const Dict& state, const std::string& key, const at::Tenso
   return buffer.to(param.device(), param.scalar_type()).clone();
 }
 
+// A tensor of a parameter's state as Python keeps it, on the CPU; nothing when the optimizer has
+// none (no momentum, not centered, no amsgrad).
+void put(Dict& state, const char* key, const at::Tensor& tensor) {
+  if (tensor.defined()) state.insert(key, tensor.detach().cpu());
+}
+
 std::optional<at::Tensor> optional_buffer_for(const Dict& state, const std::string& key, const at::Tensor& param) {
   if (state.find(key) == state.end()) return std::nullopt;
   return buffer_for(state, key, param);
@@ -67,23 +73,23 @@ struct SgdFormat {
   using ParamState = torch::optim::SGDParamState;
   static constexpr const char* python_class = "SGD";
   static constexpr const char* marker = "dampening";
-  static void write_group(const torch::optim::SGDOptions& o, Dict& g) {
+  static void write_group(const Options& o, Dict& g) {
     g.insert("momentum", o.momentum());
     g.insert("dampening", o.dampening());
     g.insert("nesterov", o.nesterov());
   }
-  static void read_group(const Dict& g, torch::optim::SGDOptions& o) {
+  static void read_group(const Dict& g, Options& o) {
     o.momentum(group_number(g, "momentum")).dampening(group_number(g, "dampening"));
     o.nesterov(entry(g, "nesterov", "a parameter group").toBool());
   }
-  static std::optional<Dict> write_state(const torch::optim::SGDParamState& s) {
+  static std::optional<Dict> write_state(const ParamState& s) {
     if (!s.momentum_buffer().defined()) return std::nullopt;
     Dict d = string_dict();
-    d.insert("momentum_buffer", s.momentum_buffer().detach().cpu());
+    put(d, "momentum_buffer", s.momentum_buffer());
     return d;
   }
-  static std::unique_ptr<torch::optim::SGDParamState> read_state(const Dict& d, const at::Tensor& param) {
-    auto s = std::make_unique<torch::optim::SGDParamState>();
+  static std::unique_ptr<ParamState> read_state(const Dict& d, const at::Tensor& param) {
+    auto s = std::make_unique<ParamState>();
     s->momentum_buffer(buffer_for(d, "momentum_buffer", param));
     return s;
   }
@@ -94,26 +100,26 @@ struct RmsPropFormat {
   using ParamState = torch::optim::RMSpropParamState;
   static constexpr const char* python_class = "RMSprop";
   static constexpr const char* marker = "alpha";
-  static void write_group(const torch::optim::RMSpropOptions& o, Dict& g) {
+  static void write_group(const Options& o, Dict& g) {
     g.insert("momentum", o.momentum());
     g.insert("alpha", o.alpha());
     g.insert("eps", o.eps());
     g.insert("centered", o.centered());
   }
-  static void read_group(const Dict& g, torch::optim::RMSpropOptions& o) {
+  static void read_group(const Dict& g, Options& o) {
     o.momentum(group_number(g, "momentum")).alpha(group_number(g, "alpha")).eps(group_number(g, "eps"));
     o.centered(entry(g, "centered", "a parameter group").toBool());
   }
-  static std::optional<Dict> write_state(const torch::optim::RMSpropParamState& s) {
+  static std::optional<Dict> write_state(const ParamState& s) {
     Dict d = string_dict();
     d.insert("step", s.step());
-    d.insert("square_avg", s.square_avg().detach().cpu());
-    if (s.momentum_buffer().defined()) d.insert("momentum_buffer", s.momentum_buffer().detach().cpu());
-    if (s.grad_avg().defined()) d.insert("grad_avg", s.grad_avg().detach().cpu());
+    put(d, "square_avg", s.square_avg());
+    put(d, "momentum_buffer", s.momentum_buffer());
+    put(d, "grad_avg", s.grad_avg());
     return d;
   }
-  static std::unique_ptr<torch::optim::RMSpropParamState> read_state(const Dict& d, const at::Tensor& param) {
-    auto s = std::make_unique<torch::optim::RMSpropParamState>();
+  static std::unique_ptr<ParamState> read_state(const Dict& d, const at::Tensor& param) {
+    auto s = std::make_unique<ParamState>();
     s->step(step_count(d)).square_avg(buffer_for(d, "square_avg", param));
     if (auto buffer = optional_buffer_for(d, "momentum_buffer", param)) s->momentum_buffer(*buffer);
     if (auto buffer = optional_buffer_for(d, "grad_avg", param)) s->grad_avg(*buffer);
@@ -126,12 +132,12 @@ struct AdamWFormat {
   using ParamState = torch::optim::AdamWParamState;
   static constexpr const char* python_class = "AdamW";
   static constexpr const char* marker = "betas";
-  static void write_group(const torch::optim::AdamWOptions& o, Dict& g) {
+  static void write_group(const Options& o, Dict& g) {
     g.insert("betas", c10::List<double>({std::get<0>(o.betas()), std::get<1>(o.betas())}));
     g.insert("eps", o.eps());
     g.insert("amsgrad", o.amsgrad());
   }
-  static void read_group(const Dict& g, torch::optim::AdamWOptions& o) {
+  static void read_group(const Dict& g, Options& o) {
     const auto betas = entry(g, "betas", "a parameter group");
     DPT_CHECK(betas.isList() || betas.isTuple(), CheckpointError, "optimizer state: 'betas' is a ",
               betas.tagKind(), ", expected two numbers");
@@ -141,17 +147,17 @@ struct AdamWFormat {
     o.betas(std::make_tuple(number(values[0], "betas"), number(values[1], "betas")));
     o.eps(group_number(g, "eps")).amsgrad(entry(g, "amsgrad", "a parameter group").toBool());
   }
-  static std::optional<Dict> write_state(const torch::optim::AdamWParamState& s) {
+  static std::optional<Dict> write_state(const ParamState& s) {
     Dict d = string_dict();
     // A float tensor, as Python's AdamW keeps it (a plain number there would be converted anyway).
     d.insert("step", at::scalar_tensor(static_cast<double>(s.step()), at::kFloat));
-    d.insert("exp_avg", s.exp_avg().detach().cpu());
-    d.insert("exp_avg_sq", s.exp_avg_sq().detach().cpu());
-    if (s.max_exp_avg_sq().defined()) d.insert("max_exp_avg_sq", s.max_exp_avg_sq().detach().cpu());
+    put(d, "exp_avg", s.exp_avg());
+    put(d, "exp_avg_sq", s.exp_avg_sq());
+    put(d, "max_exp_avg_sq", s.max_exp_avg_sq());
     return d;
   }
-  static std::unique_ptr<torch::optim::AdamWParamState> read_state(const Dict& d, const at::Tensor& param) {
-    auto s = std::make_unique<torch::optim::AdamWParamState>();
+  static std::unique_ptr<ParamState> read_state(const Dict& d, const at::Tensor& param) {
+    auto s = std::make_unique<ParamState>();
     s->step(step_count(d)).exp_avg(buffer_for(d, "exp_avg", param)).exp_avg_sq(buffer_for(d, "exp_avg_sq", param));
     if (auto buffer = optional_buffer_for(d, "max_exp_avg_sq", param)) s->max_exp_avg_sq(*buffer);
     return s;
