@@ -456,6 +456,7 @@ void Trainer::State::print_banner() const {
   out << ", lr " << schedule->peak_lr();
   const LrScheduleOptions& lr = options.schedule();
   if (lr.reference_batch()) out << " (" << lr.base_lr() << " x " << global_batch() << "/" << *lr.reference_batch() << ")";
+  out << ", " << to_string(options.optimizer().kind());
   out << ", " << (lr.warmup_method() == WarmupMethod::Constant ? "constant " : "") << "warm-up "
       << lr.warmup_epochs() << " epoch(s), " << to_string(lr.decay()) << " schedule"
       << (lr.per_epoch() ? " stepped per epoch" : "") << ", amp " << (options.amp() ? (device.is_cuda() ? "fp16" : "bf16") : "off") << ", device "
