@@ -36,7 +36,8 @@ ModelEma::ModelEma(const models::Classifier& model, double decay) : module_(null
   try {
     module_ = models::Classifier(std::dynamic_pointer_cast<models::ClassifierImpl>(model->clone()));
   } catch (const c10::Error& e) {
-    throw ConfigError(str("--model-ema needs a copy of the model, which this one cannot make: ", e.what_without_backtrace()));
+    throw ConfigError(
+        str("--model-ema needs a copy of the model, which this one cannot make: ", e.what_without_backtrace()));
   }
   for (auto& param : module_->parameters()) param.requires_grad_(false);
   module_->eval();

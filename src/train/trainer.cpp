@@ -459,7 +459,8 @@ void Trainer::State::print_banner() const {
   out << ", " << to_string(options.optimizer().kind());
   out << ", " << (lr.warmup_method() == WarmupMethod::Constant ? "constant " : "") << "warm-up "
       << lr.warmup_epochs() << " epoch(s), " << to_string(lr.decay()) << " schedule"
-      << (lr.per_epoch() ? " stepped per epoch" : "") << ", amp " << (options.amp() ? (device.is_cuda() ? "fp16" : "bf16") : "off") << ", device "
+      << (lr.per_epoch() ? " stepped per epoch" : "") << ", amp "
+      << (options.amp() ? (device.is_cuda() ? "fp16" : "bf16") : "off") << ", device "
       << device.str() << ", " << style->describe();
   if (comm->size() > 1) out << " over " << comm->transport();
   out << "\n"

@@ -93,7 +93,8 @@ TEST(BatchMixing, MatchesTorchvisionsReferenceForTheSameDraws) {
   for (size_t c = 0; c < cases().size(); ++c) {
     at::Tensor images = test_batch();
     const at::Tensor targets = mixing.apply(images, test_labels(), cases()[c]);
-    const at::Tensor loss = F::cross_entropy(test_logits(images), targets, F::CrossEntropyFuncOptions().label_smoothing(0.1));
+    const at::Tensor loss =
+        F::cross_entropy(test_logits(images), targets, F::CrossEntropyFuncOptions().label_smoothing(0.1));
     EXPECT_EQ(values(images), expected[3 * c]) << "case " << c;
     EXPECT_EQ(values(targets), expected[3 * c + 1]) << "case " << c;
     EXPECT_NEAR(loss.item<double>(), expected[3 * c + 2][0], 1e-6) << "case " << c;

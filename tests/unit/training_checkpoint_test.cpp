@@ -23,10 +23,9 @@ namespace {
 // weight-decay groups (other, norm, bias).
 struct Stepped {
   explicit Stepped(OptimizerKind kind = OptimizerKind::Sgd)
-      : optimizer(make_optimizer(*model,
-                                 OptimizerOptions().kind(kind).weight_decay(1e-4).norm_weight_decay(0.0).bias_weight_decay(
-                                     1e-5),
-                                 0.05)) {
+      : optimizer(make_optimizer(
+            *model, OptimizerOptions().kind(kind).weight_decay(1e-4).norm_weight_decay(0.0).bias_weight_decay(1e-5),
+            0.05)) {
     torch::manual_seed(1);
     model->forward(torch::randn({2, 3, 8, 8})).sum().backward();
     optimizer->step();

@@ -174,7 +174,8 @@ Dict state_dict_of(const torch::optim::Optimizer& optimizer) {
     for (const auto& param : group.params()) {
       auto found = optimizer.state().find(compat::optimizer_state_key<StateMap>(param));
       if (found != optimizer.state().end()) {
-        if (auto saved = F::write_state(static_cast<const typename F::ParamState&>(*found->second))) state.insert(index, *saved);
+        const auto& param_state = static_cast<const typename F::ParamState&>(*found->second);
+        if (auto saved = F::write_state(param_state)) state.insert(index, *saved);
       }
       params.push_back(index++);
     }
@@ -216,7 +217,8 @@ void load_into(torch::optim::Optimizer& optimizer, const Dict& saved) {
   for (size_t g = 0; g < own_groups.size(); ++g) {
     const auto group = groups.get(g).toGenericDict();
     DPT_CHECK(group.find(F::marker) != group.end(), CheckpointError, "optimizer state is ", writer_of(group),
-              "'s, this run's optimizer is ", F::python_class, "; resume with the --opt the checkpoint was written with");
+              "'s, this run's optimizer is ", F::python_class,
+              "; resume with the --opt the checkpoint was written with");
     const auto params = entry(group, "params", "a parameter group").toList();
     auto& own = own_groups[g];
     DPT_CHECK(params.size() == own.params().size(), CheckpointError, "optimizer state: parameter group ", g, " has ",
