@@ -2,10 +2,10 @@
 
 #include <algorithm>
 #include <array>
-#include <cctype>
 #include <filesystem>
 
 #include "dptrain/common/error.h"
+#include "dptrain/common/text.h"
 
 namespace fs = std::filesystem;
 
@@ -17,8 +17,7 @@ namespace {
 bool has_image_extension(const std::string& name) {
   static const std::array<const char*, 9> kExtensions = {".jpg", ".jpeg", ".png",  ".ppm", ".bmp",
                                                          ".pgm", ".tif",  ".tiff", ".webp"};
-  std::string lower(name);
-  std::transform(lower.begin(), lower.end(), lower.begin(), [](unsigned char c) { return std::tolower(c); });
+  const std::string lower = ascii_lower(name);
   for (const char* ext : kExtensions) {
     const std::string e(ext);
     if (lower.size() >= e.size() && lower.compare(lower.size() - e.size(), e.size(), e) == 0) return true;

@@ -1,10 +1,10 @@
 #include "dptrain/train/lr_schedule.h"
 
 #include <algorithm>
-#include <cctype>
 #include <cmath>
 
 #include "dptrain/common/error.h"
+#include "dptrain/common/text.h"
 
 namespace dpt::train {
 
@@ -19,8 +19,7 @@ LrDecay parse_lr_decay(const std::string& name) {
 }
 
 LrDecay parse_torchvision_lr_scheduler(const std::string& name) {
-  std::string lower = name;
-  std::transform(lower.begin(), lower.end(), lower.begin(), [](unsigned char c) { return std::tolower(c); });
+  const std::string lower = ascii_lower(name);
   if (lower == "steplr") return LrDecay::Step;
   if (lower == "cosineannealinglr") return LrDecay::Cosine;
   if (lower == "exponentiallr") return LrDecay::Exponential;

@@ -1,7 +1,6 @@
 #include "dptrain/train/optimizer.h"
 
 #include <algorithm>
-#include <cctype>
 #include <utility>
 
 #include <torch/nn/modules/batchnorm.h>
@@ -12,6 +11,7 @@
 #include <torch/optim/sgd.h>
 
 #include "dptrain/common/error.h"
+#include "dptrain/common/text.h"
 #include "dptrain/models/layers.h"
 #include "dptrain/parallel/sync_batch_norm.h"
 
@@ -55,30 +55,23 @@ void collect(const torch::nn::Module& module, const std::string& prefix, const O
   }
 }
 
-std::unique_ptr<torch::optim::OptimizerOptions> group_options(const OptimizerOptions& o, double lr,
-                                                              double weight_decay) {
-  switch (o.kind()) {
-    case OptimizerKind::Sgd:
-    case OptimizerKind::SgdNesterov:
-      return std::make_unique<torch::optim::SGDOptions>(torch::optim::SGDOptions(lr)
-                                                             .momentum(o.momentum())
-                                                             .weight_decay(weight_decay)
-                                                             .nesterov(o.kind() == OptimizerKind::SgdNesterov));
-    case OptimizerKind::RmsProp:
-      // torchvision's eps and alpha, close to TensorFlow's RMSProp (eps inside the root there).
-      return std::make_unique<torch::optim::RMSpropOptions>(
-          torch::optim::RMSpropOptions(lr).momentum(o.momentum()).weight_decay(weight_decay).eps(0.0316).alpha(0.9));
-    case OptimizerKind::AdamW:
-      return std::make_unique<torch::optim::AdamWOptions>(torch::optim::AdamWOptions(lr).weight_decay(weight_decay));
+// An `Optim` over the weight-decay groups, each with `defaults` but its own decay.
+template <typename Optim, typename Options>
+std::shared_ptr<torch::optim::Optimizer> build(const torch::nn::Module& model, const OptimizerOptions& options,
+                                               const Options& defaults) {
+  std::vector<torch::optim::OptimizerParamGroup> groups;
+  for (auto& group : weight_decay_groups(model, options)) {
+    auto group_options = std::make_unique<Options>(defaults);
+    group_options->weight_decay(group.weight_decay);
+    groups.emplace_back(std::move(group.parameters), std::move(group_options));
   }
-  throw Error("unknown optimizer kind");
+  return std::make_shared<Optim>(std::move(groups), defaults);
 }
 
 }  // namespace
 
 OptimizerKind parse_optimizer_kind(const std::string& name) {
-  std::string lower = name;
-  std::transform(lower.begin(), lower.end(), lower.begin(), [](unsigned char c) { return std::tolower(c); });
+  const std::string lower = ascii_lower(name);
   for (const auto& [kind, spelling] : kNames) {
     if (lower == spelling) return kind;
   }
@@ -106,22 +99,22 @@ std::shared_ptr<torch::optim::Optimizer> make_optimizer(const torch::nn::Module&
                                                         const OptimizerOptions& options, double lr) {
   DPT_CHECK(options.kind() != OptimizerKind::SgdNesterov || options.momentum() > 0, ConfigError,
             "sgd_nesterov needs a momentum above 0 (--momentum), got ", options.momentum());
-  std::vector<torch::optim::OptimizerParamGroup> groups;
-  for (auto& group : weight_decay_groups(model, options)) {
-    groups.emplace_back(std::move(group.parameters), group_options(options, lr, group.weight_decay));
-  }
-  auto defaults = group_options(options, lr, options.weight_decay());
+  const double decay = options.weight_decay();
   switch (options.kind()) {
     case OptimizerKind::Sgd:
     case OptimizerKind::SgdNesterov:
-      return std::make_shared<torch::optim::SGD>(std::move(groups),
-                                                 static_cast<torch::optim::SGDOptions&>(*defaults));
+      return build<torch::optim::SGD>(model, options,
+                                      torch::optim::SGDOptions(lr)
+                                          .momentum(options.momentum())
+                                          .weight_decay(decay)
+                                          .nesterov(options.kind() == OptimizerKind::SgdNesterov));
     case OptimizerKind::RmsProp:
-      return std::make_shared<torch::optim::RMSprop>(std::move(groups),
-                                                     static_cast<torch::optim::RMSpropOptions&>(*defaults));
+      // torchvision's eps and alpha, close to TensorFlow's RMSProp (eps inside the root there).
+      return build<torch::optim::RMSprop>(
+          model, options,
+          torch::optim::RMSpropOptions(lr).momentum(options.momentum()).weight_decay(decay).eps(0.0316).alpha(0.9));
     case OptimizerKind::AdamW:
-      return std::make_shared<torch::optim::AdamW>(std::move(groups),
-                                                   static_cast<torch::optim::AdamWOptions&>(*defaults));
+      return build<torch::optim::AdamW>(model, options, torch::optim::AdamWOptions(lr).weight_decay(decay));
   }
   throw Error("unknown optimizer kind");
 }
