@@ -188,7 +188,8 @@ struct Trainer::State {
   }
 
   // One validation pass of `net` over the whole validation set, split over the ranks; reports it
-  // as `phase`. Collective.
+  // as `phase`. Collective. The model's pass first runs the style's before_evaluate(); the EMA's
+  // has no need to.
   MetricSums evaluate(models::ClassifierImpl& net, const std::string& phase);
 
   // Cross-entropy against class indices or soft (mixed) targets, with --label-smoothing.
@@ -650,11 +651,13 @@ TrainResult Trainer::train() {
   return result;
 }
 
-MetricSums Trainer::evaluate() { return state_->evaluate(*state_->model, "val"); }
+MetricSums Trainer::evaluate() {
+  state_->style->before_evaluate();
+  return state_->evaluate(*state_->model, "val");
+}
 
 MetricSums Trainer::State::evaluate(models::ClassifierImpl& net, const std::string& phase) {
   const auto start = Clock::now();
-  style->before_evaluate();
   net.eval();
   torch::NoGradGuard no_grad;
   data::EvalSampler val_sampler(data.val->size(), comm->size(), comm->rank());
