@@ -45,7 +45,8 @@ class DdpStyle : public ParallelStyle {
 // steps the model itself and evaluation runs on it.
 class DpStyle : public ParallelStyle {
  public:
-  DpStyle(models::Classifier model, std::vector<torch::Device> devices, std::shared_ptr<torch::optim::Optimizer> optimizer)
+  DpStyle(models::Classifier model, std::vector<torch::Device> devices,
+          std::shared_ptr<torch::optim::Optimizer> optimizer)
       : dp_(std::move(model), DataParallelOptions(std::move(devices))), optimizer_(std::move(optimizer)) {}
 
   at::Tensor forward(const at::Tensor& images) override { return dp_.forward(images); }
@@ -95,7 +96,8 @@ class HvdStyle : public ParallelStyle {
   hvd::DistributedOptimizer optimizer_;
 };
 
-std::unique_ptr<ParallelStyle> make_ddp_style(models::Classifier model, std::shared_ptr<torch::optim::Optimizer> optimizer,
+std::unique_ptr<ParallelStyle> make_ddp_style(models::Classifier model,
+                                              std::shared_ptr<torch::optim::Optimizer> optimizer,
                                               std::shared_ptr<dist::Communicator> comm) {
   return std::make_unique<DdpStyle>(std::move(model), std::move(optimizer), std::move(comm));
 }
@@ -116,7 +118,8 @@ std::unique_ptr<ParallelStyle> make_dp_style(const TrainOptions& options, models
   return std::make_unique<DpStyle>(std::move(model), data_parallel_devices(options.parallel()), std::move(optimizer));
 }
 
-std::unique_ptr<ParallelStyle> make_hvd_style(models::Classifier model, std::shared_ptr<torch::optim::Optimizer> optimizer,
+std::unique_ptr<ParallelStyle> make_hvd_style(models::Classifier model,
+                                              std::shared_ptr<torch::optim::Optimizer> optimizer,
                                               std::shared_ptr<dist::Communicator> comm) {
   return std::make_unique<HvdStyle>(std::move(model), std::move(optimizer), std::move(comm));
 }

@@ -11,8 +11,8 @@
 //   t.apply_encoded(jpeg_bytes, "cat.jpg", /*epoch=*/0, /*index=*/17, out.data());
 //
 // Resizing follows PIL's bilinear or bicubic filter (what torchvision uses on the PIL images
-// ImageFolder loads): antialiased when shrinking, 22-bit fixed-point weights, intermediate rows rounded to
-// 8 bits. Only the JPEG rows and block columns the filter reads are decoded. At full scale
+// ImageFolder loads): antialiased when shrinking, 22-bit fixed-point weights, intermediate rows
+// rounded to 8 bits. Only the JPEG rows and block columns the filter reads are decoded. At full scale
 // (dct_scaling(false), or crops too small for a 1/2 decode) the output equals torchvision's
 // bit for bit; with DCT scaling it differs by a few levels because libjpeg's downscaled IDCT
 // replaces the first part of the filter (see transform_test.cpp for the bounds).
