@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "dptrain/common/error.h"
+#include "dptrain/data/sampler.h"
 
 namespace dpt::data {
 
@@ -104,10 +105,13 @@ Loader::Built Loader::build(int64_t number) {
   int64_t* labels = batch.labels.data_ptr<int64_t>();
   int64_t kept = 0;
   for (int64_t i = 0; i < count; ++i) {
-    const int64_t index = indices_[first + i];
+    const auto [index, copy] = draw_sample(indices_[first + i], dataset_->size());
+    // A repeated copy's augmentation is keyed apart from the other copies' (and from every real
+    // epoch's): the copy number goes above the epoch's bits.
+    const int64_t augment_epoch = epoch_ + (copy << 32);
     try {
       // Kept samples pack to the front, so a skipped one leaves no hole.
-      labels[kept] = dataset_->get(index, epoch_, images + kept * numel);
+      labels[kept] = dataset_->get(index, augment_epoch, images + kept * numel);
       batch.indices.push_back(index);
       ++kept;
     } catch (const DataError& e) {

@@ -83,6 +83,25 @@ void horizontal_pass_avx2(const Image& image, int left, int top, const Taps& h, 
   }
 }
 
+// The horizontal pass over the input rows the vertical taps read, rounded to bytes like PIL:
+// row r (from v.start.front()) holds R, G and B runs of h.start.size() bytes. Owned by the thread.
+const uint8_t* horizontal_rows(const Image& image, int left, int top, const Taps& h, const Taps& v) {
+  const int size = static_cast<int>(h.start.size());
+  const int row_first = v.start.front();
+  const int row_count = v.start.back() + v.length.back() - row_first;
+  DPT_ASSERT(row_first >= top && row_first + row_count <= top + image.height,
+             "decoded rows do not cover the filter taps");
+  thread_local std::vector<uint8_t> rows;
+  rows.resize(static_cast<size_t>(row_count) * size * 3);
+  const bool fixed = std::all_of(h.length.begin(), h.length.end(), [&](int n) { return n == h.length[0]; });
+  if (fixed && have_avx2()) {
+    horizontal_pass_avx2(image, left, top, h, row_first, row_count, size, rows.data());
+  } else {
+    horizontal_pass_fallback(image, left, top, h, fixed, row_first, row_count, size, rows.data());
+  }
+  return rows.data();
+}
+
 }  // namespace
 
 // One output row of one channel: clamp the fixed-point sums to bytes, normalize in torchvision's
@@ -170,20 +189,9 @@ void resample(const Image& image, int left, int top, const Taps& h, const Taps& 
   const int size = static_cast<int>(h.start.size());
   const int stride = size * 3;
   const int row_first = v.start.front();
-  const int row_count = v.start.back() + v.length.back() - row_first;
-  DPT_ASSERT(row_first >= top && row_first + row_count <= top + image.height,
-             "decoded rows do not cover the filter taps");
-  // Horizontal pass over the input rows the vertical taps read, rounded to bytes like PIL.
-  thread_local std::vector<uint8_t> rows;
+  const uint8_t* rows = horizontal_rows(image, left, top, h, v);
   thread_local std::vector<int32_t> acc;
-  rows.resize(static_cast<size_t>(row_count) * stride);
   acc.resize(stride);
-  const bool fixed = std::all_of(h.length.begin(), h.length.end(), [&](int n) { return n == h.length[0]; });
-  if (fixed && have_avx2()) {
-    horizontal_pass_avx2(image, left, top, h, row_first, row_count, size, rows.data());
-  } else {
-    horizontal_pass_fallback(image, left, top, h, fixed, row_first, row_count, size, rows.data());
-  }
 
   // Vertical pass, then clamp, flip and normalize into the three CHW planes.
   const size_t plane = static_cast<size_t>(size) * size;
@@ -206,6 +214,43 @@ void resample(const Image& image, int left, int top, const Taps& h, const Taps& 
     }
   }
   if (streaming) fence_streaming_stores();
+}
+
+void resample_to_image(const Image& image, int left, int top, const Taps& h, const Taps& v, bool flip, Image& out) {
+  const int size = static_cast<int>(h.start.size());
+  const int stride = size * 3;
+  const int row_first = v.start.front();
+  const uint8_t* rows = horizontal_rows(image, left, top, h, v);
+  thread_local std::vector<int32_t> acc;
+  acc.resize(stride);
+  out.width = out.height = size;
+  out.pixels.resize(static_cast<size_t>(size) * stride);
+  std::vector<const uint8_t*> sources(v.ksize);
+  for (int y = 0; y < size; ++y) {
+    for (int t = 0; t < v.length[y]; ++t) {
+      sources[t] = &rows[static_cast<size_t>(v.start[y] - row_first + t) * stride];
+    }
+    accumulate_rows(sources.data(), &v.weight[static_cast<size_t>(y) * v.ksize], v.length[y], stride, acc.data());
+    // The planes back to interleaved RGB, mirrored when flip is set.
+    uint8_t* dst = out.row(y);
+    for (int c = 0; c < 3; ++c) {
+      const int32_t* plane = &acc[static_cast<size_t>(c) * size];
+      for (int x = 0; x < size; ++x) {
+        dst[(flip ? size - 1 - x : x) * 3 + c] = static_cast<uint8_t>(std::clamp(plane[x] >> kPrecisionBits, 0, 255));
+      }
+    }
+  }
+}
+
+void normalize_image(const Image& image, const std::array<float, 3>& mean, const std::array<float, 3>& std,
+                     float* out) {
+  const size_t plane = static_cast<size_t>(image.width) * image.height;
+  for (int c = 0; c < 3; ++c) {
+    float* dst = out + c * plane;
+    for (size_t i = 0; i < plane; ++i) {
+      dst[i] = (static_cast<float>(image.pixels[i * 3 + c]) / 255.0f - mean[c]) / std[c];
+    }
+  }
 }
 
 }  // namespace dpt::data

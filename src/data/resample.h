@@ -1,7 +1,8 @@
 #pragma once
 // PIL's bilinear and bicubic resize, as the fused transform runs it: filter taps per output
 // pixel, a horizontal pass into byte rows, a vertical pass, then normalization into CHW float
-// planes.
+// planes (or, when augmentations must see the bytes first, an RGB image and a separate
+// normalization).
 // Private to the data layer.
 
 #include <array>
@@ -43,5 +44,13 @@ void pad_taps(Taps& taps, int limit);
 // picture the taps index.
 void resample(const Image& image, int left, int top, const Taps& h, const Taps& v, bool flip,
               const std::array<float, 3>& mean, const std::array<float, 3>& std, float* out);
+
+// The same resize and flip, stopping at bytes: `out` becomes the size x size RGB image that PIL
+// would hand the transforms after the resize (AutoAugment's ops).
+void resample_to_image(const Image& image, int left, int top, const Taps& h, const Taps& v, bool flip, Image& out);
+
+// ToTensor + Normalize of an RGB image into three CHW planes, in the order of operations above.
+void normalize_image(const Image& image, const std::array<float, 3>& mean, const std::array<float, 3>& std,
+                     float* out);
 
 }  // namespace dpt::data

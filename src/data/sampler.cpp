@@ -32,28 +32,53 @@ DistributedSampler::DistributedSampler(int64_t dataset_size, SamplerOptions opti
     : dataset_size_(dataset_size), options_(options) {
   check_shard(dataset_size, options.world_size(), options.rank());
   const int64_t world = options.world_size();
+  DPT_CHECK(options.repetitions() >= 1, ConfigError, "sampler: repetitions must be at least 1, got ",
+            options.repetitions());
+  if (options.repetitions() > 1) {
+    // RASampler keeps whole multiples of 256 samples per epoch, split over the ranks.
+    num_samples_ = dataset_size / 256 * 256 / world;
+    DPT_CHECK(num_samples_ > 0, ConfigError, "sampler: repeated augmentation keeps floor(n / 256) * 256 / world "
+              "samples per rank and epoch, none of ", dataset_size, " samples over ", world, " ranks; use a larger "
+              "dataset or leave out --ra-sampler");
+    return;
+  }
   // PyTorch: with drop_last the shard is ceil((n - world) / world), i.e. floor(n / world).
   num_samples_ =
       options.drop_last() && dataset_size % world != 0 ? dataset_size / world : ceil_div(dataset_size, world);
 }
 
+std::vector<int64_t> DistributedSampler::epoch_order() const {
+  std::vector<int64_t> order;
+  if (options_.shuffle()) {
+    order = seeded_permutation(dataset_size_, options_.seed() + static_cast<uint64_t>(epoch_));
+  } else {
+    order.resize(dataset_size_);
+    for (int64_t i = 0; i < dataset_size_; ++i) order[i] = i;
+  }
+  const int64_t reps = options_.repetitions();
+  if (reps == 1) return order;
+  // Each index `reps` times in a row, copy k as the draw index + k * n; RASampler's padding
+  // never reaches the num_samples() * world positions kept.
+  std::vector<int64_t> repeated;
+  repeated.reserve(num_samples_ * options_.world_size());
+  for (int64_t position = 0; position < num_samples_ * options_.world_size(); ++position) {
+    repeated.push_back(order[position / reps] + position % reps * dataset_size_);
+  }
+  return repeated;
+}
+
 std::vector<int64_t> DistributedSampler::indices_from(int64_t consumed) const {
   DPT_CHECK(consumed >= 0, ConfigError, "sampler: samples already consumed must not be negative, got ", consumed);
-  std::vector<int64_t> all;
-  if (options_.shuffle()) {
-    all = seeded_permutation(dataset_size_, options_.seed() + static_cast<uint64_t>(epoch_));
-  } else {
-    all.resize(dataset_size_);
-    for (int64_t i = 0; i < dataset_size_; ++i) all[i] = i;
-  }
+  const std::vector<int64_t> all = epoch_order();
   const int64_t world = options_.world_size();
-  std::vector<int64_t> rest(all.begin() + std::min(consumed, dataset_size_), all.end());
+  const int64_t size = static_cast<int64_t>(all.size());
+  std::vector<int64_t> rest(all.begin() + std::min(consumed, size), all.end());
   const int64_t left = static_cast<int64_t>(rest.size());
   // PyTorch's rule for the whole epoch, applied to what is left: pad to a multiple of the world
   // by cycling through the permutation from its start, or with drop_last truncate to one.
   const int64_t total = options_.drop_last() ? left / world * world : ceil_div(left, world) * world;
   rest.resize(std::min(left, total));
-  for (int64_t i = 0; static_cast<int64_t>(rest.size()) < total; ++i) rest.push_back(all[i % dataset_size_]);
+  for (int64_t i = 0; static_cast<int64_t>(rest.size()) < total; ++i) rest.push_back(all[i % size]);
   std::vector<int64_t> mine;
   mine.reserve(total / world);
   for (int64_t i = options_.rank(); i < total; i += world) mine.push_back(rest[i]);

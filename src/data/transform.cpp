@@ -56,13 +56,16 @@ void erase(const EraseBox& box, int size, float* out) {
   }
 }
 
-// A stream apart from the crop's, so that turning erasing on leaves every crop as it was.
-constexpr uint64_t kEraseStream = 0x6572617365;  // "erase"
+// Streams apart from the crop's, so that turning erasing or augmentation on leaves every crop
+// as it was.
+constexpr uint64_t kEraseStream = 0x6572617365;        // "erase"
+constexpr uint64_t kAugmentStream = 0x6175676d656e74;  // "augment"
 
 }  // namespace
 
 Transform::Transform(TransformOptions options) : options_(std::move(options)) {
   const auto& o = options_;
+  if (o.mode() == TransformMode::Train && o.auto_augment()) augment_.emplace(*o.auto_augment());
   DPT_CHECK(o.size() > 0, ConfigError, "transform: output size must be positive, got ", o.size());
   DPT_CHECK(o.mode() == TransformMode::Train || o.resize() >= o.size(), ConfigError, "transform: eval resize ",
             o.resize(), " must be at least the crop size ", o.size());
@@ -131,6 +134,7 @@ CropPlan Transform::plan(int width, int height, int64_t epoch, int64_t index) co
   }
   p.out_width = p.out_height = o.size();
   p.flip = rng.uniform(0.0, 1.0) < o.flip_probability();
+  if (augment_) p.augment.emplace(o.seed() ^ kAugmentStream, epoch, index);
   if (o.erase_probability() > 0) {
     SampleRng erase_rng(o.seed() ^ kEraseStream, epoch, index);
     if (erase_rng.uniform(0.0, 1.0) < o.erase_probability()) p.erase = erase_box(o.size(), erase_rng);
@@ -138,11 +142,26 @@ CropPlan Transform::plan(int width, int height, int64_t epoch, int64_t index) co
   return p;
 }
 
+void Transform::run_plan(const Image& image, int left, int top, const Taps& h, const Taps& v, const CropPlan& plan,
+                         float* out) const {
+  const auto& o = options_;
+  if (augment_ && plan.augment) {
+    // PIL's order: the augmentation sees the resized, flipped bytes; normalization comes after.
+    thread_local Image crop;
+    resample_to_image(image, left, top, h, v, plan.flip, crop);
+    SampleRng rng = *plan.augment;
+    augment_->apply(crop, rng);
+    normalize_image(crop, o.mean(), o.std(), out);
+  } else {
+    resample(image, left, top, h, v, plan.flip, o.mean(), o.std(), out);
+  }
+  if (plan.erase) erase(*plan.erase, o.size(), out);
+}
+
 void Transform::apply(const Image& image, const CropPlan& plan, float* out) const {
   const ImageSize size{image.width, image.height};
   const auto [h, v] = plan_taps(plan, size, size, options_.size(), options_.interpolation());
-  resample(image, 0, 0, h, v, plan.flip, options_.mean(), options_.std(), out);
-  if (plan.erase) erase(*plan.erase, options_.size(), out);
+  run_plan(image, 0, 0, h, v, plan, out);
 }
 
 void Transform::apply(const Image& image, int64_t epoch, int64_t index, float* out) const {
@@ -168,8 +187,7 @@ void Transform::apply_encoded(const std::vector<uint8_t>& bytes, const std::stri
   for (size_t i = 0; i < v.start.size(); ++i) bottom = std::max(bottom, v.start[i] + v.length[i]);
   thread_local ImageRegion region;
   decode_region(bytes, name, denominator, {left, top, right - left, bottom - top}, region);
-  resample(region.image, region.left, region.top, h, v, p.flip, options_.mean(), options_.std(), out);
-  if (p.erase) erase(*p.erase, options_.size(), out);
+  run_plan(region.image, region.left, region.top, h, v, p, out);
 }
 
 }  // namespace dpt::data

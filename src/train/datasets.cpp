@@ -14,6 +14,13 @@ namespace fs = std::filesystem;
 
 namespace {
 
+std::optional<data::AutoAugmentOptions> augment_options(const DataOptions& options,
+                                                        const data::TransformOptions& shared) {
+  auto augment = options.auto_augment();
+  if (augment) augment->interpolation(shared.interpolation());
+  return augment;
+}
+
 // `shared`: what both transforms take (filter, normalisation).
 data::Transform train_transform(const DataOptions& options, data::TransformOptions shared, uint64_t seed, int size,
                                 double scale_min) {
@@ -22,6 +29,7 @@ data::Transform train_transform(const DataOptions& options, data::TransformOptio
                              .scale_min(scale_min)
                              .flip_probability(options.flip() ? 0.5 : 0.0)
                              .erase_probability(options.random_erase())
+                             .auto_augment(augment_options(options, shared))
                              .seed(seed));
 }
 

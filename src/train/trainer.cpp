@@ -364,7 +364,8 @@ void Trainer::State::build_step() {
   // Loss scaling keeps fp16 gradients from underflowing; bf16 has float32's range and needs none.
   scaler = std::make_unique<GradScaler>(GradScalerOptions().enabled(o.amp() && device.is_cuda()), comm);
   sampler = std::make_unique<data::DistributedSampler>(
-      data.train->size(), data::SamplerOptions(comm->size(), comm->rank()).seed(o.seed()));
+      data.train->size(),
+      data::SamplerOptions(comm->size(), comm->rank()).seed(o.seed()).repetitions(o.data().repeated_augmentations()));
   schedule = std::make_unique<LrSchedule>(LrScheduleOptions(o.schedule()).global_batch(global_batch()).epochs(o.epochs()),
                                           steps_per_epoch());
   mixing = std::make_unique<BatchMixing>(o.loss().mixing(), data.train->num_classes());

@@ -165,3 +165,63 @@ TEST(EvalSampler, CountsEverySampleOnceWithoutPadding) {
   EXPECT_EQ(EvalSampler(10, 4, 1).indices(), (std::vector<int64_t>{1, 5, 9}));
   EXPECT_EQ(EvalSampler(2, 4, 3).num_samples(), 0);
 }
+
+// torchvision's RASampler (references/classification/sampler.py, which the package does not
+// ship, so its index arithmetic is spelled out here over torch.randperm): each rank's indices,
+// and copies numbered so that every (index, copy) pair of an epoch is handed out once.
+TEST(DistributedSampler, RepeatedAugmentationMatchesRaSampler) {
+  struct RaCase {
+    int64_t size, world, reps;
+    uint64_t seed;
+    int64_t epoch;
+  };
+  const std::vector<RaCase> cases = {{1000, 3, 3, 0, 0}, {1000, 8, 3, 5, 2}, {700, 2, 4, 1, 1}, {513, 1, 2, 9, 7}};
+  std::ostringstream script;
+  script << "import math, torch\n"
+            "def ra(n, world, rank, reps, seed, epoch):\n"
+            "    g = torch.Generator(); g.manual_seed(seed + epoch)\n"
+            "    indices = torch.randperm(n, generator=g).tolist()\n"
+            "    num_samples = int(math.ceil(n * float(reps) / world))\n"
+            "    total = num_samples * world\n"
+            "    selected = int(math.floor(n // 256 * 256 / world))\n"
+            "    indices = [e for e in indices for _ in range(reps)]\n"
+            "    indices += indices[: total - len(indices)]\n"
+            "    return indices[rank:total:world][:selected]\n";
+  for (const auto& c : cases) {
+    for (int64_t rank = 0; rank < c.world; ++rank) {
+      script << "print(*ra(" << c.size << ", " << c.world << ", " << rank << ", " << c.reps << ", " << c.seed << ", "
+             << c.epoch << "))\n";
+    }
+  }
+  auto out = dpt::testing::run_python(script.str());
+  if (!out) GTEST_SKIP() << "/usr/bin/python3 with torch is not available";
+  const auto expected = dpt::testing::parse_lines(*out);
+  size_t line = 0;
+  for (const auto& c : cases) {
+    std::set<std::pair<int64_t, int64_t>> drawn;
+    for (int64_t rank = 0; rank < c.world; ++rank) {
+      DistributedSampler sampler(c.size, SamplerOptions(c.world, rank).seed(c.seed).repetitions(c.reps));
+      sampler.set_epoch(c.epoch);
+      std::vector<int64_t> indices;
+      for (int64_t draw : sampler.indices()) {
+        const auto [index, copy] = dpt::data::draw_sample(draw, c.size);
+        EXPECT_LT(copy, c.reps);
+        EXPECT_TRUE(drawn.insert({index, copy}).second) << "copy " << copy << " of " << index << " drawn twice";
+        indices.push_back(index);
+      }
+      ASSERT_LT(line, expected.size());
+      EXPECT_EQ(indices, expected[line++]) << c.size << " samples, rank " << rank << " of " << c.world;
+      EXPECT_EQ(sampler.num_samples(), static_cast<int64_t>(indices.size()));
+    }
+  }
+}
+
+// Resuming a repeated-augmentation epoch continues its draws, as the plain sampler does.
+TEST(DistributedSampler, RepeatedAugmentationContinuesMidEpoch) {
+  DistributedSampler sampler(1000, SamplerOptions(4, 1).seed(3).repetitions(3));
+  sampler.set_epoch(2);
+  const auto all = sampler.indices();
+  const auto rest = sampler.indices_from(40 * 4);
+  EXPECT_EQ(rest, std::vector<int64_t>(all.begin() + 40, all.end()));
+  EXPECT_THROW(DistributedSampler(255, SamplerOptions(1, 0).repetitions(3)), dpt::ConfigError);
+}

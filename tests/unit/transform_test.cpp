@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <tuple>
 
 #include "dptrain/common/error.h"
 #include "support/python_oracle.h"
@@ -281,4 +282,46 @@ TEST(Transform, RandomErasingZeroesThePlannedBox) {
   const CropPlan same = plain.plan(64, 48, 0, 7), with = train.plan(64, 48, 0, 7);
   EXPECT_EQ(std::make_tuple(same.left, same.top, same.width, same.height, same.flip),
             std::make_tuple(with.left, with.top, with.width, with.height, with.flip));
+}
+
+// The augmentation path (resize to bytes, augment, normalize) without an op gives the fused
+// path's floats exactly, so that an augmented crop differs from a plain one only by its ops.
+TEST(Transform, AugmentationPathWithoutOpsEqualsTheFusedPath) {
+  const Image image = dpt::testing::gradient_image(120, 90, 2);
+  const auto base = TransformOptions().mode(TransformMode::Train).size(48).seed(5);
+  Transform fused(base);
+  Transform unfused(
+      TransformOptions(base).auto_augment(AutoAugmentOptions().policy(AutoAugmentPolicy::RandAugment).num_ops(0)));
+  for (int64_t index = 0; index < 6; ++index) {
+    std::vector<float> a(fused.sample_numel()), b(unfused.sample_numel());
+    fused.apply(image, 1, index, a.data());
+    unfused.apply(image, 1, index, b.data());
+    EXPECT_EQ(a, b) << "sample " << index;
+  }
+}
+
+// TrivialAugmentWide keeps each sample's crop, is a function of (seed, epoch, index), and
+// changes across epochs and repeated copies (another epoch key).
+TEST(Transform, AutoAugmentIsKeyedBySampleAndLeavesTheCrop) {
+  const Image image = dpt::testing::gradient_image(120, 90, 2);
+  const auto base = TransformOptions().mode(TransformMode::Train).size(40).seed(8);
+  Transform plain(base);
+  Transform augmented(
+      TransformOptions(base).auto_augment(AutoAugmentOptions().policy(AutoAugmentPolicy::TrivialAugmentWide)));
+  int changed = 0;
+  for (int64_t index = 0; index < 20; ++index) {
+    const CropPlan p = plain.plan(120, 90, 3, index), q = augmented.plan(120, 90, 3, index);
+    EXPECT_EQ(std::tie(p.left, p.top, p.width, p.height, p.flip), std::tie(q.left, q.top, q.width, q.height, q.flip));
+    std::vector<float> a(plain.sample_numel()), b(plain.sample_numel()), c(plain.sample_numel());
+    std::vector<float> other_copy(plain.sample_numel());
+    plain.apply(image, 3, index, a.data());
+    augmented.apply(image, 3, index, b.data());
+    augmented.apply(image, 3, index, c.data());
+    augmented.apply(image, 3 + (int64_t{1} << 32), index, other_copy.data());
+    EXPECT_EQ(b, c) << "sample " << index;
+    changed += a != b;
+    changed += b != other_copy;
+  }
+  // Identity is one op in 14, and a few ops at their smallest bin leave the bytes alone.
+  EXPECT_GT(changed, 30);
 }

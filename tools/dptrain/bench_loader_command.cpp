@@ -1,6 +1,7 @@
 // `dptrain bench-loader`: images per second of the training input pipeline on an ImageFolder
-// (read + decode + RandomResizedCrop + flip + normalize + batch), with a given number of loader
-// threads. bench/loader runs it next to torchvision's DataLoader. Ends with one JSON line.
+// (read + decode + RandomResizedCrop + flip [+ auto-augment] + normalize [+ random erasing] +
+// batch), with a given number of loader threads. bench/loader runs it next to torchvision's
+// DataLoader. Ends with one JSON line.
 
 #include <sys/resource.h>
 
@@ -9,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "command.h"
+#include "run_flags.h"
 #include "dptrain/common/error.h"
 #include "dptrain/data/image_folder.h"
 #include "dptrain/data/loader.h"
@@ -35,11 +37,18 @@ struct BenchLoaderFlags {
   int size = 224;
   int epochs = 2;
   bool dct_scaling = true;
+  std::optional<data::AutoAugmentPolicy> auto_augment;
+  double random_erase = 0.0;
 };
 
 int run_bench_loader(const BenchLoaderFlags& f) {
-  auto transform = data::Transform(
-      data::TransformOptions().mode(data::TransformMode::Train).size(f.size).dct_scaling(f.dct_scaling));
+  auto transform_options = data::TransformOptions()
+                               .mode(data::TransformMode::Train)
+                               .size(f.size)
+                               .dct_scaling(f.dct_scaling)
+                               .erase_probability(f.random_erase);
+  if (f.auto_augment) transform_options.auto_augment(data::AutoAugmentOptions().policy(*f.auto_augment));
+  auto transform = data::Transform(transform_options);
   auto dataset = std::make_shared<data::ImageFolder>(f.data, transform);
   DPT_CHECK(dataset->size() > 0, DataError, "no images under ", f.data);
   data::DistributedSampler sampler(dataset->size(), data::SamplerOptions(1, 0));
@@ -67,7 +76,8 @@ int run_bench_loader(const BenchLoaderFlags& f) {
   nlohmann::json report = {
       {"threads", f.threads},      {"images", images},           {"skipped", skipped}, {"seconds", seconds},
       {"img_s", images / seconds}, {"batch_size", f.batch_size}, {"size", f.size},     {"dct_scaling", f.dct_scaling},
-      {"cpu_seconds", cpu},        {"img_per_cpu_s", images / cpu}};
+      {"cpu_seconds", cpu},        {"img_per_cpu_s", images / cpu},
+      {"auto_augment", f.auto_augment ? to_string(*f.auto_augment) : "none"}, {"random_erase", f.random_erase}};
   std::cout << report.dump() << std::endl;
   return 0;
 }
@@ -83,6 +93,10 @@ Command add_bench_loader_command(CLI::App& root) {
   app->add_option("--size", flags->size, "RandomResizedCrop output size")->capture_default_str();
   app->add_option("--epochs", flags->epochs, "timed passes over the data (after one untimed pass)")
       ->capture_default_str();
+  add_parsed_option(*app, "--auto-augment", flags->auto_augment, data::parse_auto_augment_policy,
+                    "augmentation policy after the flip (as dptrain train's flag)");
+  app->add_option("--random-erase", flags->random_erase, "probability of RandomErasing per image")
+      ->check(CLI::Range(0.0, 1.0));
   app->add_option("--dct-scaling", flags->dct_scaling, "decode JPEGs at reduced DCT scale when the crop allows")
       ->capture_default_str();
   return {app, [flags](const std::vector<std::string>&) { return run_bench_loader(*flags); }};

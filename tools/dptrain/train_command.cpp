@@ -34,6 +34,10 @@ struct TrainFlags {
   std::optional<int> nprocs;
   bool model_ema = false;
   train::ModelEmaOptions model_ema_options;
+  std::optional<data::AutoAugmentPolicy> auto_augment;
+  data::AutoAugmentOptions auto_augment_options;
+  bool ra_sampler = false;
+  int64_t ra_reps = 3;
 };
 
 // One process's training or evaluation.
@@ -142,6 +146,21 @@ Command add_train_command(CLI::App& root) {
   app->add_option("--model-ema-decay", flags->model_ema_options.decay(),
                   "EMA decay, adjusted as torchvision's for the global batch, update interval and epochs")
       ->capture_default_str();
+  add_parsed_option(*app, "--auto-augment", flags->auto_augment, data::parse_auto_augment_policy,
+                    "augmentation policy on each training crop: imagenet, cifar10 or svhn (AutoAugment), ra "
+                    "(RandAugment), ta_wide (TrivialAugmentWide) or augmix");
+  app->add_option("--ra-magnitude", flags->auto_augment_options.magnitude(), "RandAugment's magnitude bin (of 31)")
+      ->check(CLI::Range(0, 30))
+      ->capture_default_str();
+  app->add_option("--augmix-severity", flags->auto_augment_options.severity(), "AugMix's severity")
+      ->check(CLI::Range(1, 10))
+      ->capture_default_str();
+  app->add_flag("--ra-sampler", flags->ra_sampler,
+                "repeated augmentation: each training image --ra-reps times per epoch, each copy augmented on its own "
+                "(torchvision's RASampler; an epoch then keeps floor(n / 256) * 256 samples)");
+  app->add_option("--ra-reps", flags->ra_reps, "--ra-sampler: copies of each image")
+      ->check(CLI::Range(1, 64))
+      ->capture_default_str();
   app->add_option("--random-erase", o.data().random_erase(), "probability of RandomErasing per training image")
       ->check(CLI::Range(0.0, 1.0))
       ->capture_default_str();
@@ -216,6 +235,10 @@ Command add_train_command(CLI::App& root) {
   app->add_option("--nprocs", flags->nprocs, "--multiprocessing-distributed: workers on this node (default: one per GPU)");
   return {app, [flags](const std::vector<std::string>&) {
             if (flags->model_ema) flags->options.model_ema(flags->model_ema_options);
+            if (flags->ra_sampler) flags->options.data().repeated_augmentations(flags->ra_reps);
+            if (flags->auto_augment) {
+              flags->options.data().auto_augment(flags->auto_augment_options.policy(*flags->auto_augment));
+            }
             return run_train(*flags);
           }};
 }

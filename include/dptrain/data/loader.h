@@ -10,6 +10,9 @@
 //   while (auto batch = loader.next()) { train_step(batch->images, batch->labels); }
 //   for (auto& s : loader.skipped()) std::cerr << "skipped " << s.what << "\n";
 //
+// `indices` may hold a sampler's draws (SampleDraw: repeated copies of a sample, as i + k * size);
+// each copy is augmented as if it were another epoch's, and batches report the dataset indices.
+//
 // Backpressure: at most prefetch_batches batches are being built or waiting at any time. A worker's
 // exception is rethrown by next() with its original type and text. The destructor stops the
 // workers mid-epoch and joins them.

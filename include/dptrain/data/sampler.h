@@ -30,7 +30,22 @@ struct SamplerOptions {
   TORCH_ARG(uint64_t, seed) = 0;
   // Drop the tail that does not divide evenly instead of padding with repeated indices.
   TORCH_ARG(bool, drop_last) = false;
+  // Repeated augmentation (torchvision's RASampler, --ra-sampler --ra-reps): above 1, every index
+  // of the permutation is repeated this many times in a row before sharding, so that the copies
+  // of a sample land on neighbouring ranks, and each rank keeps floor(n / 256) * 256 / world_size
+  // of its share. Copy k of sample i is handed out as the draw i + k * dataset_size (see
+  // draw_sample), which the loader augments apart from the other copies.
+  TORCH_ARG(int64_t, repetitions) = 1;
 };
+
+// A sampler's draw names a sample and which of its repeated copies this is.
+struct SampleDraw {
+  int64_t index = 0;
+  int64_t copy = 0;
+};
+inline SampleDraw draw_sample(int64_t draw, int64_t dataset_size) {
+  return {draw % dataset_size, draw / dataset_size};
+}
 
 // What a sampler must save for an exact resume.
 struct SamplerState {
@@ -41,6 +56,8 @@ struct SamplerState {
 // Training sampler: every rank gets num_samples() indices, the same count on every rank.
 // Without drop_last the permutation is padded by repeating its own start until it divides by
 // world_size; with drop_last it is truncated. Rank r takes positions r, r + world, r + 2 world, ...
+// With repetitions > 1 the positions are those of the repeated permutation, and the indices are
+// draws (SampleDraw).
 class DistributedSampler {
  public:
   DistributedSampler(int64_t dataset_size, SamplerOptions options);
@@ -67,6 +84,10 @@ class DistributedSampler {
   void load(torch::serialize::InputArchive& archive);
 
  private:
+  // The epoch's samples in order over all ranks, before padding: the permutation, or with
+  // repetitions its repeated draws, cut to what the ranks keep.
+  std::vector<int64_t> epoch_order() const;
+
   int64_t dataset_size_;
   SamplerOptions options_;
   int64_t epoch_ = 0;

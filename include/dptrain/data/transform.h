@@ -2,7 +2,8 @@
 // torchvision's ImageNet transforms, fused: decode (at a reduced DCT scale when that is enough),
 // crop, resize, flip, convert to float and normalize in one pass into the caller's CHW buffer.
 //
-//   Train: RandomResizedCrop(size, scale, ratio) + RandomHorizontalFlip + Normalize(mean, std)
+//   Train: RandomResizedCrop(size, scale, ratio) + RandomHorizontalFlip
+//          [+ AutoAugment / RandAugment / TrivialAugmentWide / AugMix] + Normalize(mean, std)
 //          [+ RandomErasing(p, value=0)]
 //   Eval:  Resize(resize) + CenterCrop(size) + Normalize(mean, std)
 //
@@ -25,8 +26,10 @@
 #include <string>
 #include <vector>
 
+#include "dptrain/data/auto_augment.h"
 #include "dptrain/data/image.h"
 #include "dptrain/data/interpolation.h"
+#include "dptrain/data/random.h"
 
 namespace dpt::data {
 
@@ -53,6 +56,9 @@ struct TransformOptions {
   // Train only: probability of RandomErasing (zeroing a rectangle of 2-33% of the normalised
   // output, aspect ratio 0.3-3.3, as torchvision's defaults).
   TORCH_ARG(double, erase_probability) = 0.0;
+  // Train only: an automatic augmentation policy, run on the bytes of the flipped crop (which
+  // then takes a slower, unfused path: resize to bytes, augment, normalize).
+  TORCH_ARG(std::optional<AutoAugmentOptions>, auto_augment);
   // Per-channel normalization, applied to pixel / 255.
   TORCH_ARG(ChannelValues, mean) = {0.485f, 0.456f, 0.406f};
   TORCH_ARG(ChannelValues, std) = {0.229f, 0.224f, 0.225f};
@@ -71,14 +77,18 @@ struct EraseBox {
 // Where the output comes from, in the coordinates of the full-resolution image: the region
 // [left, left + width) x [top, top + height) is resized to out_width x out_height, and the window
 // [window_left, + size) x [window_top, + size) of that is kept (the whole of it for train crops,
-// the center for eval), mirrored when flip is set, then `erase` zeroed when set.
+// the center for eval), mirrored when flip is set, augmented from `augment`'s draws when set,
+// then `erase` zeroed when set.
 struct CropPlan {
   int left = 0, top = 0, width = 0, height = 0;
   int out_width = 0, out_height = 0;
   int window_left = 0, window_top = 0;
   bool flip = false;
+  std::optional<SampleRng> augment;
   std::optional<EraseBox> erase;
 };
+
+struct Taps;  // filter taps of the resize (private to the data layer)
 
 class Transform {
  public:
@@ -89,7 +99,7 @@ class Transform {
   std::vector<int64_t> sample_shape() const;
   int64_t sample_numel() const;
 
-  // The crop, resize and flip for one sample of a width x height image.
+  // The crop, resize, flip, augmentation and erasing of one sample of a width x height image.
   CropPlan plan(int width, int height, int64_t epoch, int64_t index) const;
 
   // Runs the plan on an RGB image, writing 3 x size x size floats to out.
@@ -100,7 +110,13 @@ class Transform {
                      float* out) const;
 
  private:
+  // The plan's resize with taps (h, v) from `image` (pixels from (left, top) of the picture),
+  // then its augmentation, normalization and erasing, into out.
+  void run_plan(const Image& image, int left, int top, const Taps& h, const Taps& v, const CropPlan& plan,
+                float* out) const;
+
   TransformOptions options_;
+  std::optional<AutoAugment> augment_;
 };
 
 }  // namespace dpt::data

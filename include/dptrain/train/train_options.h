@@ -21,6 +21,7 @@
 
 #include "dptrain/common/log_stream.h"
 #include "dptrain/data/dataset.h"
+#include "dptrain/data/auto_augment.h"
 #include "dptrain/data/interpolation.h"
 #include "dptrain/dist/init.h"
 #include "dptrain/train/batch_mixing.h"
@@ -61,6 +62,12 @@ struct DataOptions {
   TORCH_ARG(std::optional<int>, val_resize_size) = std::nullopt;
   // Probability of torchvision's RandomErasing on each training sample (--random-erase).
   TORCH_ARG(double, random_erase) = 0.0;
+  // An automatic augmentation policy on each training crop (--auto-augment); its geometric ops
+  // take the resize filter.
+  TORCH_ARG(std::optional<data::AutoAugmentOptions>, auto_augment) = std::nullopt;
+  // Repeated augmentation (--ra-sampler --ra-reps): each sample this many times per epoch, each
+  // copy augmented on its own, on neighbouring ranks (torchvision's RASampler); 1: off.
+  TORCH_ARG(int64_t, repeated_augmentations) = 1;
   // The resize filter. Unset: bilinear, except for ImageFolder data, which takes the model's
   // (that of torchvision's weights: bicubic for most EfficientNets, ViT-H/14 and DeiT).
   TORCH_ARG(std::optional<data::Interpolation>, interpolation) = std::nullopt;
