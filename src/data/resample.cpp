@@ -102,6 +102,13 @@ const uint8_t* horizontal_rows(const Image& image, int left, int top, const Taps
   return rows.data();
 }
 
+// The rows of horizontal_rows' output that output row y of the vertical pass weighs.
+void vertical_sources(const uint8_t* rows, int stride, const Taps& v, int y, std::vector<const uint8_t*>& sources) {
+  for (int t = 0; t < v.length[y]; ++t) {
+    sources[t] = rows + static_cast<size_t>(v.start[y] - v.start.front() + t) * stride;
+  }
+}
+
 }  // namespace
 
 // One output row of one channel: clamp the fixed-point sums to bytes, normalize in torchvision's
@@ -188,7 +195,6 @@ void resample(const Image& image, int left, int top, const Taps& h, const Taps& 
               const std::array<float, 3>& mean, const std::array<float, 3>& std, float* out) {
   const int size = static_cast<int>(h.start.size());
   const int stride = size * 3;
-  const int row_first = v.start.front();
   const uint8_t* rows = horizontal_rows(image, left, top, h, v);
   thread_local std::vector<int32_t> acc;
   acc.resize(stride);
@@ -199,9 +205,7 @@ void resample(const Image& image, int left, int top, const Taps& h, const Taps& 
   const bool streaming = have_avx2() && size % 8 == 0 && reinterpret_cast<uintptr_t>(out) % 32 == 0;
   std::vector<const uint8_t*> sources(v.ksize);
   for (int y = 0; y < size; ++y) {
-    for (int t = 0; t < v.length[y]; ++t) {
-      sources[t] = &rows[static_cast<size_t>(v.start[y] - row_first + t) * stride];
-    }
+    vertical_sources(rows, stride, v, y, sources);
     const int32_t* weights = &v.weight[static_cast<size_t>(y) * v.ksize];
     float* dst = out + static_cast<size_t>(y) * size;
     if (streaming) {
@@ -219,7 +223,6 @@ void resample(const Image& image, int left, int top, const Taps& h, const Taps& 
 void resample_to_image(const Image& image, int left, int top, const Taps& h, const Taps& v, bool flip, Image& out) {
   const int size = static_cast<int>(h.start.size());
   const int stride = size * 3;
-  const int row_first = v.start.front();
   const uint8_t* rows = horizontal_rows(image, left, top, h, v);
   thread_local std::vector<int32_t> acc;
   acc.resize(stride);
@@ -227,9 +230,7 @@ void resample_to_image(const Image& image, int left, int top, const Taps& h, con
   out.pixels.resize(static_cast<size_t>(size) * stride);
   std::vector<const uint8_t*> sources(v.ksize);
   for (int y = 0; y < size; ++y) {
-    for (int t = 0; t < v.length[y]; ++t) {
-      sources[t] = &rows[static_cast<size_t>(v.start[y] - row_first + t) * stride];
-    }
+    vertical_sources(rows, stride, v, y, sources);
     accumulate_rows(sources.data(), &v.weight[static_cast<size_t>(y) * v.ksize], v.length[y], stride, acc.data());
     // The planes back to interleaved RGB, mirrored when flip is set.
     uint8_t* dst = out.row(y);
