@@ -57,12 +57,12 @@ std::vector<int64_t> DistributedSampler::epoch_order() const {
   }
   const int64_t reps = options_.repetitions();
   if (reps == 1) return order;
-  // Each index `reps` times in a row, copy k as the draw index + k * n; RASampler's padding
-  // never reaches the num_samples() * world positions kept.
+  // Each index `reps` times in a row, as copies 0 to reps - 1; RASampler's padding never reaches
+  // the num_samples() * world positions kept.
   std::vector<int64_t> repeated;
   repeated.reserve(num_samples_ * options_.world_size());
   for (int64_t position = 0; position < num_samples_ * options_.world_size(); ++position) {
-    repeated.push_back(order[position / reps] + position % reps * dataset_size_);
+    repeated.push_back(draw_number({order[position / reps], position % reps}, dataset_size_));
   }
   return repeated;
 }

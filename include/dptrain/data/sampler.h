@@ -38,11 +38,13 @@ struct SamplerOptions {
   TORCH_ARG(int64_t, repetitions) = 1;
 };
 
-// A sampler's draw names a sample and which of its repeated copies this is.
+// A sampler's draw names a sample and which of its repeated copies this is, numbered
+// index + copy * dataset_size.
 struct SampleDraw {
   int64_t index = 0;
   int64_t copy = 0;
 };
+inline int64_t draw_number(SampleDraw draw, int64_t dataset_size) { return draw.index + draw.copy * dataset_size; }
 inline SampleDraw draw_sample(int64_t draw, int64_t dataset_size) {
   return {draw % dataset_size, draw / dataset_size};
 }

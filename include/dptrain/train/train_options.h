@@ -20,8 +20,8 @@
 #include <torch/arg.h>
 
 #include "dptrain/common/log_stream.h"
-#include "dptrain/data/dataset.h"
 #include "dptrain/data/auto_augment.h"
+#include "dptrain/data/dataset.h"
 #include "dptrain/data/interpolation.h"
 #include "dptrain/dist/init.h"
 #include "dptrain/train/batch_mixing.h"
