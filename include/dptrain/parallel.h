@@ -11,6 +11,7 @@
 #include "dptrain/parallel/join.h"
 #include "dptrain/parallel/hvd.h"
 #include "dptrain/parallel/norm_layer_holder.h"
+#include "dptrain/parallel/ps.h"
 #include "dptrain/parallel/reducer.h"
 #include "dptrain/parallel/replicas.h"
 #include "dptrain/parallel/sync_batch_norm.h"

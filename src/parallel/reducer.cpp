@@ -13,6 +13,16 @@
 
 namespace dpt {
 
+namespace {
+constexpr double kMiB = 1024.0 * 1024.0;
+}  // namespace
+
+BucketCaps bucket_caps(const ReducerOptions& options) {
+  return BucketCaps{static_cast<int64_t>(options.first_bucket_cap_mb() * kMiB),
+                    static_cast<int64_t>(options.bucket_cap_mb() * kMiB),
+                    static_cast<int64_t>(options.last_bucket_cap_mb() * kMiB)};
+}
+
 std::vector<std::vector<size_t>> assign_buckets(const std::vector<at::Tensor>& params, const BucketCaps& caps) {
   // Parameters of one (dtype, device) share buckets, in registration order.
   using Key = std::tuple<int, int, int>;  // dtype, device type, device index
@@ -79,8 +89,6 @@ class Reducer::ReadyHook : public torch::autograd::FunctionPostHook {
 
 namespace {
 
-constexpr double kMiB = 1024.0 * 1024.0;
-
 // A tensor sharing `buffer`'s memory from `offset` with `sizes`, without being an autograd view:
 // optimizers call detach_() on gradients, which autograd refuses for views.
 at::Tensor alias_of(const at::Tensor& buffer, int64_t offset, at::IntArrayRef sizes) {
@@ -109,9 +117,7 @@ Reducer::Reducer(std::vector<NamedParameter> params, std::shared_ptr<dist::Commu
               ": parameter '", p.name, "' is not a dense tensor; only dense parameters can be reduced");
     tensors.push_back(p.tensor);
   }
-  bucket_indices_ = assign_buckets(tensors, BucketCaps{static_cast<int64_t>(options_.first_bucket_cap_mb() * kMiB),
-                                                       static_cast<int64_t>(options_.bucket_cap_mb() * kMiB),
-                                                       static_cast<int64_t>(options_.last_bucket_cap_mb() * kMiB)});
+  bucket_indices_ = assign_buckets(tensors, bucket_caps(options_));
 
   torch::NoGradGuard no_grad;
   slots_.resize(params_.size());

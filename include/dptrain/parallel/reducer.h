@@ -59,6 +59,9 @@ struct BucketCaps {
   int64_t last = 0;   // the last bucket launched
 };
 
+// ReducerOptions' limits (MiB) in bytes.
+BucketCaps bucket_caps(const ReducerOptions& options);
+
 // The parameter indices of each bucket, in launch order, each bucket's in reverse order. Per
 // (dtype, device), a bucket closes once it reaches its limit: the first bucket takes the last
 // registered parameters up to caps.first; the last bucket the first registered ones up to
@@ -92,6 +95,8 @@ class Reducer {
   int accumulated_passes() const;
 
   const std::vector<std::vector<size_t>>& bucket_indices() const { return bucket_indices_; }
+  // Bucket `b`'s flat gradient buffer (what the comm hook is handed for it).
+  const at::Tensor& bucket_buffer(size_t b) const { return buckets_[b].buffer; }
 
   // Time the last reduction spent waiting for communication after backward had finished
   // computing (the part not hidden behind backward), and when that reduction ended.

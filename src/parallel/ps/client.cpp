@@ -1,0 +1,197 @@
+#include "dptrain/parallel/ps/client.h"
+
+#include <iostream>
+
+#include <torch/csrc/autograd/grad_mode.h>
+
+#include "dptrain/common/error.h"
+#include "message.h"
+
+namespace dpt::ps {
+
+namespace {
+
+std::vector<at::Tensor> tensors_of(const std::vector<ServedParameter>& params) {
+  std::vector<at::Tensor> tensors;
+  for (const auto& p : params) tensors.push_back(p.tensor);
+  return tensors;
+}
+
+std::vector<NamedParameter> named(const std::vector<ServedParameter>& params) {
+  std::vector<NamedParameter> named;
+  for (const auto& p : params) named.push_back(NamedParameter{p.name, p.tensor});
+  return named;
+}
+
+}  // namespace
+
+ParameterServerClient::ParameterServerClient(std::vector<ServedParameter> params,
+                                             std::shared_ptr<dist::Communicator> world, PsOptions options)
+    : params_(std::move(params)),
+      world_(std::move(world)),
+      options_(options),
+      roles_(world_->size(), options.servers()),
+      layout_(tensors_of(params_), options.servers(), options.buckets()) {
+  DPT_CHECK(!roles_.is_server(world_->rank()), ConfigError, "rank ", world_->rank(), " is a server of ",
+            roles_.world_size, " processes with ", roles_.servers, " server(s), not a worker");
+  for (const auto& p : params_) {
+    DPT_CHECK(p.tensor.scalar_type() == at::kFloat && p.tensor.device().is_cpu(), ConfigError, who(),
+              ": parameter '", p.name, "' is ", p.tensor.toString(), "; the parameter server serves float32 CPU ",
+              "parameters");
+  }
+  reducer_ = std::make_unique<Reducer>(named(params_), world_, options_.buckets());
+  DPT_ASSERT(reducer_->bucket_indices() == layout_.buckets(), "the reducer's buckets differ from the shard layout's");
+  for (size_t b = 0; b < layout_.bucket_count(); ++b) {
+    bucket_of_[reducer_->bucket_buffer(b).data_ptr()] = b;
+    pulled_.push_back(at::zeros({layout_.bucket_numel(b)}, at::kFloat));
+    outbox_.emplace_back();
+    for (int s = 0; s < roles_.servers; ++s) {
+      outbox_[b].push_back(at::zeros({wire::kHeaderFloats + layout_.chunk(b, s).numel}, at::kFloat));
+    }
+  }
+  reducer_->set_comm_hook([this](dist::Communicator&, at::Tensor bucket) { return push(bucket); });
+}
+
+ParameterServerClient::~ParameterServerClient() {
+  try {
+    stop();
+  } catch (const std::exception& e) {
+    std::cerr << e.what() << std::endl;  // a destructor does not throw; the servers time out instead
+  }
+}
+
+std::string ParameterServerClient::who() const { return str("rank ", world_->rank(), " (parameter-server worker)"); }
+
+void ParameterServerClient::start(const std::vector<at::Tensor>& momentum) {
+  DPT_CHECK(!started_, ConfigError, who(), ": start() was called twice");
+  started_ = true;
+  torch::NoGradGuard no_grad;
+  if (world_->rank() == 0) {
+    const bool has_momentum = !momentum.empty() && std::all_of(momentum.begin(), momentum.end(),
+                                                                [](const at::Tensor& m) { return m.defined(); });
+    for (size_t b = 0; b < layout_.bucket_count(); ++b) {
+      // The bucket's weights and momentum, flat in its layout.
+      at::Tensor flat = at::zeros({2 * layout_.bucket_numel(b)}, at::kFloat);
+      for (size_t i : layout_.bucket(b)) {
+        const int64_t offset = layout_.placement(i).offset, n = params_[i].tensor.numel();
+        flat.narrow(0, offset, n).copy_(params_[i].tensor.reshape({-1}));
+        if (has_momentum) flat.narrow(0, layout_.bucket_numel(b) + offset, n).copy_(momentum[i].reshape({-1}));
+      }
+      for (int s = 0; s < roles_.servers; ++s) {
+        const Chunk c = layout_.chunk(b, s);
+        at::Tensor message = at::empty({wire::kHeaderFloats + 2 * c.numel}, at::kFloat);
+        wire::Header header;
+        header.request = wire::Request::State;
+        header.has_momentum = has_momentum ? 1 : 0;
+        wire::write_header(message, header);
+        wire::payload(message, 0, c.numel).copy_(flat.narrow(0, c.offset, c.numel));
+        wire::payload(message, c.numel, c.numel).copy_(flat.narrow(0, layout_.bucket_numel(b) + c.offset, c.numel));
+        wire::wait(wire::send(world_->backend(), message, roles_.server_rank(s), wire::state_tag(b)),
+                   options_.timeout(), str(who(), ": sending the starting weights of bucket ", b, " to server rank ",
+                                           roles_.server_rank(s)));
+      }
+    }
+  }
+  const ServedState state = fetch_state();
+  for (size_t i = 0; i < params_.size(); ++i) params_[i].tensor.detach().copy_(state.weights[i]);
+}
+
+void ParameterServerClient::prepare_for_backward(double lr, int64_t step) {
+  DPT_CHECK(started_ && !stopped_, ConfigError, who(), ": prepare_for_backward() needs start() first, and no stop()");
+  lr_ = lr;
+  step_ = step;
+  reducer_->prepare_for_backward();
+}
+
+PendingReduction ParameterServerClient::push(const at::Tensor& bucket) {
+  const size_t b = bucket_of_.at(bucket.data_ptr());
+  std::vector<std::pair<compat::WorkPtr, std::string>> works;
+  for (int s = 0; s < roles_.servers; ++s) {
+    const Chunk c = layout_.chunk(b, s);
+    const int server = roles_.server_rank(s);
+    at::Tensor& message = outbox_[b][s];
+    wire::Header header;
+    header.step = step_;
+    header.lr = lr_;
+    wire::write_header(message, header);
+    wire::payload(message, 0, c.numel).copy_(bucket.narrow(0, c.offset, c.numel));
+    works.emplace_back(wire::send(world_->backend(), message, server, wire::push_tag(b)),
+                       str(who(), ": pushing bucket ", b, " of step ", step_, " to server rank ", server));
+    if (c.numel == 0) continue;
+    works.emplace_back(wire::recv(world_->backend(), pulled_[b].narrow(0, c.offset, c.numel), server, wire::push_tag(b)),
+                       str(who(), ": pulling bucket ", b, " of step ", step_, " from server rank ", server));
+  }
+  return PendingReduction(dist::Work(), [this, works = std::move(works)] {
+    for (const auto& [work, what] : works) wire::wait(work, options_.timeout(), what);
+    pulled_this_step_ = true;
+  });
+}
+
+void ParameterServerClient::synchronize() {
+  if (!pulled_this_step_) return;
+  pulled_this_step_ = false;
+  torch::NoGradGuard no_grad;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    const Placement& at = layout_.placement(i);
+    at::Tensor p = params_[i].tensor.detach();
+    p.copy_(pulled_[at.bucket].narrow(0, at.offset, p.numel()).view(p.sizes()));
+  }
+}
+
+void ParameterServerClient::send_request(wire::Request request) {
+  for (int s = 0; s < roles_.servers; ++s) {
+    at::Tensor& message = outbox_[0][s];
+    wire::Header header;
+    header.step = step_;
+    header.request = request;
+    wire::write_header(message, header);
+    wire::wait(wire::send(world_->backend(), message, roles_.server_rank(s), wire::push_tag(0)), options_.timeout(),
+               str(who(), ": sending a request to server rank ", roles_.server_rank(s)));
+  }
+}
+
+ServedState ParameterServerClient::fetch_state() {
+  send_request(wire::Request::State);
+  ServedState state;
+  bool has_momentum = true;
+  std::vector<at::Tensor> flat;  // [bucket]: weights, then momentum
+  for (size_t b = 0; b < layout_.bucket_count(); ++b) {
+    flat.push_back(at::zeros({2 * layout_.bucket_numel(b)}, at::kFloat));
+    for (int s = 0; s < roles_.servers; ++s) {
+      const Chunk c = layout_.chunk(b, s);
+      at::Tensor message = at::empty({wire::kHeaderFloats + 2 * c.numel}, at::kFloat);
+      wire::wait(wire::recv(world_->backend(), message, roles_.server_rank(s), wire::state_tag(b)), options_.timeout(),
+                 str(who(), ": receiving bucket ", b, "'s state from server rank ", roles_.server_rank(s)));
+      has_momentum = has_momentum && wire::read_header(message).has_momentum != 0;
+      flat[b].narrow(0, c.offset, c.numel).copy_(wire::payload(message, 0, c.numel));
+      flat[b].narrow(0, layout_.bucket_numel(b) + c.offset, c.numel).copy_(wire::payload(message, c.numel, c.numel));
+    }
+  }
+  for (size_t i = 0; i < params_.size(); ++i) {
+    const Placement& at = layout_.placement(i);
+    const auto sizes = params_[i].tensor.sizes();
+    const int64_t n = params_[i].tensor.numel();
+    state.weights.push_back(flat[at.bucket].narrow(0, at.offset, n).view(sizes).clone());
+    state.momentum.push_back(has_momentum ? flat[at.bucket].narrow(0, layout_.bucket_numel(at.bucket) + at.offset, n)
+                                                .view(sizes)
+                                                .clone()
+                                          : at::Tensor());
+  }
+  return state;
+}
+
+void ParameterServerClient::stop() {
+  if (stopped_ || !started_) return;
+  stopped_ = true;
+  send_request(wire::Request::Stop);
+}
+
+int64_t ParameterServerClient::bytes_pushed_per_step() const {
+  int64_t floats = 0;
+  for (size_t b = 0; b < layout_.bucket_count(); ++b) {
+    floats += layout_.bucket_numel(b) + roles_.servers * wire::kHeaderFloats;
+  }
+  return floats * static_cast<int64_t>(sizeof(float));
+}
+
+}  // namespace dpt::ps
