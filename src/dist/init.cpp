@@ -79,6 +79,13 @@ RendezvousOptions rendezvous_options(const InitOptions& options, const Environme
   return rendezvous;
 }
 
+std::optional<std::string> gloo_interface(const InitOptions& options, const Environment& env) {
+  auto interface = options.interface();
+  if (!interface) interface = env.get("GLOO_SOCKET_IFNAME");
+  if (interface && interface->empty()) interface.reset();
+  return interface;
+}
+
 }  // namespace
 
 std::shared_ptr<Communicator> init_process_group(const InitOptions& options, const Environment& env) {
@@ -89,9 +96,7 @@ std::shared_ptr<Communicator> init_process_group(const InitOptions& options, con
     world.master_port = method.port;
   }
   const std::string backend = resolve_backend(options.backend());
-  auto interface = options.interface();
-  if (!interface) interface = env.get("GLOO_SOCKET_IFNAME");
-  if (interface && interface->empty()) interface.reset();
+  const auto interface = gloo_interface(options, env);
 
   compat::StorePtr store = rendezvous(method, world, rendezvous_options(options, env));
 
@@ -135,6 +140,28 @@ std::shared_ptr<Communicator> init_process_group(const InitOptions& options, con
 #endif
   }
   throw ConfigError(str("unknown backend '", backend, "'; use gloo, nccl or auto"));
+}
+
+std::shared_ptr<Communicator> new_group(const Communicator& world, int first, int size, const InitOptions& options,
+                                        const Environment& env) {
+  DPT_CHECK(
+      first >= 0 && size >= 1 && first + size <= world.size() && world.rank() >= first && world.rank() < first + size,
+      ConfigError, "rank ", world.rank(), " of ", world.size(), " cannot join a group of ranks [", first, ", ",
+      first + size, ")");
+  DPT_CHECK(world.store(), ConfigError, "rank ", world.rank(), ": a new group needs the job's rendezvous store");
+#if defined(DPTRAIN_WITH_GLOO)
+  WorldInfo group = world.world();
+  group.rank -= first;
+  group.world_size = size;
+  auto store = c10::make_intrusive<c10d::PrefixStore>(str("group", first, "+", size), world.store());
+  auto gloo = make_gloo(store, group, world.world().master_addr, gloo_interface(options, env), options.timeout());
+  return std::make_shared<Communicator>(std::move(gloo), group,
+                                        CommunicatorOptions().timeout(options.timeout()).store(store));
+#else
+  throw ConfigError(
+      "this build of dptrain has no Gloo backend (its headers were missing at build time); "
+      "install libgloo-dev and rebuild");
+#endif
 }
 
 }  // namespace dpt::dist

@@ -1,13 +1,19 @@
-// The three ways the trainer's replicas agree on a step (parallel_style.h), and the factory that
+// The four ways the trainer's replicas agree on a step (parallel_style.h), and the factory that
 // picks one.
 
 #include "parallel_style.h"
 
+#include <torch/optim/sgd.h>
+
+#include <map>
+
 #include "dptrain/common/error.h"
+#include "dptrain/compat/compat.h"
 #include "dptrain/models/state_dict.h"
 #include "dptrain/parallel/data_parallel.h"
 #include "dptrain/parallel/ddp.h"
 #include "dptrain/parallel/hvd.h"
+#include "dptrain/parallel/ps/client.h"
 
 namespace dpt::train {
 
@@ -96,6 +102,90 @@ class HvdStyle : public ParallelStyle {
   hvd::DistributedOptimizer optimizer_;
 };
 
+// --mode ps: the workers' side of a parameter server. Gradients are pushed during backward; the
+// servers step, and synchronize() writes their weights into the model. The trainer's optimizer
+// only carries the learning rate (read at every push) and, on rank 0, the momentum a checkpoint
+// saves and a resume sends back to the servers.
+class PsStyle : public ParallelStyle {
+ public:
+  PsStyle(const TrainOptions& options, models::Classifier model, std::shared_ptr<torch::optim::Optimizer> optimizer,
+          std::shared_ptr<dist::Communicator> workers, std::shared_ptr<dist::Communicator> job)
+      : model_(std::move(model)),
+        optimizer_(std::move(optimizer)),
+        workers_(std::move(workers)),
+        options_(ps_options(options)),
+        client_(served_parameters(*model_, options.optimizer()), std::move(job), options_) {}
+
+  void start() override {
+    std::vector<at::Tensor> momentum;
+    for (const auto& p : trained_parameters()) {
+      const auto key = compat::optimizer_state_key<std::decay_t<decltype(optimizer_->state())>>(p);
+      auto found = optimizer_->state().find(key);
+      momentum.push_back(found == optimizer_->state().end()
+                             ? at::Tensor()
+                             : static_cast<torch::optim::SGDParamState&>(*found->second).momentum_buffer());
+    }
+    client_.start(momentum);
+  }
+  at::Tensor forward(const at::Tensor& images) override { return model_->forward(images); }
+  void zero_grad() override { optimizer_->zero_grad(); }
+  void backward(const at::Tensor& loss, bool reduce) override {
+    if (reduce) client_.prepare_for_backward(current_lr(), ++pushes_);
+    loss.backward();
+  }
+  void synchronize() override { client_.synchronize(); }
+  bool applies_update() const override { return true; }
+  bool lockstep() const override { return options_.consistency() == ps::Consistency::Sync; }
+  void before_evaluate() override {
+    if (!lockstep()) {
+      // Every worker's pushes are in once all are here; then all take the same weights.
+      workers_->barrier();
+      adopt(client_.fetch_state(), /*momentum=*/false);
+    }
+    // As DDP's: every rank measures the model rank 0 checkpoints, with its BatchNorm statistics.
+    for (auto& buffer : model_->buffers()) workers_->broadcast(buffer, /*root=*/0);
+  }
+  void gather_state() override { adopt(client_.fetch_state(), /*momentum=*/true); }
+  std::string describe() const override {
+    std::string text =
+        str("parameter server (", options_.servers(), " server(s), ", ps::to_string(options_.consistency()));
+    if (options_.consistency() == ps::Consistency::Bounded) text += str(" staleness ", options_.staleness());
+    return text + ")";
+  }
+
+ private:
+  std::vector<at::Tensor> trained_parameters() const {
+    std::vector<at::Tensor> trained;
+    for (const auto& p : model_->parameters()) {
+      if (p.requires_grad()) trained.push_back(p);
+    }
+    return trained;
+  }
+  double current_lr() const {
+    return static_cast<const torch::optim::SGDOptions&>(optimizer_->param_groups().front().options()).lr();
+  }
+  // The servers' weights into the model, and with `momentum` their momentum into the optimizer's state.
+  void adopt(const ps::ServedState& state, bool momentum) {
+    torch::NoGradGuard no_grad;
+    const auto params = trained_parameters();
+    for (size_t i = 0; i < params.size(); ++i) {
+      params[i].copy_(state.weights[i]);
+      if (!momentum || !state.momentum[i].defined()) continue;
+      auto buffer = std::make_unique<torch::optim::SGDParamState>();
+      buffer->momentum_buffer(state.momentum[i]);
+      optimizer_->state()[compat::optimizer_state_key<std::decay_t<decltype(optimizer_->state())>>(params[i])] =
+          std::move(buffer);
+    }
+  }
+
+  models::Classifier model_;
+  std::shared_ptr<torch::optim::Optimizer> optimizer_;
+  std::shared_ptr<dist::Communicator> workers_;
+  ps::PsOptions options_;
+  ps::ParameterServerClient client_;
+  int64_t pushes_ = 0;
+};
+
 std::unique_ptr<ParallelStyle> make_ddp_style(models::Classifier model,
                                               std::shared_ptr<torch::optim::Optimizer> optimizer,
                                               std::shared_ptr<dist::Communicator> comm) {
@@ -126,6 +216,33 @@ std::unique_ptr<ParallelStyle> make_hvd_style(models::Classifier model,
 
 }  // namespace
 
+std::vector<ps::ServedParameter> served_parameters(const torch::nn::Module& model, const OptimizerOptions& options) {
+  std::map<std::string, double> weight_decay;
+  for (const auto& group : weight_decay_groups(model, options)) {
+    for (const auto& name : group.parameter_names) weight_decay[name] = group.weight_decay;
+  }
+  std::vector<ps::ServedParameter> served;
+  for (const auto& p : model.named_parameters()) {
+    if (p.value().requires_grad()) served.push_back({p.key(), p.value(), weight_decay.at(p.key())});
+  }
+  return served;
+}
+
+ps::SgdRule ps_sgd_rule(const TrainOptions& options) {
+  const OptimizerOptions& o = options.optimizer();
+  DPT_CHECK(o.kind() == OptimizerKind::Sgd || o.kind() == OptimizerKind::SgdNesterov, ConfigError,
+            "--mode ps runs SGD on the servers; --opt ", to_string(o.kind()), " is not supported there (use sgd or ",
+            "sgd_nesterov)");
+  DPT_CHECK(!o.clip_grad_norm(), ConfigError, "--clip-grad-norm needs the whole gradient in one place; with --mode ps ",
+            "each server sees only its shard. Train without it, or use --mode ddp");
+  return ps::SgdRule().momentum(o.momentum()).nesterov(o.kind() == OptimizerKind::SgdNesterov);
+}
+
+ps::PsOptions ps_options(const TrainOptions& options) {
+  ps_sgd_rule(options);  // (its checks)
+  return ps::PsOptions(options.parallel().ps()).timeout(options.parallel().dist().timeout());
+}
+
 std::vector<torch::Device> data_parallel_devices(const ParallelOptions& o) {
   DPT_CHECK(o.gpus().empty() != !o.replicas().has_value(), ConfigError,
             "--mode dp needs exactly one of --replicas K (CPU replicas) and --gpus LIST (CUDA devices)");
@@ -136,7 +253,8 @@ std::vector<torch::Device> data_parallel_devices(const ParallelOptions& o) {
 
 std::unique_ptr<ParallelStyle> make_parallel_style(const TrainOptions& options, models::Classifier model,
                                                    std::shared_ptr<torch::optim::Optimizer> optimizer,
-                                                   std::shared_ptr<dist::Communicator> comm) {
+                                                   std::shared_ptr<dist::Communicator> comm,
+                                                   std::shared_ptr<dist::Communicator> job) {
   switch (options.parallel().mode()) {
     case ParallelMode::Ddp:
       return make_ddp_style(std::move(model), std::move(optimizer), std::move(comm));
@@ -144,6 +262,8 @@ std::unique_ptr<ParallelStyle> make_parallel_style(const TrainOptions& options, 
       return make_dp_style(options, std::move(model), std::move(optimizer), *comm);
     case ParallelMode::Hvd:
       return make_hvd_style(std::move(model), std::move(optimizer), std::move(comm));
+    case ParallelMode::Ps:
+      return std::make_unique<PsStyle>(options, std::move(model), std::move(optimizer), std::move(comm), std::move(job));
   }
   DPT_ASSERT(false, "unknown ParallelMode");
   return nullptr;

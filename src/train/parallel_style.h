@@ -9,7 +9,7 @@
 //   auto loss = cross_entropy(style->forward(images), labels);
 //   style->backward(loss, /*reduce=*/true);
 //   style->synchronize();            // the gradients are now the reduced ones
-//   optimizer->step();
+//   if (!style->applies_update()) optimizer->step();
 
 #include <memory>
 #include <string>
@@ -19,6 +19,7 @@
 
 #include "dptrain/dist/communicator.h"
 #include "dptrain/models/classifier.h"
+#include "dptrain/parallel/ps/options.h"
 #include "dptrain/train/train_options.h"
 
 namespace dpt::train {
@@ -26,6 +27,9 @@ namespace dpt::train {
 class ParallelStyle {
  public:
   virtual ~ParallelStyle() = default;
+  // Once the model and optimizer hold their starting state (fresh, pretrained or resumed), before
+  // the first step.
+  virtual void start() {}
   // The training forward of this process's whole batch.
   virtual at::Tensor forward(const at::Tensor& images) = 0;
   // Before the step's forward.
@@ -37,6 +41,15 @@ class ParallelStyle {
   virtual bool accumulates() const { return true; }
   // After the step's last backward, before the optimizer steps.
   virtual void synchronize() {}
+  // Whether synchronize() leaves the stepped weights in the model (the parameter servers ran the
+  // optimizer), so that the trainer's optimizer must not step.
+  virtual bool applies_update() const { return false; }
+  // Whether the ranks take their steps together. When not (an asynchronous parameter server), a
+  // step's metrics are this rank's own and only an epoch's are summed over the ranks.
+  virtual bool lockstep() const { return true; }
+  // On rank 0 before it writes a checkpoint: brings state kept elsewhere (the servers' weights and
+  // momentum) into the model and optimizer.
+  virtual void gather_state() {}
   // Before a validation pass.
   virtual void before_evaluate() {}
   // For the start-up banner: "DistributedDataParallel", "DataParallel over 2 replicas (cpu, cpu)".
@@ -47,10 +60,21 @@ class ParallelStyle {
 // is where the model lives. ConfigError unless exactly one of the two is given.
 std::vector<torch::Device> data_parallel_devices(const ParallelOptions& options);
 
+// Mode Ps: the parameters the servers hold (those that require gradients, in the model's order),
+// each with its optimizer group's weight decay.
+std::vector<ps::ServedParameter> served_parameters(const torch::nn::Module& model, const OptimizerOptions& options);
+
+// Mode Ps: the servers' options and their SGD rule, from the run's; ConfigError for what the
+// parameter server cannot run (optimizers other than SGD, gradient clipping).
+ps::PsOptions ps_options(const TrainOptions& options);
+ps::SgdRule ps_sgd_rule(const TrainOptions& options);
+
 // The style options.parallel().mode() names, over `model` (already on its device) and `optimizer` (over the
-// model's parameters). ConfigError for combinations the style cannot run.
+// model's parameters). `comm`: the ranks that train (mode Ps: the workers' group); `job`: the
+// whole job (mode Ps: workers and servers; else `comm`). ConfigError for combinations the style cannot run.
 std::unique_ptr<ParallelStyle> make_parallel_style(const TrainOptions& options, models::Classifier model,
                                                    std::shared_ptr<torch::optim::Optimizer> optimizer,
-                                                   std::shared_ptr<dist::Communicator> comm);
+                                                   std::shared_ptr<dist::Communicator> comm,
+                                                   std::shared_ptr<dist::Communicator> job);
 
 }  // namespace dpt::train

@@ -8,7 +8,8 @@ ParallelMode parse_parallel_mode(const std::string& name) {
   if (name == "ddp") return ParallelMode::Ddp;
   if (name == "dp") return ParallelMode::Dp;
   if (name == "hvd") return ParallelMode::Hvd;
-  DPT_CHECK(false, ConfigError, "unknown --mode '", name, "'; use ddp, dp or hvd");
+  if (name == "ps") return ParallelMode::Ps;
+  DPT_CHECK(false, ConfigError, "unknown --mode '", name, "'; use ddp, dp, hvd or ps");
   return ParallelMode::Ddp;
 }
 
@@ -20,6 +21,8 @@ std::string to_string(ParallelMode mode) {
       return "dp";
     case ParallelMode::Hvd:
       return "hvd";
+    case ParallelMode::Ps:
+      return "ps";
   }
   return "?";
 }

@@ -2,6 +2,7 @@
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/Parallel.h>
+#include <fmt/format.h>
 #include <torch/cuda.h>
 #include <torch/nn/functional/loss.h>
 #include <torch/nn/utils/clip_grad.h>
@@ -11,11 +12,10 @@
 #include <chrono>
 #include <cmath>
 #include <filesystem>
+#include <iostream>
 #include <optional>
 #include <string>
 #include <vector>
-
-#include <fmt/format.h>
 
 #include "datasets.h"
 #include "dptrain/common/error.h"
@@ -26,6 +26,7 @@
 #include "dptrain/models/inception.h"
 #include "dptrain/models/registry.h"
 #include "dptrain/parallel/convert_sync_batchnorm.h"
+#include "dptrain/parallel/ps/server.h"
 #include "dptrain/train/checkpoint/auto_resume.h"
 #include "dptrain/train/checkpoint/checkpoint_file.h"
 #include "dptrain/train/checkpoint/optimizer_state.h"
@@ -105,7 +106,9 @@ struct Trainer::State {
   TrainOptions options;
   RunDatasets data;
   models::Classifier model{nullptr};
-  std::shared_ptr<dist::Communicator> comm;
+  std::shared_ptr<dist::Communicator> comm;  // the ranks that train (--mode ps: the workers)
+  std::shared_ptr<dist::Communicator> job;   // every process of the job (--mode ps: the servers too)
+  std::unique_ptr<ps::ParameterServer> server;  // --mode ps, on a server: all this process does
   at::Device device{at::kCPU};
   std::shared_ptr<torch::optim::Optimizer> optimizer;
   std::unique_ptr<ParallelStyle> style;
@@ -133,8 +136,8 @@ struct Trainer::State {
   // The constructor's steps, in order. Before join(): local work only, so that a bad folder, name
   // or file fails on every rank alike before any rank waits for the others.
   void build_model(const models::StateDict* resumed_weights);  // weights: resumed, pretrained or seeded
-  void join();                                                 // the process group, the device
-  void build_step();  // optimizer, parallel style, scaler, sampler, schedule
+  void join();                                                 // the process group(s), the device
+  void build_step();                                           // optimizer, parallel style, scaler, sampler, schedule
   void restore(const TrainingCheckpoint& checkpoint, const fs::path& file);  // exact resume: position, optimizer, RNG
   // A checkpoint written by another number of processes (an elastic job re-formed): keep its global
   // batch through gradient accumulation when it divides, else rescale the learning rate.
@@ -284,6 +287,7 @@ Trainer::Trainer(TrainOptions options) : state_(std::make_unique<State>(std::mov
   s.build_model(resumed.checkpoint ? &resumed.checkpoint->state_dict : nullptr);
   // Then the process group, and what needs it.
   s.join();
+  if (s.server) return;
   s.build_step();
   s.epoch = s.options.start_epoch();
   for (const auto& skipped : resumed.passed_over) s.resume_notes.push_back("warning: " + skipped);
@@ -295,6 +299,7 @@ Trainer::Trainer(TrainOptions options) : state_(std::make_unique<State>(std::mov
     s.resume_notes.push_back(str("--resume auto: no checkpoint in ", s.options.checkpoint().output_dir(),
                                  " yet; starting fresh"));
   }
+  s.style->start();
   s.open_logs();
   s.print_banner();
 }
@@ -334,7 +339,17 @@ void Trainer::State::build_model(const models::StateDict* resumed_weights) {
 
 void Trainer::State::join() {
   const ParallelOptions& parallel = options.parallel();
-  comm = dist::init_process_group(parallel.dist());
+  job = comm = dist::init_process_group(parallel.dist());
+  if (parallel.mode() == ParallelMode::Ps) {
+    // The servers' part ends here: they hold no data and step no model of their own.
+    const ps::Roles roles(job->size(), parallel.ps().servers());
+    if (roles.is_server(job->rank())) {
+      server = std::make_unique<ps::ParameterServer>(served_parameters(*model, options.optimizer()), job,
+                                                     ps_options(options), ps_sgd_rule(options));
+      return;
+    }
+    comm = dist::new_group(*job, 0, roles.workers(), parallel.dist());
+  }
   device = comm->device();
   if (parallel.gpu()) {
     DPT_CHECK(torch::cuda::is_available(), ConfigError, "rank ", comm->rank(), ": --gpu ", *parallel.gpu(),
@@ -357,7 +372,7 @@ void Trainer::State::join() {
 void Trainer::State::build_step() {
   const TrainOptions& o = options;
   optimizer = make_optimizer(*model, o.optimizer(), o.schedule().base_lr());
-  style = make_parallel_style(o, model, optimizer, comm);
+  style = make_parallel_style(o, model, optimizer, comm, job);
   accum_steps = o.accum_steps();
   DPT_CHECK(accum_steps == 1 || style->accumulates(), ConfigError,
             "--accum-steps needs --mode ddp or dp: the Horovod style reduces the gradients in every backward");
@@ -501,7 +516,7 @@ std::optional<MetricSums> Trainer::State::step(data::Loader& loader) {
   }
   style->synchronize();
   local.stop_votes = stop_vote();
-  MetricSums all = local.reduced(*comm);
+  MetricSums all = style->lockstep() ? local.reduced(*comm) : local;
   // NaN or inf on any rank makes the summed loss non-finite on every rank, so all ranks decide
   // alike. The scaler skips such steps; without it, continuing would spread NaN into the weights.
   if (!scaler->is_enabled()) {
@@ -509,13 +524,15 @@ std::optional<MetricSums> Trainer::State::step(data::Loader& loader) {
               global_step() + 1, " (epoch ", epoch + 1, ", step ", step_in_epoch + 1,
               "); lower --lr or lengthen --warmup-epochs");
   }
-  if (const auto max_norm = options.optimizer().clip_grad_norm()) {
-    // On the reduced gradients, so every rank clips alike; unscaled first, as torchvision does.
-    scaler->unscale_(*optimizer);
-    torch::nn::utils::clip_grad_norm_(model->parameters(), *max_norm);
+  if (!style->applies_update()) {
+    if (const auto max_norm = options.optimizer().clip_grad_norm()) {
+      // On the reduced gradients, so every rank clips alike; unscaled first, as torchvision does.
+      scaler->unscale_(*optimizer);
+      torch::nn::utils::clip_grad_norm_(model->parameters(), *max_norm);
+    }
+    scaler->step(*optimizer);
+    scaler->update();
   }
-  scaler->step(*optimizer);
-  scaler->update();
   if (ema && step_in_epoch % options.model_ema()->steps() == 0) {
     ema->update(*model);
     // During warm-up the average keeps copying the weights, as torchvision's recipe does.
@@ -571,6 +588,7 @@ bool Trainer::State::train_epoch(MetricSums& sums, int64_t& skipped) {
 void Trainer::State::save_checkpoint(bool epoch_done, bool is_best) {
   if (!leader() || options.checkpoint().output_dir().empty()) return;
   last_checkpoint = Clock::now();
+  style->gather_state();
   TrainingCheckpoint cp;
   cp.arch = options.arch();
   cp.epoch = epoch;
@@ -608,6 +626,13 @@ void Trainer::State::save_checkpoint(bool epoch_done, bool is_best) {
 TrainResult Trainer::train() {
   State& s = *state_;
   TrainResult result;
+  if (s.server) {
+    const ps::ServerReport report = s.server->serve();
+    std::cerr << "parameter server rank " << s.job->rank() << ": " << report.updates << " update(s) applied"
+              << (report.workers_lost.empty() ? "" : str(", ", report.workers_lost.size(), " worker(s) lost"))
+              << std::endl;
+    return result;
+  }
   if (!s.options.checkpoint().stop_signals().empty()) {
     s.stop_signals = std::make_unique<StopSignals>(s.options.checkpoint().stop_signals());
   }
@@ -622,6 +647,8 @@ TrainResult Trainer::train() {
       if (s.stop_agreed) s.comm->barrier();
       break;
     }
+    // Steps taken apart (an asynchronous parameter server) summed only their own rank's counts.
+    if (!s.style->lockstep()) sums = sums.reduced(*s.comm);
     // A run stopped after an epoch's last step resumes into an empty pass: nothing to report.
     // (`sums` holds every rank's counts, so all ranks skip alike.)
     if (sums.count > 0) s.report_pass("train", sums, static_cast<size_t>(skipped_local), start);
@@ -653,6 +680,7 @@ TrainResult Trainer::train() {
 }
 
 MetricSums Trainer::evaluate() {
+  if (state_->server) return {};
   state_->style->before_evaluate();
   return state_->evaluate(*state_->model, "val");
 }

@@ -1,14 +1,14 @@
+#include "dptrain/parallel/ps.h"
+
 #include <gtest/gtest.h>
+#include <torch/torch.h>
 
 #include <chrono>
 #include <mutex>
 #include <thread>
 
-#include <torch/torch.h>
-
 #include "dptrain/common/error.h"
 #include "dptrain/compat/compat.h"
-#include "dptrain/parallel/ps.h"
 #include "support/thread_ranks.h"
 #include "support/tiny_training.h"
 
@@ -61,8 +61,8 @@ std::vector<at::Tensor> train_reference(const Batches& data, uint64_t seed, std:
 }
 
 struct JobResult {
-  std::vector<at::Tensor> worker0;   // rank 0's weights at the end
-  ps::ServedState served;            // the servers' state, fetched by rank 0 at the end
+  std::vector<at::Tensor> worker0;  // rank 0's weights at the end
+  ps::ServedState served;           // the servers' state, fetched by rank 0 at the end
   std::vector<ps::ServerReport> reports;
 };
 
@@ -72,36 +72,39 @@ JobResult run_job(int workers, ps::PsOptions options, const Batches& data,
                   const std::function<void(int, int64_t)>& before_step = {}) {
   JobResult result;
   std::mutex mutex;
-  dpt::testing::run_ranks(workers + options.servers(), [&](Communicator& comm) {
-    auto model = make_mlp();
-    fill(*model, 100 + comm.rank());  // rank 0's weights are the servers' starting point
-    const ps::Roles roles(comm.size(), options.servers());
-    if (roles.is_server(comm.rank())) {
-      ps::ParameterServer server(served(*model), borrow(comm), options, ps::SgdRule().momentum(kMomentum));
-      auto report = server.serve();
-      std::lock_guard<std::mutex> lock(mutex);
-      result.reports.push_back(report);
-      return;
-    }
-    ps::ParameterServerClient client(served(*model), borrow(comm), options);
-    client.start();
-    const int64_t micro = data.x.size(1) / workers;
-    for (int64_t s = 0; s < data.x.size(0); ++s) {
-      if (before_step) before_step(comm.rank(), s);
-      model->zero_grad();
-      client.prepare_for_backward(lr_at(s), s);
-      const auto x = data.x[s].narrow(0, comm.rank() * micro, micro);
-      const auto y = data.y[s].narrow(0, comm.rank() * micro, micro);
-      F::cross_entropy(model->forward(x), y).backward();
-      client.synchronize();
-    }
-    if (comm.rank() != 0) return;  // (the destructor tells the servers)
-    // Rank 0 asks for the state after the others may still be pushing (async): only its own
-    // weights are compared then.
-    std::lock_guard<std::mutex> lock(mutex);
-    result.served = client.fetch_state();
-    for (const auto& p : model->parameters()) result.worker0.push_back(p.detach().clone());
-  }, std::chrono::seconds(60));
+  dpt::testing::run_ranks(
+      workers + options.servers(),
+      [&](Communicator& comm) {
+        auto model = make_mlp();
+        fill(*model, 100 + comm.rank());  // rank 0's weights are the servers' starting point
+        const ps::Roles roles(comm.size(), options.servers());
+        if (roles.is_server(comm.rank())) {
+          ps::ParameterServer server(served(*model), borrow(comm), options, ps::SgdRule().momentum(kMomentum));
+          auto report = server.serve();
+          std::lock_guard<std::mutex> lock(mutex);
+          result.reports.push_back(report);
+          return;
+        }
+        ps::ParameterServerClient client(served(*model), borrow(comm), options);
+        client.start();
+        const int64_t micro = data.x.size(1) / workers;
+        for (int64_t s = 0; s < data.x.size(0); ++s) {
+          if (before_step) before_step(comm.rank(), s);
+          model->zero_grad();
+          client.prepare_for_backward(lr_at(s), s);
+          const auto x = data.x[s].narrow(0, comm.rank() * micro, micro);
+          const auto y = data.y[s].narrow(0, comm.rank() * micro, micro);
+          F::cross_entropy(model->forward(x), y).backward();
+          client.synchronize();
+        }
+        if (comm.rank() != 0) return;  // (the destructor tells the servers)
+        // Rank 0 asks for the state after the others may still be pushing (async): only its own
+        // weights are compared then.
+        std::lock_guard<std::mutex> lock(mutex);
+        result.served = client.fetch_state();
+        for (const auto& p : model->parameters()) result.worker0.push_back(p.detach().clone());
+      },
+      std::chrono::seconds(60));
   return result;
 }
 
@@ -186,7 +189,8 @@ TEST(PsAsync, LearnsAndWeightsStayFinite) {
   fill(*model, 100);
   const double before = F::cross_entropy(model->forward(data.x[0]), data.y[0]).item<double>();
   for (auto consistency : {ps::Consistency::Async, ps::Consistency::Bounded}) {
-    const auto job = run_job(2, ps::PsOptions().consistency(consistency).staleness(1).buckets(small_buckets()), repeated);
+    const auto job =
+        run_job(2, ps::PsOptions().consistency(consistency).staleness(1).buckets(small_buckets()), repeated);
     torch::NoGradGuard no_grad;
     auto params = model->parameters();
     for (size_t i = 0; i < params.size(); ++i) params[i].copy_(job.served.weights[i]);

@@ -6,6 +6,7 @@
 //   dptrain train --multiprocessing-distributed --dummy -a resnet20      # one worker per GPU, mp.spawn style
 //   dptrain train --mode dp --replicas 2 --dummy -a resnet20 -b 128      # one process, two replicas
 //   dptrain launch --standalone --nproc-per-node 2 -- dptrain train --mode hvd --dummy -a resnet20
+//   dptrain launch --standalone --nproc-per-node 3 -- dptrain train --mode ps --ps-async --dummy -a resnet20
 
 #include <iostream>
 
@@ -223,7 +224,30 @@ Command add_train_command(CLI::App& root) {
   add_parsed_option(*app, "--mode", parallel.mode(), train::parse_parallel_mode,
                     "ddp: one process per replica (DistributedDataParallel); dp: one process driving the "
                     "--replicas/--gpus replicas, -b then being the batch per step split over them "
-                    "(nn.DataParallel); hvd: Horovod's DistributedOptimizer with broadcast weights");
+                    "(nn.DataParallel); hvd: Horovod's DistributedOptimizer with broadcast weights; ps: a parameter "
+                    "server, the last --ps-servers processes holding the weights and running SGD, the others "
+                    "workers pushing gradients and pulling weights");
+  ps::PsOptions& ps = parallel.ps();
+  app->add_option("--ps-servers", ps.servers(),
+                  "--mode ps: processes that serve (the job's last ranks); the rest are workers")
+      ->capture_default_str();
+  auto* sync = app->add_flag_callback(
+      "--ps-sync", [&ps] { ps.consistency(ps::Consistency::Sync); },
+      "--mode ps: average every worker's gradients, then step (DDP's "
+      "mathematics; the default)");
+  auto* async = app->add_flag_callback(
+      "--ps-async", [&ps] { ps.consistency(ps::Consistency::Async); },
+      "--mode ps: apply each worker's gradients as they arrive, scaled by "
+      "1/workers; workers never wait for each other");
+  auto* staleness =
+      app->add_option_function<int>(
+             "--ps-staleness",
+             [&ps](int k) { ps.staleness(k).consistency(k == 0 ? ps::Consistency::Sync : ps::Consistency::Bounded); },
+             "--mode ps: as --ps-async, but no worker runs more than K steps ahead of the "
+             "slowest (0: --ps-sync)")
+          ->check(CLI::NonNegativeNumber);
+  sync->excludes(async)->excludes(staleness);
+  async->excludes(staleness);
   app->add_option("--replicas", parallel.replicas(), "--mode dp: this many CPU replicas");
   app->add_option("--gpus", parallel.gpus(), "--mode dp: CUDA devices of the replicas, e.g. 0,1 (the first holds the model)")
       ->delimiter(',');
@@ -233,7 +257,11 @@ Command add_train_command(CLI::App& root) {
                 "workers, rank = node rank x workers + local rank), --dist-url tcp://HOST:PORT the "
                 "rendezvous (default: a free local port)");
   app->add_option("--nprocs", flags->nprocs, "--multiprocessing-distributed: workers on this node (default: one per GPU)");
-  return {app, [flags](const std::vector<std::string>&) {
+  return {app, [flags, app](const std::vector<std::string>&) {
+            const bool ps_flags = app->count("--ps-servers") + app->count("--ps-sync") + app->count("--ps-async") +
+                                  app->count("--ps-staleness") > 0;
+            DPT_CHECK(!ps_flags || flags->options.parallel().mode() == train::ParallelMode::Ps, ConfigError,
+                      "--ps-servers, --ps-sync, --ps-async and --ps-staleness belong to --mode ps");
             if (flags->model_ema) flags->options.model_ema(flags->model_ema_options);
             if (flags->ra_sampler) flags->options.data().repeated_augmentations(flags->ra_reps);
             if (flags->auto_augment) {

@@ -54,4 +54,12 @@ struct InitOptions {
 std::shared_ptr<Communicator> init_process_group(const InitOptions& options = InitOptions(),
                                                  const Environment& env = Environment::current());
 
+// A communicator over the ranks [first, first + size) of `world`'s job, on its rendezvous store,
+// for jobs whose processes take different roles (the parameter server's workers). Collective over
+// those ranks only; they become ranks 0 .. size-1 of the group. `options` gives the timeout and
+// network interface, as to init_process_group. Gloo, without the shared-memory all_reduce.
+std::shared_ptr<Communicator> new_group(const Communicator& world, int first, int size,
+                                        const InitOptions& options = InitOptions(),
+                                        const Environment& env = Environment::current());
+
 }  // namespace dpt::dist

@@ -24,6 +24,7 @@
 #include "dptrain/data/dataset.h"
 #include "dptrain/data/interpolation.h"
 #include "dptrain/dist/init.h"
+#include "dptrain/parallel/ps/options.h"
 #include "dptrain/train/batch_mixing.h"
 #include "dptrain/train/lr_schedule.h"
 #include "dptrain/train/model_ema.h"
@@ -35,9 +36,11 @@ namespace dpt::train {
 
 // How the replicas agree on a step: DistributedDataParallel (one process per replica),
 // DataParallel (one process driving several replicas; batch_size is then the whole step's batch,
-// split over them), or Horovod's DistributedOptimizer with broadcast weights.
-enum class ParallelMode { Ddp, Dp, Hvd };
-// "ddp", "dp" or "hvd"; ConfigError for anything else.
+// split over them), Horovod's DistributedOptimizer with broadcast weights, or a parameter server
+// (the job's last ParallelOptions::ps().servers() processes hold the weights and run SGD; the
+// others are the workers the rest of these options speak of).
+enum class ParallelMode { Ddp, Dp, Hvd, Ps };
+// "ddp", "dp", "hvd" or "ps"; ConfigError for anything else.
 ParallelMode parse_parallel_mode(const std::string& name);
 std::string to_string(ParallelMode mode);
 
@@ -123,6 +126,9 @@ struct ParallelOptions {
   // Batch statistics over all ranks (SyncBatchNorm): every BatchNorm layer is converted before
   // DistributedDataParallel wraps the model; checkpoints keep BatchNorm's names.
   TORCH_ARG(bool, sync_bn) = false;
+  // Mode Ps: the servers and the consistency model. Its timeout, buckets and log are set by the
+  // trainer (from `dist`, and for the servers' log std::cerr).
+  TORCH_ARG(ps::PsOptions, ps) = {};
 };
 
 struct TrainOptions {

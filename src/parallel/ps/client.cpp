@@ -1,8 +1,8 @@
 #include "dptrain/parallel/ps/client.h"
 
-#include <iostream>
-
 #include <torch/csrc/autograd/grad_mode.h>
+
+#include <iostream>
 
 #include "dptrain/common/error.h"
 #include "message.h"
@@ -35,9 +35,8 @@ ParameterServerClient::ParameterServerClient(std::vector<ServedParameter> params
   DPT_CHECK(!roles_.is_server(world_->rank()), ConfigError, "rank ", world_->rank(), " is a server of ",
             roles_.world_size, " processes with ", roles_.servers, " server(s), not a worker");
   for (const auto& p : params_) {
-    DPT_CHECK(p.tensor.scalar_type() == at::kFloat && p.tensor.device().is_cpu(), ConfigError, who(),
-              ": parameter '", p.name, "' is ", p.tensor.toString(), "; the parameter server serves float32 CPU ",
-              "parameters");
+    DPT_CHECK(p.tensor.scalar_type() == at::kFloat && p.tensor.device().is_cpu(), ConfigError, who(), ": parameter '",
+              p.name, "' is ", p.tensor.toString(), "; the parameter server serves float32 CPU ", "parameters");
   }
   reducer_ = std::make_unique<Reducer>(named(params_), world_, options_.buckets());
   DPT_ASSERT(reducer_->bucket_indices() == layout_.buckets(), "the reducer's buckets differ from the shard layout's");
@@ -68,7 +67,7 @@ void ParameterServerClient::start(const std::vector<at::Tensor>& momentum) {
   torch::NoGradGuard no_grad;
   if (world_->rank() == 0) {
     const bool has_momentum = !momentum.empty() && std::all_of(momentum.begin(), momentum.end(),
-                                                                [](const at::Tensor& m) { return m.defined(); });
+                                                               [](const at::Tensor& m) { return m.defined(); });
     for (size_t b = 0; b < layout_.bucket_count(); ++b) {
       // The bucket's weights and momentum, flat in its layout.
       at::Tensor flat = at::zeros({2 * layout_.bucket_numel(b)}, at::kFloat);
@@ -86,9 +85,9 @@ void ParameterServerClient::start(const std::vector<at::Tensor>& momentum) {
         wire::write_header(message, header);
         wire::payload(message, 0, c.numel).copy_(flat.narrow(0, c.offset, c.numel));
         wire::payload(message, c.numel, c.numel).copy_(flat.narrow(0, layout_.bucket_numel(b) + c.offset, c.numel));
-        wire::wait(wire::send(world_->backend(), message, roles_.server_rank(s), wire::state_tag(b)),
-                   options_.timeout(), str(who(), ": sending the starting weights of bucket ", b, " to server rank ",
-                                           roles_.server_rank(s)));
+        wire::wait(
+            wire::send(world_->backend(), message, roles_.server_rank(s), wire::state_tag(b)), options_.timeout(),
+            str(who(), ": sending the starting weights of bucket ", b, " to server rank ", roles_.server_rank(s)));
       }
     }
   }
@@ -118,8 +117,9 @@ PendingReduction ParameterServerClient::push(const at::Tensor& bucket) {
     works.emplace_back(wire::send(world_->backend(), message, server, wire::push_tag(b)),
                        str(who(), ": pushing bucket ", b, " of step ", step_, " to server rank ", server));
     if (c.numel == 0) continue;
-    works.emplace_back(wire::recv(world_->backend(), pulled_[b].narrow(0, c.offset, c.numel), server, wire::push_tag(b)),
-                       str(who(), ": pulling bucket ", b, " of step ", step_, " from server rank ", server));
+    works.emplace_back(
+        wire::recv(world_->backend(), pulled_[b].narrow(0, c.offset, c.numel), server, wire::push_tag(b)),
+        str(who(), ": pulling bucket ", b, " of step ", step_, " from server rank ", server));
   }
   return PendingReduction(dist::Work(), [this, works = std::move(works)] {
     for (const auto& [work, what] : works) wire::wait(work, options_.timeout(), what);
@@ -172,10 +172,9 @@ ServedState ParameterServerClient::fetch_state() {
     const auto sizes = params_[i].tensor.sizes();
     const int64_t n = params_[i].tensor.numel();
     state.weights.push_back(flat[at.bucket].narrow(0, at.offset, n).view(sizes).clone());
-    state.momentum.push_back(has_momentum ? flat[at.bucket].narrow(0, layout_.bucket_numel(at.bucket) + at.offset, n)
-                                                .view(sizes)
-                                                .clone()
-                                          : at::Tensor());
+    state.momentum.push_back(
+        has_momentum ? flat[at.bucket].narrow(0, layout_.bucket_numel(at.bucket) + at.offset, n).view(sizes).clone()
+                     : at::Tensor());
   }
   return state;
 }

@@ -6,12 +6,12 @@
 // job starts (the servers' starting point) and from a server when a worker asks (State request:
 // rank 0 before a checkpoint, every worker to take the servers' weights at the start).
 
+#include <ATen/ATen.h>
+
 #include <chrono>
 #include <cstdint>
 #include <cstring>
 #include <string>
-
-#include <ATen/ATen.h>
 
 #include "dptrain/compat/compat.h"
 
@@ -21,8 +21,8 @@ enum class Request : int32_t { Push = 1, State = 2, Stop = 3 };
 
 // 32 bytes at the front of a float32 message: 8 floats.
 struct Header {
-  int64_t step = 0;        // the worker's step (its pushes so far)
-  double lr = 0;           // the learning rate of this push
+  int64_t step = 0;  // the worker's step (its pushes so far)
+  double lr = 0;     // the learning rate of this push
   Request request = Request::Push;
   int32_t has_momentum = 0;  // state messages: whether the momentum part holds a buffer
   int64_t reserved = 0;

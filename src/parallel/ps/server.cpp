@@ -1,13 +1,13 @@
 #include "dptrain/parallel/ps/server.h"
 
+#include <torch/csrc/autograd/grad_mode.h>
+
 #include <algorithm>
 #include <atomic>
 #include <condition_variable>
 #include <limits>
 #include <mutex>
 #include <thread>
-
-#include <torch/csrc/autograd/grad_mode.h>
 
 #include "dptrain/common/error.h"
 #include "dptrain/parallel/ps/shard_layout.h"
@@ -87,8 +87,8 @@ std::vector<at::Tensor> tensors_of(const std::vector<ServedParameter>& params) {
 
 }  // namespace
 
-ParameterServer::State::State(const std::vector<ServedParameter>& params, std::shared_ptr<dist::Communicator> world_comm,
-                              PsOptions o, SgdRule rule)
+ParameterServer::State::State(const std::vector<ServedParameter>& params,
+                              std::shared_ptr<dist::Communicator> world_comm, PsOptions o, SgdRule rule)
     : world(std::move(world_comm)),
       options(o),
       sgd(rule),
@@ -259,8 +259,8 @@ void ParameterServer::State::leave(int worker, const std::string& why) {
       if (options.consistency() == Consistency::Sync) {
         if (failure.empty()) failure = why;
       } else if (options.log() != nullptr) {
-        *options.log() << who() << ": worker rank " << worker << " left after " << progress[worker]
-                       << " step(s) (" << why << "); serving the other " << left << " worker(s)" << std::endl;
+        *options.log() << who() << ": worker rank " << worker << " left after " << progress[worker] << " step(s) ("
+                       << why << "); serving the other " << left << " worker(s)" << std::endl;
       }
     }
   }

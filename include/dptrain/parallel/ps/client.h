@@ -83,7 +83,7 @@ class ParameterServerClient {
   Roles roles_;
   ShardLayout layout_;
   std::unique_ptr<Reducer> reducer_;
-  std::map<const void*, size_t> bucket_of_;  // a bucket buffer's data -> its index
+  std::map<const void*, size_t> bucket_of_;      // a bucket buffer's data -> its index
   std::vector<std::vector<at::Tensor>> outbox_;  // [bucket][server]: header + gradient chunk
   std::vector<at::Tensor> pulled_;               // [bucket]: the servers' weights, flat
   double lr_ = 0;

@@ -2,13 +2,13 @@
 // What the parameter server's two sides agree on: the roles of a job's processes, the consistency
 // model, and the parameters served.
 
+#include <ATen/ATen.h>
+#include <torch/arg.h>
+
 #include <chrono>
 #include <iostream>
 #include <string>
 #include <vector>
-
-#include <ATen/ATen.h>
-#include <torch/arg.h>
 
 #include "dptrain/common/log_stream.h"
 #include "dptrain/dist/collective.h"

@@ -7,10 +7,10 @@
 //   ShardLayout layout(tensors, /*servers=*/2, options.buckets());
 //   Chunk c = layout.chunk(bucket, server);   // elements [c.offset, c.offset + c.numel) of it
 
+#include <ATen/ATen.h>
+
 #include <cstdint>
 #include <vector>
-
-#include <ATen/ATen.h>
 
 #include "dptrain/parallel/reducer.h"
 
