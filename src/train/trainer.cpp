@@ -277,6 +277,7 @@ struct Trainer::State {
 Trainer::Trainer(TrainOptions options) : state_(std::make_unique<State>(std::move(options))) {
   State& s = *state_;
   check_options(s.options);
+  if (s.options.parallel().mode() == ParallelMode::Ps) ps_sgd_rule(s.options);  // (its checks, on every rank alike)
   // Everything local first: a bad folder, name or file fails here on every rank alike.
   FoundCheckpoint resumed;
   if (!s.options.checkpoint().resume().empty()) {
