@@ -138,9 +138,9 @@ class PsStyle : public ParallelStyle {
   bool lockstep() const override { return options_.consistency() == ps::Consistency::Sync; }
   void before_evaluate() override {
     if (!lockstep()) {
-      // Every worker's pushes are in once all are here; then all take the same weights.
-      workers_->barrier();
-      adopt(client_.fetch_state(), /*momentum=*/false);
+      // Rank 0 validates alone (the trainer's together()), on the servers' weights of the moment.
+      if (workers_->rank() == 0) adopt(client_.fetch_state(), /*momentum=*/false);
+      return;
     }
     // As DDP's: every rank measures the model rank 0 checkpoints, with its BatchNorm statistics.
     for (auto& buffer : model_->buffers()) workers_->broadcast(buffer, /*root=*/0);

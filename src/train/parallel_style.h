@@ -44,8 +44,9 @@ class ParallelStyle {
   // Whether synchronize() leaves the stepped weights in the model (the parameter servers ran the
   // optimizer), so that the trainer's optimizer must not step.
   virtual bool applies_update() const { return false; }
-  // Whether the ranks take their steps together. When not (an asynchronous parameter server), a
-  // step's metrics are this rank's own and only an epoch's are summed over the ranks.
+  // Whether the ranks take their steps together. When not (an asynchronous parameter server), the
+  // trainer never makes one rank wait for another: metrics are each rank's own, rank 0 validates
+  // alone, and a worker that dies leaves the others training.
   virtual bool lockstep() const { return true; }
   // On rank 0 before it writes a checkpoint: brings state kept elsewhere (the servers' weights and
   // momentum) into the model and optimizer.

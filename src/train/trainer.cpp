@@ -145,6 +145,11 @@ struct Trainer::State {
   void open_logs();
 
   bool leader() const { return comm->rank() == 0; }
+  // Whether the ranks step together and meet in collectives (ParallelStyle::lockstep). When not (an
+  // asynchronous parameter server), no rank ever waits for another: each reports its own steps,
+  // rank 0 alone validates, and a worker that dies leaves the others training.
+  bool together() const { return style->lockstep(); }
+  MetricSums over_ranks(const MetricSums& local) const { return together() ? local.reduced(*comm) : local; }
   int64_t global_batch() const { return options.batch_size() * comm->size() * accum_steps; }
   int64_t steps_per_epoch() const {
     const int64_t per_step = options.batch_size() * accum_steps;
@@ -191,8 +196,8 @@ struct Trainer::State {
   }
 
   // One validation pass of `net` over the whole validation set, split over the ranks; reports it
-  // as `phase`. Collective. The model's pass first runs the style's before_evaluate(); the EMA's
-  // has no need to.
+  // as `phase`. Collective (apart from together(): rank 0's pass alone, the others return nothing).
+  // The model's pass first runs the style's before_evaluate(); the EMA's has no need to.
   MetricSums evaluate(models::ClassifierImpl& net, const std::string& phase);
 
   // Cross-entropy against class indices or soft (mixed) targets, with --label-smoothing.
@@ -228,7 +233,8 @@ struct Trainer::State {
 
   void print_banner() const;
   // Tells the observers about a finished train or val pass: `all` are its sums over all ranks,
-  // `skipped_here` the bad images this rank's loader skipped (summed over ranks here: collective).
+  // `skipped_here` the bad images this rank's loader skipped (summed over ranks here: collective;
+  // apart from together(), this rank's own).
   void report_pass(const std::string& phase, const MetricSums& all, size_t skipped_here, Clock::time_point start);
   // Fills in what every report has: the position, and the scores of `all`.
   void score(Report& report, const MetricSums& all) const {
@@ -254,7 +260,7 @@ struct Trainer::State {
     if (!stop_signals) return false;
     MetricSums vote;
     vote.stop_votes = stop_vote();
-    return stop_agreed_in(vote.reduced(*comm));
+    return stop_agreed_in(over_ranks(vote));
   }
   // This rank's vote: 1 once it has caught a stop signal.
   int64_t stop_vote() const { return stop_signals && stop_signals->received() != 0 ? 1 : 0; }
@@ -517,7 +523,7 @@ std::optional<MetricSums> Trainer::State::step(data::Loader& loader) {
   }
   style->synchronize();
   local.stop_votes = stop_vote();
-  MetricSums all = style->lockstep() ? local.reduced(*comm) : local;
+  MetricSums all = over_ranks(local);
   // NaN or inf on any rank makes the summed loss non-finite on every rank, so all ranks decide
   // alike. The scaler skips such steps; without it, continuing would spread NaN into the weights.
   if (!scaler->is_enabled()) {
@@ -645,11 +651,9 @@ TrainResult Trainer::train() {
     if (!finished) {
       s.save_checkpoint(/*epoch_done=*/false, /*is_best=*/false);
       // The other ranks wait for rank 0's checkpoint, so that no process exits before it is whole.
-      if (s.stop_agreed) s.comm->barrier();
+      if (s.stop_agreed && s.together()) s.comm->barrier();
       break;
     }
-    // Steps taken apart (an asynchronous parameter server) summed only their own rank's counts.
-    if (!s.style->lockstep()) sums = sums.reduced(*s.comm);
     // A run stopped after an epoch's last step resumes into an empty pass: nothing to report.
     // (`sums` holds every rank's counts, so all ranks skip alike.)
     if (sums.count > 0) s.report_pass("train", sums, static_cast<size_t>(skipped_local), start);
@@ -668,7 +672,7 @@ TrainResult Trainer::train() {
     // rather than after the next epoch's first step.
     if (s.any_rank_stopping()) {
       s.stop_agreed = true;
-      s.comm->barrier();
+      if (s.together()) s.comm->barrier();
       break;
     }
   }
@@ -690,7 +694,9 @@ MetricSums Trainer::State::evaluate(models::ClassifierImpl& net, const std::stri
   const auto start = Clock::now();
   net.eval();
   torch::NoGradGuard no_grad;
-  data::EvalSampler val_sampler(data.val->size(), comm->size(), comm->rank());
+  if (!together() && !leader()) return {};
+  const int shards = together() ? comm->size() : 1;
+  data::EvalSampler val_sampler(data.val->size(), shards, comm->rank() % shards);
   data::Loader loader(data.val, val_sampler.indices(), /*epoch=*/0, loader_options());
   MetricSums local;
   while (auto batch = loader.next()) {
@@ -701,7 +707,7 @@ MetricSums Trainer::State::evaluate(models::ClassifierImpl& net, const std::stri
     const auto loss = criterion(logits.to(at::kDouble), labels);
     local.add(logits, labels, loss.item<double>());
   }
-  const MetricSums all = local.reduced(*comm);
+  const MetricSums all = over_ranks(local);
   report_pass(phase, all, loader.skipped().size(), start);
   return all;
 }
@@ -709,7 +715,7 @@ MetricSums Trainer::State::evaluate(models::ClassifierImpl& net, const std::stri
 void Trainer::State::report_pass(const std::string& phase, const MetricSums& all, size_t skipped_here,
                                  Clock::time_point start) {
   at::Tensor skipped = at::tensor({static_cast<double>(skipped_here)}, at::kDouble).to(comm->device());
-  comm->all_reduce(skipped, dist::ReduceOp::Sum);
+  if (together()) comm->all_reduce(skipped, dist::ReduceOp::Sum);
   EpochReport report;
   score(report, all);
   report.phase = phase;

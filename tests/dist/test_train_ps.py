@@ -1,17 +1,20 @@
 """`dptrain train --mode ps`: the parameter server. Synchronous training ends with
 DistributedDataParallel's weights and momentum (20 SGD steps with momentum and weight decay, 1 and
 2 servers) and resumes exactly; asynchronous and bounded-staleness training learn the synthetic
-set to the learning tests' bar; what the servers cannot run is refused before any step."""
+set to the learning tests' bar; an asynchronous job outlives a killed worker; what the servers
+cannot run is refused before any step."""
 
 import json
 import os
 import re
 import shutil
+import signal
 import tempfile
+import time
 import unittest
 
 import small_training
-from proc import PYTHON, dptrain, env_with, run
+from proc import PYTHON, Started, dptrain, env_with, free_port, run
 from train_runs import COMPARE, last_json
 
 BOUND = 200
@@ -19,6 +22,12 @@ ENV = env_with(OMP_NUM_THREADS="1", OMP_WAIT_POLICY="PASSIVE", CUDA_VISIBLE_DEVI
                MASTER_ADDR=None, RANK=None, WORLD_SIZE=None, LOCAL_RANK=None)
 # 512 images, 2 workers x 64: 4 steps per epoch, 20 in 5 epochs.
 STEPS_20 = ["--epochs", "5"]
+
+
+def rank_env(rank, port):
+    """The torchrun variables of one of 3 processes on this host."""
+    return dict(ENV, RANK=rank, WORLD_SIZE=3, LOCAL_RANK=rank, LOCAL_WORLD_SIZE=3, MASTER_ADDR="127.0.0.1",
+                MASTER_PORT=port)
 
 
 def launched(processes, *extra):
@@ -110,9 +119,41 @@ class AsyncParameterServer(unittest.TestCase):
                                       "--lr-schedule", "cosine", "--wd", "5e-4", "--momentum", "0.5"],
                                      timeout=BOUND, env=ENV)
                 self.assertEqual(code, 0, out + err)
-                summary = last_json(re.sub(r"\[rank 2\].*\n", "", out))
+                summary = last_json(out)
                 self.assertEqual(summary["val"]["count"], 501)
                 self.assertGreaterEqual(summary["val"]["acc1"], 90.0, out)
+
+    def test_the_servers_outlive_a_killed_worker(self):
+        # Three processes started as torchrun starts them (dptrain launch would stop the node's
+        # group on a death, by design): workers 0 and 1, server 2. Worker 1 is killed mid-epoch.
+        port = free_port()
+        command = small_training.command("--mode", "ps", "--ps-async", "--momentum", "0.5", "--epochs", "2",
+                                         "--dummy-train-size", "1024", "-b", "16", "-p", "1")
+        started = [Started(command, env=env_with(**rank_env(rank, port))) for rank in range(3)]
+        try:
+            progress, deadline = [], time.monotonic() + 60
+            while len(progress) < 8 and time.monotonic() < deadline:
+                line = started[0].proc.stdout.readline()
+                if not line:
+                    break
+                if line.startswith("Epoch: [0]["):
+                    progress.append(line)
+            self.assertEqual(len(progress), 8, "rank 0 should be training")
+            started[1].proc.send_signal(signal.SIGKILL)
+            code, out, err = started[0].wait(BOUND)
+            self.assertEqual(code, 0, out + err)
+            summary = small_training.results(out)
+            self.assertEqual(len(summary), 1, out)
+            self.assertEqual(json.loads(summary[0])["epochs"], 2)
+            self.assertEqual(json.loads(summary[0])["val"]["count"], small_training.VAL_IMAGES)
+            code, out, err = started[2].wait(BOUND)
+            self.assertEqual(code, 0, out + err)
+            self.assertRegex(err, r"parameter server rank 2: worker rank 1 left after \d+ step\(s\) \(.*\); serving "
+                                  r"the other 1 worker\(s\)")
+            self.assertIn("1 worker(s) lost", err)
+        finally:
+            for process in started:
+                process.close()
 
     def test_what_the_servers_cannot_run_is_refused(self):
         cases = [(["--ps-async"], "--ps-servers, --ps-sync, --ps-async and --ps-staleness belong to --mode ps"),
