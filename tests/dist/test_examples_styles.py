@@ -1,6 +1,6 @@
-"""The Horovod-style, Apex-style (mixed precision + SyncBatchNorm) and distributed-evaluation
-examples run as their documentation says, with 2 processes under `dptrain launch`, and learn or
-match a single process exactly."""
+"""The Horovod-style, Apex-style (mixed precision + SyncBatchNorm), distributed-evaluation and
+parameter-server examples run as their documentation says under `dptrain launch` (2 processes, 3 for
+the parameter server), and learn or match a single process exactly."""
 
 import re
 import unittest
@@ -24,6 +24,24 @@ class HorovodStyle(unittest.TestCase):
         self.assertLess(float(epochs[1][1]), 0.7 * float(epochs[0][1]))
         self.assertGreater(float(epochs[1][3]), 30.0)
         self.assertNotIn("[rank 1] epoch", out)
+
+
+class ParameterServer(unittest.TestCase):
+    def test_sync_and_async_workers_learn_through_one_server(self):
+        for extra, consistency in (([], "sync"), (["--async", "--momentum", "0.5"], "async")):
+            with self.subTest(consistency=consistency):
+                code, out, err = run([dptrain(), "launch", "--standalone", "--nproc-per-node", "3", "--",
+                                      example("parameter_server"), "--epochs", "2", "--train-size", "2560",
+                                      "--val-size", "333", "--timeout", "120", *extra], timeout=280)
+                self.assertEqual(code, 0, out + err)
+                self.assertIn(f"[rank 0] parameter_server: 2 worker(s), 1 server(s), {consistency}, batch 64 per "
+                              "worker", out)
+                self.assertRegex(out, r"\[rank 2\] server rank 2: \d+ updates, workers at most \d+ step\(s\) apart")
+                epochs = re.findall(r"epoch (\d)/2: train loss ([\d.]+), val loss ([\d.]+), val top-1 ([\d.]+)% "
+                                    r"\((\d+) images\)", out)
+                self.assertEqual([e[4] for e in epochs], ["333", "333"], out)
+                self.assertLess(float(epochs[1][1]), 0.7 * float(epochs[0][1]))
+                self.assertGreater(float(epochs[1][3]), 30.0)
 
 
 class AmpSyncBn(unittest.TestCase):
