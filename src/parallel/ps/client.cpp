@@ -1,6 +1,6 @@
 #include "dptrain/parallel/ps/client.h"
 
-#include <torch/csrc/autograd/grad_mode.h>
+#include <torch/utils.h>
 
 #include <iostream>
 

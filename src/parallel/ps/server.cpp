@@ -1,6 +1,6 @@
 #include "dptrain/parallel/ps/server.h"
 
-#include <torch/csrc/autograd/grad_mode.h>
+#include <torch/utils.h>
 
 #include <algorithm>
 #include <atomic>
