@@ -11,12 +11,6 @@ namespace dpt::ps {
 
 namespace {
 
-std::vector<at::Tensor> tensors_of(const std::vector<ServedParameter>& params) {
-  std::vector<at::Tensor> tensors;
-  for (const auto& p : params) tensors.push_back(p.tensor);
-  return tensors;
-}
-
 std::vector<NamedParameter> named(const std::vector<ServedParameter>& params) {
   std::vector<NamedParameter> named;
   for (const auto& p : params) named.push_back(NamedParameter{p.name, p.tensor});
@@ -31,7 +25,7 @@ ParameterServerClient::ParameterServerClient(std::vector<ServedParameter> params
       world_(std::move(world)),
       options_(options),
       roles_(world_->size(), options.servers()),
-      layout_(tensors_of(params_), options.servers(), options.buckets()) {
+      layout_(served_tensors(params_), options.servers(), options.buckets()) {
   DPT_CHECK(!roles_.is_server(world_->rank()), ConfigError, "rank ", world_->rank(), " is a server of ",
             roles_.world_size, " processes with ", roles_.servers, " server(s), not a worker");
   for (const auto& p : params_) {

@@ -29,4 +29,10 @@ Roles::Roles(int world_size, int servers) : world_size(world_size), servers(serv
             "start more processes or lower --ps-servers");
 }
 
+std::vector<at::Tensor> served_tensors(const std::vector<ServedParameter>& params) {
+  std::vector<at::Tensor> tensors;
+  for (const auto& p : params) tensors.push_back(p.tensor);
+  return tensors;
+}
+
 }  // namespace dpt::ps

@@ -77,23 +77,13 @@ struct ParameterServer::State {
   std::string failure;  // Sync: why the job cannot go on
 };
 
-namespace {
-
-std::vector<at::Tensor> tensors_of(const std::vector<ServedParameter>& params) {
-  std::vector<at::Tensor> tensors;
-  for (const auto& p : params) tensors.push_back(p.tensor);
-  return tensors;
-}
-
-}  // namespace
-
 ParameterServer::State::State(const std::vector<ServedParameter>& params,
                               std::shared_ptr<dist::Communicator> world_comm, PsOptions o, SgdRule rule)
     : world(std::move(world_comm)),
       options(o),
       sgd(rule),
       roles(world->size(), o.servers()),
-      layout(tensors_of(params), o.servers(), o.buckets()),
+      layout(served_tensors(params), o.servers(), o.buckets()),
       progress(roles.workers(), 0),
       active(roles.workers(), 1) {
   DPT_CHECK(roles.is_server(world->rank()), ConfigError, "rank ", world->rank(), " is a worker of ", roles.world_size,

@@ -78,4 +78,7 @@ struct ServedParameter {
   double weight_decay = 0;
 };
 
+// The parameters' tensors, in order.
+std::vector<at::Tensor> served_tensors(const std::vector<ServedParameter>& params);
+
 }  // namespace dpt::ps
