@@ -635,7 +635,8 @@ TrainResult Trainer::train() {
   TrainResult result;
   if (s.server) {
     const ps::ServerReport report = s.server->serve();
-    std::cerr << "parameter server rank " << s.job->rank() << ": " << report.updates << " update(s) applied"
+    std::cerr << "parameter server rank " << s.job->rank() << ": " << report.updates
+              << " update(s) applied, workers at most " << report.max_lead << " step(s) apart"
               << (report.workers_lost.empty() ? "" : str(", ", report.workers_lost.size(), " worker(s) lost"))
               << std::endl;
     return result;

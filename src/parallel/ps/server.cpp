@@ -88,6 +88,7 @@ ParameterServer::State::State(const std::vector<ServedParameter>& params,
       active(roles.workers(), 1) {
   DPT_CHECK(roles.is_server(world->rank()), ConfigError, "rank ", world->rank(), " is a worker of ", roles.world_size,
             " processes with ", roles.servers, " server(s), not a server");
+  DPT_CHECK(layout.bucket_count() > 0, ConfigError, who(), ": there is nothing to serve: no parameter was given");
   const int server = roles.server_index(world->rank());
   for (size_t b = 0; b < layout.bucket_count(); ++b) {
     auto shard = std::make_unique<Shard>();
@@ -277,7 +278,7 @@ void ParameterServer::State::session(int worker) {
       if (b == 0 && header.request == wire::Request::Stop) return leave(worker, "");
       if (b == 0 && header.request == wire::Request::State) {
         send_state(worker);
-        b = shards.size() - 1;  // the next message is a bucket 0 again
+        b = shards.size() - 1;  // (the loop's step makes it 0) the next message is a bucket 0 again
         continue;
       }
       Shard& shard = *shards[b];
