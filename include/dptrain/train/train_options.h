@@ -126,8 +126,7 @@ struct ParallelOptions {
   // Batch statistics over all ranks (SyncBatchNorm): every BatchNorm layer is converted before
   // DistributedDataParallel wraps the model; checkpoints keep BatchNorm's names.
   TORCH_ARG(bool, sync_bn) = false;
-  // Mode Ps: the servers and the consistency model. Its timeout, buckets and log are set by the
-  // trainer (from `dist`, and for the servers' log std::cerr).
+  // Mode Ps: the servers and the consistency model (its timeout is `dist`'s).
   TORCH_ARG(ps::PsOptions, ps) = {};
 };
 
