@@ -191,7 +191,7 @@ void ParameterServer::State::push(size_t b, int worker, at::Tensor grad, double 
   }
   DPT_CHECK(done, TimeoutError, who(), ": bucket ", b, " waited ", options.timeout().count(),
             " ms for the gradients of worker rank(s) ", missing, "; a synchronous step needs every worker. Check ",
-            "those ranks' logs; raise --timeout if they were only slow (a long validation pass)");
+            "those ranks' logs; raise the timeout (--dist-timeout) if they were only slow (a long validation pass)");
   if (!failure.empty()) throw DistError(failure);
 }
 
@@ -214,7 +214,7 @@ void ParameterServer::State::end_round(int worker) {
     DPT_CHECK(within, TimeoutError, who(), ": worker rank ", worker, " finished step ", progress[worker],
               " and waited ", options.timeout().count(), " ms for the slowest worker to reach step ",
               progress[worker] - options.staleness(), " (staleness ", options.staleness(), "); check the slow ",
-              "workers' logs, or raise --timeout");
+              "workers' logs, or raise the timeout (--dist-timeout)");
   }
   max_lead = std::max(max_lead, progress[worker] - slowest_active());
 }
