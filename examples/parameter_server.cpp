@@ -72,16 +72,17 @@ int run(const examples::Flags& flags, const PsFlags& ps_flags) {
     const auto start = std::chrono::steady_clock::now();
     model->train();
     sampler.set_epoch(epoch);
-    const examples::Totals train = examples::train_epoch(
-        flags, sets.train, sampler.indices(), epoch, torch::kCPU, [&](const at::Tensor& images, const at::Tensor& labels) {
-          model->zero_grad();
-          // The global batch is workers x batch: the rate of one synchronous step over it.
-          client.prepare_for_backward(flags.lr * workers, ++step);
-          auto loss = torch::nn::functional::cross_entropy(model->forward(images), labels);
-          loss.backward();       // gradients pushed bucket by bucket
-          client.synchronize();  // the servers' weights are the model's now
-          return loss;
-        });
+    const examples::Totals train =
+        examples::train_epoch(flags, sets.train, sampler.indices(), epoch, torch::kCPU,
+                              [&](const at::Tensor& images, const at::Tensor& labels) {
+                                model->zero_grad();
+                                // The global batch is workers x batch: the rate of one synchronous step over it.
+                                client.prepare_for_backward(flags.lr * workers, ++step);
+                                auto loss = torch::nn::functional::cross_entropy(model->forward(images), labels);
+                                loss.backward();       // gradients pushed bucket by bucket
+                                client.synchronize();  // the servers' weights are the model's now
+                                return loss;
+                              });
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     if (rank != 0) continue;
     // Rank 0 alone validates, on the servers' weights of the moment: no worker waits for another.

@@ -263,7 +263,8 @@ std::unique_ptr<ParallelStyle> make_parallel_style(const TrainOptions& options, 
     case ParallelMode::Hvd:
       return make_hvd_style(std::move(model), std::move(optimizer), std::move(comm));
     case ParallelMode::Ps:
-      return std::make_unique<PsStyle>(options, std::move(model), std::move(optimizer), std::move(comm), std::move(job));
+      return std::make_unique<PsStyle>(options, std::move(model), std::move(optimizer), std::move(comm),
+                                       std::move(job));
   }
   DPT_ASSERT(false, "unknown ParallelMode");
   return nullptr;
