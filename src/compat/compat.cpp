@@ -20,6 +20,18 @@ void shutdown_backend(Backend& backend) {
 #endif
 }
 
+bool on_completion(const WorkPtr& work, std::function<void()> callback) {
+  c10::intrusive_ptr<c10::ivalue::Future> future;
+  try {
+    future = work->getFuture();  // the base class throws: "not implemented"
+  } catch (const c10::Error&) {
+    return false;
+  }
+  if (!future) return false;
+  future->addCallback([callback = std::move(callback)](c10::ivalue::Future&) { callback(); });
+  return true;
+}
+
 namespace {
 
 #if DPT_TORCH_AT_LEAST(2, 4)

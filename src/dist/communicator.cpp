@@ -25,6 +25,20 @@ Work::Work(compat::WorkPtr work, std::function<void()> finish, Communicator* com
       what_(std::move(what)),
       timeout_(timeout) {}
 
+namespace {
+
+// The first stamp wins: the backend's report, else the return from wait().
+void stamp(std::atomic<Work::Clock::rep>& completed) {
+  Work::Clock::rep unset = 0;
+  completed.compare_exchange_strong(unset, Work::Clock::now().time_since_epoch().count());
+}
+
+}  // namespace
+
+void Work::watch_completion() {
+  compat::on_completion(work_, [completed = completed_] { stamp(*completed); });
+}
+
 void Work::wait() {
   if (!work_) return;
   auto work = std::move(work_);
@@ -33,6 +47,7 @@ void Work::wait() {
   } catch (...) {
     comm_->fail(seq_, what_, std::current_exception(), timeout_);
   }
+  stamp(*completed_);
   comm_->recorder_.end(seq_, CollectiveRecord::State::Completed);
   if (finish_) finish_();
 }
@@ -138,7 +153,9 @@ Work Communicator::start_all_reduce(at::Tensor tensor, ReduceOp op) {
   if (!wire.is_same(tensor)) finish = [tensor, wire]() mutable { tensor.copy_(wire); };
   // A transport that bounds its operations itself says which peer it waited for; a wait that
   // ended first would only say that it took too long.
-  return Work(std::move(work), std::move(finish), this, seq, what, timeout_ + transport_->failure_report_delay());
+  Work started(std::move(work), std::move(finish), this, seq, what, timeout_ + transport_->failure_report_delay());
+  if (!device_.is_cuda()) started.watch_completion();
+  return started;
 }
 
 void Communicator::all_reduce(at::Tensor& tensor, ReduceOp op) { start_all_reduce(tensor, op).wait(); }

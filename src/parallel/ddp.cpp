@@ -100,8 +100,8 @@ StepTiming DistributedDataParallelBase::last_timing() const {
   timing.forward_ms = forward_ms_;
   timing.backward_ms = ms_between(forward_end_, reducer_.last_finished_at());
   timing.comm_wait_ms = reducer_.last_comm_wait_ms();
-  for (const auto launched_at : reducer_.last_launch_times()) {
-    timing.bucket_launch_ms.push_back(ms_between(forward_end_, launched_at));
+  for (const auto& bucket : reducer_.last_reduction().buckets) {
+    timing.bucket_launch_ms.push_back(ms_between(forward_end_, bucket.launched));
   }
   return timing;
 }

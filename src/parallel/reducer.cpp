@@ -244,10 +244,13 @@ void Reducer::launch_ready_buckets() {
   }
 }
 
-std::vector<std::chrono::steady_clock::time_point> Reducer::last_launch_times() const {
+ReductionTimes Reducer::last_reduction() const {
   std::lock_guard<std::mutex> lock(mutex_);
-  std::vector<std::chrono::steady_clock::time_point> times;
-  for (const auto& bucket : buckets_) times.push_back(bucket.launched_at);
+  ReductionTimes times = last_;
+  for (const auto& bucket : buckets_) {
+    times.buckets.push_back({bucket.launched_at, bucket.reduction.completed_at(),
+                             static_cast<int64_t>(bucket.buffer.nbytes())});
+  }
   return times;
 }
 
@@ -299,11 +302,11 @@ void Reducer::finish_backward() {
     if (options_.find_unused_parameters()) users = count_users();
     armed_ = false;
   }
-  const auto start = std::chrono::steady_clock::now();
+  const auto wait_began = std::chrono::steady_clock::now();
   for (auto& bucket : buckets_) bucket.reduction.wait();
   users.wait();
-  last_finished_at_ = std::chrono::steady_clock::now();
-  last_comm_wait_ms_ = std::chrono::duration<double, std::milli>(last_finished_at_ - start).count();
+  last_.wait_began = wait_began;
+  last_.finished = std::chrono::steady_clock::now();
   DPT_CHECK(unready.empty(), ConfigError, "rank ", comm_->rank(), ": parameter(s) ", unready,
             " received no gradient in this backward pass, so their gradients cannot be reduced. Make every "
             "parameter take part in the loss, or enable find_unused_parameters when some "

@@ -1,5 +1,8 @@
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <thread>
+
 #include "dptrain/common/error.h"
 #include "support/thread_ranks.h"
 
@@ -63,6 +66,26 @@ TEST_P(CommunicatorTest, AsyncAllReduceOverlaps) {
     wa.wait();  // a second wait is a no-op
     EXPECT_TRUE(a.equal(torch::ones({1000})));
     EXPECT_TRUE(b.equal(torch::full({10}, 2.0 * n)));
+  });
+}
+
+// An all_reduce's completion time is the backend's, not the caller's wait: each rank waits long
+// after the last one arrived (rank r arrives 50 ms x r late, then sleeps 600 ms), and the
+// completion stamped falls between the last arrival and the wait.
+TEST_P(CommunicatorTest, CompletionIsStampedWhenTheBackendFinishesNotWhenWaited) {
+  using Clock = std::chrono::steady_clock;
+  const int n = std::get<0>(GetParam());
+  run_ranks([n](Communicator& comm) {
+    auto t = torch::ones({4096});
+    std::this_thread::sleep_for(std::chrono::milliseconds(50 * comm.rank()));
+    const auto launched = Clock::now();
+    auto work = comm.all_reduce_async(t, ReduceOp::Sum);
+    std::this_thread::sleep_for(std::chrono::milliseconds(600));
+    const auto wait_began = Clock::now();
+    work.wait();
+    EXPECT_GE(work.completed_at(), launched);
+    EXPECT_LT(work.completed_at(), wait_began);
+    EXPECT_TRUE(t.equal(torch::full({4096}, static_cast<double>(n))));
   });
 }
 

@@ -16,6 +16,7 @@
 #include <torch/csrc/distributed/c10d/Store.hpp>
 #include <torch/csrc/distributed/c10d/Work.hpp>
 
+#include <functional>
 #include <sstream>
 #include <string>
 #include <type_traits>
@@ -61,6 +62,11 @@ inline bool backend_supports_reduce_scatter(const Backend& backend) {
 // Releases a backend's communicators before process exit. NCCL in 2.2+ wants an explicit shutdown
 // (otherwise it warns, and can hang in its destructor when a peer died); others need nothing.
 void shutdown_backend(Backend& backend);
+
+// Runs `callback` on the backend's thread when `work` completes (at once if it has), where the
+// work reports completion through its future (Gloo's work, dptrain's shared-memory work); returns
+// false, and never calls it, where it offers no future.
+bool on_completion(const WorkPtr& work, std::function<void()> callback);
 
 // Autocast on or off for one device type, for the guard's lifetime, restoring what was there.
 // LibTorch renamed these switches in 2.4 (per-device setters instead of cpu/gpu pairs).

@@ -19,6 +19,7 @@
 // through the transport chosen at construction (transport/transport.h): when all ranks share a
 // host, float tensors go through shared memory instead of Gloo's loopback TCP.
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <functional>
@@ -43,6 +44,8 @@ class Communicator;
 // TimeoutError on failure. Move-only; waiting twice is a no-op.
 class Work {
  public:
+  using Clock = std::chrono::steady_clock;
+
   Work() = default;
   // `seq` is the operation's entry in `comm`'s flight recorder; `comm` outlives the Work.
   Work(compat::WorkPtr work, std::function<void()> finish, Communicator* comm, uint64_t seq, std::string what,
@@ -55,8 +58,21 @@ class Work {
   void wait();
   bool valid() const { return static_cast<bool>(work_); }
 
+  // When the operation completed: when the backend finished it, where the backend says so as it
+  // happens (Gloo, shared memory), else when wait() returned (NCCL's host-side work completes at
+  // launch; its GPU work is only known finished once waited). Clock::time_point{} before either.
+  Clock::time_point completed_at() const {
+    return completed_ ? Clock::time_point(Clock::duration(completed_->load())) : Clock::time_point{};
+  }
+
  private:
+  friend class Communicator;
+  // Stamps the completion as the backend reports it, from the backend's thread.
+  void watch_completion();
+
   compat::WorkPtr work_;
+  // Steady-clock ticks of the completion, 0 until known; shared with the backend's callback.
+  std::shared_ptr<std::atomic<Clock::rep>> completed_ = std::make_shared<std::atomic<Clock::rep>>(0);
   std::function<void()> finish_;
   Communicator* comm_ = nullptr;
   uint64_t seq_ = 0;

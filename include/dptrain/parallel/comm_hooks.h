@@ -31,6 +31,8 @@ class PendingReduction {
     work_.wait();
     if (then_) std::exchange(then_, nullptr)();
   }
+  // When the collective completed (dist::Work::completed_at); the write-back runs after it.
+  dist::Work::Clock::time_point completed_at() const { return work_.completed_at(); }
 
  private:
   dist::Work work_;

@@ -47,6 +47,20 @@ struct ReducerOptions {
   TORCH_ARG(int, backward_passes) = 1;
 };
 
+// Where the last reduction's time went, for timelines: each bucket from launch to completion,
+// and the wait after backward's compute.
+struct ReductionTimes {
+  using Clock = std::chrono::steady_clock;
+  struct Bucket {
+    Clock::time_point launched;
+    Clock::time_point completed;
+    int64_t bytes = 0;
+  };
+  std::vector<Bucket> buckets;  // in launch order
+  Clock::time_point wait_began;  // backward had finished computing; the reducer began to wait
+  Clock::time_point finished;    // every bucket reduced (and unused parameters counted)
+};
+
 struct NamedParameter {
   std::string name;
   at::Tensor tensor;
@@ -100,10 +114,12 @@ class Reducer {
 
   // Time the last reduction spent waiting for communication after backward had finished
   // computing (the part not hidden behind backward), and when that reduction ended.
-  double last_comm_wait_ms() const { return last_comm_wait_ms_; }
-  std::chrono::steady_clock::time_point last_finished_at() const { return last_finished_at_; }
-  // When each bucket of the last reduction was launched, in launch order.
-  std::vector<std::chrono::steady_clock::time_point> last_launch_times() const;
+  double last_comm_wait_ms() const {
+    return std::chrono::duration<double, std::milli>(last_.finished - last_.wait_began).count();
+  }
+  std::chrono::steady_clock::time_point last_finished_at() const { return last_.finished; }
+  // The last reduction's buckets and wait.
+  ReductionTimes last_reduction() const;
 
  private:
   struct Bucket {
@@ -149,8 +165,7 @@ class Reducer {
   int passes_done_ = 0;             // local backward passes since prepare_for_backward
   bool pass_end_queued_ = false;    // this local pass's end-of-backward count is queued
   size_t next_launch_ = 0;
-  double last_comm_wait_ms_ = 0;
-  std::chrono::steady_clock::time_point last_finished_at_{};
+  ReductionTimes last_;  // the buckets' times are filled in by last_reduction()
 };
 
 }  // namespace dpt

@@ -161,10 +161,22 @@ void reduce_over(char* out, char* also, const std::vector<const char*>& inputs, 
   }
 }
 
-// An allreduce that the serving thread completes.
+// An allreduce that the serving thread completes. Its future tells watchers (the timeline's
+// bucket spans) when, as Gloo's work does.
 class LocalWork : public c10d::Work {
  public:
-  void complete(std::exception_ptr failure) { finish(std::move(failure)); }
+  void complete(std::exception_ptr failure) {
+    if (failure) {
+      future_->setError(failure);
+    } else {
+      future_->markCompleted(c10::IValue());
+    }
+    finish(std::move(failure));
+  }
+  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return future_; }
+
+ private:
+  c10::intrusive_ptr<c10::ivalue::Future> future_ = c10::make_intrusive<c10::ivalue::Future>(c10::NoneType::get());
 };
 
 std::string random_name() {
