@@ -39,6 +39,7 @@ class DdpStyle : public ParallelStyle {
   // Validation is split over the ranks and runs the model itself, not ddp_.forward: every rank
   // first takes rank 0's BatchNorm statistics, so the pass measures the model rank 0 checkpoints.
   void before_evaluate() override { ddp_.broadcast_buffers(); }
+  const Reducer* reducer() const override { return &ddp_.reducer(); }
   std::string describe() const override { return "DistributedDataParallel"; }
 
  private:
@@ -88,6 +89,7 @@ class HvdStyle : public ParallelStyle {
   // follows its own batches). Validation is split over the ranks, so every rank first takes rank
   // 0's: the pass then measures the model rank 0 checkpoints, as DDP's buffer broadcast does.
   void before_evaluate() override { hvd::broadcast_parameters(context_, model_->named_buffers(), /*root_rank=*/0); }
+  const Reducer* reducer() const override { return &optimizer_.reducer(); }
   std::string describe() const override { return "hvd::DistributedOptimizer"; }
 
  private:

@@ -20,6 +20,7 @@
 #include "dptrain/dist/communicator.h"
 #include "dptrain/models/classifier.h"
 #include "dptrain/parallel/ps/options.h"
+#include "dptrain/parallel/reducer.h"
 #include "dptrain/train/train_options.h"
 
 namespace dpt::train {
@@ -53,6 +54,9 @@ class ParallelStyle {
   virtual void gather_state() {}
   // Before a validation pass.
   virtual void before_evaluate() {}
+  // The reducer whose buckets carry the gradients (its times go on the timeline); null for styles
+  // without one.
+  virtual const Reducer* reducer() const { return nullptr; }
   // For the start-up banner: "DistributedDataParallel", "DataParallel over 2 replicas (cpu, cpu)".
   virtual std::string describe() const = 0;
 };

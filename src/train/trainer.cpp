@@ -32,6 +32,7 @@
 #include "dptrain/train/checkpoint/optimizer_state.h"
 #include "dptrain/train/checkpoint/training_checkpoint.h"
 #include "dptrain/train/grad_scaler.h"
+#include "dptrain/train/logs/timeline.h"
 #include "dptrain/train/lr_schedule.h"
 #include "dptrain/train/model_ema.h"
 #include "dptrain/train/stop_signals.h"
@@ -117,6 +118,7 @@ struct Trainer::State {
   std::unique_ptr<LrSchedule> schedule;
   std::unique_ptr<BatchMixing> mixing;
   std::unique_ptr<ModelEma> ema;  // --model-ema
+  std::unique_ptr<Timeline> timeline;  // --timeline: this rank's
   int64_t epoch = 0;
   int64_t step_in_epoch = 0;
   int64_t samples_in_epoch = 0;  // over all ranks: where the epoch's shuffled order continues
@@ -272,6 +274,20 @@ struct Trainer::State {
     const bool steps_due = c.every_steps() && global_step() % *c.every_steps() == 0;
     const bool time_due = c.every_minutes() && seconds_since(last_checkpoint) >= *c.every_minutes() * 60;
     return steps_due || time_due;
+  }
+  // After a backward that reduced: its buckets' all-reduces on the timeline's communication track,
+  // and the wait for them after backward's compute on the training track.
+  void trace_reduction(const TimelineArgs& at_step) {
+    const Reducer* reducer = style->reducer();
+    if (!timeline || reducer == nullptr) return;
+    const ReductionTimes times = reducer->last_reduction();
+    for (size_t b = 0; b < times.buckets.size(); ++b) {
+      const auto& bucket = times.buckets[b];
+      TimelineArgs args = at_step;
+      args.push_back({"bytes", bucket.bytes});
+      timeline->add(Timeline::Track::Communication, str("bucket ", b), bucket.launched, bucket.completed, args);
+    }
+    timeline->add(Timeline::Track::Training, "wait for communication", times.wait_began, times.finished, at_step);
   }
   // One optimizer step over the next accum_steps micro-batches of `loader` (fewer at the epoch's
   // end); returns the step's sums over all ranks, or nothing when the loader had none left.
@@ -448,6 +464,9 @@ void Trainer::State::adapt_to_world(const TrainingCheckpoint& cp) {
 }
 
 void Trainer::State::open_logs() {
+  if (!options.timeline().empty()) {
+    timeline = std::make_unique<Timeline>(timeline_path(options.timeline(), comm->rank()), comm->rank());
+  }
   if (!leader()) return;
   const std::string& output_dir = options.checkpoint().output_dir();
   if (!output_dir.empty()) fs::create_directories(output_dir);
@@ -495,6 +514,8 @@ void Trainer::State::print_banner() const {
 }
 
 std::optional<MetricSums> Trainer::State::step(data::Loader& loader) {
+  const auto step_began = Clock::now();
+  const TimelineArgs at_step = {{"step", global_step() + 1}};
   std::vector<data::Batch> micro_batches;
   while (static_cast<int64_t>(micro_batches.size()) < accum_steps) {
     auto batch = loader.next();
@@ -502,6 +523,7 @@ std::optional<MetricSums> Trainer::State::step(data::Loader& loader) {
     micro_batches.push_back(std::move(*batch));
   }
   if (micro_batches.empty()) return std::nullopt;
+  if (timeline) timeline->add(Timeline::Track::Training, "data", step_began, Clock::now(), at_step);
   int64_t step_samples = 0;
   for (const auto& batch : micro_batches) step_samples += batch.labels.size(0);
   comm->flight_recorder().set_step(global_step() + 1);  // steps count from 1 in logs and messages
@@ -509,21 +531,40 @@ std::optional<MetricSums> Trainer::State::step(data::Loader& loader) {
   style->zero_grad();
   MetricSums local;
   for (size_t k = 0; k < micro_batches.size(); ++k) {
-    auto [images, labels] = to_device(micro_batches[k]);
-    const at::Tensor targets = mixing->enabled() ? mix(images, labels, static_cast<int64_t>(k)) : labels;
-    auto [logits, loss, objective] = train_forward(images, targets);
+    at::Tensor images, labels, targets;
+    {
+      const auto copying = span_of(timeline.get(), "copy to device", at_step);
+      std::tie(images, labels) = to_device(micro_batches[k]);
+      targets = mixing->enabled() ? mix(images, labels, static_cast<int64_t>(k)) : labels;
+    }
+    Forward forward;
+    {
+      const auto forwarding = span_of(timeline.get(), "forward", at_step);
+      forward = train_forward(images, targets);
+    }
     // Each micro-batch's mean loss weighted by its share of the step's samples: the gradient of the
     // whole step's mean loss, as if its micro-batches were one batch.
-    const at::Tensor step_loss = micro_batches.size() == 1
-                                     ? objective
-                                     : objective * (static_cast<double>(labels.size(0)) / static_cast<double>(step_samples));
-    style->backward(scaler->scale(step_loss), /*reduce=*/k + 1 == micro_batches.size());
+    const at::Tensor step_loss =
+        micro_batches.size() == 1
+            ? forward.objective
+            : forward.objective * (static_cast<double>(labels.size(0)) / static_cast<double>(step_samples));
+    const bool reduce = k + 1 == micro_batches.size();
+    {
+      const auto backward = span_of(timeline.get(), "backward", at_step);
+      style->backward(scaler->scale(step_loss), reduce);
+    }
+    if (reduce) trace_reduction(at_step);
     // A mixed sample counts as its larger class, as torchvision's accuracy takes it.
-    local.add(logits.detach(), mixing->enabled() ? targets.argmax(1) : labels, loss.item<double>());
+    local.add(forward.logits.detach(), mixing->enabled() ? targets.argmax(1) : labels, forward.loss.item<double>());
   }
-  style->synchronize();
+  {
+    const auto synchronizing = span_of(timeline.get(), "synchronize", at_step);
+    style->synchronize();
+  }
   local.stop_votes = stop_vote();
+  std::optional<Timeline::Span> reducing_metrics = span_of(timeline.get(), "metrics all-reduce", at_step);
   MetricSums all = over_ranks(local);
+  reducing_metrics.reset();
   // NaN or inf on any rank makes the summed loss non-finite on every rank, so all ranks decide
   // alike. The scaler skips such steps; without it, continuing would spread NaN into the weights.
   if (!scaler->is_enabled()) {
@@ -531,6 +572,7 @@ std::optional<MetricSums> Trainer::State::step(data::Loader& loader) {
               global_step() + 1, " (epoch ", epoch + 1, ", step ", step_in_epoch + 1,
               "); lower --lr or lengthen --warmup-epochs");
   }
+  std::optional<Timeline::Span> stepping = span_of(timeline.get(), "optimizer", at_step);
   if (!style->applies_update()) {
     if (const auto max_norm = options.optimizer().clip_grad_norm()) {
       // On the reduced gradients, so every rank clips alike; unscaled first, as torchvision does.
@@ -544,6 +586,11 @@ std::optional<MetricSums> Trainer::State::step(data::Loader& loader) {
     ema->update(*model);
     // During warm-up the average keeps copying the weights, as torchvision's recipe does.
     if (epoch < options.schedule().warmup_epochs()) ema->reset();
+  }
+  stepping.reset();
+  if (timeline) {
+    timeline->add(Timeline::Track::Training, "step", step_began, Clock::now(), at_step);
+    timeline->flush();
   }
   ++step_in_epoch;
   samples_in_epoch += global_batch();
@@ -594,6 +641,7 @@ bool Trainer::State::train_epoch(MetricSums& sums, int64_t& skipped) {
 
 void Trainer::State::save_checkpoint(bool epoch_done, bool is_best) {
   if (!leader() || options.checkpoint().output_dir().empty()) return;
+  const auto writing = span_of(timeline.get(), "checkpoint", {{"step", global_step()}});
   last_checkpoint = Clock::now();
   style->gather_state();
   TrainingCheckpoint cp;
@@ -659,8 +707,14 @@ TrainResult Trainer::train() {
     // (`sums` holds every rank's counts, so all ranks skip alike.)
     if (sums.count > 0) s.report_pass("train", sums, static_cast<size_t>(skipped_local), start);
 
-    result.last_val = evaluate();
-    if (s.ema) result.last_val_ema = s.evaluate(*s.ema->module(), "val_ema");
+    {
+      const auto validating = span_of(s.timeline.get(), "validation", {{"epoch", s.epoch + 1}});
+      result.last_val = evaluate();
+    }
+    if (s.ema) {
+      const auto validating = span_of(s.timeline.get(), "validation (EMA)", {{"epoch", s.epoch + 1}});
+      result.last_val_ema = s.evaluate(*s.ema->module(), "val_ema");
+    }
     const double acc1 = result.last_val.top1_percent();
     const bool is_best = acc1 > s.best_acc1;
     s.best_acc1 = std::max(s.best_acc1, acc1);

@@ -212,6 +212,9 @@ Command add_train_command(CLI::App& root) {
   app->add_flag_callback("--no-lr-scaling", [&lr] { lr.reference_batch(std::nullopt); },
                          "use --lr as is, not lr x global batch / 256");
   app->add_option("--output", checkpoint.output_dir(), "folder for checkpoints (rank 0 writes)");
+  app->add_option("--timeline", o.timeline(),
+                  "write each rank's steps (data, forward, backward, each bucket's all-reduce, optimizer, "
+                  "validation, checkpoints) as a Chrome/Perfetto trace: FILE.json becomes FILE.rank<N>.json");
   app->add_option("--keep-checkpoints", checkpoint.keep(), "epoch checkpoints to keep")->capture_default_str();
   app->add_option("--checkpoint-every", checkpoint.every_steps(), "also write checkpoint.pt every N optimizer steps");
   app->add_option("--checkpoint-minutes", checkpoint.every_minutes(),

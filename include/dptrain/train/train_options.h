@@ -180,6 +180,9 @@ struct TrainOptions {
   // added to the observers: console progress, plus metrics.jsonl and TensorBoard event files in
   // checkpoint.output_dir when LogOptions has no folder of its own. Unset: none.
   TORCH_ARG(std::optional<LogOptions>, logs) = std::nullopt;
+  // Every rank's timeline of its steps (logs/timeline.h), each in timeline_path(timeline, rank).
+  // Empty: none.
+  TORCH_ARG(std::string, timeline) = "";
   // Where rank 0 writes the start-up banner; null: nowhere.
   TORCH_ARG(LogStream, log) = nullptr;
 };
