@@ -1,7 +1,8 @@
 #pragma once
 // The train layer: the training loop and its styles (train/), learning-rate schedules, loss
 // scaling and distributed metrics; checkpoint files with exact resume (train/checkpoint/); the
-// progress and metrics logs: console, JSONL, TensorBoard (train/logs/).
+// progress and metrics logs: console, JSONL, TensorBoard, per-rank timelines, the HTML report
+// (train/logs/).
 #include "dptrain/train/batch_mixing.h"
 #include "dptrain/train/checkpoint/auto_resume.h"
 #include "dptrain/train/checkpoint/checkpoint_file.h"
@@ -14,8 +15,10 @@
 #include "dptrain/train/logs/log_file.h"
 #include "dptrain/train/logs/observers.h"
 #include "dptrain/train/logs/report.h"
+#include "dptrain/train/logs/run_report.h"
 #include "dptrain/train/logs/summary_writer.h"
 #include "dptrain/train/logs/tensorboard_observer.h"
+#include "dptrain/train/logs/timeline.h"
 #include "dptrain/train/lr_schedule.h"
 #include "dptrain/train/metrics.h"
 #include "dptrain/train/model_ema.h"

@@ -1,0 +1,66 @@
+#pragma once
+// One self-contained HTML page about a training run, from the files it left: metrics.jsonl (loss,
+// top-1, learning rate and images/s by step and by epoch) and, when there is one, the timeline of
+// every rank (the mean step broken into its parts, per rank). No script and nothing fetched: the
+// charts are inline SVG, so the page opens anywhere, offline, and reads the same in any browser.
+//
+//   auto report = dpt::train::read_run(dpt::train::RunFiles("runs/exp1").timeline("runs/exp1/trace.json"));
+//   std::ofstream("runs/exp1/report.html") << dpt::train::render_report(report);
+//
+// Every plotted series is a <polyline class="series" data-series="NAME"> inside an
+// <svg class="chart"> whose data-x-min/-max, data-y-min/-max and data-left/-right/-top/-bottom
+// give the axes: a reader (or a test) maps each point back to its value.
+
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <torch/arg.h>
+
+namespace dpt::train {
+
+struct RunFiles {
+  explicit RunFiles(std::filesystem::path dir) : dir_(std::move(dir)) {}
+  // The run's folder: metrics.jsonl is read from it.
+  TORCH_ARG(std::filesystem::path, dir);
+  // The --timeline path the run was given (its ranks' files are timeline_path(this, rank)).
+  // Unset: <dir>/timeline.json, when rank 0's file exists there.
+  TORCH_ARG(std::optional<std::filesystem::path>, timeline) = std::nullopt;
+};
+
+// A metric over training: (x, value) points, x a global step or an epoch's last global step.
+using Points = std::vector<std::pair<double, double>>;
+
+// One rank's mean step, from its timeline.
+struct StepBreakdown {
+  int rank = 0;
+  int64_t steps = 0;                    // steps averaged
+  double step_ms = 0;                   // the whole step
+  std::map<std::string, double> parts;  // mean ms of each part ("forward", "wait for communication", ...)
+  int64_t buckets = 0;                  // gradient buckets per step
+  double bucket_ms = 0;                 // mean time of one bucket's all-reduce, launch to completion
+};
+
+struct RunRecords {
+  std::filesystem::path dir;
+  // Logged steps ("train_step" records), by global step.
+  Points step_loss, step_acc1, step_lr, step_images_per_s;
+  // Finished passes, at their epoch's last global step.
+  Points train_loss, train_acc1, val_loss, val_acc1, val_ema_acc1, epoch_images_per_s;
+  std::vector<StepBreakdown> ranks;  // empty without a timeline
+};
+
+// Reads the run's metrics and timeline. DataError when metrics.jsonl is missing or a line does
+// not parse (naming the file and line), or a timeline file is not a trace.
+RunRecords read_run(const RunFiles& files);
+
+// The HTML page.
+std::string render_report(const RunRecords& run);
+
+// The parts a step's time is broken into, in the order of a step.
+const std::vector<std::string>& step_parts();
+
+}  // namespace dpt::train

@@ -1,0 +1,339 @@
+#include "dptrain/train/logs/run_report.h"
+
+#include <algorithm>
+#include <cctype>
+#include <fstream>
+#include <iterator>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "dptrain/common/error.h"
+#include "dptrain/train/logs/jsonl_observer.h"
+#include "dptrain/train/logs/timeline.h"
+
+namespace dpt::train {
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+std::string read_text(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  DPT_CHECK(in, DataError, "cannot read ", path.string(), "; check the run folder given to `dptrain report`");
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+void read_metrics(const fs::path& path, RunRecords& run) {
+  std::ifstream in(path);
+  DPT_CHECK(in, DataError, "no ", path.filename().string(), " in ", path.parent_path().string(),
+            ": `dptrain report` reads the folder a run was given with --output");
+  std::string line;
+  for (int number = 1; std::getline(in, line); ++number) {
+    if (line.empty()) continue;
+    json record;
+    try {
+      record = json::parse(line);
+    } catch (const json::exception& e) {
+      throw DataError(str(path.string(), " line ", number, " is not JSON (", e.what(),
+                          "); was the file cut short? Remove the broken line and run the report again"));
+    }
+    const std::string phase = record.value("phase", "");
+    // Non-finite numbers are written as null; they are left out of the charts.
+    auto add = [&record](Points& points, const char* key) {
+      if (record.contains(key) && record[key].is_number()) {
+        points.emplace_back(record["global_step"].get<double>(), record[key].get<double>());
+      }
+    };
+    if (phase == "train_step") {
+      add(run.step_loss, "loss");
+      add(run.step_acc1, "acc1");
+      add(run.step_lr, "lr");
+      add(run.step_images_per_s, "img_per_s");
+    } else if (phase == "train") {
+      add(run.train_loss, "loss");
+      add(run.train_acc1, "acc1");
+      add(run.epoch_images_per_s, "img_per_s");
+    } else if (phase == "val") {
+      add(run.val_loss, "loss");
+      add(run.val_acc1, "acc1");
+    } else if (phase == "val_ema") {
+      add(run.val_ema_acc1, "acc1");
+    }
+  }
+  // A resumed run logs again from its checkpoint on: order by step (stable, so repeats stay in
+  // the order they were logged).
+  for (Points* points : {&run.step_loss, &run.step_acc1, &run.step_lr, &run.step_images_per_s, &run.train_loss,
+                         &run.train_acc1, &run.val_loss, &run.val_acc1, &run.val_ema_acc1, &run.epoch_images_per_s}) {
+    std::stable_sort(points->begin(), points->end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  }
+}
+
+// A trace file; one whose run died has no closing bracket, which is supplied.
+json read_trace(const fs::path& path) {
+  std::string text = read_text(path);
+  json trace = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (trace.is_discarded()) {
+    while (!text.empty() && (std::isspace(static_cast<unsigned char>(text.back())) || text.back() == ',')) {
+      text.pop_back();
+    }
+    trace = json::parse(text + "]", nullptr, false);
+  }
+  DPT_CHECK(trace.is_array(), DataError, path.string(), " is not a timeline (a JSON array of trace events) as ",
+            "`dptrain train --timeline` writes");
+  return trace;
+}
+
+StepBreakdown breakdown(const json& trace, int rank) {
+  StepBreakdown ranked;
+  ranked.rank = rank;
+  double step_sum = 0, bucket_sum = 0;
+  std::map<std::string, double> sums;
+  for (const auto& event : trace) {
+    if (event.value("ph", "") != "X") continue;
+    const std::string name = event.value("name", "");
+    const double ms = event.value("dur", 0.0) / 1e3;
+    const int track = event.value("tid", 0);
+    if (track == static_cast<int>(Timeline::Track::Communication)) {
+      bucket_sum += ms;
+      ++ranked.buckets;
+    } else if (name == "step") {
+      step_sum += ms;
+      ++ranked.steps;
+    } else if (std::find(step_parts().begin(), step_parts().end(), name) != step_parts().end()) {
+      sums[name] += ms;
+    }
+  }
+  if (ranked.steps == 0) return ranked;
+  const auto steps = static_cast<double>(ranked.steps);
+  ranked.step_ms = step_sum / steps;
+  for (const auto& part : step_parts()) ranked.parts[part] = sums[part] / steps;
+  if (ranked.buckets > 0) ranked.bucket_ms = bucket_sum / static_cast<double>(ranked.buckets);
+  ranked.buckets /= ranked.steps;
+  return ranked;
+}
+
+std::string escape(const std::string& text) {
+  std::string out;
+  for (const char c : text) {
+    switch (c) {
+      case '&': out += "&amp;"; break;
+      case '<': out += "&lt;"; break;
+      case '>': out += "&gt;"; break;
+      case '"': out += "&quot;"; break;
+      default: out += c;
+    }
+  }
+  return out;
+}
+
+struct Series {
+  std::string name;   // data-series, and the legend's text
+  std::string color;
+  const Points* points;
+  bool markers;       // a dot per point (epochs), else a line alone (steps)
+};
+
+// A line chart of `series` over one x axis (global steps). The y axis starts at 0: every metric
+// here is non-negative, and a zero-based axis does not exaggerate small changes.
+std::string line_chart(const std::string& title, const std::vector<Series>& series) {
+  constexpr double kWidth = 560, kHeight = 250, kLeft = 64, kRight = kWidth - 12, kTop = 30, kBottom = kHeight - 34;
+  double x_min = 0, x_max = 0, y_max = 0;
+  bool any = false;
+  for (const auto& s : series) {
+    for (const auto& [x, y] : *s.points) {
+      x_min = any ? std::min(x_min, x) : x;
+      x_max = any ? std::max(x_max, x) : x;
+      y_max = std::max(y_max, y);
+      any = true;
+    }
+  }
+  if (x_max <= x_min) x_max = x_min + 1;
+  y_max = y_max > 0 ? y_max * 1.05 : 1;
+  const double y_min = 0;
+  auto px = [&](double x) { return kLeft + (x - x_min) / (x_max - x_min) * (kRight - kLeft); };
+  auto py = [&](double y) { return kBottom - (y - y_min) / (y_max - y_min) * (kBottom - kTop); };
+
+  std::string svg = fmt::format(
+      R"(<svg class="chart" width="{}" height="{}" viewBox="0 0 {} {}" data-title="{}" data-x-min="{}" )"
+      R"(data-x-max="{}" data-y-min="{}" data-y-max="{}" )"
+      R"(data-left="{}" data-right="{}" data-top="{}" data-bottom="{}">)",
+      kWidth, kHeight, kWidth, kHeight, escape(title), x_min, x_max, y_min, y_max, kLeft, kRight, kTop, kBottom);
+  svg += fmt::format(R"(<text x="{}" y="18" class="title">{}</text>)", kLeft, escape(title));
+  for (int i = 0; i <= 4; ++i) {
+    const double y = y_min + (y_max - y_min) * i / 4;
+    svg += fmt::format(R"(<line x1="{}" x2="{}" y1="{:.2f}" y2="{:.2f}" class="grid"/>)", kLeft, kRight, py(y), py(y));
+    svg += fmt::format(R"(<text x="{}" y="{:.2f}" class="tick" text-anchor="end">{:.3g}</text>)", kLeft - 6,
+                       py(y) + 4, y);
+    const double x = x_min + (x_max - x_min) * i / 4;
+    svg += fmt::format(R"(<text x="{:.2f}" y="{}" class="tick" text-anchor="middle">{:.0f}</text>)", px(x),
+                       kBottom + 16, x);
+  }
+  svg += fmt::format(R"(<text x="{}" y="{}" class="tick" text-anchor="middle">global step</text>)",
+                     (kLeft + kRight) / 2, kHeight - 4);
+  // The legend follows the title, above the plot, where no point can hide it.
+  double legend_x = kLeft + 9.0 * static_cast<double>(title.size()) + 20;
+  for (const auto& s : series) {
+    if (s.points->empty()) continue;
+    std::string points;
+    for (const auto& [x, y] : *s.points) points += fmt::format("{:.2f},{:.2f} ", px(x), py(y));
+    points.pop_back();
+    svg += fmt::format(R"(<polyline class="series" data-series="{}" points="{}" stroke="{}"/>)", escape(s.name),
+                       points, s.color);
+    if (s.markers) {
+      for (const auto& [x, y] : *s.points) {
+        svg += fmt::format(
+            R"(<circle cx="{:.2f}" cy="{:.2f}" r="3" fill="{}"><title>{} at step {:.0f}: {:.6g}</title></circle>)",
+            px(x), py(y), s.color, escape(s.name), x, y);
+      }
+    }
+    svg += fmt::format(R"(<text x="{:.0f}" y="18" class="legend" fill="{}">{}</text>)", legend_x, s.color,
+                       escape(s.name));
+    legend_x += 6.5 * static_cast<double>(s.name.size()) + 14;
+  }
+  if (!any) svg += fmt::format(R"(<text x="{}" y="{}" class="tick">no records</text>)", kLeft + 10, kHeight / 2);
+  return svg + "</svg>\n";
+}
+
+// The rows of the breakdown: each part, with backward's compute apart from its wait.
+struct Row {
+  std::string name;
+  std::string color;
+  double ms;
+};
+
+std::vector<Row> rows_of(const StepBreakdown& rank) {
+  const auto& p = rank.parts;
+  const double wait = p.at("wait for communication");
+  std::vector<Row> rows = {{"data", "#8c8c8c", p.at("data")},
+                           {"copy to device", "#bcbd22", p.at("copy to device")},
+                           {"forward", "#1f77b4", p.at("forward")},
+                           {"backward compute", "#ff7f0e", p.at("backward") - wait},
+                           {"wait for communication", "#d62728", wait},
+                           {"synchronize", "#9467bd", p.at("synchronize")},
+                           {"metrics all-reduce", "#e377c2", p.at("metrics all-reduce")},
+                           {"optimizer", "#2ca02c", p.at("optimizer")}};
+  double parts = 0;
+  for (const auto& row : rows) parts += row.ms;
+  rows.push_back({"other", "#dddddd", std::max(0.0, rank.step_ms - parts)});
+  return rows;
+}
+
+std::string breakdown_section(const std::vector<StepBreakdown>& ranks) {
+  if (ranks.empty()) {
+    return "<p>No timeline: run <code>dptrain train</code> with <code>--timeline FILE</code> to see where each "
+           "step's time goes.</p>\n";
+  }
+  std::string html = R"(<table id="breakdown"><tr><th>mean ms per step</th>)";
+  for (const auto& rank : ranks) html += fmt::format("<th>rank {}</th>", rank.rank);
+  html += "</tr>\n";
+  const auto first = rows_of(ranks.front());
+  for (size_t r = 0; r < first.size(); ++r) {
+    html += fmt::format(R"(<tr data-part="{}"><td><span class="swatch" style="background:{}"></span>{}</td>)",
+                        first[r].name, first[r].color, first[r].name);
+    for (const auto& rank : ranks) {
+      const double ms = rows_of(rank)[r].ms;
+      html += fmt::format(R"(<td data-rank="{}" data-value="{}">{:.2f}</td>)", rank.rank, ms, ms);
+    }
+    html += "</tr>\n";
+  }
+  auto total_row = [&](const std::string& part, const std::string& label, auto value, int decimals) {
+    html += fmt::format(R"(<tr data-part="{}" class="total"><td>{}</td>)", part, label);
+    for (const auto& rank : ranks) {
+      html += fmt::format(R"(<td data-rank="{}" data-value="{}">{:.{}f}</td>)", rank.rank, value(rank), value(rank),
+                          decimals);
+    }
+    html += "</tr>\n";
+  };
+  total_row("step", "step", [](const StepBreakdown& r) { return r.step_ms; }, 2);
+  total_row("steps", "steps timed", [](const StepBreakdown& r) { return static_cast<double>(r.steps); }, 0);
+  total_row("bucket", "one bucket's all-reduce, launch to completion",
+            [](const StepBreakdown& r) { return r.bucket_ms; }, 2);
+  total_row("buckets", "buckets per step", [](const StepBreakdown& r) { return static_cast<double>(r.buckets); }, 0);
+  html += "</table>\n";
+
+  // One stacked bar per rank, on one scale.
+  constexpr double kWidth = 540, kLeft = 64, kRight = kWidth - 12, kBar = 22;
+  double longest = 0;
+  for (const auto& rank : ranks) longest = std::max(longest, rank.step_ms);
+  if (longest <= 0) longest = 1;
+  const double height = 20 + kBar * 1.5 * static_cast<double>(ranks.size());
+  html += fmt::format(R"(<svg class="bars" width="{}" height="{:.0f}" data-ms-max="{}">)", kWidth, height, longest);
+  for (size_t k = 0; k < ranks.size(); ++k) {
+    const double y = 10 + kBar * 1.5 * static_cast<double>(k);
+    html += fmt::format(R"(<text x="{}" y="{:.1f}" class="tick" text-anchor="end">rank {}</text>)", kLeft - 6,
+                        y + kBar * 0.7, ranks[k].rank);
+    double x = kLeft;
+    for (const auto& row : rows_of(ranks[k])) {
+      const double w = row.ms / longest * (kRight - kLeft);
+      html += fmt::format(
+          R"(<rect x="{:.2f}" y="{:.1f}" width="{:.2f}" height="{}" fill="{}"><title>{}: {:.2f} ms</title></rect>)", x,
+          y, w, kBar, row.color, row.name, row.ms);
+      x += w;
+    }
+  }
+  return html + "</svg>\n";
+}
+
+const char* kStyle = R"(body{font-family:sans-serif;margin:24px;color:#222;max-width:1180px}
+h1{font-size:20px}h2{font-size:16px;margin-top:28px}
+.charts{display:flex;flex-wrap:wrap;gap:12px}
+svg.chart,svg.bars{background:#fff;border:1px solid #ddd}
+.grid{stroke:#eee}.series{fill:none;stroke-width:1.8}
+.tick{font-size:11px;fill:#555}.title{font-size:13px;font-weight:bold}.legend{font-size:12px}
+table{border-collapse:collapse;margin:8px 0}td,th{border:1px solid #ddd;padding:3px 10px;text-align:right}
+td:first-child{text-align:left}tr.total td{font-weight:bold}
+.swatch{display:inline-block;width:10px;height:10px;margin-right:6px})";
+
+}  // namespace
+
+const std::vector<std::string>& step_parts() {
+  static const std::vector<std::string> parts = {"data",        "copy to device",     "forward",  "backward",
+                                                 "wait for communication", "synchronize", "metrics all-reduce",
+                                                 "optimizer"};
+  return parts;
+}
+
+RunRecords read_run(const RunFiles& files) {
+  RunRecords run;
+  run.dir = files.dir();
+  read_metrics(files.dir() / kMetricsFileName, run);
+  const fs::path timeline = files.timeline().value_or(files.dir() / "timeline.json");
+  DPT_CHECK(!files.timeline() || fs::exists(timeline_path(timeline, 0)), DataError, "no ",
+            timeline_path(timeline, 0).string(), ": --timeline names the path given to `dptrain train --timeline`, ",
+            "whose rank 0 file is that");
+  for (int rank = 0; fs::exists(timeline_path(timeline, rank)); ++rank) {
+    run.ranks.push_back(breakdown(read_trace(timeline_path(timeline, rank)), rank));
+  }
+  return run;
+}
+
+std::string render_report(const RunRecords& run) {
+  const std::string title = "dptrain run " + run.dir.string();
+  std::string html = "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>" + escape(title) +
+                     "</title>\n<style>" + kStyle + "</style></head><body>\n";
+  html += "<h1>" + escape(title) + "</h1>\n<p class=\"summary\">";
+  html += fmt::format("{} logged steps, {} epoch(s)", run.step_loss.size(), run.val_acc1.size());
+  if (!run.val_acc1.empty()) {
+    double best = 0;
+    for (const auto& point : run.val_acc1) best = std::max(best, point.second);
+    html += fmt::format(
+        R"(; last validation top-1 <b id="last-val-acc1">{:.2f}%</b>, best <b id="best-val-acc1">{:.2f}%</b>)",
+        run.val_acc1.back().second, best);
+  }
+  html += ".</p>\n<h2>Training</h2>\n<div class=\"charts\">\n";
+  html += line_chart("loss", {{"train (logged steps)", "#1f77b4", &run.step_loss, false},
+                              {"train (epoch)", "#ff7f0e", &run.train_loss, true},
+                              {"validation", "#2ca02c", &run.val_loss, true}});
+  html += line_chart("top-1 (%)", {{"train (logged steps)", "#1f77b4", &run.step_acc1, false},
+                                   {"train (epoch)", "#ff7f0e", &run.train_acc1, true},
+                                   {"validation", "#2ca02c", &run.val_acc1, true},
+                                   {"validation (EMA)", "#9467bd", &run.val_ema_acc1, true}});
+  html += line_chart("learning rate", {{"learning rate", "#d62728", &run.step_lr, false}});
+  html += line_chart("images/s (all ranks)", {{"logged steps", "#1f77b4", &run.step_images_per_s, false},
+                                              {"epoch", "#ff7f0e", &run.epoch_images_per_s, true}});
+  html += "</div>\n<h2>Where a step's time goes</h2>\n" + breakdown_section(run.ranks);
+  return html + "</body></html>\n";
+}
+
+}  // namespace dpt::train

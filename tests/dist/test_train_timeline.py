@@ -1,0 +1,235 @@
+"""`dptrain train --timeline`: every rank writes a Chrome/Perfetto trace that parses, whose spans
+nest on each rank's training track (the parts of a step inside the step, the wait for
+communication inside backward), and whose gradient buckets, on the communication track, are
+launched inside their step's backward and complete before that backward returns. And
+`dptrain report`: headless Chromium opens its page, and the values plotted there, read back from
+the points' positions, are the run's metrics; its table holds each rank's mean step."""
+
+import html.parser
+import json
+import os
+import shutil
+import tempfile
+import unittest
+
+import torch
+
+from proc import cannot_run, dptrain, run
+
+STEPS = 4
+COMMON = ["--dummy", "-a", "resnet20", "--image-size", "32", "--dummy-train-size", str(STEPS * 2 * 16),
+          "--dummy-val-size", "64", "-b", "16", "-j", "1", "--epochs", "1", "-p", "100", "--seed", "1"]
+STEP_PARTS = ["data", "copy to device", "forward", "backward", "wait for communication", "synchronize",
+              "metrics all-reduce", "optimizer"]
+# Spans are written in whole nanoseconds of microsecond timestamps.
+EPS = 0.002
+
+
+def end(span):
+    return span["ts"] + span["dur"]
+
+
+def inside(inner, outer):
+    return outer["ts"] - EPS <= inner["ts"] and end(inner) <= end(outer) + EPS
+
+
+def spans(trace, tid):
+    return [e for e in trace if e["ph"] == "X" and e["tid"] == tid]
+
+
+class Timeline(unittest.TestCase):
+    def check_rank(self, trace, rank, run_dir):
+        names = {(e["name"], e.get("tid")): e["args"]["name"] for e in trace if e["ph"] == "M" and "name" in e["args"]}
+        self.assertEqual(names[("process_name", None)], f"rank {rank}")
+        self.assertEqual(names[("thread_name", 1)], "training")
+        self.assertEqual(names[("thread_name", 2)], "communication")
+        self.assertTrue(all(e["pid"] == rank for e in trace))
+
+        training = spans(trace, 1)
+        # Spans of one track nest: two of them are disjoint or one holds the other.
+        for i, a in enumerate(training):
+            for b in training[i + 1:]:
+                disjoint = end(a) <= b["ts"] + EPS or end(b) <= a["ts"] + EPS
+                self.assertTrue(disjoint or inside(a, b) or inside(b, a), (a, b))
+
+        steps = [s for s in training if s["name"] == "step"]
+        self.assertEqual([s["args"]["step"] for s in steps], list(range(1, STEPS + 1)))
+        buckets = spans(trace, 2)
+        bucket_bytes = None
+        for step in steps:
+            n = step["args"]["step"]
+            parts = {s["name"]: s for s in training if s["name"] in STEP_PARTS and s["args"]["step"] == n}
+            self.assertEqual(sorted(parts), sorted(STEP_PARTS), f"step {n}")
+            for part in parts.values():
+                self.assertTrue(inside(part, step), (part, step))
+            backward = parts["backward"]
+            self.assertTrue(inside(parts["wait for communication"], backward))
+            for a, b in zip(["data", "copy to device", "forward", "backward"], ["copy to device", "forward", "backward",
+                                                                              "optimizer"]):
+                self.assertLessEqual(end(parts[a]), parts[b]["ts"] + EPS, f"{a} before {b}")
+            mine = [b for b in buckets if b["args"]["step"] == n]
+            self.assertGreater(len(mine), 1, f"step {n}: ResNet-20's gradients fill several buckets")
+            self.assertEqual([b["name"] for b in mine], [f"bucket {k}" for k in range(len(mine))])
+            for bucket in mine:
+                # Launched once backward produced its gradients, complete before backward returns.
+                self.assertTrue(inside(bucket, backward), (bucket, backward))
+            # The first bucket (the last layers) leaves well before backward ends.
+            self.assertLess(mine[0]["ts"], parts["wait for communication"]["ts"])
+            sizes = [b["args"]["bytes"] for b in mine]
+            self.assertEqual(sizes, bucket_bytes or sizes)
+            bucket_bytes = sizes
+        # Every float32 parameter of the model the run checkpointed is in some bucket.
+        self.assertEqual(sum(bucket_bytes), 4 * parameter_count(os.path.join(run_dir, "checkpoint.pt")))
+        validation = [s for s in training if s["name"] == "validation"]
+        self.assertEqual([s["args"]["epoch"] for s in validation], [1])
+        self.assertLessEqual(end(steps[-1]), validation[0]["ts"] + EPS)
+        checkpoints = [s for s in training if s["name"] == "checkpoint"]
+        self.assertEqual(len(checkpoints), 1 if rank == 0 else 0)  # rank 0 writes them
+
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.TemporaryDirectory(prefix="dpt_timeline_")
+        cls.runs = {mode: train(os.path.join(cls.tmp.name, mode), mode) for mode in ["ddp", "hvd"]}
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.tmp.cleanup()
+
+    def test_every_rank_traces_its_steps_and_buckets(self):
+        for mode, (code, out, err, trace) in self.runs.items():
+            with self.subTest(mode=mode):
+                self.assertEqual(code, 0, out + err)
+                self.assertFalse(os.path.exists(trace))
+                for rank in range(2):
+                    self.check_rank(load_trace(trace, rank), rank, os.path.dirname(os.path.dirname(trace)))
+
+    def test_the_report_page_plots_the_metrics_and_the_mean_step_of_each_rank(self):
+        code, out, err, trace = self.runs["ddp"]
+        self.assertEqual(code, 0, out + err)
+        run_dir = os.path.dirname(os.path.dirname(trace))
+        code, out, err = run([dptrain(), "report", run_dir, "--timeline", trace], timeout=60)
+        self.assertEqual(code, 0, out + err)
+        self.assertIn("2 rank timeline(s)", out)
+        page = read_page(os.path.join(run_dir, "report.html"))
+        with open(os.path.join(run_dir, "metrics.jsonl")) as f:
+            records = [json.loads(line) for line in f]
+
+        # Every logged value, read back from its point's position on its chart.
+        def logged(phase, key):
+            return [(r["global_step"], r[key]) for r in records if r["phase"] == phase]
+        expected = {("loss", "train (logged steps)"): logged("train_step", "loss"),
+                    ("loss", "validation"): logged("val", "loss"),
+                    ("top-1 (%)", "train (epoch)"): logged("train", "acc1"),
+                    ("top-1 (%)", "validation"): logged("val", "acc1"),
+                    ("learning rate", "learning rate"): logged("train_step", "lr"),
+                    ("images/s (all ranks)", "epoch"): logged("train", "img_per_s")}
+        for (chart, series), values in expected.items():
+            self.assertTrue(values, (chart, series))
+            plotted = page.values(chart, series)
+            self.assertEqual(len(plotted), len(values), (chart, series))
+            for (x, y), (px, py) in zip(values, plotted):
+                self.assertAlmostEqual(px, x, delta=page.resolution(chart)[0], msg=(chart, series))
+                self.assertAlmostEqual(py, y, delta=page.resolution(chart)[1], msg=(chart, series))
+        self.assertEqual(page.text_of("last-val-acc1"), f"{logged('val', 'acc1')[-1][1]:.2f}%")
+
+        # The breakdown table: each rank's mean of each part over its steps, as the trace has it.
+        for rank in range(2):
+            events = [e for e in load_trace(trace, rank) if e["ph"] == "X"]
+            steps = [e for e in events if e["name"] == "step"]
+            mean = lambda name: sum(e["dur"] for e in events if e["name"] == name and e["tid"] == 1) / len(steps) / 1e3
+            wait = mean("wait for communication")
+            for part, ms in [("step", mean("step")), ("forward", mean("forward")), ("data", mean("data")),
+                             ("backward compute", mean("backward") - wait), ("wait for communication", wait),
+                             ("optimizer", mean("optimizer")), ("steps", len(steps))]:
+                self.assertAlmostEqual(page.cells[(part, rank)], ms, delta=1e-9 + 1e-9 * abs(ms), msg=(rank, part))
+            buckets = [e for e in events if e["tid"] == 2]
+            self.assertEqual(page.cells[("buckets", rank)], len(buckets) // len(steps))
+            self.assertAlmostEqual(page.cells[("bucket", rank)], sum(e["dur"] for e in buckets) / len(buckets) / 1e3)
+
+
+def train(run_dir, mode):
+    trace = os.path.join(run_dir, "traces", "trace.json")
+    code, out, err = run([dptrain(), "launch", "--standalone", "--nproc-per-node", "2", "--", dptrain(), "train",
+                          *COMMON, "--mode", mode, "--output", run_dir, "--timeline", trace], timeout=240)
+    return code, out, err, trace
+
+
+def parameter_count(checkpoint):
+    """The trained parameters' elements in a dptrain checkpoint (its state dict less the buffers)."""
+    state = torch.load(checkpoint)["state_dict"]
+    buffers = ("running_mean", "running_var", "num_batches_tracked")
+    return sum(t.numel() for name, t in state.items() if not name.endswith(buffers))
+
+
+def load_trace(trace, rank):
+    root, ext = os.path.splitext(trace)
+    with open(f"{root}.rank{rank}{ext}") as f:
+        return json.load(f)
+
+
+class Page(html.parser.HTMLParser):
+    """The report as Chromium laid it out (--dump-dom): each chart's axes and polylines, and the
+    breakdown table's cells by (part, rank)."""
+
+    def __init__(self):
+        super().__init__()
+        self.charts, self.cells, self.ids = {}, {}, {}
+        self.chart = self.part = self.id = None
+
+    def handle_starttag(self, tag, attrs):
+        a = dict(attrs)
+        if tag == "svg" and a.get("class") == "chart":
+            self.chart = {k[5:]: float(v) for k, v in a.items() if k.startswith("data-") and k != "data-title"}
+            self.chart["series"] = {}
+            self.charts[a["data-title"]] = self.chart
+        elif tag == "polyline" and self.chart is not None:
+            self.chart["series"][a["data-series"]] = [tuple(map(float, p.split(","))) for p in a["points"].split()]
+        elif tag == "tr" and "data-part" in a:
+            self.part = a["data-part"]
+        elif tag == "td" and "data-rank" in a:
+            self.cells[(self.part, int(a["data-rank"]))] = float(a["data-value"])
+        self.id = a.get("id")
+
+    def handle_endtag(self, tag):
+        if tag == "svg":
+            self.chart = None
+        self.id = None
+
+    def handle_data(self, data):
+        if self.id:
+            self.ids[self.id] = self.ids.get(self.id, "") + data
+
+    def text_of(self, element_id):
+        return self.ids[element_id]
+
+    def values(self, title, series):
+        c = self.charts[title]
+        return [(c["x-min"] + (px - c["left"]) / (c["right"] - c["left"]) * (c["x-max"] - c["x-min"]),
+                 c["y-min"] + (c["bottom"] - py) / (c["bottom"] - c["top"]) * (c["y-max"] - c["y-min"]))
+                for px, py in c["series"][series]]
+
+    def resolution(self, title):
+        """What one hundredth of a pixel (the page's precision) is worth on each axis, twice."""
+        c = self.charts[title]
+        return (0.02 * (c["x-max"] - c["x-min"]) / (c["right"] - c["left"]),
+                0.02 * (c["y-max"] - c["y-min"]) / (c["bottom"] - c["top"]))
+
+
+def read_page(path):
+    """The page's DOM as headless Chromium has it after loading the file."""
+    browser = shutil.which("chromium")
+    if browser is None:
+        cannot_run("chromium is not installed (scripts/install-deps installs it)")
+    with tempfile.TemporaryDirectory(prefix="dpt_chromium_") as profile:
+        code, out, err = run([browser, "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                              f"--user-data-dir={profile}", "--dump-dom", "file://" + os.path.abspath(path)],
+                             timeout=120)
+    if code != 0 or "<svg" not in out:
+        raise AssertionError(f"chromium could not open the report (exit {code}):\n{err[-2000:]}")
+    page = Page()
+    page.feed(out)
+    return page
+
+
+if __name__ == "__main__":
+    unittest.main()

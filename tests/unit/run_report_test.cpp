@@ -1,0 +1,107 @@
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "dptrain/common/error.h"
+#include "dptrain/train/logs/run_report.h"
+#include "dptrain/train/logs/timeline.h"
+#include "support/error_of.h"
+#include "support/temp_dir.h"
+
+namespace fs = std::filesystem;
+using dpt::train::RunFiles;
+using dpt::train::Timeline;
+
+namespace {
+
+void write(const fs::path& path, const std::string& text) { std::ofstream(path, std::ios::binary) << text; }
+
+const char* kMetrics =
+    R"({"phase":"train_step","epoch":0,"step":1,"steps":2,"global_step":1,"loss":2.5,"acc1":10.0,"acc5":50.0,"lr":0.1,"img_per_s":100.0,"eta_s":1.0,"time":1.0}
+{"phase":"train","epoch":0,"global_step":2,"loss":2.0,"acc1":20.0,"acc5":60.0,"samples":64,"img_per_s":90.0,"seconds":0.7,"skipped_images":0,"time":2.0}
+{"phase":"val","epoch":0,"global_step":2,"loss":1.5,"acc1":40.0,"acc5":80.0,"samples":32,"img_per_s":300.0,"seconds":0.1,"skipped_images":0,"time":3.0}
+{"phase":"train_step","epoch":1,"step":1,"steps":2,"global_step":3,"loss":null,"acc1":30.0,"acc5":70.0,"lr":0.01,"img_per_s":110.0,"eta_s":1.0,"time":4.0}
+)";
+
+// Rank `rank`'s timeline of two steps: each 10 ms, 4 ms of it forward and 5 ms backward, of
+// which `wait_ms` waiting for communication, with two buckets of 1 and 3 ms.
+void write_timeline(const fs::path& trace, int rank, double wait_ms) {
+  using std::chrono::microseconds;
+  Timeline timeline(dpt::train::timeline_path(trace, rank), rank);
+  const auto t0 = Timeline::Clock::now();
+  for (int step = 0; step < 2; ++step) {
+    const auto begin = t0 + microseconds(10'000 * step);
+    const dpt::train::TimelineArgs at = {{"step", step + 1}};
+    timeline.add(Timeline::Track::Training, "forward", begin, begin + microseconds(4000), at);
+    timeline.add(Timeline::Track::Training, "backward", begin + microseconds(4000), begin + microseconds(9000), at);
+    const auto wait = microseconds(static_cast<int64_t>(wait_ms * 1000));
+    timeline.add(Timeline::Track::Training, "wait for communication", begin + microseconds(9000) - wait,
+                 begin + microseconds(9000), at);
+    const auto comm = Timeline::Track::Communication;
+    timeline.add(comm, "bucket 0", begin + microseconds(5000), begin + microseconds(6000), at);
+    timeline.add(comm, "bucket 1", begin + microseconds(6000), begin + microseconds(9000), at);
+    timeline.add(Timeline::Track::Training, "step", begin, begin + microseconds(10'000), at);
+  }
+}
+
+}  // namespace
+
+TEST(RunReport, ReadsTheMetricsByStepAndEpochLeavingOutNonFiniteValues) {
+  dpt::testing::TempDir dir;
+  write(fs::path(dir.path()) / "metrics.jsonl", kMetrics);
+  const auto run = dpt::train::read_run(RunFiles(dir.path()));
+  EXPECT_EQ(run.step_loss, (dpt::train::Points{{1, 2.5}}));  // step 3's null loss is left out
+  EXPECT_EQ(run.step_acc1, (dpt::train::Points{{1, 10.0}, {3, 30.0}}));
+  EXPECT_EQ(run.step_lr, (dpt::train::Points{{1, 0.1}, {3, 0.01}}));
+  EXPECT_EQ(run.train_loss, (dpt::train::Points{{2, 2.0}}));
+  EXPECT_EQ(run.val_acc1, (dpt::train::Points{{2, 40.0}}));
+  EXPECT_EQ(run.epoch_images_per_s, (dpt::train::Points{{2, 90.0}}));
+  EXPECT_TRUE(run.ranks.empty());
+  const std::string page = dpt::train::render_report(run);
+  EXPECT_NE(page.find(R"(id="last-val-acc1">40.00%)"), std::string::npos);
+  EXPECT_NE(page.find("--timeline FILE"), std::string::npos);  // says how to get the breakdown
+  EXPECT_EQ(page.find("<script"), std::string::npos);
+  EXPECT_EQ(page.find("http"), std::string::npos);  // nothing fetched
+}
+
+TEST(RunReport, BreaksEachRanksMeanStepIntoItsParts) {
+  dpt::testing::TempDir dir;
+  write(fs::path(dir.path()) / "metrics.jsonl", kMetrics);
+  const fs::path trace = fs::path(dir.path()) / "traces" / "t.json";
+  write_timeline(trace, 0, 1.0);
+  write_timeline(trace, 1, 2.5);
+  const auto run = dpt::train::read_run(RunFiles(dir.path()).timeline(trace));
+  ASSERT_EQ(run.ranks.size(), 2u);
+  for (const auto& rank : run.ranks) {
+    EXPECT_EQ(rank.steps, 2);
+    EXPECT_NEAR(rank.step_ms, 10.0, 1e-6);
+    EXPECT_NEAR(rank.parts.at("forward"), 4.0, 1e-6);
+    EXPECT_NEAR(rank.parts.at("backward"), 5.0, 1e-6);
+    EXPECT_NEAR(rank.parts.at("wait for communication"), rank.rank == 0 ? 1.0 : 2.5, 1e-6);
+    EXPECT_EQ(rank.parts.at("optimizer"), 0.0);  // absent parts count as none
+    EXPECT_EQ(rank.buckets, 2);
+    EXPECT_NEAR(rank.bucket_ms, 2.0, 1e-6);
+  }
+  const std::string page = dpt::train::render_report(run);
+  EXPECT_NE(page.find(R"(<tr data-part="backward compute">)"), std::string::npos);
+  EXPECT_NE(page.find(R"(<td data-rank="1" data-value="2.5">2.50</td>)"), std::string::npos);  // rank 1's wait
+}
+
+TEST(RunReport, MissingOrBrokenFilesAreDataErrorsThatSayWhatToDo) {
+  dpt::testing::TempDir dir;
+  const auto missing = dpt::testing::error_of<dpt::DataError>([&] { dpt::train::read_run(RunFiles(dir.path())); });
+  EXPECT_NE(missing.find("no metrics.jsonl in " + dir.path()), std::string::npos) << missing;
+  EXPECT_NE(missing.find("--output"), std::string::npos) << missing;
+
+  write(fs::path(dir.path()) / "metrics.jsonl", std::string(kMetrics) + "{\"phase\":\"val\",\"epo\n");
+  const auto broken = dpt::testing::error_of<dpt::DataError>([&] { dpt::train::read_run(RunFiles(dir.path())); });
+  EXPECT_NE(broken.find("metrics.jsonl line 5 is not JSON"), std::string::npos) << broken;
+
+  write(fs::path(dir.path()) / "metrics.jsonl", kMetrics);
+  const auto no_trace = dpt::testing::error_of<dpt::DataError>(
+      [&] { dpt::train::read_run(RunFiles(dir.path()).timeline(dir.path() + "/t.json")); });
+  EXPECT_NE(no_trace.find("no " + dir.path() + "/t.rank0.json"), std::string::npos) << no_trace;
+}
