@@ -182,9 +182,12 @@ TEST(PsStaleness, NoWorkerRunsMoreThanKStepsAhead) {
 }
 
 TEST(PsAsync, LearnsAndWeightsStayFinite) {
-  // One batch over and over: the loss must fall well below where it starts.
+  // One batch over and over: the loss must fall well below where it starts. 20 steps: the test
+  // schedule's rate grows by a tenth a step, and over 40 steps (up to 0.245 with momentum 0.9) an
+  // asynchronous run, whose gradients come from weights a step or two old, diverged once (LibTorch
+  // 2.6, a loaded machine).
   auto data = make_batches(/*steps=*/1, /*batch=*/8);
-  Batches repeated{data.x.expand({40, 8, 6}).contiguous(), data.y.expand({40, 8}).contiguous()};
+  Batches repeated{data.x.expand({20, 8, 6}).contiguous(), data.y.expand({20, 8}).contiguous()};
   auto model = make_mlp();
   fill(*model, 100);
   const double before = F::cross_entropy(model->forward(data.x[0]), data.y[0]).item<double>();
