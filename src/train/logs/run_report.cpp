@@ -227,13 +227,15 @@ std::string breakdown_section(const std::vector<StepBreakdown>& ranks) {
   std::string html = R"(<table id="breakdown"><tr><th>mean ms per step</th>)";
   for (const auto& rank : ranks) html += fmt::format("<th>rank {}</th>", rank.rank);
   html += "</tr>\n";
-  const auto first = rows_of(ranks.front());
-  for (size_t r = 0; r < first.size(); ++r) {
+  std::vector<std::vector<Row>> rows;  // per rank, for the table and the bars
+  for (const auto& rank : ranks) rows.push_back(rows_of(rank));
+  for (size_t r = 0; r < rows.front().size(); ++r) {
+    const Row& part = rows.front()[r];
     html += fmt::format(R"(<tr data-part="{}"><td><span class="swatch" style="background:{}"></span>{}</td>)",
-                        first[r].name, first[r].color, first[r].name);
-    for (const auto& rank : ranks) {
-      const double ms = rows_of(rank)[r].ms;
-      html += fmt::format(R"(<td data-rank="{}" data-value="{}">{:.2f}</td>)", rank.rank, ms, ms);
+                        part.name, part.color, part.name);
+    for (size_t k = 0; k < ranks.size(); ++k) {
+      const double ms = rows[k][r].ms;
+      html += fmt::format(R"(<td data-rank="{}" data-value="{}">{:.2f}</td>)", ranks[k].rank, ms, ms);
     }
     html += "</tr>\n";
   }
@@ -264,7 +266,7 @@ std::string breakdown_section(const std::vector<StepBreakdown>& ranks) {
     html += fmt::format(R"(<text x="{}" y="{:.1f}" class="tick" text-anchor="end">rank {}</text>)", kLeft - 6,
                         y + kBar * 0.7, ranks[k].rank);
     double x = kLeft;
-    for (const auto& row : rows_of(ranks[k])) {
+    for (const auto& row : rows[k]) {
       const double w = row.ms / longest * (kRight - kLeft);
       html += fmt::format(
           R"(<rect x="{:.2f}" y="{:.1f}" width="{:.2f}" height="{}" fill="{}"><title>{}: {:.2f} ms</title></rect>)", x,
