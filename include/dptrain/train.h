@@ -23,5 +23,6 @@
 #include "dptrain/train/metrics.h"
 #include "dptrain/train/model_ema.h"
 #include "dptrain/train/optimizer.h"
+#include "dptrain/train/ps_server_role.h"
 #include "dptrain/train/train_options.h"
 #include "dptrain/train/trainer.h"

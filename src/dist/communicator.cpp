@@ -16,12 +16,12 @@ std::string to_string(ReduceOp op) {
   return "unknown";
 }
 
-Work::Work(compat::WorkPtr work, std::function<void()> finish, Communicator* comm, uint64_t seq, std::string what,
+Work::Work(compat::WorkPtr work, std::function<void()> finish, Communicator* comm, uint64_t id, std::string what,
            std::chrono::milliseconds timeout)
     : work_(std::move(work)),
       finish_(std::move(finish)),
       comm_(comm),
-      seq_(seq),
+      id_(id),
       what_(std::move(what)),
       timeout_(timeout) {}
 
@@ -45,10 +45,10 @@ void Work::wait() {
   try {
     work->wait(timeout_);
   } catch (...) {
-    comm_->fail(seq_, what_, std::current_exception(), timeout_);
+    comm_->fail(id_, what_, std::current_exception(), timeout_);
   }
   stamp(*completed_);
-  comm_->recorder_.end(seq_, CollectiveRecord::State::Completed);
+  comm_->recorder_.end(id_, CollectiveRecord::State::Completed);
   if (finish_) finish_();
 }
 
@@ -79,24 +79,25 @@ std::string Communicator::backend_name() const { return backend_->getBackendName
 std::string Communicator::transport() const { return transport_->describe(); }
 
 void Communicator::run_recorded(const std::string& what, const at::Tensor& tensor, const std::function<void()>& body) {
-  const uint64_t seq = recorder_.start(what, tensor);
+  const uint64_t id = recorder_.start(what, tensor);
   try {
     body();
   } catch (...) {
-    fail(seq, what, std::current_exception(), timeout_);
+    fail(id, what, std::current_exception(), timeout_);
   }
-  recorder_.end(seq, CollectiveRecord::State::Completed);
+  recorder_.end(id, CollectiveRecord::State::Completed);
 }
 
-void Communicator::fail(uint64_t seq, const std::string& what, std::exception_ptr cause,
+void Communicator::fail(uint64_t id, const std::string& what, std::exception_ptr cause,
                         std::chrono::milliseconds waited) {
-  recorder_.end(seq, CollectiveRecord::State::Failed);
+  recorder_.end(id, CollectiveRecord::State::Failed);
+  const std::optional<CollectiveRecord> record = recorder_.entry(id);
   std::string survey;
-  if (detail::is_unexplained_timeout(cause)) {
+  if (record && !record->point_to_point() && detail::is_unexplained_timeout(cause)) {
     detail::SurveyOptions options;
     options.rank = rank();
     options.world_size = size();
-    options.seq = seq;
+    options.seq = record->seq;
     options.operation = what;
     options.grace = std::min(timeout_, std::chrono::milliseconds(5000));
     survey = detail::survey_ranks(store_, options);
@@ -106,10 +107,10 @@ void Communicator::fail(uint64_t seq, const std::string& what, std::exception_pt
                   << recorder_.describe() << std::flush;
   }
   std::string named = what;
-  for (const auto& record : recorder_.records()) {
-    if (record.seq != seq) continue;
-    if (!record.label.empty()) named += " of " + record.label;
-    named += str(" [collective #", seq, record.step >= 0 ? str(", step ", record.step) : "", "]");
+  if (record) {
+    if (!record->label.empty()) named += " of " + record->label;
+    named += str(record->point_to_point() ? " [point-to-point #" : " [collective #", record->seq,
+                 record->step >= 0 ? str(", step ", record->step) : "", "]");
   }
   detail::throw_collective_failure(rank(), named, cause, waited, survey);
 }
@@ -142,18 +143,18 @@ Work Communicator::start_all_reduce(at::Tensor tensor, ReduceOp op) {
   DPT_CHECK(op != ReduceOp::Mean || at::isFloatingType(tensor.scalar_type()), ConfigError, "rank ", rank(),
             ": ", what, " with mean needs a floating-point tensor, got ", tensor.scalar_type());
   at::Tensor wire = wire_tensor(tensor, *backend_);
-  const uint64_t seq = recorder_.start(what, tensor);
+  const uint64_t id = recorder_.start(what, tensor);
   compat::WorkPtr work;
   try {
     work = transport_->all_reduce(wire, op);
   } catch (...) {
-    fail(seq, what, std::current_exception(), timeout_);
+    fail(id, what, std::current_exception(), timeout_);
   }
   std::function<void()> finish;
   if (!wire.is_same(tensor)) finish = [tensor, wire]() mutable { tensor.copy_(wire); };
   // A transport that bounds its operations itself says which peer it waited for; a wait that
   // ended first would only say that it took too long.
-  Work started(std::move(work), std::move(finish), this, seq, what, timeout_ + transport_->failure_report_delay());
+  Work started(std::move(work), std::move(finish), this, id, what, timeout_ + transport_->failure_report_delay());
   if (!device_.is_cuda()) started.watch_completion();
   return started;
 }
@@ -170,19 +171,49 @@ Work Communicator::broadcast_async(at::Tensor tensor, int root) {
   c10d::BroadcastOptions options;
   options.rootRank = root;
   options.timeout = timeout_;
-  const uint64_t seq = recorder_.start("broadcast", tensor);
+  const uint64_t id = recorder_.start("broadcast", tensor);
   compat::WorkPtr work;
   try {
     work = backend_->broadcast(tensors, options);
   } catch (...) {
-    fail(seq, "broadcast", std::current_exception(), timeout_);
+    fail(id, "broadcast", std::current_exception(), timeout_);
   }
   std::function<void()> finish;
   if (!wire.is_same(tensor)) finish = [tensor, wire]() mutable { tensor.copy_(wire); };
-  return Work(std::move(work), std::move(finish), this, seq, "broadcast", timeout_);
+  return Work(std::move(work), std::move(finish), this, id, "broadcast", timeout_);
 }
 
 void Communicator::broadcast(at::Tensor& tensor, int root) { broadcast_async(tensor, root).wait(); }
+
+Work Communicator::start_point_to_point(const std::string& operation, at::Tensor tensor, int peer, int tag) {
+  const std::string what = str(operation, operation == "recv" ? " from rank " : " to rank ", peer, " (tag ", tag, ")");
+  DPT_CHECK(peer >= 0 && peer < size() && peer != rank(), ConfigError, "rank ", rank(), ": ", what,
+            ": the peer must be another rank of the world of ", size());
+  DPT_CHECK(tensor.is_contiguous(), ConfigError, "rank ", rank(), ": ", what, " needs a contiguous tensor");
+  std::vector<at::Tensor> tensors{tensor};
+  const uint64_t id = recorder_.start(operation, tensor, peer);
+  compat::WorkPtr work;
+  try {
+    work = operation == "recv" ? backend_->recv(tensors, peer, tag) : backend_->send(tensors, peer, tag);
+  } catch (...) {
+    fail(id, what, std::current_exception(), timeout_);
+  }
+  Work started(std::move(work), nullptr, this, id, what, timeout_);
+  if (!device_.is_cuda()) started.watch_completion();
+  return started;
+}
+
+Work Communicator::send_async(at::Tensor tensor, int peer, int tag) {
+  return start_point_to_point("send", std::move(tensor), peer, tag);
+}
+
+Work Communicator::recv_async(at::Tensor tensor, int peer, int tag) {
+  return start_point_to_point("recv", std::move(tensor), peer, tag);
+}
+
+void Communicator::send(const at::Tensor& tensor, int peer, int tag) { send_async(tensor, peer, tag).wait(); }
+
+void Communicator::recv(at::Tensor& tensor, int peer, int tag) { recv_async(tensor, peer, tag).wait(); }
 
 std::vector<at::Tensor> Communicator::all_gather(const at::Tensor& tensor) {
   at::Tensor wire = wire_tensor(tensor, *backend_);

@@ -20,7 +20,9 @@ double milliseconds_between(CollectiveRecord::Clock::time_point from, Collective
 }  // namespace
 
 std::string CollectiveRecord::describe(Clock::time_point now) const {
-  std::string text = fmt::format("#{} {}", seq, operation);
+  std::string text = point_to_point() ? fmt::format("p2p #{} {} {} rank {}", seq, operation,
+                                                   operation == "recv" ? "from" : "to", peer)
+                                     : fmt::format("#{} {}", seq, operation);
   if (!label.empty()) text += " " + label;
   if (!shape.empty()) text += fmt::format(" [{}] {}", fmt::join(shape, ", "), c10::toString(dtype));
   if (step >= 0) text += fmt::format(" step {}", step);
@@ -37,9 +39,10 @@ FlightRecorder::FlightRecorder(size_t capacity) : capacity_(capacity) {
   ring_.reserve(capacity);
 }
 
-uint64_t FlightRecorder::start(std::string operation, const at::Tensor& tensor) {
+uint64_t FlightRecorder::start(std::string operation, const at::Tensor& tensor, int peer) {
   CollectiveRecord record;
   record.operation = std::move(operation);
+  record.peer = peer;
   record.label = CollectiveLabel::current();
   if (tensor.defined()) {
     record.shape = tensor.sizes().vec();
@@ -47,23 +50,31 @@ uint64_t FlightRecorder::start(std::string operation, const at::Tensor& tensor) 
   }
   record.started = CollectiveRecord::Clock::now();
   std::lock_guard<std::mutex> lock(mutex_);
-  record.seq = ++last_seq_;
+  record.seq = record.point_to_point() ? ++last_point_to_point_ : ++last_collective_;
   record.step = step_;
+  Slot slot{++last_id_, std::move(record)};
   if (ring_.size() < capacity_) {
-    ring_.push_back(std::move(record));
+    ring_.push_back(std::move(slot));
   } else {
-    ring_[(record.seq - 1) % capacity_] = std::move(record);  // over the oldest
+    ring_[(slot.id - 1) % capacity_] = std::move(slot);  // over the oldest
   }
-  return last_seq_;
+  return last_id_;
 }
 
-void FlightRecorder::end(uint64_t seq, CollectiveRecord::State state) {
+void FlightRecorder::end(uint64_t id, CollectiveRecord::State state) {
   const auto now = CollectiveRecord::Clock::now();
   std::lock_guard<std::mutex> lock(mutex_);
-  const size_t slot = (seq - 1) % capacity_;
-  if (slot >= ring_.size() || ring_[slot].seq != seq) return;
-  ring_[slot].state = state;
-  ring_[slot].ended = now;
+  const size_t slot = (id - 1) % capacity_;
+  if (slot >= ring_.size() || ring_[slot].id != id) return;
+  ring_[slot].record.state = state;
+  ring_[slot].record.ended = now;
+}
+
+std::optional<CollectiveRecord> FlightRecorder::entry(uint64_t id) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  const size_t slot = (id - 1) % capacity_;
+  if (slot >= ring_.size() || ring_[slot].id != id) return std::nullopt;
+  return ring_[slot].record;
 }
 
 void FlightRecorder::set_step(int64_t step) {
@@ -72,10 +83,14 @@ void FlightRecorder::set_step(int64_t step) {
 }
 
 std::vector<CollectiveRecord> FlightRecorder::records() const {
-  std::lock_guard<std::mutex> lock(mutex_);
-  std::vector<CollectiveRecord> ordered = ring_;
-  std::sort(ordered.begin(), ordered.end(),
-            [](const CollectiveRecord& a, const CollectiveRecord& b) { return a.seq < b.seq; });
+  std::vector<Slot> slots;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    slots = ring_;
+  }
+  std::sort(slots.begin(), slots.end(), [](const Slot& a, const Slot& b) { return a.id < b.id; });
+  std::vector<CollectiveRecord> ordered;
+  for (auto& slot : slots) ordered.push_back(std::move(slot.record));
   return ordered;
 }
 

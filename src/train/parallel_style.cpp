@@ -14,8 +14,16 @@
 #include "dptrain/parallel/ddp.h"
 #include "dptrain/parallel/hvd.h"
 #include "dptrain/parallel/ps/client.h"
+#include "dptrain/parallel/replicas.h"
 
 namespace dpt::train {
+
+ParallelStyle::ParallelStyle(models::Classifier model, std::shared_ptr<dist::Communicator> comm, bool together)
+    : model_(std::move(model)), comm_(comm), lockstep_(std::move(comm), together) {}
+
+void ParallelStyle::before_evaluate() {
+  if (lockstep_.together() && comm_->size() > 1) broadcast_coalesced(*comm_, model_->buffers(), /*root=*/0);
+}
 
 namespace {
 
@@ -24,7 +32,7 @@ class DdpStyle : public ParallelStyle {
  public:
   DdpStyle(models::Classifier model, std::shared_ptr<torch::optim::Optimizer> optimizer,
            std::shared_ptr<dist::Communicator> comm)
-      : ddp_(std::move(model), std::move(comm)), optimizer_(std::move(optimizer)) {}
+      : ParallelStyle(model, comm, /*together=*/true), ddp_(model, comm), optimizer_(std::move(optimizer)) {}
 
   at::Tensor forward(const at::Tensor& images) override { return ddp_.forward(images); }
   void zero_grad() override { optimizer_->zero_grad(); }
@@ -36,9 +44,6 @@ class DdpStyle : public ParallelStyle {
     auto local_only = ddp_.no_sync();
     loss.backward();
   }
-  // Validation is split over the ranks and runs the model itself, not ddp_.forward: every rank
-  // first takes rank 0's BatchNorm statistics, so the pass measures the model rank 0 checkpoints.
-  void before_evaluate() override { ddp_.broadcast_buffers(); }
   const Reducer* reducer() const override { return &ddp_.reducer(); }
   std::string describe() const override { return "DistributedDataParallel"; }
 
@@ -53,8 +58,10 @@ class DdpStyle : public ParallelStyle {
 class DpStyle : public ParallelStyle {
  public:
   DpStyle(models::Classifier model, std::vector<torch::Device> devices,
-          std::shared_ptr<torch::optim::Optimizer> optimizer)
-      : dp_(std::move(model), DataParallelOptions(std::move(devices))), optimizer_(std::move(optimizer)) {}
+          std::shared_ptr<torch::optim::Optimizer> optimizer, std::shared_ptr<dist::Communicator> comm)
+      : ParallelStyle(model, std::move(comm), /*together=*/true),
+        dp_(model, DataParallelOptions(std::move(devices))),
+        optimizer_(std::move(optimizer)) {}
 
   at::Tensor forward(const at::Tensor& images) override { return dp_.forward(images); }
   void zero_grad() override { optimizer_->zero_grad(); }
@@ -77,7 +84,9 @@ class HvdStyle : public ParallelStyle {
  public:
   HvdStyle(models::Classifier model, std::shared_ptr<torch::optim::Optimizer> optimizer,
            std::shared_ptr<dist::Communicator> comm)
-      : context_(std::move(comm)), model_(std::move(model)), optimizer_(make_optimizer(optimizer)) {}
+      : ParallelStyle(std::move(model), comm, /*together=*/true),
+        context_(std::move(comm)),
+        optimizer_(make_optimizer(optimizer)) {}
 
   at::Tensor forward(const at::Tensor& images) override { return model_->forward(images); }
   void zero_grad() override { optimizer_.zero_grad(); }
@@ -85,10 +94,8 @@ class HvdStyle : public ParallelStyle {
   bool accumulates() const override { return false; }
   // The reducer has finished during backward; this only checks that it ran.
   void synchronize() override { optimizer_.synchronize(); }
-  // Horovod leaves BatchNorm's running statistics to each rank, where they drift apart (each
-  // follows its own batches). Validation is split over the ranks, so every rank first takes rank
-  // 0's: the pass then measures the model rank 0 checkpoints, as DDP's buffer broadcast does.
-  void before_evaluate() override { hvd::broadcast_parameters(context_, model_->named_buffers(), /*root_rank=*/0); }
+  // (Horovod leaves BatchNorm's running statistics to each rank, where they drift apart; the
+  // base class's before_evaluate() gives every rank rank 0's, as for DDP.)
   const Reducer* reducer() const override { return &optimizer_.reducer(); }
   std::string describe() const override { return "hvd::DistributedOptimizer"; }
 
@@ -100,7 +107,6 @@ class HvdStyle : public ParallelStyle {
   }
 
   hvd::Context context_;
-  models::Classifier model_;
   hvd::DistributedOptimizer optimizer_;
 };
 
@@ -112,9 +118,9 @@ class PsStyle : public ParallelStyle {
  public:
   PsStyle(const TrainOptions& options, models::Classifier model, std::shared_ptr<torch::optim::Optimizer> optimizer,
           std::shared_ptr<dist::Communicator> workers, std::shared_ptr<dist::Communicator> job)
-      : model_(std::move(model)),
+      : ParallelStyle(std::move(model), std::move(workers),
+                      /*together=*/options.parallel().ps().consistency() == ps::Consistency::Sync),
         optimizer_(std::move(optimizer)),
-        workers_(std::move(workers)),
         options_(ps_options(options)),
         client_(served_parameters(*model_, options.optimizer()), std::move(job), options_) {}
 
@@ -132,20 +138,19 @@ class PsStyle : public ParallelStyle {
   at::Tensor forward(const at::Tensor& images) override { return model_->forward(images); }
   void zero_grad() override { optimizer_->zero_grad(); }
   void backward(const at::Tensor& loss, bool reduce) override {
-    if (reduce) client_.prepare_for_backward(current_lr(), ++pushes_);
+    // Every group holds the schedule's rate (set_lr): the first one's is the step's.
+    if (reduce) client_.prepare_for_backward(optimizer_->param_groups().front().options().get_lr(), ++pushes_);
     loss.backward();
   }
   void synchronize() override { client_.synchronize(); }
   bool applies_update() const override { return true; }
-  bool lockstep() const override { return options_.consistency() == ps::Consistency::Sync; }
   void before_evaluate() override {
-    if (!lockstep()) {
-      // Rank 0 validates alone (the trainer's together()), on the servers' weights of the moment.
-      if (workers_->rank() == 0) adopt(client_.fetch_state(), /*momentum=*/false);
+    // Apart, rank 0 validates alone (Lockstep), on the servers' weights of the moment.
+    if (!lockstep().together()) {
+      if (lockstep().validates()) adopt(client_.fetch_state(), /*momentum=*/false);
       return;
     }
-    // As DDP's: every rank measures the model rank 0 checkpoints, with its BatchNorm statistics.
-    for (auto& buffer : model_->buffers()) workers_->broadcast(buffer, /*root=*/0);
+    ParallelStyle::before_evaluate();
   }
   void gather_state() override { adopt(client_.fetch_state(), /*momentum=*/true); }
   std::string describe() const override {
@@ -163,9 +168,6 @@ class PsStyle : public ParallelStyle {
     }
     return trained;
   }
-  double current_lr() const {
-    return static_cast<const torch::optim::SGDOptions&>(optimizer_->param_groups().front().options()).lr();
-  }
   // The servers' weights into the model, and with `momentum` their momentum into the optimizer's state.
   void adopt(const ps::ServedState& state, bool momentum) {
     torch::NoGradGuard no_grad;
@@ -180,9 +182,7 @@ class PsStyle : public ParallelStyle {
     }
   }
 
-  models::Classifier model_;
   std::shared_ptr<torch::optim::Optimizer> optimizer_;
-  std::shared_ptr<dist::Communicator> workers_;
   ps::PsOptions options_;
   ps::ParameterServerClient client_;
   int64_t pushes_ = 0;
@@ -196,9 +196,9 @@ std::unique_ptr<ParallelStyle> make_ddp_style(models::Classifier model,
 
 std::unique_ptr<ParallelStyle> make_dp_style(const TrainOptions& options, models::Classifier model,
                                              std::shared_ptr<torch::optim::Optimizer> optimizer,
-                                             const dist::Communicator& comm) {
-  DPT_CHECK(comm.size() == 1, ConfigError, "rank ", comm.rank(), ": --mode dp runs in one process driving ",
-            "several replicas, but this process is one of ", comm.size(),
+                                             std::shared_ptr<dist::Communicator> comm) {
+  DPT_CHECK(comm->size() == 1, ConfigError, "rank ", comm->rank(), ": --mode dp runs in one process driving ",
+            "several replicas, but this process is one of ", comm->size(),
             "; start it without a launcher, or use --mode ddp");
   // Autocast is a per-thread setting and the replicas run in their own threads.
   DPT_CHECK(!options.amp(), ConfigError, "--amp is not supported with --mode dp; use --mode ddp");
@@ -207,7 +207,8 @@ std::unique_ptr<ParallelStyle> make_dp_style(const TrainOptions& options, models
   // The heads' logits stay in the replicas that computed them.
   DPT_CHECK(!model->has_auxiliary_heads(), ConfigError, "--mode dp cannot train the auxiliary classifiers of ",
             options.arch(), "; use --mode ddp, or train without them (--no-aux-logits)");
-  return std::make_unique<DpStyle>(std::move(model), data_parallel_devices(options.parallel()), std::move(optimizer));
+  return std::make_unique<DpStyle>(std::move(model), data_parallel_devices(options.parallel()), std::move(optimizer),
+                                   std::move(comm));
 }
 
 std::unique_ptr<ParallelStyle> make_hvd_style(models::Classifier model,
@@ -261,7 +262,7 @@ std::unique_ptr<ParallelStyle> make_parallel_style(const TrainOptions& options, 
     case ParallelMode::Ddp:
       return make_ddp_style(std::move(model), std::move(optimizer), std::move(comm));
     case ParallelMode::Dp:
-      return make_dp_style(options, std::move(model), std::move(optimizer), *comm);
+      return make_dp_style(options, std::move(model), std::move(optimizer), std::move(comm));
     case ParallelMode::Hvd:
       return make_hvd_style(std::move(model), std::move(optimizer), std::move(comm));
     case ParallelMode::Ps:

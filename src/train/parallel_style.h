@@ -1,15 +1,18 @@
 #pragma once
-// How the trainer's replicas come to agree on a step (TrainOptions::mode): the parts of a training
-// step that differ between DistributedDataParallel, single-process DataParallel and the Horovod
-// style. Everything else (sampler, schedule, metrics, checkpoints) is the trainer's and the same
-// in every style; checkpoints always hold the plain model's names.
+// How the trainer's replicas come to agree on a step (ParallelOptions::mode): the parts of a
+// training step that differ between DistributedDataParallel, single-process DataParallel, the
+// Horovod style and the parameter server's workers, and whether the ranks step together at all
+// (lockstep()). Everything else (sampler, schedule, metrics, checkpoints) is the trainer's and the
+// same in every style; checkpoints always hold the plain model's names. A parameter server's
+// server process runs no style: its role is decided before a trainer exists (ps_server_role.h).
 //
-//   auto style = make_parallel_style(options, model, optimizer, comm);
+//   auto style = make_parallel_style(options, model, optimizer, comm, job);
 //   style->zero_grad();
 //   auto loss = cross_entropy(style->forward(images), labels);
 //   style->backward(loss, /*reduce=*/true);
 //   style->synchronize();            // the gradients are now the reduced ones
 //   if (!style->applies_update()) optimizer->step();
+//   auto all = style->lockstep().sum(local_metrics);
 
 #include <memory>
 #include <string>
@@ -22,12 +25,21 @@
 #include "dptrain/parallel/ps/options.h"
 #include "dptrain/parallel/reducer.h"
 #include "dptrain/train/train_options.h"
+#include "lockstep.h"
 
 namespace dpt::train {
 
 class ParallelStyle {
  public:
+  // `comm`: the ranks that train; `together`: whether they take their steps together (Lockstep).
+  ParallelStyle(models::Classifier model, std::shared_ptr<dist::Communicator> comm, bool together);
   virtual ~ParallelStyle() = default;
+  ParallelStyle(const ParallelStyle&) = delete;
+  ParallelStyle& operator=(const ParallelStyle&) = delete;
+
+  // Where the ranks meet outside the gradient exchange: metric sums, validation, barriers.
+  const Lockstep& lockstep() const { return lockstep_; }
+
   // Once the model and optimizer hold their starting state (fresh, pretrained or resumed), before
   // the first step.
   virtual void start() {}
@@ -45,20 +57,25 @@ class ParallelStyle {
   // Whether synchronize() leaves the stepped weights in the model (the parameter servers ran the
   // optimizer), so that the trainer's optimizer must not step.
   virtual bool applies_update() const { return false; }
-  // Whether the ranks take their steps together. When not (an asynchronous parameter server), the
-  // trainer never makes one rank wait for another: metrics are each rank's own, rank 0 validates
-  // alone, and a worker that dies leaves the others training.
-  virtual bool lockstep() const { return true; }
   // On rank 0 before it writes a checkpoint: brings state kept elsewhere (the servers' weights and
   // momentum) into the model and optimizer.
   virtual void gather_state() {}
-  // Before a validation pass.
-  virtual void before_evaluate() {}
+  // Before a validation pass of the model. Validation is split over the ranks and runs the model
+  // itself, so in lockstep every rank first takes rank 0's buffers (BatchNorm's statistics, which
+  // each rank's own batches moved): the pass then measures the model rank 0 checkpoints.
+  virtual void before_evaluate();
   // The reducer whose buckets carry the gradients (its times go on the timeline); null for styles
   // without one.
   virtual const Reducer* reducer() const { return nullptr; }
   // For the start-up banner: "DistributedDataParallel", "DataParallel over 2 replicas (cpu, cpu)".
   virtual std::string describe() const = 0;
+
+ protected:
+  models::Classifier model_;
+  std::shared_ptr<dist::Communicator> comm_;
+
+ private:
+  Lockstep lockstep_;
 };
 
 // The devices of --mode dp's replicas: cuda_devices(gpus) or `replicas` CPU replicas; the first

@@ -26,7 +26,8 @@
 #include "dptrain/models/inception.h"
 #include "dptrain/models/registry.h"
 #include "dptrain/parallel/convert_sync_batchnorm.h"
-#include "dptrain/parallel/ps/server.h"
+#include "dptrain/parallel/ps/options.h"
+#include "dptrain/train/ps_server_role.h"
 #include "dptrain/train/checkpoint/auto_resume.h"
 #include "dptrain/train/checkpoint/checkpoint_file.h"
 #include "dptrain/train/checkpoint/optimizer_state.h"
@@ -36,6 +37,7 @@
 #include "dptrain/train/lr_schedule.h"
 #include "dptrain/train/model_ema.h"
 #include "dptrain/train/stop_signals.h"
+#include "local_setup.h"
 #include "parallel_style.h"
 
 namespace dpt::train {
@@ -50,55 +52,11 @@ double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
 
-void check_options(const TrainOptions& o) {
-  DPT_CHECK(o.batch_size() > 0, ConfigError, "--batch-size must be positive, got ", o.batch_size());
-  DPT_CHECK(o.accum_steps() >= 1, ConfigError, "--accum-steps must be at least 1, got ", o.accum_steps());
-  DPT_CHECK(o.epochs() > 0, ConfigError, "--epochs must be positive, got ", o.epochs());
-  DPT_CHECK(o.start_epoch() >= 0 && o.start_epoch() < o.epochs(), ConfigError, "--start-epoch must be in [0, ",
-            o.epochs(), "), got ", o.start_epoch());
-  DPT_CHECK(o.data().workers() > 0, ConfigError, "--workers must be at least 1, got ", o.data().workers());
-  DPT_CHECK(o.checkpoint().keep() >= 1, ConfigError, "--keep-checkpoints must be at least 1, got ",
-            o.checkpoint().keep());
-  if (o.logs()) checked_print_freq(o.logs()->print_freq());  // here, on every rank: only rank 0 logs
-  DPT_CHECK(!o.max_steps() || *o.max_steps() > 0, ConfigError, "--max-steps must be positive, got ",
-            o.max_steps().value_or(0));
-  const CheckpointOptions& c = o.checkpoint();
-  DPT_CHECK(!c.every_steps() || *c.every_steps() >= 1, ConfigError, "--checkpoint-every must be at least 1, got ",
-            c.every_steps().value_or(0));
-  DPT_CHECK(!c.every_minutes() || *c.every_minutes() > 0, ConfigError, "--checkpoint-minutes must be positive, got ",
-            c.every_minutes().value_or(0));
-  DPT_CHECK(!c.output_dir().empty() || (!c.every_steps() && !c.every_minutes() && c.resume() != kResumeAuto),
-            ConfigError, "--checkpoint-every, --checkpoint-minutes and --resume auto need --output, the folder ",
-            "where checkpoints are written and looked for");
-  DPT_CHECK(c.resume().empty() || c.pretrained().empty(), ConfigError,
-            "--resume and --pretrained exclude each other: a resumed run continues with its own weights");
-}
-
 // Channels-last weights make convolutions pick NHWC kernels; the inputs follow the same layout.
 void to_channels_last(torch::nn::Module& module) {
   for (auto& p : module.parameters()) {
     if (p.dim() == 4) p.set_data(p.data().contiguous(at::MemoryFormat::ChannelsLast));
   }
-}
-
-// What --resume names: a file, or with "auto" the newest readable checkpoint of --output, or
-// nothing yet. pytorch/examples' convention: 'epoch' in a checkpoint is the epoch to start with next.
-FoundCheckpoint read_resume_checkpoint(const TrainOptions& o) {
-  const CheckpointOptions& c = o.checkpoint();
-  FoundCheckpoint found;
-  if (c.resume() == kResumeAuto) {
-    found = find_resume_checkpoint(c.output_dir());
-  } else {
-    found.file = c.resume();
-    DPT_CHECK(fs::is_regular_file(found.file), CheckpointError, "checkpoint ", found.file.string(),
-              " does not exist; check the path given to --resume (or use --resume auto)");
-    found.checkpoint = TrainingCheckpoint::from_ivalue(load_checkpoint(found.file), found.file);
-  }
-  if (found.checkpoint) {
-    DPT_CHECK(found.checkpoint->arch == o.arch(), CheckpointError, "checkpoint ", found.file.string(), " is for ",
-              found.checkpoint->arch, ", not ", o.arch(), "; pass -a ", found.checkpoint->arch);
-  }
-  return found;
 }
 
 }  // namespace
@@ -109,7 +67,6 @@ struct Trainer::State {
   models::Classifier model{nullptr};
   std::shared_ptr<dist::Communicator> comm;  // the ranks that train (--mode ps: the workers)
   std::shared_ptr<dist::Communicator> job;   // every process of the job (--mode ps: the servers too)
-  std::unique_ptr<ps::ParameterServer> server;  // --mode ps, on a server: all this process does
   at::Device device{at::kCPU};
   std::shared_ptr<torch::optim::Optimizer> optimizer;
   std::unique_ptr<ParallelStyle> style;
@@ -135,9 +92,7 @@ struct Trainer::State {
 
   explicit State(TrainOptions o) : options(std::move(o)) {}
 
-  // The constructor's steps, in order. Before join(): local work only, so that a bad folder, name
-  // or file fails on every rank alike before any rank waits for the others.
-  void build_model(const models::StateDict* resumed_weights);  // weights: resumed, pretrained or seeded
+  // The constructor's steps after prepare_locally(), in order.
   void join();                                                 // the process group(s), the device
   void build_step();                                           // optimizer, parallel style, scaler, sampler, schedule
   void restore(const TrainingCheckpoint& checkpoint, const fs::path& file);  // exact resume: position, optimizer, RNG
@@ -147,11 +102,8 @@ struct Trainer::State {
   void open_logs();
 
   bool leader() const { return comm->rank() == 0; }
-  // Whether the ranks step together and meet in collectives (ParallelStyle::lockstep). When not (an
-  // asynchronous parameter server), no rank ever waits for another: each reports its own steps,
-  // rank 0 alone validates, and a worker that dies leaves the others training.
-  bool together() const { return style->lockstep(); }
-  MetricSums over_ranks(const MetricSums& local) const { return together() ? local.reduced(*comm) : local; }
+  // Where the ranks meet outside the gradient exchange, as the style decides (lockstep.h).
+  const Lockstep& ranks() const { return style->lockstep(); }
   int64_t global_batch() const { return options.batch_size() * comm->size() * accum_steps; }
   int64_t steps_per_epoch() const {
     const int64_t per_step = options.batch_size() * accum_steps;
@@ -198,7 +150,7 @@ struct Trainer::State {
   }
 
   // One validation pass of `net` over the whole validation set, split over the ranks; reports it
-  // as `phase`. Collective (apart from together(): rank 0's pass alone, the others return nothing).
+  // as `phase`. Collective (apart: rank 0's pass alone, the others return nothing).
   // The model's pass first runs the style's before_evaluate(); the EMA's has no need to.
   MetricSums evaluate(models::ClassifierImpl& net, const std::string& phase);
 
@@ -236,7 +188,7 @@ struct Trainer::State {
   void print_banner() const;
   // Tells the observers about a finished train or val pass: `all` are its sums over all ranks,
   // `skipped_here` the bad images this rank's loader skipped (summed over ranks here: collective;
-  // apart from together(), this rank's own).
+  // apart, this rank's own).
   void report_pass(const std::string& phase, const MetricSums& all, size_t skipped_here, Clock::time_point start);
   // Fills in what every report has: the position, and the scores of `all`.
   void score(Report& report, const MetricSums& all) const {
@@ -262,7 +214,7 @@ struct Trainer::State {
     if (!stop_signals) return false;
     MetricSums vote;
     vote.stop_votes = stop_vote();
-    return stop_agreed_in(over_ranks(vote));
+    return stop_agreed_in(ranks().sum(vote));
   }
   // This rank's vote: 1 once it has caught a stop signal.
   int64_t stop_vote() const { return stop_signals && stop_signals->received() != 0 ? 1 : 0; }
@@ -277,17 +229,16 @@ struct Trainer::State {
   }
   // After a backward that reduced: its buckets' all-reduces on the timeline's communication track,
   // and the wait for them after backward's compute on the training track.
-  void trace_reduction(const TimelineArgs& at_step) {
+  void trace_reduction(int64_t at_step) {
     const Reducer* reducer = style->reducer();
     if (!timeline || reducer == nullptr) return;
     const ReductionTimes times = reducer->last_reduction();
     for (size_t b = 0; b < times.buckets.size(); ++b) {
       const auto& bucket = times.buckets[b];
-      TimelineArgs args = at_step;
-      args.push_back({"bytes", bucket.bytes});
-      timeline->add(Timeline::Track::Communication, str("bucket ", b), bucket.launched, bucket.completed, args);
+      timeline->add(Timeline::Track::Communication, str("bucket ", b), bucket.launched, bucket.completed,
+                    {{"step", at_step}, {"bytes", bucket.bytes}});
     }
-    timeline->add(Timeline::Track::Training, "wait for communication", times.wait_began, times.finished, at_step);
+    timeline->on_phase(StepPhase::WaitForCommunication, times.wait_began, times.finished, at_step);
   }
   // One optimizer step over the next accum_steps micro-batches of `loader` (fewer at the epoch's
   // end); returns the step's sums over all ranks, or nothing when the loader had none left.
@@ -298,21 +249,17 @@ struct Trainer::State {
 
 Trainer::Trainer(TrainOptions options) : state_(std::make_unique<State>(std::move(options))) {
   State& s = *state_;
-  check_options(s.options);
-  if (s.options.parallel().mode() == ParallelMode::Ps) ps_sgd_rule(s.options);  // (its checks, on every rank alike)
-  // Everything local first: a bad folder, name or file fails here on every rank alike.
-  FoundCheckpoint resumed;
-  if (!s.options.checkpoint().resume().empty()) {
-    resumed = read_resume_checkpoint(s.options);
-    if (resumed.checkpoint) s.options.seed(resumed.checkpoint->seed);
-  }
-  s.data = open_datasets(s.options.data(), s.options.seed(), models::info(s.options.arch()));
-  s.build_model(resumed.checkpoint ? &resumed.checkpoint->state_dict : nullptr);
+  DPT_CHECK(!serves_parameters(s.options), ConfigError, "this process is one of the --mode ps job's ",
+            s.options.parallel().ps().servers(), " parameter server(s) (its last ranks): it serves (serve_parameters), ",
+            "it does not train");
+  LocalSetup local = prepare_locally(s.options);
+  s.data = std::move(local.data);
+  s.model = local.model;
   // Then the process group, and what needs it.
   s.join();
-  if (s.server) return;
   s.build_step();
   s.epoch = s.options.start_epoch();
+  const FoundCheckpoint& resumed = local.resumed;
   for (const auto& skipped : resumed.passed_over) s.resume_notes.push_back("warning: " + skipped);
   if (resumed.checkpoint) {
     s.restore(*resumed.checkpoint, resumed.file);
@@ -339,39 +286,13 @@ bool has_batch_norm_statistics(const torch::nn::Module& model) {
 
 }  // namespace
 
-void Trainer::State::build_model(const models::StateDict* resumed_weights) {
-  torch::manual_seed(options.seed());  // the same initial weights on every rank
-  model = models::create(options.arch(),
-                         models::ClassifierOptions()
-                             .num_classes(data.train->num_classes())
-                             .image_size(data.image_size)
-                             .aux_logits(options.aux_logits())
-                             .dropout(options.dropout()));
-  if (resumed_weights) {
-    models::load_state_dict(*model, *resumed_weights);
-  } else if (!options.checkpoint().pretrained().empty()) {
-    auto weights = read_weights(options.checkpoint().pretrained());
-    if (!options.aux_logits()) models::drop_auxiliary_heads(weights);  // torchvision's GoogLeNet/Inception weights
-    models::load_state_dict(*model, weights);
-  }
-  if (options.deterministic()) {
-    at::set_num_threads(1);
-    at::globalContext().setDeterministicAlgorithms(true, /*warn_only=*/false);
-  }
-}
-
 void Trainer::State::join() {
   const ParallelOptions& parallel = options.parallel();
   job = comm = dist::init_process_group(parallel.dist());
+  // --mode ps: this process is a worker (serves_parameters() said so); the workers train as a
+  // group of their own, and the job's communicator reaches the servers.
   if (parallel.mode() == ParallelMode::Ps) {
-    // The servers' part ends here: they hold no data and step no model of their own.
-    const ps::Roles roles(job->size(), parallel.ps().servers());
-    if (roles.is_server(job->rank())) {
-      server = std::make_unique<ps::ParameterServer>(served_parameters(*model, options.optimizer()), job,
-                                                     ps_options(options), ps_sgd_rule(options));
-      return;
-    }
-    comm = dist::new_group(*job, 0, roles.workers(), parallel.dist());
+    comm = dist::new_group(*job, 0, ps::Roles(job->size(), parallel.ps().servers()).workers(), parallel.dist());
   }
   device = comm->device();
   if (parallel.gpu()) {
@@ -515,31 +436,32 @@ void Trainer::State::print_banner() const {
 
 std::optional<MetricSums> Trainer::State::step(data::Loader& loader) {
   const auto step_began = Clock::now();
-  const TimelineArgs at_step = {{"step", global_step() + 1}};
+  const int64_t at_step = global_step() + 1;  // steps count from 1 in logs and messages
+  StepPhaseHook* phases = timeline.get();
   std::vector<data::Batch> micro_batches;
   while (static_cast<int64_t>(micro_batches.size()) < accum_steps) {
     auto batch = loader.next();
     if (!batch) break;
     micro_batches.push_back(std::move(*batch));
   }
-  if (micro_batches.empty()) return std::nullopt;
-  if (timeline) timeline->add(Timeline::Track::Training, "data", step_began, Clock::now(), at_step);
+  if (micro_batches.empty()) return std::nullopt;  // (no step: nothing to trace)
+  if (phases != nullptr) phases->on_phase(StepPhase::Data, step_began, Clock::now(), at_step);
   int64_t step_samples = 0;
   for (const auto& batch : micro_batches) step_samples += batch.labels.size(0);
-  comm->flight_recorder().set_step(global_step() + 1);  // steps count from 1 in logs and messages
+  comm->flight_recorder().set_step(at_step);
   set_lr(*optimizer, schedule->lr_at(global_step()));
   style->zero_grad();
   MetricSums local;
   for (size_t k = 0; k < micro_batches.size(); ++k) {
     at::Tensor images, labels, targets;
     {
-      const auto copying = span_of(timeline.get(), "copy to device", at_step);
+      StepPhaseTimer copying(phases, StepPhase::CopyToDevice, at_step);
       std::tie(images, labels) = to_device(micro_batches[k]);
       targets = mixing->enabled() ? mix(images, labels, static_cast<int64_t>(k)) : labels;
     }
     Forward forward;
     {
-      const auto forwarding = span_of(timeline.get(), "forward", at_step);
+      StepPhaseTimer forwarding(phases, StepPhase::Forward, at_step);
       forward = train_forward(images, targets);
     }
     // Each micro-batch's mean loss weighted by its share of the step's samples: the gradient of the
@@ -550,7 +472,7 @@ std::optional<MetricSums> Trainer::State::step(data::Loader& loader) {
             : forward.objective * (static_cast<double>(labels.size(0)) / static_cast<double>(step_samples));
     const bool reduce = k + 1 == micro_batches.size();
     {
-      const auto backward = span_of(timeline.get(), "backward", at_step);
+      StepPhaseTimer backward(phases, StepPhase::Backward, at_step);
       style->backward(scaler->scale(step_loss), reduce);
     }
     if (reduce) trace_reduction(at_step);
@@ -558,21 +480,21 @@ std::optional<MetricSums> Trainer::State::step(data::Loader& loader) {
     local.add(forward.logits.detach(), mixing->enabled() ? targets.argmax(1) : labels, forward.loss.item<double>());
   }
   {
-    const auto synchronizing = span_of(timeline.get(), "synchronize", at_step);
+    StepPhaseTimer synchronizing(phases, StepPhase::Synchronize, at_step);
     style->synchronize();
   }
   local.stop_votes = stop_vote();
-  std::optional<Timeline::Span> reducing_metrics = span_of(timeline.get(), "metrics all-reduce", at_step);
-  MetricSums all = over_ranks(local);
-  reducing_metrics.reset();
+  StepPhaseTimer reducing_metrics(phases, StepPhase::MetricsAllReduce, at_step);
+  MetricSums all = ranks().sum(local);
+  reducing_metrics.stop();
   // NaN or inf on any rank makes the summed loss non-finite on every rank, so all ranks decide
   // alike. The scaler skips such steps; without it, continuing would spread NaN into the weights.
   if (!scaler->is_enabled()) {
     DPT_CHECK(std::isfinite(all.loss_sum), Error, "rank ", comm->rank(), ": the loss is not finite at step ",
-              global_step() + 1, " (epoch ", epoch + 1, ", step ", step_in_epoch + 1,
+              at_step, " (epoch ", epoch + 1, ", step ", step_in_epoch + 1,
               "); lower --lr or lengthen --warmup-epochs");
   }
-  std::optional<Timeline::Span> stepping = span_of(timeline.get(), "optimizer", at_step);
+  StepPhaseTimer stepping(phases, StepPhase::Optimizer, at_step);
   if (!style->applies_update()) {
     if (const auto max_norm = options.optimizer().clip_grad_norm()) {
       // On the reduced gradients, so every rank clips alike; unscaled first, as torchvision does.
@@ -587,9 +509,9 @@ std::optional<MetricSums> Trainer::State::step(data::Loader& loader) {
     // During warm-up the average keeps copying the weights, as torchvision's recipe does.
     if (epoch < options.schedule().warmup_epochs()) ema->reset();
   }
-  stepping.reset();
+  stepping.stop();
   if (timeline) {
-    timeline->add(Timeline::Track::Training, "step", step_began, Clock::now(), at_step);
+    timeline->add(Timeline::Track::Training, "step", step_began, Clock::now(), {{"step", at_step}});
     timeline->flush();
   }
   ++step_in_epoch;
@@ -681,14 +603,6 @@ void Trainer::State::save_checkpoint(bool epoch_done, bool is_best) {
 TrainResult Trainer::train() {
   State& s = *state_;
   TrainResult result;
-  if (s.server) {
-    const ps::ServerReport report = s.server->serve();
-    std::cerr << "parameter server rank " << s.job->rank() << ": " << report.updates
-              << " update(s) applied, workers at most " << report.max_lead << " step(s) apart"
-              << (report.workers_lost.empty() ? "" : str(", ", report.workers_lost.size(), " worker(s) lost"))
-              << std::endl;
-    return result;
-  }
   if (!s.options.checkpoint().stop_signals().empty()) {
     s.stop_signals = std::make_unique<StopSignals>(s.options.checkpoint().stop_signals());
   }
@@ -700,7 +614,7 @@ TrainResult Trainer::train() {
     if (!finished) {
       s.save_checkpoint(/*epoch_done=*/false, /*is_best=*/false);
       // The other ranks wait for rank 0's checkpoint, so that no process exits before it is whole.
-      if (s.stop_agreed && s.together()) s.comm->barrier();
+      if (s.stop_agreed) s.ranks().barrier();
       break;
     }
     // A run stopped after an epoch's last step resumes into an empty pass: nothing to report.
@@ -727,7 +641,7 @@ TrainResult Trainer::train() {
     // rather than after the next epoch's first step.
     if (s.any_rank_stopping()) {
       s.stop_agreed = true;
-      if (s.together()) s.comm->barrier();
+      s.ranks().barrier();
       break;
     }
   }
@@ -740,7 +654,6 @@ TrainResult Trainer::train() {
 }
 
 MetricSums Trainer::evaluate() {
-  if (state_->server) return {};
   state_->style->before_evaluate();
   return state_->evaluate(*state_->model, "val");
 }
@@ -749,10 +662,8 @@ MetricSums Trainer::State::evaluate(models::ClassifierImpl& net, const std::stri
   const auto start = Clock::now();
   net.eval();
   torch::NoGradGuard no_grad;
-  if (!together() && !leader()) return {};
-  const int shards = together() ? comm->size() : 1;
-  data::EvalSampler val_sampler(data.val->size(), shards, comm->rank() % shards);
-  data::Loader loader(data.val, val_sampler.indices(), /*epoch=*/0, loader_options());
+  if (!ranks().validates()) return {};
+  data::Loader loader(data.val, ranks().validation_indices(data.val->size()), /*epoch=*/0, loader_options());
   MetricSums local;
   while (auto batch = loader.next()) {
     auto [images, labels] = to_device(*batch);
@@ -762,22 +673,20 @@ MetricSums Trainer::State::evaluate(models::ClassifierImpl& net, const std::stri
     const auto loss = criterion(logits.to(at::kDouble), labels);
     local.add(logits, labels, loss.item<double>());
   }
-  const MetricSums all = over_ranks(local);
+  const MetricSums all = ranks().sum(local);
   report_pass(phase, all, loader.skipped().size(), start);
   return all;
 }
 
 void Trainer::State::report_pass(const std::string& phase, const MetricSums& all, size_t skipped_here,
                                  Clock::time_point start) {
-  at::Tensor skipped = at::tensor({static_cast<double>(skipped_here)}, at::kDouble).to(comm->device());
-  if (together()) comm->all_reduce(skipped, dist::ReduceOp::Sum);
   EpochReport report;
   score(report, all);
   report.phase = phase;
   report.samples = all.count;
   report.seconds = seconds_since(start);
   report.images_per_s = report.seconds > 0 ? static_cast<double>(all.count) / report.seconds : 0.0;
-  report.skipped_images = static_cast<int64_t>(skipped.item<double>());
+  report.skipped_images = ranks().sum(static_cast<int64_t>(skipped_here));
   notify([&](TrainObserver& o) { o.on_epoch(report); });
 }
 

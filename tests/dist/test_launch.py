@@ -9,7 +9,7 @@ import tempfile
 import time
 import unittest
 
-from proc import PYTHON, Started, dptrain, env_with, pid_alive, pids_in, run, wait_dead, wait_for_pids
+from proc import PYTHON, Started, cannot_run, dptrain, env_with, pid_alive, pids_in, run, wait_dead, wait_for_pids
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -90,7 +90,7 @@ class CpuPlacement(unittest.TestCase):
 
     def test_workers_get_disjoint_blocks(self):
         if len(usable_cpus()) < 2:
-            self.skipTest("needs 2 CPUs")
+            cannot_run("needs 2 CPUs")
         allowed, err = self.allowed("--nproc-per-node", "2")
         self.assertEqual(allowed, dict(enumerate(cpu_blocks(2))))
         self.assertIn("worker CPUs (local rank order): ", err)

@@ -2,17 +2,20 @@
 nest on each rank's training track (the parts of a step inside the step, the wait for
 communication inside backward), and whose gradient buckets, on the communication track, are
 launched inside their step's backward and complete before that backward returns. And
-`dptrain report`: headless Chromium opens its page, and the values plotted there, read back from
-the points' positions, are the run's metrics; its table holds each rank's mean step."""
+`dptrain report`: headless Chromium opens its page and its table holds each rank's mean step; and
+what Chromium draws of its charts, in a screenshot, has each series' colour at the position of
+every one of the run's metrics (mapped through the chart's axes)."""
 
 import html.parser
 import json
+import re
 import os
 import shutil
 import tempfile
 import unittest
 
 import torch
+from PIL import Image
 
 from proc import cannot_run, dptrain, run
 
@@ -114,7 +117,8 @@ class Timeline(unittest.TestCase):
         with open(os.path.join(run_dir, "metrics.jsonl")) as f:
             records = [json.loads(line) for line in f]
 
-        # Every logged value, read back from its point's position on its chart.
+        # Every logged value: at its position on its chart, mapped through the chart's axes, the
+        # screenshot shows the series' colour (a point's disc, a line's vertex).
         def logged(phase, key):
             return [(r["global_step"], r[key]) for r in records if r["phase"] == phase]
         expected = {("loss", "train (logged steps)"): logged("train_step", "loss"),
@@ -123,13 +127,15 @@ class Timeline(unittest.TestCase):
                     ("top-1 (%)", "validation"): logged("val", "acc1"),
                     ("learning rate", "learning rate"): logged("train_step", "lr"),
                     ("images/s (all ranks)", "epoch"): logged("train", "img_per_s")}
+        drawn = Screenshot(os.path.join(run_dir, "report.html"), page, run_dir)
         for (chart, series), values in expected.items():
             self.assertTrue(values, (chart, series))
-            plotted = page.values(chart, series)
-            self.assertEqual(len(plotted), len(values), (chart, series))
-            for (x, y), (px, py) in zip(values, plotted):
-                self.assertAlmostEqual(px, x, delta=page.resolution(chart)[0], msg=(chart, series))
-                self.assertAlmostEqual(py, y, delta=page.resolution(chart)[1], msg=(chart, series))
+            for x, y in values:
+                self.assertTrue(drawn.shows(chart, series, x, y), (chart, series, x, y))
+            # A control: the same series a fifth of the axis higher is not drawn there.
+            c = page.charts[chart]
+            x, y = values[-1]
+            self.assertFalse(drawn.shows(chart, series, x, y + 0.2 * (c["y-max"] - c["y-min"])), (chart, series))
         self.assertEqual(page.text_of("last-val-acc1"), f"{logged('val', 'acc1')[-1][1]:.2f}%")
 
         # The breakdown table: each rank's mean of each part over its steps, as the trace has it.
@@ -168,8 +174,8 @@ def load_trace(trace, rank):
 
 
 class Page(html.parser.HTMLParser):
-    """The report as Chromium laid it out (--dump-dom): each chart's axes and polylines, and the
-    breakdown table's cells by (part, rank)."""
+    """The report as Chromium parsed it (--dump-dom): each chart's axes, and the breakdown table's
+    cells by (part, rank)."""
 
     def __init__(self):
         super().__init__()
@@ -180,10 +186,7 @@ class Page(html.parser.HTMLParser):
         a = dict(attrs)
         if tag == "svg" and a.get("class") == "chart":
             self.chart = {k[5:]: float(v) for k, v in a.items() if k.startswith("data-") and k != "data-title"}
-            self.chart["series"] = {}
             self.charts[a["data-title"]] = self.chart
-        elif tag == "polyline" and self.chart is not None:
-            self.chart["series"][a["data-series"]] = [tuple(map(float, p.split(","))) for p in a["points"].split()]
         elif tag == "tr" and "data-part" in a:
             self.part = a["data-part"]
         elif tag == "td" and "data-rank" in a:
@@ -202,30 +205,73 @@ class Page(html.parser.HTMLParser):
     def text_of(self, element_id):
         return self.ids[element_id]
 
-    def values(self, title, series):
+    def position(self, title, x, y):
+        """Where the value (x, y) lies on chart `title`, in its own pixels."""
         c = self.charts[title]
-        return [(c["x-min"] + (px - c["left"]) / (c["right"] - c["left"]) * (c["x-max"] - c["x-min"]),
-                 c["y-min"] + (c["bottom"] - py) / (c["bottom"] - c["top"]) * (c["y-max"] - c["y-min"]))
-                for px, py in c["series"][series]]
-
-    def resolution(self, title):
-        """What one hundredth of a pixel (the page's precision) is worth on each axis, twice."""
-        c = self.charts[title]
-        return (0.02 * (c["x-max"] - c["x-min"]) / (c["right"] - c["left"]),
-                0.02 * (c["y-max"] - c["y-min"]) / (c["bottom"] - c["top"]))
+        return (c["left"] + (x - c["x-min"]) / (c["x-max"] - c["x-min"]) * (c["right"] - c["left"]),
+                c["bottom"] - (y - c["y-min"]) / (c["y-max"] - c["y-min"]) * (c["bottom"] - c["top"]))
 
 
-def read_page(path):
-    """The page's DOM as headless Chromium has it after loading the file."""
+class Screenshot:
+    """The report's charts as headless Chromium draws them: each chart's markup on a page of its
+    own at a known offset, one screenshot of them all."""
+
+    HEIGHT = 260  # each chart's slot; a chart is 250 px high
+
+    def __init__(self, report, page, work_dir):
+        with open(report) as f:
+            markup = f.read()
+        style = re.search(r"<style>(.*?)</style>", markup, re.S).group(1)
+        self.charts = re.findall(r'(<svg class="chart".*?</svg>)', markup, re.S)
+        self.titles = [re.search(r'data-title="([^"]*)"', svg).group(1).replace("&amp;", "&") for svg in self.charts]
+        self.colors = {}
+        for title, svg in zip(self.titles, self.charts):
+            for name, color in re.findall(r'<polyline class="series" data-series="([^"]*)" points="[^"]*" '
+                                          r'stroke="(#[0-9a-f]{6})"', svg):
+                self.colors[(title, name)] = tuple(int(color[i:i + 2], 16) for i in (1, 3, 5))
+        slots = "".join(f'<div style="position:absolute;left:0;top:{k * self.HEIGHT}px">{svg}</div>'
+                        for k, svg in enumerate(self.charts))
+        single = os.path.join(work_dir, "charts.html")
+        with open(single, "w") as f:
+            f.write(f"<!DOCTYPE html><html><head><style>{style} body{{margin:0}}</style></head><body>{slots}</body>"
+                    "</html>")
+        png = os.path.join(work_dir, "charts.png")
+        chromium(["--hide-scrollbars", "--force-device-scale-factor=1",
+                  f"--window-size=600,{self.HEIGHT * len(self.charts)}", f"--screenshot={png}", "file://" + single])
+        self.image = Image.open(png).convert("RGB")
+        self.page = page
+
+    def shows(self, title, series, x, y):
+        """Whether a pixel within 2 px of (x, y)'s position has the series' colour."""
+        px, py = self.page.position(title, x, y)
+        top = self.titles.index(title) * self.HEIGHT
+        want = self.colors[(title, series)]
+        for dx in range(-2, 3):
+            for dy in range(-2, 3):
+                u, v = round(px) + dx, round(py) + top + dy
+                if 0 <= u < self.image.width and 0 <= v < self.image.height:
+                    if sum(abs(a - b) for a, b in zip(self.image.getpixel((u, v)), want)) < 60:
+                        return True
+        return False
+
+
+def chromium(args):
     browser = shutil.which("chromium")
     if browser is None:
         cannot_run("chromium is not installed (scripts/install-deps installs it)")
     with tempfile.TemporaryDirectory(prefix="dpt_chromium_") as profile:
         code, out, err = run([browser, "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-                              f"--user-data-dir={profile}", "--dump-dom", "file://" + os.path.abspath(path)],
-                             timeout=120)
-    if code != 0 or "<svg" not in out:
-        raise AssertionError(f"chromium could not open the report (exit {code}):\n{err[-2000:]}")
+                              f"--user-data-dir={profile}", *args], timeout=120)
+    if code != 0:
+        raise AssertionError(f"chromium failed (exit {code}):\n{err[-2000:]}")
+    return out
+
+
+def read_page(path):
+    """The page's DOM as headless Chromium has it after loading the file."""
+    out = chromium(["--dump-dom", "file://" + os.path.abspath(path)])
+    if "<svg" not in out:
+        raise AssertionError(f"chromium could not open the report:\n{out[-2000:]}")
     page = Page()
     page.feed(out)
     return page

@@ -3,9 +3,9 @@
 // DistributedDataParallel and writes, from rank 0, what Python's DDP needs to repeat the run:
 //
 //   dptrain_ddp_oracle OUT_DIR [--mismatch | --torchscript MODEL.pt]
-//                                ->  OUT_DIR/initial.pt  the weights after DDP's broadcast
+//                                ->  OUT_DIR/initial.pt  the weights (and buffers) after DDP's broadcast
 //                                    OUT_DIR/data.pt     {"x": [steps, batch, 3, 8, 8], "y": [steps, batch]}
-//                                    OUT_DIR/final.pt    the weights after training
+//                                    OUT_DIR/final.pt    the weights and buffers after training
 // The .pt files are dpt::compat::pickle_save output, which Python's torch.load reads (also with
 // weights_only=True). With --mismatch, rank 1 builds a different last layer: every rank must fail
 // with the named difference (exit 2). With --torchscript, the model is MODEL.pt, saved from Python
@@ -31,6 +31,7 @@ constexpr int64_t kBatchPerRank = 4;
 void save(const torch::nn::Module& module, const std::string& path) {
   c10::Dict<std::string, at::Tensor> state;
   for (const auto& p : module.named_parameters()) state.insert(p.key(), p.value().detach().clone());
+  for (const auto& b : module.named_buffers()) state.insert(b.key(), b.value().detach().clone());
   const std::vector<char> bytes = dpt::compat::pickle_save(state);
   std::ofstream(path, std::ios::binary).write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
 }

@@ -1,6 +1,6 @@
 """dptrain's DistributedDataParallel against Python PyTorch's: two real processes each, gloo, the
 same initial weights and data, 20 SGD steps with momentum and weight decay; the final weights
-must agree within 1e-5."""
+(and batch norm's running statistics) must agree within 1e-5; each has moved by more than 1e-3."""
 
 import os
 import tempfile
@@ -75,11 +75,18 @@ class DistributedDataParallelOracle(unittest.TestCase):
             initial = torch.load(os.path.join(out, "initial.pt"))
             ours = torch.load(os.path.join(out, "final.pt"))
             theirs = torch.load(os.path.join(out, "python_final.pt"))
-        self.assertEqual(sorted(ours), ["0.weight", "1.bias", "1.weight", "4.bias", "4.weight"])
+        # The parameters and batch norm's buffers: DDP broadcasts rank 0's running statistics at
+        # every forward, so both sides' rank 0 must hold the same ones after the same 20 steps.
+        self.assertEqual(sorted(ours), ["0.weight", "1.bias", "1.num_batches_tracked", "1.running_mean",
+                                        "1.running_var", "1.weight", "4.bias", "4.weight"])
         self.assertEqual(sorted(ours), sorted(theirs))
+        self.assertEqual(ours["1.num_batches_tracked"].item(), 20)
+        self.assertEqual(theirs["1.num_batches_tracked"].item(), 20)
         for name in ours:
             self.assertTrue(torch.equal(initial[name], eager.state_dict()[name]), name)
-            moved = (ours[name] - initial[name]).abs().max().item()
+            if name.endswith("num_batches_tracked"):
+                continue
+            moved = (ours[name].double() - initial[name].double()).abs().max().item()
             self.assertGreater(moved, 1e-3, f"{name} did not train")
             difference = (ours[name] - theirs[name]).abs().max().item()
             self.assertLessEqual(difference, 1e-5, f"{name}: dptrain and PyTorch DDP differ by {difference}")

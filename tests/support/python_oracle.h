@@ -3,12 +3,15 @@
 // it printed, for unit tests whose expected values come from PyTorch itself.
 //
 //   auto out = dpt::testing::run_python("import torch; print(torch.randperm(4).tolist())");
-//   if (!out) GTEST_SKIP() << "no /usr/bin/python3 with torch";
+//   if (!out) DPT_MISSING_DEPENDENCY("no /usr/bin/python3 with torch");
 
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <gtest/gtest.h>
+
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <optional>
 #include <sstream>
@@ -18,8 +21,23 @@
 
 namespace dpt::testing {
 
+// Whether the tests run in CI (CI set and not empty, as .ci/run sets it), where every dependency
+// is installed.
+inline bool in_ci() {
+  const char* ci = std::getenv("CI");
+  return ci != nullptr && *ci != '\0';
+}
+
+// Skips the calling test for a missing dependency, or in CI fails it: there a skip would let a
+// broken install pass unseen (tests/proc.py's cannot_run does the same for the Python tests).
+#define DPT_MISSING_DEPENDENCY(why)                                                         \
+  do {                                                                                      \
+    if (::dpt::testing::in_ci()) FAIL() << (why) << " (CI is set: every dependency must be installed)"; \
+    GTEST_SKIP() << (why);                                                                  \
+  } while (0)
+
 // stdout of the script, or nullopt when /usr/bin/python3 lacks torch or torchvision (the test
-// should then skip). A script that fails for any other reason throws, so the test fails.
+// then calls DPT_MISSING_DEPENDENCY). A script that fails for any other reason throws, so the test fails.
 inline std::optional<std::string> run_python(const std::string& script) {
   char path[] = "/tmp/dptrain_oracle_XXXXXX.py";
   int fd = mkstemps(path, 3);

@@ -120,6 +120,41 @@ INSTANTIATE_TEST_SUITE_P(Worlds, CommunicatorTest,
                                   std::to_string(std::get<0>(info.param));
                          });
 
+TEST_P(CommunicatorTest, SendAndRecvAroundARingWithTagsInFlightTogether) {
+  const int n = std::get<0>(GetParam());
+  run_ranks([n](Communicator& comm) {
+    const int r = comm.rank();
+    if (n == 1) {  // no other rank to talk to
+      auto t = torch::zeros({2});
+      EXPECT_THROW(comm.send(t, 0), dpt::ConfigError);
+      return;
+    }
+    const int next = (r + 1) % n, previous = (r + n - 1) % n;
+    // Two messages to the next rank on two tags, both in flight before either is waited for.
+    auto sends = std::vector<dpt::dist::Work>{};
+    sends.push_back(comm.send_async(torch::full({3}, 10.0 * r), next, /*tag=*/1));
+    sends.push_back(comm.send_async(torch::arange(5, torch::kLong) + r, next, /*tag=*/2));
+    auto first = torch::zeros({3});
+    auto second = torch::zeros({5}, torch::kLong);
+    auto pending = comm.recv_async(second, previous, /*tag=*/2);
+    comm.recv(first, previous, /*tag=*/1);
+    pending.wait();
+    for (auto& work : sends) work.wait();
+    EXPECT_TRUE(first.equal(torch::full({3}, 10.0 * previous)));
+    EXPECT_TRUE(second.equal(torch::arange(5, torch::kLong) + previous));
+    // Recorded apart from the collectives: the all_reduce after them is still collective #1.
+    auto t = torch::ones({1});
+    comm.all_reduce(t);
+    const auto records = comm.flight_recorder().records();
+    ASSERT_EQ(records.size(), 5u);
+    EXPECT_EQ(records.back().seq, 1u);
+    EXPECT_EQ(records[0].peer, next);
+    EXPECT_EQ(records[3].peer, previous);
+    EXPECT_EQ(records[3].operation, "recv");
+    EXPECT_EQ(records[3].state, dpt::dist::CollectiveRecord::State::Completed);
+  });
+}
+
 TEST(Communicator, MeanOfIntegersIsAConfigError) {
   dpt::testing::run_ranks(1, [](Communicator& comm) {
     auto t = torch::ones({2}, torch::kLong);
@@ -184,6 +219,34 @@ TEST(Communicator, APeerThatStaysAwayTimesOutNamingRankAndOperation) {
                          "did not arrive (or stopped inside it): no report within 1 s"),
             std::string::npos)
       << message;
+}
+
+TEST(Communicator, ARecvFromAPeerThatNeverSendsTimesOutNamingThePeerAndTag) {
+  std::string message;
+  std::atomic<bool> rank0_done{false};
+  dpt::testing::run_ranks(
+      2,
+      [&](Communicator& comm) {
+        if (comm.rank() == 1) {  // alive, but never sends
+          while (!rank0_done) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+          return;
+        }
+        try {
+          dpt::dist::CollectiveLabel label("bucket 4 of step 9");
+          auto t = torch::zeros({3});
+          comm.recv(t, /*peer=*/1, /*tag=*/5);
+        } catch (const dpt::TimeoutError& e) {
+          message = e.what();
+        }
+        rank0_done = true;
+      },
+      std::chrono::milliseconds(1000));
+  EXPECT_NE(message.find("rank 0: recv from rank 1 (tag 5) of bucket 4 of step 9 [point-to-point #1] failed: it did "
+                         "not complete within 1 s"),
+            std::string::npos)
+      << message;
+  // Only the peer takes part: no survey of the other ranks' collectives.
+  EXPECT_EQ(message.find("did not arrive"), std::string::npos) << message;
 }
 
 TEST(Communicator, SharedMemoryNamesAPeerThatStaysAway) {

@@ -45,6 +45,30 @@ TEST(FlightRecorder, RecordsStateStepAndLabel) {
   EXPECT_NE(text.find("  #3 barrier step 12: started "), std::string::npos) << text;
 }
 
+TEST(FlightRecorder, CountsPointToPointApartSoCollectivesKeepTheirNumbers) {
+  FlightRecorder recorder(8);
+  const uint64_t reduce = recorder.start("all_reduce(sum)", at::zeros({4}));
+  const uint64_t send = recorder.start("send", at::zeros({3}), /*peer=*/2);
+  recorder.start("recv", at::zeros({3}), /*peer=*/1);
+  recorder.start("barrier", at::Tensor());
+  recorder.end(send, CollectiveRecord::State::Completed);
+  const auto records = recorder.records();
+  ASSERT_EQ(records.size(), 4u);
+  // The barrier is collective #2 on every rank, whatever this rank sent in between.
+  EXPECT_EQ(records[3].seq, 2u);
+  EXPECT_FALSE(records[3].point_to_point());
+  EXPECT_EQ(records[1].seq, 1u);
+  EXPECT_EQ(records[1].peer, 2);
+  EXPECT_EQ(records[2].seq, 2u);
+  ASSERT_TRUE(recorder.entry(send).has_value());
+  EXPECT_EQ(recorder.entry(send)->state, CollectiveRecord::State::Completed);
+  EXPECT_EQ(recorder.entry(reduce)->operation, "all_reduce(sum)");
+  const std::string text = recorder.describe();
+  EXPECT_NE(text.find("  p2p #1 send to rank 2 [3] Float: completed in "), std::string::npos) << text;
+  EXPECT_NE(text.find("  p2p #2 recv from rank 1 [3] Float: started "), std::string::npos) << text;
+  EXPECT_NE(text.find("  #2 barrier: started "), std::string::npos) << text;
+}
+
 TEST(FlightRecorder, EndingAnEntryThatLeftTheRingIsANoOp) {
   FlightRecorder recorder(2);
   const uint64_t first = recorder.start("barrier", at::Tensor());
@@ -52,6 +76,7 @@ TEST(FlightRecorder, EndingAnEntryThatLeftTheRingIsANoOp) {
   recorder.start("barrier", at::Tensor());
   recorder.end(first, CollectiveRecord::State::Failed);
   for (const auto& record : recorder.records()) EXPECT_EQ(record.state, CollectiveRecord::State::Started);
+  EXPECT_FALSE(recorder.entry(first).has_value());
 }
 
 TEST(CollectiveLabel, NestsAndIsPerThread) {

@@ -13,6 +13,7 @@
 
 namespace fs = std::filesystem;
 using dpt::train::RunFiles;
+using dpt::train::StepPhase;
 using dpt::train::Timeline;
 
 namespace {
@@ -35,11 +36,11 @@ void write_timeline(const fs::path& trace, int rank, double wait_ms) {
   for (int step = 0; step < 2; ++step) {
     const auto begin = t0 + microseconds(10'000 * step);
     const dpt::train::TimelineArgs at = {{"step", step + 1}};
-    timeline.add(Timeline::Track::Training, "forward", begin, begin + microseconds(4000), at);
-    timeline.add(Timeline::Track::Training, "backward", begin + microseconds(4000), begin + microseconds(9000), at);
+    timeline.on_phase(StepPhase::Forward, begin, begin + microseconds(4000), step + 1);
+    timeline.on_phase(StepPhase::Backward, begin + microseconds(4000), begin + microseconds(9000), step + 1);
     const auto wait = microseconds(static_cast<int64_t>(wait_ms * 1000));
-    timeline.add(Timeline::Track::Training, "wait for communication", begin + microseconds(9000) - wait,
-                 begin + microseconds(9000), at);
+    timeline.on_phase(StepPhase::WaitForCommunication, begin + microseconds(9000) - wait, begin + microseconds(9000),
+                      step + 1);
     const auto comm = Timeline::Track::Communication;
     timeline.add(comm, "bucket 0", begin + microseconds(5000), begin + microseconds(6000), at);
     timeline.add(comm, "bucket 1", begin + microseconds(6000), begin + microseconds(9000), at);
@@ -78,10 +79,10 @@ TEST(RunReport, BreaksEachRanksMeanStepIntoItsParts) {
   for (const auto& rank : run.ranks) {
     EXPECT_EQ(rank.steps, 2);
     EXPECT_NEAR(rank.step_ms, 10.0, 1e-6);
-    EXPECT_NEAR(rank.parts.at("forward"), 4.0, 1e-6);
-    EXPECT_NEAR(rank.parts.at("backward"), 5.0, 1e-6);
-    EXPECT_NEAR(rank.parts.at("wait for communication"), rank.rank == 0 ? 1.0 : 2.5, 1e-6);
-    EXPECT_EQ(rank.parts.at("optimizer"), 0.0);  // absent parts count as none
+    EXPECT_NEAR(rank.parts.at(StepPhase::Forward), 4.0, 1e-6);
+    EXPECT_NEAR(rank.parts.at(StepPhase::Backward), 5.0, 1e-6);
+    EXPECT_NEAR(rank.parts.at(StepPhase::WaitForCommunication), rank.rank == 0 ? 1.0 : 2.5, 1e-6);
+    EXPECT_EQ(rank.parts.at(StepPhase::Optimizer), 0.0);  // absent parts count as none
     EXPECT_EQ(rank.buckets, 2);
     EXPECT_NEAR(rank.bucket_ms, 2.0, 1e-6);
   }
@@ -104,4 +105,39 @@ TEST(RunReport, MissingOrBrokenFilesAreDataErrorsThatSayWhatToDo) {
   const auto no_trace = dpt::testing::error_of<dpt::DataError>(
       [&] { dpt::train::read_run(RunFiles(dir.path()).timeline(dir.path() + "/t.json")); });
   EXPECT_NE(no_trace.find("no " + dir.path() + "/t.rank0.json"), std::string::npos) << no_trace;
+}
+
+namespace {
+
+// The labels of one chart's ticks on axis `axis` ("x" or "y"), in the page's order.
+std::vector<std::string> tick_labels(const std::string& page, const std::string& title, const std::string& axis) {
+  const size_t chart = page.find("data-title=\"" + title + "\"");
+  const size_t end = page.find("</svg>", chart);
+  std::vector<std::string> labels;
+  const std::string marker = "class=\"tick " + axis + "\" text-anchor=\"";
+  for (size_t at = page.find(marker, chart); at < end; at = page.find(marker, at + 1)) {
+    const size_t open = page.find('>', at) + 1;
+    labels.push_back(page.substr(open, page.find('<', open) - open));
+  }
+  return labels;
+}
+
+}  // namespace
+
+TEST(RunReport, AxesHaveTicksAtRoundNumbersAndTopOneRunsFromZeroToAHundred) {
+  dpt::train::RunRecords run;
+  run.step_loss = {{1, 0.631}, {250, 1.89}};                 // the raw quarters were 0.631, 1.26, 1.89
+  run.step_acc1 = {{1, 12.0}, {250, 98.4}};                  // a top-1 axis once ran to 103
+  run.step_images_per_s = {{1, 1221.0}, {250, 1164.0}};      // "1.22e+03"
+  run.step_lr = {{1, 0.0004}, {250, 0.0021}};
+  const std::string page = dpt::train::render_report(run);
+  using Labels = std::vector<std::string>;
+  EXPECT_EQ(tick_labels(page, "loss", "y"), (Labels{"0.0", "0.5", "1.0", "1.5", "2.0"}));
+  EXPECT_EQ(tick_labels(page, "top-1 (%)", "y"), (Labels{"0", "20", "40", "60", "80", "100"}));
+  EXPECT_EQ(tick_labels(page, "images/s (all ranks)", "y"), (Labels{"0", "250", "500", "750", "1000", "1250"}));
+  EXPECT_EQ(tick_labels(page, "learning rate", "y"), (Labels{"0.0000", "0.0005", "0.0010", "0.0015", "0.0020", "0.0025"}));
+  EXPECT_EQ(tick_labels(page, "loss", "x"), (Labels{"0", "50", "100", "150", "200", "250"}));
+  // The axis ends where its last tick is, and every point lies inside it.
+  EXPECT_NE(page.find(R"x(data-title="top-1 (%)" data-x-min="0" data-x-max="250" data-y-min="0" data-y-max="100")x"),
+            std::string::npos);
 }

@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <set>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -47,7 +48,7 @@ TEST(Timeline, WritesAClosedJsonArrayOfNamedTracksAndTimedSpans) {
     Timeline timeline(path, 2);
     timeline.add(Timeline::Track::Communication, "bucket 0", begin, begin + std::chrono::microseconds(1500),
                  {{"step", 7}, {"bytes", 4096}});
-    { auto forward = timeline.span("forward", {{"step", 7}}); }
+    { dpt::train::StepPhaseTimer forward(&timeline, dpt::train::StepPhase::Forward, 7); }
     timeline.flush();
   }
   const json trace = json::parse(contents(path));  // throws unless the array is closed
@@ -75,6 +76,7 @@ TEST(Timeline, WritesAClosedJsonArrayOfNamedTracksAndTimedSpans) {
   EXPECT_NEAR(timed[0]["ts"].get<double>(), begin_us, 0.01);
   EXPECT_EQ(timed[1]["name"], "forward");
   EXPECT_EQ(timed[1]["tid"], 1);
+  EXPECT_EQ(timed[1]["args"], json({{"step", 7}}));
   EXPECT_GE(timed[1]["ts"].get<double>(), timed[0]["ts"].get<double>());
 }
 
@@ -108,4 +110,18 @@ TEST(Timeline, AnUnwritableFolderIsAConfigError) {
   const fs::path file = fs::path(dir.path()) / "a-file";
   std::ofstream(file) << "x";
   EXPECT_THROW(Timeline(file / "trace.json", 0), dpt::ConfigError);
+}
+
+TEST(StepPhase, EveryPhaseHasADistinctNameThatReadsBack) {
+  using dpt::train::StepPhase;
+  std::set<std::string> names;
+  for (StepPhase phase : dpt::train::step_phases()) {
+    const std::string name(dpt::train::name_of(phase));
+    EXPECT_TRUE(names.insert(name).second) << name;
+    EXPECT_EQ(dpt::train::step_phase_named(name), phase) << name;
+  }
+  EXPECT_EQ(names.size(), 8u);
+  EXPECT_EQ(dpt::train::name_of(StepPhase::WaitForCommunication), "wait for communication");  // the trace's name
+  EXPECT_FALSE(dpt::train::step_phase_named("step").has_value());
+  EXPECT_FALSE(dpt::train::step_phase_named("bucket 0").has_value());
 }

@@ -18,6 +18,7 @@
 #include "dptrain/common/exit_codes.h"
 #include "dptrain/launch/spawn.h"
 #include "dptrain/launch/visible_gpus.h"
+#include "dptrain/train/ps_server_role.h"
 #include "dptrain/train/trainer.h"
 #include "run_flags.h"
 #include "slurm_requeue.h"
@@ -41,9 +42,20 @@ struct TrainFlags {
   int64_t ra_reps = 3;
 };
 
-// One process's training or evaluation.
+// A --mode ps server's part of the job: serve until every worker stopped, then say how it went.
+int serve_process(const train::TrainOptions& options) {
+  const ps::ServerReport report = train::serve_parameters(options);
+  std::cerr << "parameter server rank " << report.rank << ": " << report.updates << " update(s) applied, workers at most " << report.max_lead
+            << " step(s) apart"
+            << (report.workers_lost.empty() ? "" : str(", ", report.workers_lost.size(), " worker(s) lost"))
+            << std::endl;
+  return 0;
+}
+
+// One process's part of the job: training, evaluation, or under --mode ps perhaps serving.
 int train_process(const TrainFlags& flags) {
   const train::TrainOptions& options = flags.options;
+  if (train::serves_parameters(options)) return serve_process(options);
   const bool evaluate = flags.evaluate;
   train::Trainer trainer(options);
   nlohmann::json summary;

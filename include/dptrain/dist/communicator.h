@@ -8,9 +8,11 @@
 //   double loss = comm->reduce_value(local_loss);        // mean over ranks
 //   auto work = comm->all_reduce_async(bucket);          // overlap with other work
 //   work.wait();
+//   comm->send(message, /*peer=*/2, /*tag=*/7);          // point to point, matched by tag
 //
-// Every collective is recorded in the communicator's flight recorder (flight_recorder.h). When one
-// times out, the ranks that timed out ask each other through the store how far each got, and the
+// Every collective and every send and recv is recorded in the communicator's flight recorder
+// (flight_recorder.h), and every byte between ranks passes here, so that no exchange escapes the
+// bound, the record or the classified error. When a collective times out, the ranks that timed out ask each other through the store how far each got, and the
 // error names the rank that did not arrive; the recorder's entries are printed to `failure_log`
 // before the error is thrown.
 //
@@ -47,8 +49,8 @@ class Work {
   using Clock = std::chrono::steady_clock;
 
   Work() = default;
-  // `seq` is the operation's entry in `comm`'s flight recorder; `comm` outlives the Work.
-  Work(compat::WorkPtr work, std::function<void()> finish, Communicator* comm, uint64_t seq, std::string what,
+  // `id` is the operation's entry in `comm`'s flight recorder; `comm` outlives the Work.
+  Work(compat::WorkPtr work, std::function<void()> finish, Communicator* comm, uint64_t id, std::string what,
        std::chrono::milliseconds timeout);
   Work(Work&&) noexcept = default;
   Work& operator=(Work&&) noexcept = default;
@@ -75,7 +77,7 @@ class Work {
   std::shared_ptr<std::atomic<Clock::rep>> completed_ = std::make_shared<std::atomic<Clock::rep>>(0);
   std::function<void()> finish_;
   Communicator* comm_ = nullptr;
-  uint64_t seq_ = 0;
+  uint64_t id_ = 0;
   std::string what_;
   std::chrono::milliseconds timeout_{0};
 };
@@ -132,15 +134,22 @@ class Communicator {
   // Returns once every rank has reached it.
   void barrier();
 
+  // Point to point, as c10d's send/recv: `tensor` goes to (comes from) rank `peer`, whose recv
+  // (send) names the same `tag`. Bounded by the timeout like the collectives; a failure names the
+  // peer and the tag (no survey of the other ranks: only the peer takes part). Operations on one
+  // pair and tag arrive in the order they were started; different tags and peers may be in flight
+  // at once, from several threads.
+  Work send_async(at::Tensor tensor, int peer, int tag = 0);
+  Work recv_async(at::Tensor tensor, int peer, int tag = 0);
+  void send(const at::Tensor& tensor, int peer, int tag = 0);
+  void recv(at::Tensor& tensor, int peer, int tag = 0);
+
   // The tutorials' reduce_value(value, average): the sum over ranks, or the mean when `average`.
   double reduce_value(double value, bool average = true);
   at::Tensor reduce_value(const at::Tensor& value, bool average = true);
 
   // The rendezvous store (null when the communicator was built around a bare backend).
   const compat::StorePtr& store() const { return store_; }
-
-  // The wrapped c10d backend, for callers that need an operation not offered above.
-  compat::Backend& backend() { return *backend_; }
 
   // This rank's recent collectives; set_step() on it tags the entries with the caller's step.
   FlightRecorder& flight_recorder() { return recorder_; }
@@ -149,11 +158,13 @@ class Communicator {
   friend class Work;
 
   Work start_all_reduce(at::Tensor tensor, ReduceOp op);
+  Work start_point_to_point(const std::string& operation, at::Tensor tensor, int peer, int tag);
   // Records a blocking collective named `what` on `tensor` and runs it; failures go through fail().
   void run_recorded(const std::string& what, const at::Tensor& tensor, const std::function<void()>& body);
-  // Marks `seq` failed, finds the ranks that did not arrive when it timed out, prints the flight
-  // recorder to the failure log, and throws the error that names all of it.
-  [[noreturn]] void fail(uint64_t seq, const std::string& what, std::exception_ptr cause,
+  // Marks the flight recorder's entry `id` failed, finds the ranks that did not arrive when a
+  // collective timed out, prints the flight recorder to the failure log, and throws the error
+  // that names all of it.
+  [[noreturn]] void fail(uint64_t id, const std::string& what, std::exception_ptr cause,
                          std::chrono::milliseconds waited);
 
   compat::BackendPtr backend_;

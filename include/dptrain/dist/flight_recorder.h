@@ -1,8 +1,9 @@
 #pragma once
-// A ring of this rank's most recent collectives, kept by every Communicator and printed when one of
-// them fails, so that a hang or a mismatch can be read from the logs: which collective each rank
-// was in, how big, for which bucket and step, and which ones had completed. PyTorch keeps such a
-// "flight recorder" for NCCL; this one records every backend and transport.
+// A ring of this rank's most recent collectives and point-to-point operations, kept by every
+// Communicator and printed when one of them fails, so that a hang or a mismatch can be read from
+// the logs: which collective each rank was in, how big, for which bucket and step, which peer a
+// send or recv waited for, and which ones had completed. PyTorch keeps such a "flight recorder"
+// for NCCL; this one records every backend and transport.
 //
 //   comm->flight_recorder().set_step(global_step);        // the caller's position, recorded with each entry
 //   { dpt::dist::CollectiveLabel label("bucket 3");       // names what this thread starts next
@@ -14,6 +15,7 @@
 #include <chrono>
 #include <cstdint>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -25,8 +27,12 @@ struct CollectiveRecord {
   enum class State { Started, Completed, Failed };
   using Clock = std::chrono::steady_clock;
 
-  uint64_t seq = 0;        // 1 for this communicator's first collective; equal on every rank
-  std::string operation;   // "all_reduce(sum)", "broadcast", ...
+  // Collectives: 1 for this communicator's first collective, equal on every rank. Point-to-point
+  // operations are counted apart (1 for the first send or recv), so that a rank's sends never
+  // shift its collectives' numbers away from those of ranks that sent nothing.
+  uint64_t seq = 0;
+  int peer = -1;           // the other rank of a send or recv; -1 for a collective
+  std::string operation;   // "all_reduce(sum)", "broadcast", "send", "recv", ...
   std::string label;       // the innermost CollectiveLabel when it started ("bucket 3"), or empty
   std::vector<int64_t> shape;
   at::ScalarType dtype = at::kFloat;
@@ -35,7 +41,9 @@ struct CollectiveRecord {
   Clock::time_point ended;  // when it completed or failed
   State state = State::Started;
 
-  // "#57 all_reduce(sum) bucket 3 [2785354] Float step 12: completed in 1.2 ms"
+  bool point_to_point() const { return peer >= 0; }
+  // "#57 all_reduce(sum) bucket 3 [2785354] Float step 12: completed in 1.2 ms",
+  // "p2p #4 send to rank 2 tag 7 [1032] Float: started 30001.2 ms ago, not completed"
   std::string describe(Clock::time_point now) const;
 };
 
@@ -45,10 +53,14 @@ class FlightRecorder {
   FlightRecorder(const FlightRecorder&) = delete;
   FlightRecorder& operator=(const FlightRecorder&) = delete;
 
-  // Records a collective that starts now on `tensor` (undefined for a barrier); returns its seq.
-  uint64_t start(std::string operation, const at::Tensor& tensor);
-  // Marks `seq` completed or failed; a no-op once it has left the ring.
-  void end(uint64_t seq, CollectiveRecord::State state);
+  // Records a collective that starts now on `tensor` (undefined for a barrier), or with `peer` a
+  // send or recv with that rank. Returns the entry's id, which end() and entry() take (for a
+  // collective it is not its seq).
+  uint64_t start(std::string operation, const at::Tensor& tensor, int peer = -1);
+  // Marks entry `id` completed or failed; a no-op once it has left the ring.
+  void end(uint64_t id, CollectiveRecord::State state);
+  // Entry `id`, if it is still in the ring.
+  std::optional<CollectiveRecord> entry(uint64_t id) const;
 
   // The caller's position (a training step), stored with the entries that start after it.
   void set_step(int64_t step);
@@ -61,8 +73,14 @@ class FlightRecorder {
  private:
   mutable std::mutex mutex_;
   size_t capacity_;
-  std::vector<CollectiveRecord> ring_;  // seq k at (k - 1) % capacity_
-  uint64_t last_seq_ = 0;
+  struct Slot {
+    uint64_t id = 0;  // entries are numbered 1, 2, ... in the order they started
+    CollectiveRecord record;
+  };
+  std::vector<Slot> ring_;  // entry k at (k - 1) % capacity_
+  uint64_t last_id_ = 0;
+  uint64_t last_collective_ = 0;
+  uint64_t last_point_to_point_ = 0;
   int64_t step_ = -1;
 };
 

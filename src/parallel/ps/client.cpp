@@ -79,9 +79,8 @@ void ParameterServerClient::start(const std::vector<at::Tensor>& momentum) {
         wire::write_header(message, header);
         wire::payload(message, 0, c.numel).copy_(flat.narrow(0, c.offset, c.numel));
         wire::payload(message, c.numel, c.numel).copy_(flat.narrow(0, layout_.bucket_numel(b) + c.offset, c.numel));
-        wire::wait(
-            wire::send(world_->backend(), message, roles_.server_rank(s), wire::state_tag(b)), options_.timeout(),
-            str(who(), ": sending the starting weights of bucket ", b, " to server rank ", roles_.server_rank(s)));
+        dist::CollectiveLabel label(str("the starting weights of bucket ", b));
+        world_->send(message, roles_.server_rank(s), wire::state_tag(b));
       }
     }
   }
@@ -98,7 +97,9 @@ void ParameterServerClient::prepare_for_backward(double lr, int64_t step) {
 
 PendingReduction ParameterServerClient::push(const at::Tensor& bucket) {
   const size_t b = bucket_of_.at(bucket.data_ptr());
-  std::vector<std::pair<compat::WorkPtr, std::string>> works;
+  // (std::function, which holds the wait, copies what it holds; a Work only moves.)
+  auto works = std::make_shared<std::vector<dist::Work>>();
+  dist::CollectiveLabel label(str("bucket ", b, " of step ", step_));
   for (int s = 0; s < roles_.servers; ++s) {
     const Chunk c = layout_.chunk(b, s);
     const int server = roles_.server_rank(s);
@@ -108,15 +109,12 @@ PendingReduction ParameterServerClient::push(const at::Tensor& bucket) {
     header.lr = lr_;
     wire::write_header(message, header);
     wire::payload(message, 0, c.numel).copy_(bucket.narrow(0, c.offset, c.numel));
-    works.emplace_back(wire::send(world_->backend(), message, server, wire::push_tag(b)),
-                       str(who(), ": pushing bucket ", b, " of step ", step_, " to server rank ", server));
+    works->push_back(world_->send_async(message, server, wire::push_tag(b)));
     if (c.numel == 0) continue;
-    works.emplace_back(
-        wire::recv(world_->backend(), pulled_[b].narrow(0, c.offset, c.numel), server, wire::push_tag(b)),
-        str(who(), ": pulling bucket ", b, " of step ", step_, " from server rank ", server));
+    works->push_back(world_->recv_async(pulled_[b].narrow(0, c.offset, c.numel), server, wire::push_tag(b)));
   }
-  return PendingReduction(dist::Work(), [this, works = std::move(works)] {
-    for (const auto& [work, what] : works) wire::wait(work, options_.timeout(), what);
+  return PendingReduction(dist::Work(), [this, works] {
+    for (auto& work : *works) work.wait();
     pulled_this_step_ = true;
   });
 }
@@ -133,14 +131,14 @@ void ParameterServerClient::synchronize() {
 }
 
 void ParameterServerClient::send_request(wire::Request request) {
+  dist::CollectiveLabel label(wire::to_string(request));
   for (int s = 0; s < roles_.servers; ++s) {
     at::Tensor& message = outbox_[0][s];
     wire::Header header;
     header.step = step_;
     header.request = request;
     wire::write_header(message, header);
-    wire::wait(wire::send(world_->backend(), message, roles_.server_rank(s), wire::push_tag(0)), options_.timeout(),
-               str(who(), ": sending a request to server rank ", roles_.server_rank(s)));
+    world_->send(message, roles_.server_rank(s), wire::push_tag(0));
   }
 }
 
@@ -154,8 +152,8 @@ ServedState ParameterServerClient::fetch_state() {
     for (int s = 0; s < roles_.servers; ++s) {
       const Chunk c = layout_.chunk(b, s);
       at::Tensor message = at::empty({wire::kHeaderFloats + 2 * c.numel}, at::kFloat);
-      wire::wait(wire::recv(world_->backend(), message, roles_.server_rank(s), wire::state_tag(b)), options_.timeout(),
-                 str(who(), ": receiving bucket ", b, "'s state from server rank ", roles_.server_rank(s)));
+      dist::CollectiveLabel label(str("bucket ", b, "'s state"));
+      world_->recv(message, roles_.server_rank(s), wire::state_tag(b));
       has_momentum = has_momentum && wire::read_header(message).has_momentum != 0;
       flat[b].narrow(0, c.offset, c.numel).copy_(wire::payload(message, 0, c.numel));
       flat[b].narrow(0, layout_.bucket_numel(b) + c.offset, c.numel).copy_(wire::payload(message, c.numel, c.numel));

@@ -1,15 +1,14 @@
 #include "message.h"
 
-#include "dptrain/common/error.h"
-
 namespace dpt::ps::wire {
 
-void wait(const compat::WorkPtr& work, std::chrono::milliseconds timeout, const std::string& what) {
-  try {
-    work->wait(timeout);
-  } catch (const std::exception& e) {
-    throw DistError(str(what, " failed: ", e.what()));
+const char* to_string(Request request) {
+  switch (request) {
+    case Request::Push: return "a push";
+    case Request::State: return "a state request";
+    case Request::Stop: return "a stop request";
   }
+  return "an unknown request";
 }
 
 }  // namespace dpt::ps::wire

@@ -1,19 +1,15 @@
 #pragma once
-// The parameter server's wire format, over c10d point-to-point operations of the job's process
-// group. A worker's messages to a server go on tag b (bucket b): a header, then bucket b's chunk
-// of the gradient. The server answers a push on the same tag with the chunk's updated weights.
+// The parameter server's wire format, over the point-to-point operations of the job's
+// Communicator (bounded, recorded and classified as its collectives are). A worker's messages to
+// a server go on tag b (bucket b): a header, then bucket b's chunk of the gradient. The server answers a push on the same tag with the chunk's updated weights.
 // State travels on its own tags: [header | weights | momentum] per bucket, from rank 0 when the
 // job starts (the servers' starting point) and from a server when a worker asks (State request:
 // rank 0 before a checkpoint, every worker to take the servers' weights at the start).
 
 #include <ATen/ATen.h>
 
-#include <chrono>
 #include <cstdint>
 #include <cstring>
-#include <string>
-
-#include "dptrain/compat/compat.h"
 
 namespace dpt::ps::wire {
 
@@ -49,17 +45,7 @@ inline int push_tag(size_t bucket) { return static_cast<int>(bucket); }
 // Far above any bucket count.
 inline int state_tag(size_t bucket) { return (1 << 20) + static_cast<int>(bucket); }
 
-inline compat::WorkPtr send(compat::Backend& backend, const at::Tensor& message, int rank, int tag) {
-  std::vector<at::Tensor> tensors{message};
-  return backend.send(tensors, rank, tag);
-}
-
-inline compat::WorkPtr recv(compat::Backend& backend, const at::Tensor& message, int rank, int tag) {
-  std::vector<at::Tensor> tensors{message};
-  return backend.recv(tensors, rank, tag);
-}
-
-// Waits at most `timeout` for `work`; its failure becomes a DistError that starts with `what`.
-void wait(const compat::WorkPtr& work, std::chrono::milliseconds timeout, const std::string& what);
+// "a push", "a state request", "a stop request": for the flight recorder and error messages.
+const char* to_string(Request request);
 
 }  // namespace dpt::ps::wire

@@ -114,8 +114,8 @@ void ParameterServer::State::receive_start() {
     Shard& shard = *shards[b];
     const int64_t n = shard.chunk.numel;
     at::Tensor message = at::empty({wire::kHeaderFloats + 2 * n}, at::kFloat);
-    wire::wait(wire::recv(world->backend(), message, /*rank=*/0, wire::state_tag(b)), options.timeout(),
-               str(who(), ": receiving the starting weights of bucket ", b, " from rank 0"));
+    dist::CollectiveLabel label(str("the starting weights of bucket ", b));
+    world->recv(message, /*peer=*/0, wire::state_tag(b));
     shard.weights.copy_(wire::payload(message, 0, n));
     shard.has_momentum = wire::read_header(message).has_momentum != 0;
     if (shard.has_momentum) shard.momentum.copy_(wire::payload(message, n, n));
@@ -233,8 +233,8 @@ void ParameterServer::State::send_state(int worker) {
       wire::payload(message, 0, n).copy_(shard.weights);
       wire::payload(message, n, n).copy_(shard.momentum);
     }
-    wire::wait(wire::send(world->backend(), message, worker, wire::state_tag(b)), options.timeout(),
-               str(who(), ": sending bucket ", b, "'s state to worker rank ", worker));
+    dist::CollectiveLabel label(str("bucket ", b, "'s state"));
+    world->send(message, worker, wire::state_tag(b));
   }
 }
 
@@ -272,8 +272,10 @@ void ParameterServer::State::session(int worker) {
       outbox.push_back(at::empty({shard->chunk.numel}, at::kFloat));
     }
     for (size_t b = 0;; b = (b + 1) % shards.size()) {
-      wire::wait(wire::recv(world->backend(), inbox[b], worker, wire::push_tag(b)), options.timeout(),
-                 str("receiving bucket ", b, " of step ", progress[worker] + 1));
+      {
+        dist::CollectiveLabel label(str("bucket ", b, " of step ", progress[worker] + 1));
+        world->recv(inbox[b], worker, wire::push_tag(b));
+      }
       const wire::Header header = wire::read_header(inbox[b]);
       if (b == 0 && header.request == wire::Request::Stop) return leave(worker, "");
       if (b == 0 && header.request == wire::Request::State) {
@@ -289,8 +291,8 @@ void ParameterServer::State::session(int worker) {
         std::lock_guard<std::mutex> lock(shard.mutex);
         outbox[b].copy_(shard.weights);
       }
-      wire::wait(wire::send(world->backend(), outbox[b], worker, wire::push_tag(b)), options.timeout(),
-                 str("sending bucket ", b, "'s weights"));
+      dist::CollectiveLabel label(str("bucket ", b, "'s weights"));
+      world->send(outbox[b], worker, wire::push_tag(b));
     }
   } catch (const std::exception& e) {
     leave(worker, e.what());
@@ -327,6 +329,7 @@ ServerReport ParameterServer::serve() {
   }
   for (auto& t : sessions) t.join();
   ServerReport report;
+  report.rank = s.world->rank();
   report.updates = s.updates;
   report.max_lead = s.max_lead;
   report.workers_lost = s.lost;

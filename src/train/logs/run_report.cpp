@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cmath>
 #include <fstream>
 #include <iterator>
 
@@ -88,7 +89,7 @@ StepBreakdown breakdown(const json& trace, int rank) {
   StepBreakdown ranked;
   ranked.rank = rank;
   double step_sum = 0, bucket_sum = 0;
-  std::map<std::string, double> sums;
+  std::map<StepPhase, double> sums;
   for (const auto& event : trace) {
     if (event.value("ph", "") != "X") continue;
     const std::string name = event.value("name", "");
@@ -100,14 +101,14 @@ StepBreakdown breakdown(const json& trace, int rank) {
     } else if (name == "step") {
       step_sum += ms;
       ++ranked.steps;
-    } else if (std::find(step_parts().begin(), step_parts().end(), name) != step_parts().end()) {
-      sums[name] += ms;
+    } else if (const auto phase = step_phase_named(name)) {
+      sums[*phase] += ms;
     }
   }
   if (ranked.steps == 0) return ranked;
   const auto steps = static_cast<double>(ranked.steps);
   ranked.step_ms = step_sum / steps;
-  for (const auto& part : step_parts()) ranked.parts[part] = sums[part] / steps;
+  for (StepPhase phase : step_phases()) ranked.parts[phase] = sums[phase] / steps;
   if (ranked.buckets > 0) ranked.bucket_ms = bucket_sum / static_cast<double>(ranked.buckets);
   ranked.buckets /= ranked.steps;
   return ranked;
@@ -134,23 +135,60 @@ struct Series {
   bool markers;       // a dot per point (epochs), else a line alone (steps)
 };
 
+// An axis's ticks at round numbers, as plotting libraries place them: a step of 1, 2, 2.5 or 5
+// times a power of ten giving at most `most` intervals, the axis widened to whole steps.
+struct Ticks {
+  double first = 0, last = 1, step = 1;
+};
+
+Ticks round_ticks(double lo, double hi, int most) {
+  if (hi <= lo) hi = lo + 1;
+  const double rough = (hi - lo) / most;
+  const double power = std::pow(10.0, std::floor(std::log10(rough)));
+  double step = 10 * power;
+  for (const double m : {1.0, 2.0, 2.5, 5.0}) {
+    if (m * power >= rough * (1 - 1e-9)) {
+      step = m * power;
+      break;
+    }
+  }
+  return {std::floor(lo / step + 1e-9) * step, std::ceil(hi / step - 1e-9) * step, step};
+}
+
+// A tick's label: whole numbers written out (1220, not 1.22e+03), fractions with the step's
+// decimals (0.25, 0.0005), very large or small values in scientific notation.
+std::string tick_label(double value, double step) {
+  if (std::abs(value) < step * 1e-6) value = 0;
+  if (value != 0 && (std::abs(value) >= 1e9 || std::abs(value) < 1e-4)) return fmt::format("{:.2g}", value);
+  int decimals = 0;  // as many as the step has: 2.5 -> 1, 0.0005 -> 4
+  while (decimals < 8 && std::abs(step * std::pow(10.0, decimals) - std::round(step * std::pow(10.0, decimals))) > 1e-6) {
+    ++decimals;
+  }
+  return fmt::format("{:.{}f}", value, decimals);
+}
+
+// How a chart's y axis is scaled: from 0 to round numbers above the data, or percent, 0 to 100.
+enum class YAxis { FromZero, Percent };
+
 // A line chart of `series` over one x axis (global steps). The y axis starts at 0: every metric
 // here is non-negative, and a zero-based axis does not exaggerate small changes.
-std::string line_chart(const std::string& title, const std::vector<Series>& series) {
+std::string line_chart(const std::string& title, const std::vector<Series>& series, YAxis y_axis = YAxis::FromZero) {
   constexpr double kWidth = 560, kHeight = 250, kLeft = 64, kRight = kWidth - 12, kTop = 30, kBottom = kHeight - 34;
-  double x_min = 0, x_max = 0, y_max = 0;
+  double x_min = 0, x_max = 0, y_top = 0;
   bool any = false;
   for (const auto& s : series) {
     for (const auto& [x, y] : *s.points) {
       x_min = any ? std::min(x_min, x) : x;
       x_max = any ? std::max(x_max, x) : x;
-      y_max = std::max(y_max, y);
+      y_top = std::max(y_top, y);
       any = true;
     }
   }
-  if (x_max <= x_min) x_max = x_min + 1;
-  y_max = y_max > 0 ? y_max * 1.05 : 1;
-  const double y_min = 0;
+  const Ticks x_ticks = round_ticks(x_min, x_max, 6);
+  x_min = x_ticks.first;
+  x_max = x_ticks.last;
+  const Ticks y_ticks = y_axis == YAxis::Percent ? Ticks{0, 100, 20} : round_ticks(0, y_top > 0 ? y_top : 1, 5);
+  const double y_min = 0, y_max = y_ticks.last;
   auto px = [&](double x) { return kLeft + (x - x_min) / (x_max - x_min) * (kRight - kLeft); };
   auto py = [&](double y) { return kBottom - (y - y_min) / (y_max - y_min) * (kBottom - kTop); };
 
@@ -160,14 +198,14 @@ std::string line_chart(const std::string& title, const std::vector<Series>& seri
       R"(data-left="{}" data-right="{}" data-top="{}" data-bottom="{}">)",
       kWidth, kHeight, kWidth, kHeight, escape(title), x_min, x_max, y_min, y_max, kLeft, kRight, kTop, kBottom);
   svg += fmt::format(R"(<text x="{}" y="18" class="title">{}</text>)", kLeft, escape(title));
-  for (int i = 0; i <= 4; ++i) {
-    const double y = y_min + (y_max - y_min) * i / 4;
+  for (double y = y_ticks.first; y <= y_ticks.last + y_ticks.step * 1e-6; y += y_ticks.step) {
     svg += fmt::format(R"(<line x1="{}" x2="{}" y1="{:.2f}" y2="{:.2f}" class="grid"/>)", kLeft, kRight, py(y), py(y));
-    svg += fmt::format(R"(<text x="{}" y="{:.2f}" class="tick" text-anchor="end">{:.3g}</text>)", kLeft - 6,
-                       py(y) + 4, y);
-    const double x = x_min + (x_max - x_min) * i / 4;
-    svg += fmt::format(R"(<text x="{:.2f}" y="{}" class="tick" text-anchor="middle">{:.0f}</text>)", px(x),
-                       kBottom + 16, x);
+    svg += fmt::format(R"(<text x="{}" y="{:.2f}" class="tick y" text-anchor="end">{}</text>)", kLeft - 6, py(y) + 4,
+                       tick_label(y, y_ticks.step));
+  }
+  for (double x = x_ticks.first; x <= x_ticks.last + x_ticks.step * 1e-6; x += x_ticks.step) {
+    svg += fmt::format(R"(<text x="{:.2f}" y="{}" class="tick x" text-anchor="middle">{}</text>)", px(x), kBottom + 16,
+                       tick_label(x, x_ticks.step));
   }
   svg += fmt::format(R"(<text x="{}" y="{}" class="tick" text-anchor="middle">global step</text>)",
                      (kLeft + kRight) / 2, kHeight - 4);
@@ -202,17 +240,34 @@ struct Row {
   double ms;
 };
 
+// Each phase's colour in the bars (matplotlib's tab10, as a reader of plots knows them).
+const char* color_of(StepPhase phase) {
+  switch (phase) {
+    case StepPhase::Data: return "#8c8c8c";
+    case StepPhase::CopyToDevice: return "#bcbd22";
+    case StepPhase::Forward: return "#1f77b4";
+    case StepPhase::Backward: return "#ff7f0e";
+    case StepPhase::WaitForCommunication: return "#d62728";
+    case StepPhase::Synchronize: return "#9467bd";
+    case StepPhase::MetricsAllReduce: return "#e377c2";
+    case StepPhase::Optimizer: return "#2ca02c";
+  }
+  return "#dddddd";
+}
+
 std::vector<Row> rows_of(const StepBreakdown& rank) {
-  const auto& p = rank.parts;
-  const double wait = p.at("wait for communication");
-  std::vector<Row> rows = {{"data", "#8c8c8c", p.at("data")},
-                           {"copy to device", "#bcbd22", p.at("copy to device")},
-                           {"forward", "#1f77b4", p.at("forward")},
-                           {"backward compute", "#ff7f0e", p.at("backward") - wait},
-                           {"wait for communication", "#d62728", wait},
-                           {"synchronize", "#9467bd", p.at("synchronize")},
-                           {"metrics all-reduce", "#e377c2", p.at("metrics all-reduce")},
-                           {"optimizer", "#2ca02c", p.at("optimizer")}};
+  const double wait = rank.parts.at(StepPhase::WaitForCommunication);
+  std::vector<Row> rows;
+  for (StepPhase phase : step_phases()) {
+    double ms = rank.parts.at(phase);
+    std::string name(name_of(phase));
+    // The wait is inside backward: the bars show backward's own compute beside it.
+    if (phase == StepPhase::Backward) {
+      ms -= wait;
+      name = "backward compute";
+    }
+    rows.push_back({name, color_of(phase), ms});
+  }
   double parts = 0;
   for (const auto& row : rows) parts += row.ms;
   rows.push_back({"other", "#dddddd", std::max(0.0, rank.step_ms - parts)});
@@ -289,13 +344,6 @@ td:first-child{text-align:left}tr.total td{font-weight:bold}
 
 }  // namespace
 
-const std::vector<std::string>& step_parts() {
-  static const std::vector<std::string> parts = {"data",        "copy to device",     "forward",  "backward",
-                                                 "wait for communication", "synchronize", "metrics all-reduce",
-                                                 "optimizer"};
-  return parts;
-}
-
 RunRecords read_run(const RunFiles& files) {
   RunRecords run;
   run.dir = files.dir();
@@ -330,7 +378,8 @@ std::string render_report(const RunRecords& run) {
   html += line_chart("top-1 (%)", {{"train (logged steps)", "#1f77b4", &run.step_acc1, false},
                                    {"train (epoch)", "#ff7f0e", &run.train_acc1, true},
                                    {"validation", "#2ca02c", &run.val_acc1, true},
-                                   {"validation (EMA)", "#9467bd", &run.val_ema_acc1, true}});
+                                   {"validation (EMA)", "#9467bd", &run.val_ema_acc1, true}},
+                     YAxis::Percent);
   html += line_chart("learning rate", {{"learning rate", "#d62728", &run.step_lr, false}});
   html += line_chart("images/s (all ranks)", {{"logged steps", "#1f77b4", &run.step_images_per_s, false},
                                               {"epoch", "#ff7f0e", &run.epoch_images_per_s, true}});

@@ -18,7 +18,7 @@ if "--batch-norm" in sys.argv:
     model = nn.Sequential(nn.Conv2d(3, 4, 3, bias=False), nn.BatchNorm2d(4), nn.ReLU(), nn.Flatten(), nn.Linear(4 * 6 * 6, 5))
 else:
     model = nn.Sequential(nn.Conv2d(3, 4, 3), nn.ReLU(), nn.Flatten(), nn.Linear(4 * 6 * 6, 5))
-# The parameters; batch-norm buffers start at their defaults on both sides.
+# The parameters, and batch norm's buffers at their defaults as on dptrain's side.
 model.load_state_dict(torch.load(f"{out}/initial.pt"), strict=False)
 data = torch.load(f"{out}/data.pt")
 ddp = nn.parallel.DistributedDataParallel(model)
@@ -31,6 +31,6 @@ for s in range(data["x"].shape[0]):
     F.cross_entropy(ddp(xs), ys).backward()
     optimizer.step()
 if rank == 0:
-    torch.save({k: v.detach().clone() for k, v in model.named_parameters()}, f"{out}/python_final.pt")
+    torch.save({k: v.detach().clone() for k, v in model.state_dict().items()}, f"{out}/python_final.pt")
 # No dist.destroy_process_group(): Python torch 2.6's, over Gloo, sometimes never returns (see
 # tests/dist/workers/torch_gloo.py). The process group goes with the process.

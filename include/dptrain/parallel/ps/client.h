@@ -13,7 +13,9 @@
 //   }
 //   client.stop();                         // or let the destructor tell the servers
 //
-// Every wait is bounded by PsOptions::timeout and fails with a DistError that names the server.
+// Every transfer is a send or recv of the job's Communicator: bounded by its timeout, recorded in
+// its flight recorder, and failing with an error that names this rank, the server rank and the
+// bucket.
 
 #include <cstdint>
 #include <map>

@@ -63,8 +63,9 @@ struct PsOptions {
   // How the gradients are cut into pushes: the reducer's buckets (first, rest, last caps), each
   // bucket split evenly over the servers. Both sides must be given the same.
   TORCH_ARG(ReducerOptions, buckets) = {};
-  // Bound on every push, pull and wait for the other workers (a server waits this long for a
-  // worker's next push, so it must cover a worker's validation pass).
+  // Bound on a server's waits for the other workers (a synchronous step's pushes, a bounded
+  // worker's lead). The transfers are bounded by the job Communicator's timeout, for which a
+  // server waits for a worker's next push, so that one must cover a worker's validation pass.
   TORCH_ARG(std::chrono::milliseconds, timeout) = dist::kDefaultTimeout;
   // Where a server reports workers that left. Null: nowhere.
   TORCH_ARG(LogStream, log) = &std::cerr;

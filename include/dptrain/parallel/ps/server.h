@@ -28,6 +28,7 @@
 namespace dpt::ps {
 
 struct ServerReport {
+  int rank = 0;         // this server's rank in the job
   int64_t updates = 0;  // gradient chunks applied (Sync: one per bucket and step)
   // The most steps any worker had pushed beyond the slowest active worker when it was answered.
   int64_t max_lead = 0;

@@ -20,6 +20,8 @@
 
 #include <torch/arg.h>
 
+#include "dptrain/train/logs/step_phase.h"
+
 namespace dpt::train {
 
 struct RunFiles {
@@ -39,7 +41,7 @@ struct StepBreakdown {
   int rank = 0;
   int64_t steps = 0;                    // steps averaged
   double step_ms = 0;                   // the whole step
-  std::map<std::string, double> parts;  // mean ms of each part ("forward", "wait for communication", ...)
+  std::map<StepPhase, double> parts;    // mean ms of each phase (absent in the trace: 0)
   int64_t buckets = 0;                  // gradient buckets per step
   double bucket_ms = 0;                 // mean time of one bucket's all-reduce, launch to completion
 };
@@ -59,8 +61,5 @@ RunRecords read_run(const RunFiles& files);
 
 // The HTML page.
 std::string render_report(const RunRecords& run);
-
-// The parts a step's time is broken into, in the order of a step.
-const std::vector<std::string>& step_parts();
 
 }  // namespace dpt::train

@@ -8,9 +8,10 @@
 //
 //   dpt::train::Timeline timeline(dpt::train::timeline_path("trace.json", rank), rank);
 //   {
-//     auto forward = timeline.span("forward", {{"step", 12}});   // ends with the scope
+//     dpt::train::StepPhaseTimer forward(&timeline, StepPhase::Forward, 12);   // ends with the scope
 //     ...
 //   }
+//   auto validating = timeline.span("validation", {{"epoch", 3}});
 //   timeline.add(dpt::train::Timeline::Track::Communication, "bucket 0", launched, completed);
 //   timeline.flush();                                            // at the end of each step
 //
@@ -33,6 +34,7 @@
 #include <vector>
 
 #include "dptrain/train/logs/log_file.h"
+#include "dptrain/train/logs/step_phase.h"
 
 namespace dpt::train {
 
@@ -42,7 +44,7 @@ using TimelineArgs = std::vector<std::pair<std::string, int64_t>>;
 // Rank `rank`'s file for the trace named `path`: "trace.json" -> "trace.rank1.json".
 std::filesystem::path timeline_path(const std::filesystem::path& path, int rank);
 
-class Timeline {
+class Timeline : public StepPhaseHook {
  public:
   using Clock = std::chrono::steady_clock;
   // The trace viewer's rows within a rank ("threads").
@@ -50,13 +52,18 @@ class Timeline {
 
   // Opens (or continues) `path`; ConfigError when it cannot be written.
   Timeline(const std::filesystem::path& path, int rank);
-  ~Timeline();
+  ~Timeline() override;
   Timeline(const Timeline&) = delete;
   Timeline& operator=(const Timeline&) = delete;
 
   // A span from `begin` to `end` on `track`, with `args` shown beside it.
   void add(Track track, std::string_view name, Clock::time_point begin, Clock::time_point end,
            const TimelineArgs& args = {});
+
+  // A step's phase on the training track, named name_of(phase), with the step beside it.
+  void on_phase(StepPhase phase, Clock::time_point begin, Clock::time_point end, int64_t step) override {
+    add(Track::Training, name_of(phase), begin, end, {{"step", step}});
+  }
 
   // A span on the training track from now until it is destroyed.
   class Span {

@@ -1,0 +1,106 @@
+// The local half of a process's start (local_setup.h).
+
+#include "local_setup.h"
+
+#include <ATen/Parallel.h>
+
+#include <filesystem>
+
+#include "dptrain/common/error.h"
+#include "dptrain/models/inception.h"
+#include "dptrain/models/registry.h"
+#include "dptrain/train/checkpoint/checkpoint_file.h"
+#include "dptrain/train/checkpoint/training_checkpoint.h"
+#include "dptrain/train/logs/report.h"
+#include "parallel_style.h"
+
+namespace dpt::train {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+void check_options(const TrainOptions& o) {
+  DPT_CHECK(o.batch_size() > 0, ConfigError, "--batch-size must be positive, got ", o.batch_size());
+  DPT_CHECK(o.accum_steps() >= 1, ConfigError, "--accum-steps must be at least 1, got ", o.accum_steps());
+  DPT_CHECK(o.epochs() > 0, ConfigError, "--epochs must be positive, got ", o.epochs());
+  DPT_CHECK(o.start_epoch() >= 0 && o.start_epoch() < o.epochs(), ConfigError, "--start-epoch must be in [0, ",
+            o.epochs(), "), got ", o.start_epoch());
+  DPT_CHECK(o.data().workers() > 0, ConfigError, "--workers must be at least 1, got ", o.data().workers());
+  DPT_CHECK(o.checkpoint().keep() >= 1, ConfigError, "--keep-checkpoints must be at least 1, got ",
+            o.checkpoint().keep());
+  if (o.logs()) checked_print_freq(o.logs()->print_freq());  // here, on every rank: only rank 0 logs
+  DPT_CHECK(!o.max_steps() || *o.max_steps() > 0, ConfigError, "--max-steps must be positive, got ",
+            o.max_steps().value_or(0));
+  const CheckpointOptions& c = o.checkpoint();
+  DPT_CHECK(!c.every_steps() || *c.every_steps() >= 1, ConfigError, "--checkpoint-every must be at least 1, got ",
+            c.every_steps().value_or(0));
+  DPT_CHECK(!c.every_minutes() || *c.every_minutes() > 0, ConfigError, "--checkpoint-minutes must be positive, got ",
+            c.every_minutes().value_or(0));
+  DPT_CHECK(!c.output_dir().empty() || (!c.every_steps() && !c.every_minutes() && c.resume() != kResumeAuto),
+            ConfigError, "--checkpoint-every, --checkpoint-minutes and --resume auto need --output, the folder ",
+            "where checkpoints are written and looked for");
+  DPT_CHECK(c.resume().empty() || c.pretrained().empty(), ConfigError,
+            "--resume and --pretrained exclude each other: a resumed run continues with its own weights");
+}
+
+// What --resume names: a file, or with "auto" the newest readable checkpoint of --output, or
+// nothing yet. pytorch/examples' convention: 'epoch' in a checkpoint is the epoch to start with next.
+FoundCheckpoint read_resume_checkpoint(const TrainOptions& o) {
+  const CheckpointOptions& c = o.checkpoint();
+  FoundCheckpoint found;
+  if (c.resume() == kResumeAuto) {
+    found = find_resume_checkpoint(c.output_dir());
+  } else {
+    found.file = c.resume();
+    DPT_CHECK(fs::is_regular_file(found.file), CheckpointError, "checkpoint ", found.file.string(),
+              " does not exist; check the path given to --resume (or use --resume auto)");
+    found.checkpoint = TrainingCheckpoint::from_ivalue(load_checkpoint(found.file), found.file);
+  }
+  if (found.checkpoint) {
+    DPT_CHECK(found.checkpoint->arch == o.arch(), CheckpointError, "checkpoint ", found.file.string(), " is for ",
+              found.checkpoint->arch, ", not ", o.arch(), "; pass -a ", found.checkpoint->arch);
+  }
+  return found;
+}
+
+// Weights: resumed, pretrained or seeded (the same on every rank).
+models::Classifier build_model(const TrainOptions& options, const RunDatasets& data,
+                               const models::StateDict* resumed_weights) {
+  torch::manual_seed(options.seed());  // the same initial weights on every rank
+  auto model = models::create(options.arch(), models::ClassifierOptions()
+                                                  .num_classes(data.train->num_classes())
+                                                  .image_size(data.image_size)
+                                                  .aux_logits(options.aux_logits())
+                                                  .dropout(options.dropout()));
+  if (resumed_weights) {
+    models::load_state_dict(*model, *resumed_weights);
+  } else if (!options.checkpoint().pretrained().empty()) {
+    auto weights = read_weights(options.checkpoint().pretrained());
+    if (!options.aux_logits()) models::drop_auxiliary_heads(weights);  // torchvision's GoogLeNet/Inception weights
+    models::load_state_dict(*model, weights);
+  }
+  return model;
+}
+
+}  // namespace
+
+LocalSetup prepare_locally(TrainOptions& options) {
+  check_options(options);
+  if (options.parallel().mode() == ParallelMode::Ps) ps_sgd_rule(options);  // (its checks)
+  if (options.deterministic()) {  // before any kernel runs
+    at::set_num_threads(1);
+    at::globalContext().setDeterministicAlgorithms(true, /*warn_only=*/false);
+  }
+  LocalSetup setup;
+  if (!options.checkpoint().resume().empty()) {
+    setup.resumed = read_resume_checkpoint(options);
+    if (setup.resumed.checkpoint) options.seed(setup.resumed.checkpoint->seed);
+  }
+  setup.data = open_datasets(options.data(), options.seed(), models::info(options.arch()));
+  const TrainingCheckpoint* resumed = setup.resumed.checkpoint ? &*setup.resumed.checkpoint : nullptr;
+  setup.model = build_model(options, setup.data, resumed ? &resumed->state_dict : nullptr);
+  return setup;
+}
+
+}  // namespace dpt::train

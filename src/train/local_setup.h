@@ -1,0 +1,25 @@
+#pragma once
+// What every process of a training job prepares on its own before it meets the others: the
+// options checked, the checkpoint to resume from read, the datasets opened and the model built
+// with its starting weights (resumed, pretrained or seeded alike on every rank). Local work only,
+// so that a bad folder, name or file fails on every rank alike before any rank waits for the
+// others. The trainer and the parameter server's server process both start here.
+
+#include "datasets.h"
+#include "dptrain/models/classifier.h"
+#include "dptrain/train/checkpoint/auto_resume.h"
+#include "dptrain/train/train_options.h"
+
+namespace dpt::train {
+
+struct LocalSetup {
+  FoundCheckpoint resumed;  // --resume's checkpoint; unset checkpoint: a fresh start
+  RunDatasets data;
+  models::Classifier model{nullptr};  // on the CPU, in its starting weights
+};
+
+// Throws ConfigError, DataError or CheckpointError naming the flag, folder or file. A resumed
+// checkpoint's seed replaces options.seed(), so that the run continues the one it resumes.
+LocalSetup prepare_locally(TrainOptions& options);
+
+}  // namespace dpt::train

@@ -1,0 +1,28 @@
+#include "dptrain/train/ps_server_role.h"
+
+#include "dptrain/common/error.h"
+#include "dptrain/dist/init.h"
+#include "dptrain/dist/world.h"
+#include "local_setup.h"
+#include "parallel_style.h"
+
+namespace dpt::train {
+
+bool serves_parameters(const TrainOptions& options, const Environment& env) {
+  const ParallelOptions& parallel = options.parallel();
+  if (parallel.mode() != ParallelMode::Ps) return false;
+  const dist::WorldInfo world = dist::detect_world(env, parallel.dist().world());
+  return ps::Roles(world.world_size, parallel.ps().servers()).is_server(world.rank);
+}
+
+ps::ServerReport serve_parameters(TrainOptions options) {
+  DPT_CHECK(serves_parameters(options), ConfigError, "serve_parameters: this process is not a server of a --mode ps job ",
+            "(the job's last --ps-servers ranks serve)");
+  const LocalSetup local = prepare_locally(options);
+  auto job = dist::init_process_group(options.parallel().dist());
+  ps::ParameterServer server(served_parameters(*local.model, options.optimizer()), job, ps_options(options),
+                             ps_sgd_rule(options));
+  return server.serve();
+}
+
+}  // namespace dpt::train
