@@ -11,6 +11,7 @@ namespace dpt::train {
 bool serves_parameters(const TrainOptions& options, const Environment& env) {
   const ParallelOptions& parallel = options.parallel();
   if (parallel.mode() != ParallelMode::Ps) return false;
+  ps_sgd_rule(options);  // what the servers cannot run is refused first, on every rank alike
   const dist::WorldInfo world = dist::detect_world(env, parallel.dist().world());
   return ps::Roles(world.world_size, parallel.ps().servers()).is_server(world.rank);
 }

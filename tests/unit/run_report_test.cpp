@@ -137,6 +137,11 @@ TEST(RunReport, AxesHaveTicksAtRoundNumbersAndTopOneRunsFromZeroToAHundred) {
   EXPECT_EQ(tick_labels(page, "images/s (all ranks)", "y"), (Labels{"0", "250", "500", "750", "1000", "1250"}));
   EXPECT_EQ(tick_labels(page, "learning rate", "y"), (Labels{"0.0000", "0.0005", "0.0010", "0.0015", "0.0020", "0.0025"}));
   EXPECT_EQ(tick_labels(page, "loss", "x"), (Labels{"0", "50", "100", "150", "200", "250"}));
+  // A line series of a single point is drawn as a dot (a polyline of one vertex draws nothing).
+  run.step_lr = {{1, 0.0004}};
+  const std::string single = dpt::train::render_report(run);
+  EXPECT_NE(single.find("<title>learning rate at step 1: 0.0004</title>"), std::string::npos);
+  EXPECT_EQ(page.find("<title>learning rate at step 1: "), std::string::npos);  // two points: a line alone
   // The axis ends where its last tick is, and every point lies inside it.
   EXPECT_NE(page.find(R"x(data-title="top-1 (%)" data-x-min="0" data-x-max="250" data-y-min="0" data-y-max="100")x"),
             std::string::npos);

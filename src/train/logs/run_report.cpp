@@ -218,7 +218,8 @@ std::string line_chart(const std::string& title, const std::vector<Series>& seri
     points.pop_back();
     svg += fmt::format(R"(<polyline class="series" data-series="{}" points="{}" stroke="{}"/>)", escape(s.name),
                        points, s.color);
-    if (s.markers) {
+    // A line of one point has no length and would not be drawn: it gets its dot.
+    if (s.markers || s.points->size() == 1) {
       for (const auto& [x, y] : *s.points) {
         svg += fmt::format(
             R"(<circle cx="{:.2f}" cy="{:.2f}" r="3" fill="{}"><title>{} at step {:.0f}: {:.6g}</title></circle>)",
