@@ -31,8 +31,10 @@ namespace {
 class DdpStyle : public ParallelStyle {
  public:
   DdpStyle(models::Classifier model, std::shared_ptr<torch::optim::Optimizer> optimizer,
-           std::shared_ptr<dist::Communicator> comm)
-      : ParallelStyle(model, comm, /*together=*/true), ddp_(model, comm), optimizer_(std::move(optimizer)) {}
+           std::shared_ptr<dist::Communicator> comm, const ReducerOptions& reducer)
+      : ParallelStyle(model, comm, /*together=*/true),
+        ddp_(model, comm, DDPOptions().reducer(reducer)),
+        optimizer_(std::move(optimizer)) {}
 
   at::Tensor forward(const at::Tensor& images) override { return ddp_.forward(images); }
   void zero_grad() override { optimizer_->zero_grad(); }
@@ -188,12 +190,6 @@ class PsStyle : public ParallelStyle {
   int64_t pushes_ = 0;
 };
 
-std::unique_ptr<ParallelStyle> make_ddp_style(models::Classifier model,
-                                              std::shared_ptr<torch::optim::Optimizer> optimizer,
-                                              std::shared_ptr<dist::Communicator> comm) {
-  return std::make_unique<DdpStyle>(std::move(model), std::move(optimizer), std::move(comm));
-}
-
 std::unique_ptr<ParallelStyle> make_dp_style(const TrainOptions& options, models::Classifier model,
                                              std::shared_ptr<torch::optim::Optimizer> optimizer,
                                              std::shared_ptr<dist::Communicator> comm) {
@@ -209,12 +205,6 @@ std::unique_ptr<ParallelStyle> make_dp_style(const TrainOptions& options, models
             options.arch(), "; use --mode ddp, or train without them (--no-aux-logits)");
   return std::make_unique<DpStyle>(std::move(model), data_parallel_devices(options.parallel()), std::move(optimizer),
                                    std::move(comm));
-}
-
-std::unique_ptr<ParallelStyle> make_hvd_style(models::Classifier model,
-                                              std::shared_ptr<torch::optim::Optimizer> optimizer,
-                                              std::shared_ptr<dist::Communicator> comm) {
-  return std::make_unique<HvdStyle>(std::move(model), std::move(optimizer), std::move(comm));
 }
 
 }  // namespace
@@ -243,7 +233,8 @@ ps::SgdRule ps_sgd_rule(const TrainOptions& options) {
 
 ps::PsOptions ps_options(const TrainOptions& options) {
   ps_sgd_rule(options);  // (its checks)
-  return ps::PsOptions(options.parallel().ps()).timeout(options.parallel().dist().timeout());
+  const ParallelOptions& parallel = options.parallel();
+  return ps::PsOptions(parallel.ps()).buckets(parallel.reducer()).timeout(parallel.dist().timeout());
 }
 
 std::vector<torch::Device> data_parallel_devices(const ParallelOptions& o) {
@@ -260,11 +251,12 @@ std::unique_ptr<ParallelStyle> make_parallel_style(const TrainOptions& options, 
                                                    std::shared_ptr<dist::Communicator> job) {
   switch (options.parallel().mode()) {
     case ParallelMode::Ddp:
-      return make_ddp_style(std::move(model), std::move(optimizer), std::move(comm));
+      return std::make_unique<DdpStyle>(std::move(model), std::move(optimizer), std::move(comm),
+                                        options.parallel().reducer());
     case ParallelMode::Dp:
       return make_dp_style(options, std::move(model), std::move(optimizer), std::move(comm));
     case ParallelMode::Hvd:
-      return make_hvd_style(std::move(model), std::move(optimizer), std::move(comm));
+      return std::make_unique<HvdStyle>(std::move(model), std::move(optimizer), std::move(comm));
     case ParallelMode::Ps:
       return std::make_unique<PsStyle>(options, std::move(model), std::move(optimizer), std::move(comm),
                                        std::move(job));

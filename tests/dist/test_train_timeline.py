@@ -93,6 +93,8 @@ class Timeline(unittest.TestCase):
     def setUpClass(cls):
         cls.tmp = tempfile.TemporaryDirectory(prefix="dpt_timeline_")
         cls.runs = {mode: train(os.path.join(cls.tmp.name, mode), mode) for mode in ["ddp", "hvd"]}
+        cls.small_buckets = train(os.path.join(cls.tmp.name, "small_buckets"), "ddp", "--bucket-cap-mb", "0.05",
+                                  "--first-bucket-cap-mb", "0.02", "--last-bucket-cap-mb", "0.02")
 
     @classmethod
     def tearDownClass(cls):
@@ -105,6 +107,23 @@ class Timeline(unittest.TestCase):
                 self.assertFalse(os.path.exists(trace))
                 for rank in range(2):
                     self.check_rank(load_trace(trace, rank), rank, os.path.dirname(os.path.dirname(trace)))
+
+    def test_the_bucket_flags_cut_the_gradients_into_smaller_buckets(self):
+        code, out, err, trace = self.small_buckets
+        self.assertEqual(code, 0, out + err)
+        default = [b for b in spans(load_trace(self.runs["ddp"][3], 0), 2) if b["args"]["step"] == 1]
+        small = [b for b in spans(load_trace(trace, 0), 2) if b["args"]["step"] == 1]
+        self.assertEqual(sum(b["args"]["bytes"] for b in small), sum(b["args"]["bytes"] for b in default))
+        # ResNet-20's 1.1 MB of gradients: 2 buckets under the default caps, many under 0.05 MiB.
+        self.assertGreater(len(small), 10)
+        self.assertGreater(len(small), 3 * len(default))
+        # A bucket closes at the first parameter that reaches its cap (a parameter is never split).
+        largest_parameter = 4 * 64 * 64 * 3 * 3
+        self.assertTrue(all(b["args"]["bytes"] <= 0.05 * 2**20 + largest_parameter for b in small), small)
+        code, out, err = run([dptrain(), "train", *COMMON, "--mode", "hvd", "--bucket-cap-mb", "1"], timeout=60)
+        self.assertEqual(code, 2, out + err)
+        self.assertIn("--bucket-cap-mb, --first-bucket-cap-mb, --last-bucket-cap-mb and --find-unused-parameters "
+                      "belong to --mode ddp and ps", err)
 
     def test_the_report_page_plots_the_metrics_and_the_mean_step_of_each_rank(self):
         code, out, err, trace = self.runs["ddp"]
@@ -153,10 +172,10 @@ class Timeline(unittest.TestCase):
             self.assertAlmostEqual(page.cells[("bucket", rank)], sum(e["dur"] for e in buckets) / len(buckets) / 1e3)
 
 
-def train(run_dir, mode):
+def train(run_dir, mode, *extra):
     trace = os.path.join(run_dir, "traces", "trace.json")
     code, out, err = run([dptrain(), "launch", "--standalone", "--nproc-per-node", "2", "--", dptrain(), "train",
-                          *COMMON, "--mode", mode, "--output", run_dir, "--timeline", trace], timeout=240)
+                          *COMMON, "--mode", mode, "--output", run_dir, "--timeline", trace, *extra], timeout=240)
     return code, out, err, trace
 
 

@@ -43,6 +43,32 @@ CLI::Option* add_parsed_option(CLI::App& app, const std::string& name, Target& t
   return option;
 }
 
+// A switch and the flags that set its options (--model-ema with --model-ema-steps): the sub-flags
+// fill values() whatever the order on the command line, and finish() hands them to the optional
+// TrainOptions field only when the switch was given.
+template <typename T>
+class OptionalFlags {
+ public:
+  explicit OptionalFlags(std::optional<T>& target) : target_(target) {}
+  OptionalFlags(const OptionalFlags&) = delete;
+  OptionalFlags& operator=(const OptionalFlags&) = delete;
+
+  T& values() { return values_; }
+  void enable() { enabled_ = true; }
+  // A flag that turns the group on.
+  CLI::Option* add_switch(CLI::App& app, const std::string& name, const std::string& help) {
+    return app.add_flag_callback(name, [this] { enable(); }, help);
+  }
+  void finish() {
+    if (enabled_) target_ = values_;
+  }
+
+ private:
+  std::optional<T>& target_;
+  T values_;
+  bool enabled_ = false;
+};
+
 // A flag's seconds as the library's durations; nullopt stays unset.
 std::chrono::milliseconds milliseconds(double seconds);
 std::optional<std::chrono::milliseconds> milliseconds(const std::optional<double>& seconds);

@@ -25,6 +25,7 @@
 #include "dptrain/data/interpolation.h"
 #include "dptrain/dist/init.h"
 #include "dptrain/parallel/ps/options.h"
+#include "dptrain/parallel/reducer.h"
 #include "dptrain/train/batch_mixing.h"
 #include "dptrain/train/lr_schedule.h"
 #include "dptrain/train/model_ema.h"
@@ -126,7 +127,12 @@ struct ParallelOptions {
   // Batch statistics over all ranks (SyncBatchNorm): every BatchNorm layer is converted before
   // DistributedDataParallel wraps the model; checkpoints keep BatchNorm's names.
   TORCH_ARG(bool, sync_bn) = false;
-  // Mode Ps: the servers and the consistency model (its timeout is `dist`'s).
+  // Modes Ddp and Ps: how the gradients are cut into buckets, each reduced (or pushed) as soon as
+  // backward has filled it (DDP's bucket_cap_mb, the small first and last buckets, unused
+  // parameters). Gradients always alias their bucket (PyTorch's gradient_as_bucket_view): no copy.
+  TORCH_ARG(ReducerOptions, reducer) = {};
+  // Mode Ps: the servers and the consistency model (its buckets are `reducer`'s, its timeout
+  // `dist`'s).
   TORCH_ARG(ps::PsOptions, ps) = {};
 };
 
