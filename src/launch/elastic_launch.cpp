@@ -10,6 +10,7 @@
 #include "dptrain/compat/c10d_failure.h"
 #include "dptrain/compat/tcp_store.h"
 #include "dptrain/launch/node_rendezvous.h"
+#include "dptrain/launch/supervise.h"
 
 namespace dpt::launch {
 
@@ -38,7 +39,7 @@ compat::StorePtr connect_node_store(const LaunchOptions& options, bool host) {
 }
 
 // The next round; a store that stops answering means the host launcher is gone.
-std::optional<Membership> next_round(NodeRendezvous& rendezvous, const LaunchOptions& options) {
+std::optional<Membership> next_round_of(NodeRendezvous& rendezvous, const LaunchOptions& options) {
   try {
     return rendezvous.next_round();
   } catch (const Error&) {
@@ -51,15 +52,60 @@ std::optional<Membership> next_round(NodeRendezvous& rendezvous, const LaunchOpt
   }
 }
 
-// Asks the other nodes to re-form; a host that is gone is reported by the next round instead.
-void request_reformation(NodeRendezvous& rendezvous) {
-  try {
-    rendezvous.request_reformation();
-  } catch (const std::exception&) {
-  }
-}
-
 void say(const std::string& line) { std::cerr << "dptrain launch: " << line << std::endl; }
+
+// An elastic job's rounds: the launchers meet in the node rendezvous, and each round is the world
+// it formed (node_rendezvous.h).
+class ElasticMembership : public JobMembership {
+ public:
+  ElasticMembership(LaunchOptions options, bool host)
+      : options_(std::move(options)),
+        host_(host),
+        rendezvous_(connect_node_store(options_, host), host, options_.run_id(),
+                    NodeRendezvousOptions(*options_.min_nnodes(), options_.nnodes())
+                        .last_call(options_.last_call())
+                        .timeout(options_.rendezvous_timeout())
+                        .choose_worker_port([this] { return free_port(options_.master_addr()); })
+                        .report(say)) {}
+
+  std::optional<Round> next_round() override {
+    const auto membership = next_round_of(rendezvous_, options_);
+    if (!membership) return std::nullopt;
+    say(str("round ", membership->round, ": ", membership->nnodes, " node(s), this one is node ",
+            membership->node_rank));
+    return Round{LaunchOptions(options_)
+                     .nnodes(membership->nnodes)
+                     .node_rank(membership->node_rank)
+                     .master_port(membership->master_port)
+                     .min_nnodes(std::nullopt),
+                 membership->round};
+  }
+  bool reformation_due() override { return rendezvous_.reformation_due(); }
+  void succeeded() override {
+    if (!host_) return;
+    rendezvous_.finish();
+    // Long enough for a node waiting for the next round to read that there is none.
+    std::this_thread::sleep_for(std::chrono::seconds(1));
+  }
+  void failed(bool interrupted) override {
+    // An interrupted host takes the rendezvous with it: the others learn it from the next round.
+    if (interrupted && host_) return;
+    try {
+      rendezvous_.request_reformation();  // the others re-form, without this node if it is gone
+    } catch (const std::exception&) {
+      // A host that is gone is reported by the next round instead.
+    }
+  }
+  // Workers that stopped on request (a node left gracefully, or the re-formation another launcher
+  // began reached them first) wrote a checkpoint: the next round continues from it.
+  bool stop_on_request_ends_job() const override { return false; }
+  std::string after_giving_up() const override { return "; the other nodes continue without this one"; }
+
+ private:
+  LaunchOptions options_;
+  bool host_;
+  NodeRendezvous rendezvous_;
+};
 
 }  // namespace
 
@@ -71,56 +117,8 @@ int launch_elastic(const LaunchOptions& requested, const std::vector<std::string
           *options.nproc_per_node(), " worker(s), run id ", options.run_id(), "; this node ",
           host ? "hosts the rendezvous on " : "joins the rendezvous at ", options.master_addr(), ":",
           options.master_port()));
-  NodeRendezvous rendezvous(connect_node_store(options, host), host, options.run_id(),
-                            NodeRendezvousOptions(*options.min_nnodes(), options.nnodes())
-                                .last_call(options.last_call())
-                                .timeout(options.rendezvous_timeout())
-                                .choose_worker_port([&options] { return free_port(options.master_addr()); })
-                                .report(say));
-  int failures = 0;
-  while (const auto membership = next_round(rendezvous, options)) {
-    const LaunchOptions round = LaunchOptions(options)
-                                    .nnodes(membership->nnodes)
-                                    .node_rank(membership->node_rank)
-                                    .master_port(membership->master_port)
-                                    .min_nnodes(std::nullopt);
-    say(str("round ", membership->round, ": ", membership->nnodes, " node(s), this one is node ",
-            membership->node_rank));
-    std::cerr << describe_workers(round);
-    WorkerGroup group(make_worker_specs(round, program, env, membership->round),
-                      SupervisorOptions()
-                          .grace_period(options.grace_period())
-                          .stop_when([&rendezvous] { return rendezvous.reformation_due(); }));
-    const GroupResult result = group.run();
-    if (result.succeeded()) {
-      if (host) {
-        rendezvous.finish();
-        // Long enough for a node waiting for the next round to read that there is none.
-        std::this_thread::sleep_for(std::chrono::seconds(1));
-      }
-      return 0;
-    }
-    if (result.outcome == GroupResult::Outcome::Stopped) {
-      say(str("round ", membership->round, " ends: a node failed or one waits to join; re-forming"));
-      continue;
-    }
-    say(result.report());
-    if (result.outcome == GroupResult::Outcome::Interrupted) {
-      if (!host) request_reformation(rendezvous);  // the others continue without this node
-      return result.exit_code;
-    }
-    request_reformation(rendezvous);
-    // Workers that stopped on request (a node left gracefully, or the re-formation another
-    // launcher began reached them first) wrote a checkpoint: nothing failed.
-    if (result.exit_code == kExitStoppedOnRequest) continue;
-    if (++failures > options.max_restarts()) {
-      say(str("giving up after ", options.max_restarts(), " restart(s); the other nodes continue without this one"));
-      return result.exit_code;
-    }
-    say(str("re-forming (restart ", failures, " of ", options.max_restarts(), ")"));
-  }
-  say("the job finished while this node waited for a round");
-  return 0;
+  ElasticMembership rounds(options, host);
+  return supervise(rounds, program, env);
 }
 
 }  // namespace dpt::launch

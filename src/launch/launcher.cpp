@@ -16,6 +16,7 @@
 
 #include "dptrain/common/error.h"
 #include "dptrain/common/exit_codes.h"
+#include "dptrain/launch/supervise.h"
 #include "dptrain/launch/visible_gpus.h"
 
 namespace dpt::launch {
@@ -223,31 +224,28 @@ std::string describe_workers(const LaunchOptions& options) {
   return text;
 }
 
+namespace {
+
+// A static launch's rounds: one world, the same every time, until supervise() stops asking.
+class StaticMembership : public JobMembership {
+ public:
+  explicit StaticMembership(LaunchOptions options) : options_(std::move(options)) {}
+  std::optional<Round> next_round() override { return Round{options_, rounds_++}; }
+  // A stop signal that reached the workers was for the job: their checkpoint is for a later job.
+  bool stop_on_request_ends_job() const override { return true; }
+
+ private:
+  LaunchOptions options_;
+  int rounds_ = 0;
+};
+
+}  // namespace
+
 int launch(const LaunchOptions& requested, const std::vector<std::string>& program, const Environment& env) {
   DPT_CHECK(!requested.min_nnodes(), ConfigError, "an elastic launch (--nnodes MIN:MAX) runs in dptrain-torch; ",
             "call dpt::launch::launch_elastic");
-  const LaunchOptions options = resolve(requested, env);
-  std::cerr << describe_workers(options);
-  for (int attempt = 0;; ++attempt) {
-    WorkerGroup group(make_worker_specs(options, program, env, attempt),
-                      SupervisorOptions().grace_period(options.grace_period()));
-    GroupResult result = group.run();
-    if (result.succeeded()) return 0;
-    std::cerr << "dptrain launch: " << result.report() << std::endl;
-    if (result.outcome == GroupResult::Outcome::Interrupted) return result.exit_code;
-    // A worker that stopped on request (a preemption reaching it directly) wrote its checkpoint
-    // for a later job, not for a restart here.
-    if (result.exit_code == kExitStoppedOnRequest) return result.exit_code;
-    if (attempt >= options.max_restarts()) {
-      if (options.max_restarts() > 0) {
-        std::cerr << "dptrain launch: giving up after " << options.max_restarts() << " restart(s)" << std::endl;
-      }
-      if (options.log_dir()) std::cerr << "dptrain launch: full logs in " << *options.log_dir() << std::endl;
-      return result.exit_code;
-    }
-    std::cerr << "dptrain launch: restarting the local group (restart " << attempt + 1 << " of "
-              << options.max_restarts() << ")" << std::endl;
-  }
+  StaticMembership rounds(resolve(requested, env));
+  return supervise(rounds, program, env);
 }
 
 }  // namespace dpt::launch
