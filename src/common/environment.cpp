@@ -1,11 +1,11 @@
 #include "dptrain/common/environment.h"
 
+#include <unistd.h>  // environ
+
 #include <cerrno>
 #include <cstdlib>
 
 #include "dptrain/common/error.h"
-
-extern char** environ;
 
 namespace dpt {
 

@@ -56,4 +56,6 @@ std::vector<char> pickle_save(const c10::IValue& value) {
   return archive;
 }
 
+c10::impl::GenericDict string_dict() { return c10::impl::GenericDict(c10::StringType::get(), c10::AnyType::get()); }
+
 }  // namespace dpt::compat

@@ -16,14 +16,14 @@
 #include "dptrain/parallel/ddp.h"
 #include "dptrain/parallel/sync_batch_norm.h"
 #include "support/thread_ranks.h"
+#include "support/tiny_training.h"
 
 namespace {
 
 namespace models = dpt::models;
 using dpt::dist::Communicator;
+using dpt::testing::borrow;
 using torch::Tensor;
-
-std::shared_ptr<Communicator> borrow(Communicator& comm) { return {std::shared_ptr<void>(), &comm}; }
 
 models::ResNet copy_of(const models::ResNet& model) {
   return models::ResNet(std::dynamic_pointer_cast<models::ResNetImpl>(model->clone()));

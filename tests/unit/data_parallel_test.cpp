@@ -10,12 +10,14 @@
 #include "dptrain/common/error.h"
 #include "dptrain/models/resnet.h"
 #include "dptrain/parallel/data_parallel.h"
+#include "support/tiny_training.h"
 
 namespace {
 
 namespace F = torch::nn::functional;
 using dpt::DataParallel;
 using dpt::DataParallelOptions;
+using dpt::testing::max_difference;
 
 // A small convolutional classifier without BatchNorm: 3x6x6 images, 4 classes.
 torch::nn::Sequential make_model(uint64_t seed) {
@@ -28,23 +30,17 @@ torch::nn::Sequential make_model(uint64_t seed) {
   return model;
 }
 
-struct Batches {
+struct ImageBatches {
   at::Tensor x;  // [steps, batch, 3, 6, 6]
   at::Tensor y;  // [steps, batch]
 };
 
-Batches make_batches(int64_t steps, int64_t batch) {
+ImageBatches make_image_batches(int64_t steps, int64_t batch) {
   auto gen = at::make_generator<at::CPUGeneratorImpl>(11);
   return {at::randn({steps, batch, 3, 6, 6}, gen), at::randint(4, {steps, batch}, gen, at::kLong)};
 }
 
-torch::optim::SGDOptions sgd() { return torch::optim::SGDOptions(0.1).momentum(0.9).weight_decay(1e-3); }
-
-double max_difference(const std::vector<at::Tensor>& a, const std::vector<at::Tensor>& b) {
-  double worst = 0;
-  for (size_t i = 0; i < a.size(); ++i) worst = std::max(worst, (a[i] - b[i]).abs().max().item<double>());
-  return worst;
-}
+torch::optim::SGDOptions image_sgd() { return torch::optim::SGDOptions(0.1).momentum(0.9).weight_decay(1e-3); }
 
 std::vector<at::Tensor> copies(const std::vector<at::Tensor>& tensors) {
   std::vector<at::Tensor> out;
@@ -53,9 +49,9 @@ std::vector<at::Tensor> copies(const std::vector<at::Tensor>& tensors) {
 }
 
 // One module on the whole batch each step.
-std::vector<at::Tensor> train_reference(const Batches& data) {
+std::vector<at::Tensor> train_reference(const ImageBatches& data) {
   auto model = make_model(3);
-  torch::optim::SGD optimizer(model->parameters(), sgd());
+  torch::optim::SGD optimizer(model->parameters(), image_sgd());
   for (int64_t s = 0; s < data.x.size(0); ++s) {
     optimizer.zero_grad();
     F::cross_entropy(model->forward(data.x[s]), data.y[s]).backward();
@@ -64,10 +60,10 @@ std::vector<at::Tensor> train_reference(const Batches& data) {
   return copies(model->parameters());
 }
 
-std::vector<at::Tensor> train_data_parallel(const Batches& data, int replicas) {
+std::vector<at::Tensor> train_data_parallel(const ImageBatches& data, int replicas) {
   auto model = make_model(3);
   DataParallel dp(model, DataParallelOptions(dpt::cpu_devices(replicas)));
-  torch::optim::SGD optimizer(dp.parameters(), sgd());
+  torch::optim::SGD optimizer(dp.parameters(), image_sgd());
   for (int64_t s = 0; s < data.x.size(0); ++s) {
     optimizer.zero_grad();
     F::cross_entropy(dp->forward(data.x[s]), data.y[s]).backward();
@@ -93,21 +89,21 @@ TEST(DataParallel, ScatterSizesAreTorchChunks) {
 }
 
 TEST(DataParallel, TwoReplicasTrainLikeOneModelOnTheWholeBatch) {
-  const Batches data = make_batches(6, 8);  // 4 + 4 rows
+  const ImageBatches data = make_image_batches(6, 8);  // 4 + 4 rows
   const double diff = max_difference(train_reference(data), train_data_parallel(data, 2));
   std::cout << "K=2, batch 8, 6 SGD steps with momentum: max |param difference| = " << diff << std::endl;
   EXPECT_LE(diff, 1e-5);
 }
 
 TEST(DataParallel, ThreeReplicasOnAnUnevenBatchTrainLikeOneModel) {
-  const Batches data = make_batches(6, 10);  // 4 + 4 + 2 rows
+  const ImageBatches data = make_image_batches(6, 10);  // 4 + 4 + 2 rows
   const double diff = max_difference(train_reference(data), train_data_parallel(data, 3));
   std::cout << "K=3, batch 10, 6 SGD steps with momentum: max |param difference| = " << diff << std::endl;
   EXPECT_LE(diff, 1e-5);
 }
 
 TEST(DataParallel, GradientsAreThoseOfTheWholeBatchAndAccumulate) {
-  const Batches data = make_batches(2, 7);  // 3 + 3 + 1 rows
+  const ImageBatches data = make_image_batches(2, 7);  // 3 + 3 + 1 rows
   auto reference = make_model(5);
   auto model = make_model(5);
   DataParallel dp(model, DataParallelOptions(dpt::cpu_devices(3)));

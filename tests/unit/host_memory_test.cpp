@@ -1,7 +1,9 @@
 #include <gtest/gtest.h>
 #include <sys/resource.h>
 
+#include <cstdio>
 #include <cstdlib>
+#include <functional>
 #include <map>
 #include <string>
 
@@ -42,29 +44,61 @@ TEST(HostMemory, MallocSettingsInTheEnvironmentWin) {
             HostMemoryTuning::LeftToEnvironment);
 }
 
+namespace {
+
+// Runs `check` in a process of its own: a threadsafe death test re-executes this binary for this
+// test alone, so glibc's heap holds nothing that earlier tests freed (their free blocks would serve
+// the allocations below without a fault, whatever the settings). `check` returns what went wrong,
+// or nothing.
+void in_fresh_process(const std::function<std::string()>& check) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(
+      {
+        const std::string failure = check();
+        std::fputs(failure.c_str(), stderr);
+        std::_Exit(failure.empty() ? 0 : 1);
+      },
+      ::testing::ExitedWithCode(0), "^$");
+}
+
+std::string expect_faults(const std::string& what, long faults, long low, long high) {
+  if (faults >= low && faults < high) return "";
+  return what + ": " + std::to_string(faults) + " page faults, expected [" + std::to_string(low) + ", " +
+         std::to_string(high) + ")\n";
+}
+
+}  // namespace
+
 TEST(HostMemory, ABlockFreedIsReusedWithoutFaultingItsPagesAgain) {
-  // 64 MiB is above the largest mmap threshold glibc picks by itself (32 MiB): by default each
-  // allocation is a fresh mapping whose 16384 pages fault in again.
-  constexpr size_t kBytes = size_t{64} << 20;
-  constexpr long kPages = kBytes / 4096;
-  // Unrelated tunables leave the choice here.
-  ASSERT_EQ(keep_freed_host_memory(env({{"GLIBC_TUNABLES", "glibc.rtld.nns=2"}})), HostMemoryTuning::Applied);
-  EXPECT_GE(faults_to_use_and_free(kBytes), kPages / 2);  // the first use maps the heap's pages
-  for (int step = 0; step < 3; ++step) {
-    EXPECT_LT(faults_to_use_and_free(kBytes), kPages / 16) << "step " << step;
-  }
+  in_fresh_process([] {
+    // 64 MiB is above the largest mmap threshold glibc picks by itself (32 MiB): by default each
+    // allocation is a fresh mapping whose 16384 pages fault in again.
+    constexpr size_t kBytes = size_t{64} << 20;
+    constexpr long kPages = kBytes / 4096;
+    // Unrelated tunables leave the choice here.
+    if (keep_freed_host_memory(env({{"GLIBC_TUNABLES", "glibc.rtld.nns=2"}})) != HostMemoryTuning::Applied) {
+      return std::string("the tuning was not applied\n");
+    }
+    // The first use maps the heap's pages.
+    std::string failures = expect_faults("first use", faults_to_use_and_free(kBytes), kPages / 2, kPages * 2);
+    for (int step = 0; step < 3; ++step) {
+      failures += expect_faults("use " + std::to_string(step + 2), faults_to_use_and_free(kBytes), 0, kPages / 16);
+    }
+    return failures;
+  });
 }
 
 TEST(HostMemory, SmallerThresholdsKeepLargerBlocksApart) {
-  // With a 1 MiB threshold a 64 MiB block gets its own mapping, and each use faults it in again.
-  constexpr size_t kBytes = size_t{64} << 20;
-  ASSERT_EQ(keep_freed_host_memory(Environment(), dpt::HostMemoryOptions()
-                                                      .mmap_threshold_bytes(size_t{1} << 20)
-                                                      .trim_threshold_bytes(size_t{2} << 20)),
-            HostMemoryTuning::Applied);
-  faults_to_use_and_free(kBytes);
-  EXPECT_GE(faults_to_use_and_free(kBytes), kBytes / 4096 / 2);
-  keep_freed_host_memory(Environment());  // back to the defaults for the tests after this one
+  in_fresh_process([] {
+    // With a 1 MiB threshold a 64 MiB block gets its own mapping, and each use faults it in again.
+    constexpr size_t kBytes = size_t{64} << 20;
+    constexpr long kPages = kBytes / 4096;
+    keep_freed_host_memory(Environment(), dpt::HostMemoryOptions()
+                                              .mmap_threshold_bytes(size_t{1} << 20)
+                                              .trim_threshold_bytes(size_t{2} << 20));
+    faults_to_use_and_free(kBytes);
+    return expect_faults("second use", faults_to_use_and_free(kBytes), kPages / 2, kPages * 2);
+  });
 }
 
 #endif

@@ -9,19 +9,16 @@
 
 #include "dptrain/train/logs/jsonl_observer.h"
 #include "support/report_samples.h"
+#include "support/file_contents.h"
 #include "support/temp_dir.h"
 
 namespace fs = std::filesystem;
+using dpt::testing::file_contents;
 using dpt::testing::sample_epoch;
 using dpt::train::JsonlObserver;
 using dpt::train::JsonlOptions;
 
 namespace {
-
-std::string contents(const fs::path& file) {
-  std::ifstream in(file, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-}
 
 JsonlOptions options(const std::string& dir) {
   return JsonlOptions(dir).print_freq(5).clock([] { return 1700000000.25; });
@@ -47,7 +44,7 @@ TEST(JsonlObserver, StepAndEpochRecords) {
     metrics.on_finish();
   }
   EXPECT_EQ(
-      contents(dir.path() + "/run/metrics.jsonl"),
+      file_contents(dir.path() + "/run/metrics.jsonl"),
       R"({"phase":"train_step","epoch":3,"step":1,"steps":12,"global_step":37,"loss":2.75,"acc1":2.5,"acc5":51.0,"lr":0.1,"img_per_s":345.64,"eta_s":16.5,"time":1700000000.25}
 {"phase":"train_step","epoch":3,"step":6,"steps":12,"global_step":42,"loss":1.5,"acc1":15.0,"acc5":56.0,"lr":0.1,"img_per_s":345.64,"eta_s":9.0,"time":1700000000.25}
 {"phase":"train_step","epoch":3,"step":11,"steps":12,"global_step":47,"loss":0.25,"acc1":27.5,"acc5":61.0,"lr":0.1,"img_per_s":345.64,"eta_s":1.5,"time":1700000000.25}
@@ -65,7 +62,7 @@ TEST(JsonlObserver, NonFiniteNumbersAreNull) {
     r.eta_s = std::numeric_limits<double>::infinity();
     metrics.on_step(r);
   }
-  EXPECT_EQ(contents(dir.path() + "/metrics.jsonl"),
+  EXPECT_EQ(file_contents(dir.path() + "/metrics.jsonl"),
             R"({"phase":"train_step","epoch":3,"step":1,"steps":12,"global_step":37,"loss":null,"acc1":2.5,"acc5":51.0,"lr":0.1,"img_per_s":345.64,"eta_s":null,"time":1700000000.25}
 )");
 }
@@ -74,7 +71,7 @@ TEST(JsonlObserver, ResumedRunAppends) {
   dpt::testing::TempDir dir;
   JsonlObserver(options(dir.path())).on_epoch(sample_epoch("train", 0));
   JsonlObserver(options(dir.path())).on_epoch(sample_epoch("val", 0));
-  const std::string text = contents(dir.path() + "/metrics.jsonl");
+  const std::string text = file_contents(dir.path() + "/metrics.jsonl");
   EXPECT_EQ(text.rfind(R"({"phase":"train",)", 0), 0u) << text;
   EXPECT_NE(text.find("\n{\"phase\":\"val\","), std::string::npos) << text;
   EXPECT_EQ(std::count(text.begin(), text.end(), '\n'), 2);

@@ -7,17 +7,14 @@
 
 #include "dptrain/common/error.h"
 #include "dptrain/train/logs/log_file.h"
+#include "support/file_contents.h"
 #include "support/temp_dir.h"
 
 namespace fs = std::filesystem;
+using dpt::testing::file_contents;
 using dpt::train::LogFile;
 
 namespace {
-
-std::string contents(const fs::path& file) {
-  std::ifstream in(file, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-}
 
 }  // namespace
 
@@ -28,7 +25,7 @@ TEST(LogFile, AppendKeepsWhatIsThere) {
   LogFile log = LogFile::append(file);
   log.write("second\n");
   EXPECT_TRUE(log.ok());
-  EXPECT_EQ(contents(file), "first\nsecond\n");
+  EXPECT_EQ(file_contents(file), "first\nsecond\n");
 }
 
 TEST(LogFile, CreateNewRefusesAnExistingFile) {
@@ -38,7 +35,7 @@ TEST(LogFile, CreateNewRefusesAnExistingFile) {
   ASSERT_TRUE(first.has_value());
   first->write("x");
   EXPECT_FALSE(LogFile::create_new(file).has_value());
-  EXPECT_EQ(contents(file), "x");
+  EXPECT_EQ(file_contents(file), "x");
 }
 
 TEST(LogFile, OpenFailureNamesTheFile) {

@@ -8,9 +8,11 @@
 #include "train/logs/event_file.h"
 #include "dptrain/train/logs/tensorboard_observer.h"
 #include "support/report_samples.h"
+#include "support/file_contents.h"
 #include "support/temp_dir.h"
 
 namespace fs = std::filesystem;
+using dpt::testing::file_contents;
 using namespace dpt::train;
 using dpt::testing::sample_epoch;
 using dpt::testing::sample_step;
@@ -18,11 +20,6 @@ using dpt::testing::sample_step;
 namespace {
 
 constexpr double kNow = 1700000000.75;
-
-std::string contents(const fs::path& file) {
-  std::ifstream in(file, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-}
 
 SummaryWriterOptions writer_options(const std::string& dir) {
   return SummaryWriterOptions(dir).clock([] { return kNow; }).hostname("trainhost");
@@ -39,7 +36,7 @@ TEST(SummaryWriter, FileNameAndFirstRecord) {
   SummaryWriter writer(writer_options(dir.path() + "/tb"));
   EXPECT_EQ(writer.path(), fs::path(dir.path()) / "tb" / "events.out.tfevents.1700000000.trainhost");
   writer.add_scalar("a/b", 0.5, 7);
-  EXPECT_EQ(contents(writer.path()), tf_record(file_version_event(kNow)) + scalar(7, "a/b", 0.5));
+  EXPECT_EQ(file_contents(writer.path()), tf_record(file_version_event(kNow)) + scalar(7, "a/b", 0.5));
 }
 
 TEST(SummaryWriter, SecondWriterInTheSameSecondGetsItsOwnFile) {
@@ -47,7 +44,7 @@ TEST(SummaryWriter, SecondWriterInTheSameSecondGetsItsOwnFile) {
   SummaryWriter first(writer_options(dir.path()));
   SummaryWriter second(writer_options(dir.path()));
   EXPECT_EQ(second.path().filename(), "events.out.tfevents.1700000000.trainhost.1");
-  EXPECT_EQ(contents(first.path()), tf_record(file_version_event(kNow)));
+  EXPECT_EQ(file_contents(first.path()), tf_record(file_version_event(kNow)));
 }
 
 TEST(TensorBoardObserver, StepAndEpochScalars) {
@@ -69,5 +66,5 @@ TEST(TensorBoardObserver, StepAndEpochScalars) {
               scalar(48, "train_epoch/acc5", 70.5) + scalar(48, "train_epoch/img_per_s", 350.04);
   expected += scalar(48, "val/loss", 0.75) + scalar(48, "val/acc1", 38.25) + scalar(48, "val/acc5", 69.0) +
               scalar(48, "val/img_per_s", 1000.0);
-  EXPECT_EQ(contents(board.path()), expected);
+  EXPECT_EQ(file_contents(board.path()), expected);
 }

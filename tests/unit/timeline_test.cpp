@@ -11,18 +11,15 @@
 
 #include "dptrain/common/error.h"
 #include "dptrain/train/logs/timeline.h"
+#include "support/file_contents.h"
 #include "support/temp_dir.h"
 
 namespace fs = std::filesystem;
+using dpt::testing::file_contents;
 using dpt::train::Timeline;
 using nlohmann::json;
 
 namespace {
-
-std::string contents(const fs::path& file) {
-  std::ifstream in(file, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-}
 
 // The spans ("X" events) of a trace, in file order.
 std::vector<json> spans(const json& trace) {
@@ -51,7 +48,7 @@ TEST(Timeline, WritesAClosedJsonArrayOfNamedTracksAndTimedSpans) {
     { dpt::train::StepPhaseTimer forward(&timeline, dpt::train::StepPhase::Forward, 7); }
     timeline.flush();
   }
-  const json trace = json::parse(contents(path));  // throws unless the array is closed
+  const json trace = json::parse(file_contents(path));  // throws unless the array is closed
   ASSERT_TRUE(trace.is_array());
   int names = 0;
   for (const auto& event : trace) {
@@ -95,14 +92,14 @@ TEST(Timeline, AResumedRunContinuesTheSameArray) {
     for (const auto& span : spans(trace)) names.push_back(span["name"]);
     return names;
   };
-  EXPECT_EQ(names_in(json::parse(contents(path))), (std::vector<std::string>{"first", "second"}));
+  EXPECT_EQ(names_in(json::parse(file_contents(path))), (std::vector<std::string>{"first", "second"}));
 
   // A run that died: its file ends after an event, with no closing bracket.
-  std::string cut = contents(path);
+  std::string cut = file_contents(path);
   cut.resize(cut.rfind(']'));
   std::ofstream(path, std::ios::binary | std::ios::trunc) << cut;
   { Timeline(path, 0).add(Timeline::Track::Training, "third", now, now); }
-  EXPECT_EQ(names_in(json::parse(contents(path))), (std::vector<std::string>{"first", "second", "third"}));
+  EXPECT_EQ(names_in(json::parse(file_contents(path))), (std::vector<std::string>{"first", "second", "third"}));
 }
 
 TEST(Timeline, AnUnwritableFolderIsAConfigError) {

@@ -118,7 +118,7 @@ TEST(Transform, TrainCropMatchesTorchvisionResizedCrop) {
 namespace {
 
 // torchvision's InterpolationMode for a filter.
-std::string python_mode(Interpolation interpolation) {
+std::string transforms_mode(Interpolation interpolation) {
   return interpolation == Interpolation::Bicubic ? "T.InterpolationMode.BICUBIC" : "T.InterpolationMode.BILINEAR";
 }
 
@@ -142,7 +142,7 @@ TEST_P(Filters, ManyTrainCropsMatchTorchvision) {
   for (int64_t index = 0; index < kCrops; ++index) {
     const CropPlan p = train.plan(150, 101, 1, index);
     crops += dpt::str("lambda im: (F.hflip if ", p.flip ? "True" : "False", " else (lambda x: x))(F.resized_crop(im, ",
-                      p.top, ", ", p.left, ", ", p.height, ", ", p.width, ", [24, 24], ", python_mode(GetParam()),
+                      p.top, ", ", p.left, ", ", p.height, ", ", p.width, ", [24, 24], ", transforms_mode(GetParam()),
                       ")), ");
   }
   auto expected = torchvision_outputs(path, crops);
@@ -168,7 +168,7 @@ TEST_P(Filters, EvalResizeMatchesTorchvision) {
   const std::string path = dir.path() + "/a.jpg";
   const auto bytes = encode_jpeg(dpt::testing::gradient_image(75, 50, 1), 90);
   write_file(path, bytes);
-  const std::string mode = python_mode(GetParam());
+  const std::string mode = transforms_mode(GetParam());
   auto expected = torchvision_outputs(path, dpt::str("T.Compose([T.Resize(40, ", mode, "), T.CenterCrop(32)]), ",
                                                      "T.Compose([T.Resize(90, ", mode, "), T.CenterCrop(80)])"));
   if (!expected) DPT_MISSING_DEPENDENCY("/usr/bin/python3 with torchvision is not available");

@@ -18,4 +18,8 @@ namespace dpt::compat {
 
 std::vector<char> pickle_save(const c10::IValue& value);
 
+// An empty dict of string keys and values of any type: what a Python dict (a state dict, a
+// checkpoint) is in C++, whether pickle_save writes it or torch.load read it.
+c10::impl::GenericDict string_dict();
+
 }  // namespace dpt::compat

@@ -12,7 +12,7 @@ namespace dpt::hvd {
 
 namespace {
 
-std::string describe(const std::string& what, const at::Tensor& tensor) {
+std::string shape_and_dtype(const std::string& what, const at::Tensor& tensor) {
   return str(what, " of shape ", tensor.sizes(), " and dtype ", tensor.scalar_type());
 }
 
@@ -23,7 +23,7 @@ std::vector<std::string> describe_optimizer(const torch::optim::Optimizer& optim
   for (size_t g = 0; g < groups.size(); ++g) {
     lines.push_back(str("param group ", g, " of ", groups[g].params().size(), " parameters"));
     for (size_t i = 0; i < groups[g].params().size(); ++i) {
-      lines.push_back(describe(str("param group ", g, " parameter ", i), groups[g].params()[i]));
+      lines.push_back(shape_and_dtype(str("param group ", g, " parameter ", i), groups[g].params()[i]));
     }
   }
   return lines;
@@ -81,7 +81,7 @@ void broadcast_parameters(const Context& context, const NamedTensors& tensors, i
   std::vector<std::string> lines{str("root rank ", root_rank)};
   std::vector<at::Tensor> values;
   for (const auto& item : tensors) {
-    lines.push_back(describe("'" + item.key() + "'", item.value()));
+    lines.push_back(shape_and_dtype("'" + item.key() + "'", item.value()));
     values.push_back(item.value());
   }
   context.check_agreement("broadcast_parameters", "", lines,

@@ -10,6 +10,7 @@
 #include <torch/optim/sgd.h>
 
 #include "dptrain/common/error.h"
+#include "dptrain/compat/pickle.h"
 #include "dptrain/compat/compat.h"
 
 namespace dpt::train {
@@ -18,8 +19,6 @@ namespace {
 
 using Dict = c10::impl::GenericDict;
 using StateMap = std::remove_reference_t<decltype(std::declval<torch::optim::SGD&>().state())>;
-
-Dict string_dict() { return Dict(c10::StringType::get(), c10::AnyType::get()); }
 
 c10::IValue entry(const Dict& dict, const std::string& key, const std::string& where) {
   auto found = dict.find(key);
@@ -84,7 +83,7 @@ struct SgdFormat {
   }
   static std::optional<Dict> write_state(const ParamState& s) {
     if (!s.momentum_buffer().defined()) return std::nullopt;
-    Dict d = string_dict();
+    Dict d = compat::string_dict();
     put(d, "momentum_buffer", s.momentum_buffer());
     return d;
   }
@@ -111,7 +110,7 @@ struct RmsPropFormat {
     o.centered(entry(g, "centered", "a parameter group").toBool());
   }
   static std::optional<Dict> write_state(const ParamState& s) {
-    Dict d = string_dict();
+    Dict d = compat::string_dict();
     d.insert("step", s.step());
     put(d, "square_avg", s.square_avg());
     put(d, "momentum_buffer", s.momentum_buffer());
@@ -148,7 +147,7 @@ struct AdamWFormat {
     o.eps(group_number(g, "eps")).amsgrad(entry(g, "amsgrad", "a parameter group").toBool());
   }
   static std::optional<Dict> write_state(const ParamState& s) {
-    Dict d = string_dict();
+    Dict d = compat::string_dict();
     // A float tensor, as Python's AdamW keeps it (a plain number there would be converted anyway).
     d.insert("step", at::scalar_tensor(static_cast<double>(s.step()), at::kFloat));
     put(d, "exp_avg", s.exp_avg());
@@ -180,7 +179,7 @@ Dict state_dict_of(const torch::optim::Optimizer& optimizer) {
       params.push_back(index++);
     }
     const auto& options = static_cast<const typename F::Options&>(group.options());
-    Dict g = string_dict();
+    Dict g = compat::string_dict();
     g.insert("lr", options.lr());
     g.insert("weight_decay", options.weight_decay());
     F::write_group(options, g);
@@ -188,7 +187,7 @@ Dict state_dict_of(const torch::optim::Optimizer& optimizer) {
     g.insert("params", params);
     groups.push_back(g);
   }
-  Dict out = string_dict();
+  Dict out = compat::string_dict();
   out.insert("state", state);
   out.insert("param_groups", groups);
   return out;

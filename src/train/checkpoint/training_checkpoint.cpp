@@ -1,13 +1,12 @@
 #include "dptrain/train/checkpoint/training_checkpoint.h"
 
 #include "dptrain/common/error.h"
+#include "dptrain/compat/pickle.h"
 #include "dptrain/train/checkpoint/checkpoint_file.h"
 
 namespace dpt::train {
 
 namespace {
-
-c10::impl::GenericDict string_dict() { return c10::impl::GenericDict(c10::StringType::get(), c10::AnyType::get()); }
 
 class Reader {
  public:
@@ -40,7 +39,7 @@ class Reader {
 
  private:
   std::string file_;
-  c10::impl::GenericDict dict_{string_dict()};
+  c10::impl::GenericDict dict_{compat::string_dict()};
 };
 
 models::StateDict tensors_of(const c10::impl::GenericDict& dict, const std::filesystem::path& file) {
@@ -57,12 +56,12 @@ models::StateDict tensors_of(const c10::impl::GenericDict& dict, const std::file
 }  // namespace
 
 c10::IValue TrainingCheckpoint::to_ivalue() const {
-  auto weights = string_dict();
+  auto weights = compat::string_dict();
   for (const auto& item : state_dict) weights.insert(item.key(), item.value().detach().cpu().contiguous());
-  auto sampler_state = string_dict();
+  auto sampler_state = compat::string_dict();
   sampler_state.insert("seed", static_cast<int64_t>(sampler.seed));
   sampler_state.insert("epoch", sampler.epoch);
-  auto out = string_dict();
+  auto out = compat::string_dict();
   out.insert("epoch", epoch);
   out.insert("arch", arch);
   out.insert("state_dict", weights);
@@ -79,7 +78,7 @@ c10::IValue TrainingCheckpoint::to_ivalue() const {
   out.insert("seed", static_cast<int64_t>(seed));
   out.insert("rng_state", rng_state.defined() ? rng_state : at::empty({0}, at::kByte));
   if (!model_ema.is_empty()) {
-    auto ema = string_dict();
+    auto ema = compat::string_dict();
     for (const auto& item : model_ema) ema.insert(item.key(), item.value().detach().cpu().contiguous());
     out.insert("model_ema", ema);
   }

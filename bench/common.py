@@ -1,0 +1,23 @@
+"""What the benchmarks share: the dptrain they measure (${DPT_BUILD:-build}/bin/dptrain, from the
+repository's root) and the reading of its output."""
+import json
+import os
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def dptrain():
+    """The dptrain CLI under ${DPT_BUILD:-build}; exits saying how to build it when it is missing."""
+    path = os.path.join(os.environ.get("DPT_BUILD", os.path.join(ROOT, "build")), "bin", "dptrain")
+    if not os.access(path, os.X_OK):
+        sys.exit(f"{os.path.basename(sys.argv[0])}: {path} not found: build the dptrain_cli target, or set DPT_BUILD")
+    return path
+
+
+def last_json(text):
+    """The JSON object a command printed as its last line (dptrain's commands end with one)."""
+    lines = [line for line in text.splitlines() if line.strip()]
+    if not lines:
+        raise ValueError("no output")
+    return json.loads(lines[-1])

@@ -1,0 +1,30 @@
+# Fails when a layer includes a layer listed after it (docs/architecture.md: each layer uses only
+# the ones before it), naming every such include with its file and line. Run as a build step:
+#   cmake -DROOT=<source dir> -DSTAMP=<file to touch when clean> -P cmake/check_layers.cmake
+set(layers common compat dist launch parallel data models train)
+set(wrong "")
+foreach(layer IN LISTS layers)
+  file(GLOB_RECURSE files "${ROOT}/include/dptrain/${layer}/*.h" "${ROOT}/src/${layer}/*.h" "${ROOT}/src/${layer}/*.cpp")
+  if(EXISTS "${ROOT}/include/dptrain/${layer}.h")
+    list(APPEND files "${ROOT}/include/dptrain/${layer}.h")
+  endif()
+  list(FIND layers ${layer} rank)
+  foreach(file IN LISTS files)
+    file(STRINGS "${file}" lines REGEX "^[ \t]*#[ \t]*include[ \t]+\"dptrain/")
+    foreach(line IN LISTS lines)
+      string(REGEX MATCH "dptrain/([a-z_]+)[/.]" _ "${line}")
+      list(FIND layers "${CMAKE_MATCH_1}" used)
+      if(used GREATER rank)
+        file(RELATIVE_PATH where "${ROOT}" "${file}")
+        string(APPEND wrong "  ${where}: ${line} (${layer} may use only the layers before it)\n")
+      endif()
+    endforeach()
+  endforeach()
+endforeach()
+if(wrong)
+  string(JOIN ", " order ${layers})
+  message(FATAL_ERROR "an include points the wrong way between dptrain's layers "
+                      "(${order}, in that order):\n${wrong}"
+                      "Move the code to the layer that may know both, or pass what it needs from above.")
+endif()
+file(TOUCH "${STAMP}")
