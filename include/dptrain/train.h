@@ -1,8 +1,7 @@
 #pragma once
 // The train layer: the training loop and its styles (train/), learning-rate schedules, loss
 // scaling and distributed metrics; checkpoint files with exact resume (train/checkpoint/); the
-// progress and metrics logs: console, JSONL, TensorBoard, per-rank timelines, the HTML report
-// (train/logs/).
+// progress and metrics logs: console, JSONL, TensorBoard, per-rank timelines (train/logs/).
 #include "dptrain/train/batch_mixing.h"
 #include "dptrain/train/checkpoint/auto_resume.h"
 #include "dptrain/train/checkpoint/checkpoint_file.h"
@@ -15,7 +14,6 @@
 #include "dptrain/train/logs/log_file.h"
 #include "dptrain/train/logs/observers.h"
 #include "dptrain/train/logs/report.h"
-#include "dptrain/train/logs/run_report.h"
 #include "dptrain/train/logs/summary_writer.h"
 #include "dptrain/train/logs/tensorboard_observer.h"
 #include "dptrain/train/logs/timeline.h"

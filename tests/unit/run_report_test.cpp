@@ -6,13 +6,13 @@
 #include <string>
 
 #include "dptrain/common/error.h"
-#include "dptrain/train/logs/run_report.h"
+#include "run_report.h"
 #include "dptrain/train/logs/timeline.h"
 #include "support/error_of.h"
 #include "support/temp_dir.h"
 
 namespace fs = std::filesystem;
-using dpt::train::RunFiles;
+using dpt::report::RunFiles;
 using dpt::train::StepPhase;
 using dpt::train::Timeline;
 
@@ -53,15 +53,15 @@ void write_timeline(const fs::path& trace, int rank, double wait_ms) {
 TEST(RunReport, ReadsTheMetricsByStepAndEpochLeavingOutNonFiniteValues) {
   dpt::testing::TempDir dir;
   write(fs::path(dir.path()) / "metrics.jsonl", kMetrics);
-  const auto run = dpt::train::read_run(RunFiles(dir.path()));
-  EXPECT_EQ(run.step_loss, (dpt::train::Points{{1, 2.5}}));  // step 3's null loss is left out
-  EXPECT_EQ(run.step_acc1, (dpt::train::Points{{1, 10.0}, {3, 30.0}}));
-  EXPECT_EQ(run.step_lr, (dpt::train::Points{{1, 0.1}, {3, 0.01}}));
-  EXPECT_EQ(run.train_loss, (dpt::train::Points{{2, 2.0}}));
-  EXPECT_EQ(run.val_acc1, (dpt::train::Points{{2, 40.0}}));
-  EXPECT_EQ(run.epoch_images_per_s, (dpt::train::Points{{2, 90.0}}));
+  const auto run = dpt::report::read_run(RunFiles(dir.path()));
+  EXPECT_EQ(run.step_loss, (dpt::report::Points{{1, 2.5}}));  // step 3's null loss is left out
+  EXPECT_EQ(run.step_acc1, (dpt::report::Points{{1, 10.0}, {3, 30.0}}));
+  EXPECT_EQ(run.step_lr, (dpt::report::Points{{1, 0.1}, {3, 0.01}}));
+  EXPECT_EQ(run.train_loss, (dpt::report::Points{{2, 2.0}}));
+  EXPECT_EQ(run.val_acc1, (dpt::report::Points{{2, 40.0}}));
+  EXPECT_EQ(run.epoch_images_per_s, (dpt::report::Points{{2, 90.0}}));
   EXPECT_TRUE(run.ranks.empty());
-  const std::string page = dpt::train::render_report(run);
+  const std::string page = dpt::report::render_report(run);
   EXPECT_NE(page.find(R"(id="last-val-acc1">40.00%)"), std::string::npos);
   EXPECT_NE(page.find("--timeline FILE"), std::string::npos);  // says how to get the breakdown
   EXPECT_EQ(page.find("<script"), std::string::npos);
@@ -74,7 +74,7 @@ TEST(RunReport, BreaksEachRanksMeanStepIntoItsParts) {
   const fs::path trace = fs::path(dir.path()) / "traces" / "t.json";
   write_timeline(trace, 0, 1.0);
   write_timeline(trace, 1, 2.5);
-  const auto run = dpt::train::read_run(RunFiles(dir.path()).timeline(trace));
+  const auto run = dpt::report::read_run(RunFiles(dir.path()).timeline(trace));
   ASSERT_EQ(run.ranks.size(), 2u);
   for (const auto& rank : run.ranks) {
     EXPECT_EQ(rank.steps, 2);
@@ -86,24 +86,24 @@ TEST(RunReport, BreaksEachRanksMeanStepIntoItsParts) {
     EXPECT_EQ(rank.buckets, 2);
     EXPECT_NEAR(rank.bucket_ms, 2.0, 1e-6);
   }
-  const std::string page = dpt::train::render_report(run);
+  const std::string page = dpt::report::render_report(run);
   EXPECT_NE(page.find(R"(<tr data-part="backward compute">)"), std::string::npos);
   EXPECT_NE(page.find(R"(<td data-rank="1" data-value="2.5">2.50</td>)"), std::string::npos);  // rank 1's wait
 }
 
 TEST(RunReport, MissingOrBrokenFilesAreDataErrorsThatSayWhatToDo) {
   dpt::testing::TempDir dir;
-  const auto missing = dpt::testing::error_of<dpt::DataError>([&] { dpt::train::read_run(RunFiles(dir.path())); });
+  const auto missing = dpt::testing::error_of<dpt::DataError>([&] { dpt::report::read_run(RunFiles(dir.path())); });
   EXPECT_NE(missing.find("no metrics.jsonl in " + dir.path()), std::string::npos) << missing;
   EXPECT_NE(missing.find("--output"), std::string::npos) << missing;
 
   write(fs::path(dir.path()) / "metrics.jsonl", std::string(kMetrics) + "{\"phase\":\"val\",\"epo\n");
-  const auto broken = dpt::testing::error_of<dpt::DataError>([&] { dpt::train::read_run(RunFiles(dir.path())); });
+  const auto broken = dpt::testing::error_of<dpt::DataError>([&] { dpt::report::read_run(RunFiles(dir.path())); });
   EXPECT_NE(broken.find("metrics.jsonl line 5 is not JSON"), std::string::npos) << broken;
 
   write(fs::path(dir.path()) / "metrics.jsonl", kMetrics);
   const auto no_trace = dpt::testing::error_of<dpt::DataError>(
-      [&] { dpt::train::read_run(RunFiles(dir.path()).timeline(dir.path() + "/t.json")); });
+      [&] { dpt::report::read_run(RunFiles(dir.path()).timeline(dir.path() + "/t.json")); });
   EXPECT_NE(no_trace.find("no " + dir.path() + "/t.rank0.json"), std::string::npos) << no_trace;
 }
 
@@ -125,12 +125,12 @@ std::vector<std::string> tick_labels(const std::string& page, const std::string&
 }  // namespace
 
 TEST(RunReport, AxesHaveTicksAtRoundNumbersAndTopOneRunsFromZeroToAHundred) {
-  dpt::train::RunRecords run;
+  dpt::report::RunRecords run;
   run.step_loss = {{1, 0.631}, {250, 1.89}};                 // the raw quarters were 0.631, 1.26, 1.89
   run.step_acc1 = {{1, 12.0}, {250, 98.4}};                  // a top-1 axis once ran to 103
   run.step_images_per_s = {{1, 1221.0}, {250, 1164.0}};      // "1.22e+03"
   run.step_lr = {{1, 0.0004}, {250, 0.0021}};
-  const std::string page = dpt::train::render_report(run);
+  const std::string page = dpt::report::render_report(run);
   using Labels = std::vector<std::string>;
   EXPECT_EQ(tick_labels(page, "loss", "y"), (Labels{"0.0", "0.5", "1.0", "1.5", "2.0"}));
   EXPECT_EQ(tick_labels(page, "top-1 (%)", "y"), (Labels{"0", "20", "40", "60", "80", "100"}));
@@ -139,7 +139,7 @@ TEST(RunReport, AxesHaveTicksAtRoundNumbersAndTopOneRunsFromZeroToAHundred) {
   EXPECT_EQ(tick_labels(page, "loss", "x"), (Labels{"0", "50", "100", "150", "200", "250"}));
   // A line series of a single point is drawn as a dot (a polyline of one vertex draws nothing).
   run.step_lr = {{1, 0.0004}};
-  const std::string single = dpt::train::render_report(run);
+  const std::string single = dpt::report::render_report(run);
   EXPECT_NE(single.find("<title>learning rate at step 1: 0.0004</title>"), std::string::npos);
   EXPECT_EQ(page.find("<title>learning rate at step 1: "), std::string::npos);  // two points: a line alone
   // The axis ends where its last tick is, and every point lies inside it.

@@ -9,8 +9,8 @@
 #include <string>
 
 #include "command.h"
+#include "run_report.h"
 #include "dptrain/common/error.h"
-#include "dptrain/train/logs/run_report.h"
 
 namespace dpt::cli {
 
@@ -23,14 +23,14 @@ struct ReportFlags {
 };
 
 int run_report(const ReportFlags& flags) {
-  train::RunFiles files(flags.dir);
+  report::RunFiles files(flags.dir);
   if (flags.timeline) files.timeline(*flags.timeline);
-  const train::RunRecords run = train::read_run(files);
+  const report::RunRecords run = report::read_run(files);
   const std::filesystem::path output =
       flags.output ? std::filesystem::path(*flags.output) : std::filesystem::path(flags.dir) / "report.html";
   {
     std::ofstream out(output, std::ios::binary | std::ios::trunc);
-    out << train::render_report(run);
+    out << report::render_report(run);
     DPT_CHECK(out.good(), ConfigError, "cannot write ", output.string(), "; check -o and its folder's permissions");
   }
   std::cout << "dptrain report: wrote " << output.string() << " (" << run.step_loss.size() << " logged steps, "

@@ -1,4 +1,4 @@
-#include "dptrain/train/logs/run_report.h"
+#include "run_report.h"
 
 #include <algorithm>
 #include <cctype>
@@ -13,7 +13,15 @@
 #include "dptrain/train/logs/jsonl_observer.h"
 #include "dptrain/train/logs/timeline.h"
 
-namespace dpt::train {
+namespace dpt::report {
+
+using train::kMetricsFileName;
+using train::name_of;
+using train::step_phase_named;
+using train::step_phases;
+using train::StepPhase;
+using train::Timeline;
+using train::timeline_path;
 namespace fs = std::filesystem;
 using nlohmann::json;
 
@@ -388,4 +396,4 @@ std::string render_report(const RunRecords& run) {
   return html + "</body></html>\n";
 }
 
-}  // namespace dpt::train
+}  // namespace dpt::report

@@ -4,8 +4,11 @@
 // every rank (the mean step broken into its parts, per rank). No script and nothing fetched: the
 // charts are inline SVG, so the page opens anywhere, offline, and reads the same in any browser.
 //
-//   auto report = dpt::train::read_run(dpt::train::RunFiles("runs/exp1").timeline("runs/exp1/trace.json"));
-//   std::ofstream("runs/exp1/report.html") << dpt::train::render_report(report);
+//   auto report = dpt::report::read_run(dpt::report::RunFiles("runs/exp1").timeline("runs/exp1/trace.json"));
+//   std::ofstream("runs/exp1/report.html") << dpt::report::render_report(report);
+//
+// Part of the command line (`dptrain report`), not of the library: it reads what the train
+// layer's logs wrote (metrics.jsonl, the timeline's StepPhase names) and owns the page's look.
 //
 // Every plotted series is a <polyline class="series" data-series="NAME"> inside an
 // <svg class="chart"> whose data-x-min/-max, data-y-min/-max and data-left/-right/-top/-bottom
@@ -22,7 +25,7 @@
 
 #include "dptrain/train/logs/step_phase.h"
 
-namespace dpt::train {
+namespace dpt::report {
 
 struct RunFiles {
   explicit RunFiles(std::filesystem::path dir) : dir_(std::move(dir)) {}
@@ -41,7 +44,7 @@ struct StepBreakdown {
   int rank = 0;
   int64_t steps = 0;                    // steps averaged
   double step_ms = 0;                   // the whole step
-  std::map<StepPhase, double> parts;    // mean ms of each phase (absent in the trace: 0)
+  std::map<train::StepPhase, double> parts;    // mean ms of each phase (absent in the trace: 0)
   int64_t buckets = 0;                  // gradient buckets per step
   double bucket_ms = 0;                 // mean time of one bucket's all-reduce, launch to completion
 };
@@ -62,4 +65,4 @@ RunRecords read_run(const RunFiles& files);
 // The HTML page.
 std::string render_report(const RunRecords& run);
 
-}  // namespace dpt::train
+}  // namespace dpt::report
