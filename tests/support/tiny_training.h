@@ -14,6 +14,7 @@
 #include <torch/torch.h>
 
 #include "dptrain/dist/communicator.h"
+#include "dptrain/parallel/ddp.h"
 
 namespace dpt::testing {
 
@@ -58,6 +59,30 @@ inline std::vector<at::Tensor> train_reference(const Batches& data, uint64_t see
   for (int64_t s = 0; s < data.x.size(0); ++s) {
     optimizer.zero_grad();
     torch::nn::functional::cross_entropy(model->forward(data.x[s]), data.y[s]).backward();
+    optimizer.step();
+  }
+  return model->parameters();
+}
+
+// Each rank its slice of every batch, through DistributedDataParallel with 104-byte buckets (three
+// of them, several in flight), optionally with a comm hook. Rank r starts from seed + r: DDP must
+// copy rank 0's weights.
+inline std::vector<at::Tensor> train_ddp(dist::Communicator& comm, const Batches& data, uint64_t seed,
+                                         const CommHook& hook = {}) {
+  auto model = make_mlp();
+  fill(*model, seed + comm.rank());
+  DistributedDataParallel ddp(model, borrow(comm),
+                              DDPOptions().reducer(
+                                  ReducerOptions().first_bucket_cap_mb(0.0001).bucket_cap_mb(0.0001).last_bucket_cap_mb(
+                                      0.0001)));
+  if (hook) ddp.register_comm_hook(hook);
+  torch::optim::SGD optimizer(ddp.parameters(), sgd());
+  const int64_t per_rank = data.x.size(1) / comm.size();
+  for (int64_t s = 0; s < data.x.size(0); ++s) {
+    optimizer.zero_grad();
+    auto x = data.x[s].narrow(0, comm.rank() * per_rank, per_rank);
+    auto y = data.y[s].narrow(0, comm.rank() * per_rank, per_rank);
+    torch::nn::functional::cross_entropy(ddp->forward(x), y).backward();
     optimizer.step();
   }
   return model->parameters();

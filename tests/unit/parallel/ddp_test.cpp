@@ -20,31 +20,18 @@ using dpt::testing::make_batches;
 using dpt::testing::make_mlp;
 using dpt::testing::max_difference;
 using dpt::testing::sgd;
+using dpt::testing::train_ddp;
 using dpt::testing::train_reference;
 
-// Each rank its slice of every batch, through DDP. Rank 1 starts from other weights: DDP must
-// copy rank 0's. Small buckets so that several are in flight.
-std::vector<at::Tensor> train_ddp(Communicator& comm, const Batches& data, uint64_t seed,
-                                  const dpt::CommHook& hook = {}) {
-  auto model = make_mlp();
-  fill(*model, seed + comm.rank());
-  DistributedDataParallel ddp(
-      model, borrow(comm),
-      DDPOptions().reducer(ReducerOptions().first_bucket_cap_mb(0.0001).bucket_cap_mb(0.0001).last_bucket_cap_mb(0.0001)));
-  // 104-byte limits everywhere (no smaller buckets at the end): three buckets, the last layer's
-  // first, as PyTorch lays them out.
-  EXPECT_EQ(ddp.reducer().bucket_indices(), (std::vector<std::vector<size_t>>{{5, 4}, {3, 2}, {1, 0}}));
-  if (hook) ddp.register_comm_hook(hook);
-  torch::optim::SGD optimizer(ddp.parameters(), sgd());
-  const int64_t per_rank = data.x.size(1) / comm.size();
-  for (int64_t s = 0; s < data.x.size(0); ++s) {
-    optimizer.zero_grad();
-    auto x = data.x[s].narrow(0, comm.rank() * per_rank, per_rank);
-    auto y = data.y[s].narrow(0, comm.rank() * per_rank, per_rank);
-    F::cross_entropy(ddp->forward(x), y).backward();
-    optimizer.step();
-  }
-  return model->parameters();
+TEST(DistributedDataParallel, TinyBucketsAreLaidOutAsPyTorchLaysThemOut) {
+  dpt::testing::run_ranks(1, [&](Communicator& comm) {
+    DistributedDataParallel ddp(
+        make_mlp(), borrow(comm),
+        DDPOptions().reducer(ReducerOptions().first_bucket_cap_mb(0.0001).bucket_cap_mb(0.0001).last_bucket_cap_mb(0.0001)));
+    // 104-byte limits everywhere (no smaller buckets at the end): three buckets, the last layer's
+    // first, the ones train_ddp trains with.
+    EXPECT_EQ(ddp.reducer().bucket_indices(), (std::vector<std::vector<size_t>>{{5, 4}, {3, 2}, {1, 0}}));
+  });
 }
 
 TEST(DistributedDataParallel, TwoRanksMatchOneProcessWithTwiceTheBatch) {

@@ -27,6 +27,7 @@ using dpt::testing::make_batches;
 using dpt::testing::make_mlp;
 using dpt::testing::max_difference;
 using dpt::testing::sgd;
+using dpt::testing::train_ddp;
 using dpt::testing::train_reference;
 
 // 104-byte fusion buffers: three of them for the MLP, as in the DDP tests.
@@ -54,26 +55,6 @@ std::vector<at::Tensor> train_hvd(const hvd::Context& ctx, const Batches& data, 
       auto loss = F::cross_entropy(model->forward(data.x[s].narrow(0, first, micro)), data.y[s].narrow(0, first, micro));
       (loss / k).backward();
     }
-    optimizer.step();
-  }
-  return model->parameters();
-}
-
-std::vector<at::Tensor> train_ddp(Communicator& comm, const Batches& data, uint64_t seed) {
-  auto model = make_mlp();
-  fill(*model, seed + comm.rank());
-  dpt::DistributedDataParallel ddp(model, borrow(comm),
-                                   dpt::DDPOptions().reducer(dpt::ReducerOptions()
-                                                                 .first_bucket_cap_mb(0.0001)
-                                                                 .bucket_cap_mb(0.0001)
-                                                                 .last_bucket_cap_mb(0.0001)));
-  torch::optim::SGD optimizer(ddp.parameters(), sgd());
-  const int64_t per_rank = data.x.size(1) / comm.size();
-  for (int64_t s = 0; s < data.x.size(0); ++s) {
-    optimizer.zero_grad();
-    F::cross_entropy(ddp->forward(data.x[s].narrow(0, comm.rank() * per_rank, per_rank)),
-                     data.y[s].narrow(0, comm.rank() * per_rank, per_rank))
-        .backward();
     optimizer.step();
   }
   return model->parameters();
