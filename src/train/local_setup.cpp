@@ -12,7 +12,6 @@
 #include "dptrain/train/checkpoint/checkpoint_file.h"
 #include "dptrain/train/checkpoint/training_checkpoint.h"
 #include "dptrain/train/logs/report.h"
-#include "parallel_style.h"
 
 namespace dpt::train {
 
@@ -87,7 +86,6 @@ models::Classifier build_model(const TrainOptions& options, const RunDatasets& d
 
 LocalSetup prepare_locally(TrainOptions& options) {
   check_options(options);
-  if (options.parallel().mode() == ParallelMode::Ps) ps_sgd_rule(options);  // (its checks)
   if (options.deterministic()) {  // before any kernel runs
     at::set_num_threads(1);
     at::globalContext().setDeterministicAlgorithms(true, /*warn_only=*/false);

@@ -19,7 +19,8 @@ struct LocalSetup {
 };
 
 // Throws ConfigError, DataError or CheckpointError naming the flag, folder or file. A resumed
-// checkpoint's seed replaces options.seed(), so that the run continues the one it resumes.
+// checkpoint's seed replaces options.seed(), so that the run continues the one it resumes. The
+// parameter server's own checks come before, in serves_parameters(), which both callers ask first.
 LocalSetup prepare_locally(TrainOptions& options);
 
 }  // namespace dpt::train

@@ -12,9 +12,9 @@
 //
 // Every collective and every send and recv is recorded in the communicator's flight recorder
 // (flight_recorder.h), and every byte between ranks passes here, so that no exchange escapes the
-// bound, the record or the classified error. When a collective times out, the ranks that timed out ask each other through the store how far each got, and the
-// error names the rank that did not arrive; the recorder's entries are printed to `failure_log`
-// before the error is thrown.
+// bound, the record or the classified error. When a collective times out, the ranks that timed
+// out ask each other through the store how far each got, and the error names the rank that did
+// not arrive; the recorder's entries are printed to `failure_log` before the error is thrown.
 //
 // A Communicator wraps one c10d backend (Gloo or NCCL). Backend gaps (Gloo has no AVG, and no
 // bfloat16 before LibTorch 2.3) are filled here, so callers never see them. all_reduce travels

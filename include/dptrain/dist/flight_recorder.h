@@ -43,7 +43,7 @@ struct CollectiveRecord {
 
   bool point_to_point() const { return peer >= 0; }
   // "#57 all_reduce(sum) bucket 3 [2785354] Float step 12: completed in 1.2 ms",
-  // "p2p #4 send to rank 2 tag 7 [1032] Float: started 30001.2 ms ago, not completed"
+  // "p2p #4 send to rank 2 bucket 3 of step 12 [1032] Float step 12: started 30001.2 ms ago, not completed"
   std::string describe(Clock::time_point now) const;
 };
 

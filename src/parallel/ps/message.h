@@ -1,10 +1,11 @@
 #pragma once
 // The parameter server's wire format, over the point-to-point operations of the job's
 // Communicator (bounded, recorded and classified as its collectives are). A worker's messages to
-// a server go on tag b (bucket b): a header, then bucket b's chunk of the gradient. The server answers a push on the same tag with the chunk's updated weights.
-// State travels on its own tags: [header | weights | momentum] per bucket, from rank 0 when the
-// job starts (the servers' starting point) and from a server when a worker asks (State request:
-// rank 0 before a checkpoint, every worker to take the servers' weights at the start).
+// a server go on tag b (bucket b): a header, then bucket b's chunk of the gradient. The server
+// answers a push on the same tag with the chunk's updated weights. State travels on its own tags:
+// [header | weights | momentum] per bucket, from rank 0 when the job starts (the servers' starting
+// point) and from a server when a worker asks (State request: rank 0 before a checkpoint, every
+// worker to take the servers' weights at the start).
 
 #include <ATen/ATen.h>
 

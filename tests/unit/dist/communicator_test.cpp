@@ -1,6 +1,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <functional>
 #include <thread>
 
 #include "dptrain/common/error.h"
@@ -164,22 +165,26 @@ TEST(Communicator, MeanOfIntegersIsAConfigError) {
 
 namespace {
 
-// Rank 0 all-reduces while rank 1, alive, never joins it; returns rank 0's TimeoutError text and
-// checks that it came long before the test's own bound.
-std::string message_when_a_peer_stays_away(Transport transport) {
+// Rank 0 runs `operation` (an all_reduce unless told otherwise) while rank 1, alive, never takes
+// part; returns rank 0's TimeoutError text and checks that it came long before the test's own bound.
+std::string message_when_a_peer_stays_away(Transport transport,
+                                           const std::function<void(Communicator&)>& operation =
+                                               [](Communicator& comm) {
+                                                 auto t = torch::ones({3});
+                                                 comm.all_reduce(t);
+                                               }) {
   std::string message;
   std::atomic<bool> rank0_done{false};
   const auto start = std::chrono::steady_clock::now();
   dpt::testing::run_ranks(
       2,
       [&](Communicator& comm) {
-        if (comm.rank() == 1) {  // alive, but never enters the collective
+        if (comm.rank() == 1) {  // alive, but never takes part
           while (!rank0_done) std::this_thread::sleep_for(std::chrono::milliseconds(5));
           return;
         }
         try {
-          auto t = torch::ones({3});
-          comm.all_reduce(t);
+          operation(comm);
         } catch (const dpt::TimeoutError& e) {
           message = e.what();
         }
@@ -222,25 +227,11 @@ TEST(Communicator, APeerThatStaysAwayTimesOutNamingRankAndOperation) {
 }
 
 TEST(Communicator, ARecvFromAPeerThatNeverSendsTimesOutNamingThePeerAndTag) {
-  std::string message;
-  std::atomic<bool> rank0_done{false};
-  dpt::testing::run_ranks(
-      2,
-      [&](Communicator& comm) {
-        if (comm.rank() == 1) {  // alive, but never sends
-          while (!rank0_done) std::this_thread::sleep_for(std::chrono::milliseconds(5));
-          return;
-        }
-        try {
-          dpt::dist::CollectiveLabel label("bucket 4 of step 9");
-          auto t = torch::zeros({3});
-          comm.recv(t, /*peer=*/1, /*tag=*/5);
-        } catch (const dpt::TimeoutError& e) {
-          message = e.what();
-        }
-        rank0_done = true;
-      },
-      std::chrono::milliseconds(1000));
+  const std::string message = message_when_a_peer_stays_away(Transport::Gloo, [](Communicator& comm) {
+    dpt::dist::CollectiveLabel label("bucket 4 of step 9");
+    auto t = torch::zeros({3});
+    comm.recv(t, /*peer=*/1, /*tag=*/5);
+  });
   EXPECT_NE(message.find("rank 0: recv from rank 1 (tag 5) of bucket 4 of step 9 [point-to-point #1] failed: it did "
                          "not complete within 1 s"),
             std::string::npos)
