@@ -1,6 +1,7 @@
 # Installs the library so that another project can use it with find_package(dptrain).
 include(CMakePackageConfigHelpers)
-install(TARGETS dptrain dptrain_launch EXPORT dptrainTargets
+get_property(DPTRAIN_LAYER_TARGETS GLOBAL PROPERTY DPTRAIN_LAYER_TARGETS)
+install(TARGETS dptrain dptrain_torch ${DPTRAIN_LAYER_TARGETS} EXPORT dptrainTargets
   ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
   LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
   RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})

@@ -1,0 +1,79 @@
+# One static library per layer (docs/architecture.md), each linking only the layers it declares it
+# uses. The declarations are the one statement of the layer graph: the link lines follow them, and
+# cmake/check_layers.cmake refuses, before anything compiles, an include of a layer that its
+# includer did not declare.
+#
+#   dptrain_layer(<layer> [USES <layer>...] [WITHOUT_LIBTORCH])
+#
+# opens src/<layer>/CMakeLists.txt and makes the library dptrain_<layer> (alias dptrain::<layer>)
+# for the sources listed after it. A layer may use only layers declared before it, so the graph cannot grow a cycle. WITHOUT_LIBTORCH
+# keeps LibTorch off the link line (only its header-only <torch/arg.h> is reachable): the launcher
+# starts in milliseconds because of it.
+#
+#   dptrain_layer_part(<target> OF <layer> [USES <layer>...])
+#
+# adds a second library to a layer, for sources that need more than the layer's own library may
+# link (the elastic launch meets over LibTorch's store; the light launcher must not load LibTorch).
+# What the part uses counts as the layer's for the include check.
+
+# What every layer on LibTorch links: the library itself, and what dptrain found it built with.
+add_library(dptrain_torch INTERFACE)
+target_link_libraries(dptrain_torch INTERFACE ${TORCH_LIBRARIES} Threads::Threads)
+target_compile_definitions(dptrain_torch INTERFACE ${DPTRAIN_PUBLIC_DEFINITIONS})
+if(DPTRAIN_GLOO_INCLUDE_DIR)
+  target_include_directories(dptrain_torch SYSTEM INTERFACE $<BUILD_INTERFACE:${DPTRAIN_GLOO_INCLUDE_DIR}>)
+endif()
+
+set(DPTRAIN_LAYERS_FILE ${CMAKE_BINARY_DIR}/layers.cmake)
+file(WRITE ${DPTRAIN_LAYERS_FILE} "# Written by cmake/dptrainLayers.cmake: the layers and what each may use.\n")
+
+function(dptrain_record_layer_uses layer)
+  foreach(used IN LISTS ARGN)
+    if(NOT TARGET dptrain_${used} OR used STREQUAL layer)
+      message(FATAL_ERROR "dptrain: layer '${layer}' uses '${used}', which is not a layer declared "
+                          "before it (cmake/dptrainLayers.cmake: layers stack, without cycles)")
+    endif()
+  endforeach()
+  set_property(GLOBAL APPEND PROPERTY DPTRAIN_LAYER_USES_${layer} ${ARGN})
+  get_property(uses GLOBAL PROPERTY DPTRAIN_LAYER_USES_${layer})
+  file(APPEND ${DPTRAIN_LAYERS_FILE} "set(dptrain_layer_uses_${layer} ${uses})\n")
+endfunction()
+
+function(dptrain_layer_library target)
+  add_library(${target})
+  target_include_directories(${target} PUBLIC
+    $<BUILD_INTERFACE:${PROJECT_SOURCE_DIR}/include>
+    $<INSTALL_INTERFACE:${CMAKE_INSTALL_INCLUDEDIR}>)
+  add_dependencies(${target} dptrain_layers)
+  set_property(GLOBAL APPEND PROPERTY DPTRAIN_LAYER_TARGETS ${target})
+endfunction()
+
+function(dptrain_layer layer)
+  cmake_parse_arguments(arg "WITHOUT_LIBTORCH" "" "USES" ${ARGN})
+  set(target dptrain_${layer})
+  dptrain_layer_library(${target})
+  add_library(dptrain::${layer} ALIAS ${target})
+  dptrain_record_layer_uses(${layer} ${arg_USES})
+  foreach(used IN LISTS arg_USES)
+    target_link_libraries(${target} PUBLIC dptrain_${used})
+  endforeach()
+  if(arg_WITHOUT_LIBTORCH)
+    target_include_directories(${target} SYSTEM PUBLIC "$<BUILD_INTERFACE:${TORCH_INCLUDE_DIRS}>")
+    target_link_libraries(${target} PUBLIC Threads::Threads)
+  else()
+    target_link_libraries(${target} PUBLIC dptrain_torch PRIVATE fmt::fmt)
+    dptrain_use_pch(${target})
+  endif()
+  file(APPEND ${DPTRAIN_LAYERS_FILE} "list(APPEND dptrain_layers ${layer})\n")
+endfunction()
+
+function(dptrain_layer_part target)
+  cmake_parse_arguments(arg "" "OF" "USES" ${ARGN})
+  dptrain_layer_library(${target})
+  dptrain_record_layer_uses(${arg_OF} ${arg_USES})
+  target_link_libraries(${target} PUBLIC dptrain_${arg_OF} dptrain_torch PRIVATE fmt::fmt)
+  foreach(used IN LISTS arg_USES)
+    target_link_libraries(${target} PUBLIC dptrain_${used})
+  endforeach()
+  dptrain_use_pch(${target})
+endfunction()
