@@ -29,7 +29,10 @@ parser.add_argument("--workers", type=int, default=4, help="DataLoader worker pr
 parser.add_argument("--threads", type=int, default=0, help="torch.set_num_threads; 0: leave torch's default")
 parser.add_argument("--output", required=True)
 parser.add_argument("--seed", type=int, default=0)
+parser.add_argument("--amp", action="store_true", help="bf16 autocast for forward passes (loss in fp32), as dptrain's --amp")
+parser.add_argument("--channels-last", action="store_true", help="NHWC model and inputs, as PyTorch's guide advises")
 args = parser.parse_args()
+memory_format = torch.channels_last if args.channels_last else torch.contiguous_format
 
 if args.threads > 0:
     torch.set_num_threads(args.threads)
@@ -50,16 +53,21 @@ loader_args = dict(batch_size=args.batch_size, num_workers=args.workers, persist
 train_loader = torch.utils.data.DataLoader(train_set, sampler=train_sampler, **loader_args)
 val_loader = torch.utils.data.DataLoader(val_set, sampler=val_sampler, **loader_args)
 
-model = torchvision.models.__dict__[args.arch](num_classes=len(train_set.classes))
+model = torchvision.models.__dict__[args.arch](num_classes=len(train_set.classes)).to(memory_format=memory_format)
 ddp = torch.nn.parallel.DistributedDataParallel(model)
 optimizer = torch.optim.SGD(ddp.parameters(), lr=args.lr, momentum=0.9, weight_decay=1e-4)
+
+
+def forward(images):
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.amp):
+        return ddp(images.contiguous(memory_format=memory_format)).float()
 
 
 def train_epoch():
     ddp.train()
     images_seen = 0
     for images, labels in train_loader:
-        loss = F.cross_entropy(ddp(images), labels)
+        loss = F.cross_entropy(forward(images), labels)
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
@@ -72,7 +80,7 @@ def validate():
     counts = torch.zeros(3, dtype=torch.float64)  # correct, samples, loss sum
     with torch.no_grad():
         for images, labels in val_loader:
-            logits = ddp(images)
+            logits = forward(images)
             counts += torch.tensor([(logits.argmax(1) == labels).sum().item(), labels.size(0),
                                     F.cross_entropy(logits, labels, reduction="sum").item()], dtype=torch.float64)
     dist.all_reduce(counts)

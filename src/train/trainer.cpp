@@ -18,12 +18,14 @@
 #include <vector>
 
 #include "datasets.h"
+#include "dptrain/common/cpu_platform.h"
 #include "dptrain/common/error.h"
 #include "dptrain/compat/compat.h"
 #include "dptrain/data/loader.h"
 #include "dptrain/data/sampler.h"
 #include "dptrain/dist/init.h"
 #include "dptrain/models/inception.h"
+#include "dptrain/models/multiply_adds.h"
 #include "dptrain/models/registry.h"
 #include "dptrain/parallel/convert_sync_batchnorm.h"
 #include "dptrain/parallel/ps/options.h"
@@ -89,6 +91,10 @@ struct Trainer::State {
   // For the banner: where the run resumed from, and the newer files that did not read.
   std::vector<std::string> resume_notes;
   Clock::time_point last_checkpoint = Clock::now();
+  // For the reports (rank 0): a training image's FLOPs, 2 x 3 x the model's forward multiply-adds,
+  // and the attainable FLOP/s of every unit the ranks compute on, when measured.
+  double train_flop_per_image = 0;
+  std::optional<double> run_peak_flop_per_s;
 
   explicit State(TrainOptions o) : options(std::move(o)) {}
 
@@ -100,6 +106,10 @@ struct Trainer::State {
   // batch through gradient accumulation when it divides, else rescale the learning rate.
   void adapt_to_world(const TrainingCheckpoint& checkpoint);
   void open_logs();
+  void count_model_flops();
+  // The arithmetic the step runs in: "bf16" autocast on the CPU, "fp16" on CUDA, else "fp32".
+  std::string precision() const { return !options.amp() ? "fp32" : device.is_cuda() ? "fp16" : "bf16"; }
+  ModelRate model_rate(double images_per_s) const;
 
   bool leader() const { return comm->rank() == 0; }
   // Where the ranks meet outside the gradient exchange, as the style decides (lockstep.h).
@@ -186,6 +196,7 @@ struct Trainer::State {
   }
 
   void print_banner() const;
+  void print_hints(std::ostream& out) const;
   // Tells the observers about a finished train or val pass: `all` are its sums over all ranks,
   // `skipped_here` the bad images this rank's loader skipped (summed over ranks here: collective;
   // apart, this rank's own).
@@ -396,6 +407,24 @@ void Trainer::State::open_logs() {
     if (logs.output_dir().empty()) logs.output_dir(output_dir);
     for (auto& observer : make_observers(logs)) options.observers().push_back(std::move(observer));
   }
+  count_model_flops();
+}
+
+void Trainer::State::count_model_flops() {
+  train_flop_per_image = 6.0 * models::forward_multiply_adds(model, data.image_size);
+  if (!options.peak_flop_per_s()) return;
+  const std::optional<double> per_unit = options.peak_flop_per_s()(device.is_cuda() ? "cuda" : "cpu", precision());
+  if (!per_unit) return;
+  // The peak is per CPU thread (per GPU on CUDA): every rank computes on its threads.
+  const int units_per_rank = device.is_cpu() ? at::get_num_threads() : 1;
+  run_peak_flop_per_s = *per_unit * units_per_rank * comm->size();
+}
+
+ModelRate Trainer::State::model_rate(double images_per_s) const {
+  ModelRate rate;
+  rate.flop_per_s = images_per_s * train_flop_per_image;
+  if (run_peak_flop_per_s) rate.mfu = rate.flop_per_s / *run_peak_flop_per_s;
+  return rate;
 }
 
 Trainer::~Trainer() {
@@ -424,14 +453,37 @@ void Trainer::State::print_banner() const {
   out << ", " << (lr.warmup_method() == WarmupMethod::Constant ? "constant " : "") << "warm-up "
       << lr.warmup_epochs() << " epoch(s), " << to_string(lr.decay()) << " schedule"
       << (lr.per_epoch() ? " stepped per epoch" : "") << ", amp "
-      << (options.amp() ? (device.is_cuda() ? "fp16" : "bf16") : "off") << ", device "
+      << (options.amp() ? precision() : "off") << ", device "
       << device.str() << ", " << style->describe();
   if (comm->size() > 1) out << " over " << comm->transport();
   out << "\n"
       << "data: " << data.kind << ", " << data.train->size() << " training and " << data.val->size()
       << " validation images, " << data.train->num_classes() << " classes, " << steps_per_epoch()
       << " steps per epoch" << std::endl;
+  out << fmt::format("compute: {:.3g} G multiply-adds per image forward at {} px; ", train_flop_per_image / 6e9,
+                     data.image_size)
+      << (run_peak_flop_per_s ? fmt::format("MFU against {:.0f} GFLOP/s ({} peak, bench-peak)",
+                                            *run_peak_flop_per_s / 1e9, precision())
+                              : "for MFU, measure this machine's peak once with dptrain bench-peak")
+      << std::endl;
+  print_hints(out);
   for (const auto& note : resume_notes) out << note << std::endl;
+}
+
+// Once per run, what would make this machine train faster, where it pays.
+void Trainer::State::print_hints(std::ostream& out) const {
+  if (device.is_cpu()) {
+    const BlasLibrary blas = blas_in_use();
+    if (blas.is_reference()) out << "warning: " << blas.advice() << std::endl;
+    const CpuFeatures cpu = cpu_features();
+    if (!options.amp() && cpu.has_bf16_units()) {
+      out << "hint: this CPU has bf16 matrix units (" << cpu.describe() << "): --amp --channels-last trains in "
+          << "bf16 on them, at about twice fp32's images/s for convolutional networks (docs/benchmarks.md)" << std::endl;
+    }
+  } else if (device.is_cuda() && !options.amp()) {
+    out << "hint: --amp trains in fp16 with loss scaling on the GPU's tensor cores, usually several times fp32's "
+        << "rate (add --channels-last for convolutional networks)" << std::endl;
+  }
 }
 
 std::optional<MetricSums> Trainer::State::step(data::Loader& loader) {
@@ -548,6 +600,7 @@ bool Trainer::State::train_epoch(MetricSums& sums, int64_t& skipped) {
     report.steps_per_epoch = steps;
     report.lr = schedule->lr_at(global_step() - 1);
     report.images_per_s = elapsed > 0 ? static_cast<double>(sums.count) / elapsed : 0.0;
+    report.model_rate = model_rate(report.images_per_s);
     report.eta_s = taken > 0 ? elapsed / taken * static_cast<double>(std::max<int64_t>(0, steps - step_in_epoch)) : 0.0;
     notify([&](TrainObserver& o) { o.on_step(report); });
     if (stop_agreed_in(all)) {  // the caller writes the checkpoint
@@ -686,6 +739,7 @@ void Trainer::State::report_pass(const std::string& phase, const MetricSums& all
   report.samples = all.count;
   report.seconds = seconds_since(start);
   report.images_per_s = report.seconds > 0 ? static_cast<double>(all.count) / report.seconds : 0.0;
+  if (phase == "train") report.model_rate = model_rate(report.images_per_s);
   report.skipped_images = ranks().sum(static_cast<int64_t>(skipped_here));
   notify([&](TrainObserver& o) { o.on_epoch(report); });
 }

@@ -1,7 +1,9 @@
 // `dptrain bench-models ARCH...`: the training step of each architecture alone (forward, loss,
 // backward at a fixed batch on random images, no data loading, no communication), the figure
-// bench/models sets beside torchvision's in Python on the same threads. One JSON line per
-// architecture: {"arch", "ms_per_step", "img_per_s", "batch", "image_size", "threads"}.
+// bench/models sets beside torchvision's in Python on the same threads; --amp --channels-last as
+// `dptrain train` runs them (bf16 autocast, NHWC weights and inputs). One JSON line per
+// architecture: {"arch", "ms_per_step", "img_per_s", "forward_multiply_adds", "model_flop_per_s",
+// "batch", "image_size", "threads", "amp", "channels_last"}.
 
 #include <algorithm>
 #include <chrono>
@@ -15,6 +17,8 @@
 
 #include "bench_common.h"
 #include "command.h"
+#include "dptrain/compat/compat.h"
+#include "dptrain/models/multiply_adds.h"
 #include "dptrain/models/registry.h"
 
 namespace dpt::cli {
@@ -28,18 +32,29 @@ struct BenchModelsFlags {
   int steps = 5;
   int warmup = 2;
   int threads = 0;  // 0: LibTorch's default
+  bool amp = false;
+  bool channels_last = false;
 };
 
 // Median milliseconds of `steps` training steps after `warmup` unmeasured ones.
 double step_ms(models::Classifier& model, const BenchModelsFlags& flags) {
-  const auto images = torch::randn({flags.batch, 3, flags.image_size, flags.image_size});
+  const auto format = flags.channels_last ? at::MemoryFormat::ChannelsLast : at::MemoryFormat::Contiguous;
+  const auto images = torch::randn({flags.batch, 3, flags.image_size, flags.image_size}).contiguous(format);
   const auto labels = torch::randint(10, {flags.batch}, torch::kLong);
+  for (auto& parameter : model->parameters()) {
+    if (parameter.dim() == 4) parameter.set_data(parameter.data().contiguous(format));
+  }
   model->train();
   std::vector<double> times;
   for (int i = 0; i < flags.warmup + flags.steps; ++i) {
     const auto start = std::chrono::steady_clock::now();
     model->zero_grad();
-    torch::nn::functional::cross_entropy(model(images), labels).backward();
+    at::Tensor logits;
+    {
+      compat::AutocastGuard autocast(at::kCPU, at::kBFloat16, flags.amp);
+      logits = model(images);
+    }
+    torch::nn::functional::cross_entropy(logits.to(at::kFloat), labels).backward();
     if (i >= flags.warmup) times.push_back(seconds_since(start) * 1000.0);
   }
   std::sort(times.begin(), times.end());
@@ -51,13 +66,19 @@ int run_bench_models(const BenchModelsFlags& flags) {
   for (const auto& arch : flags.archs) {
     torch::manual_seed(0);
     auto model = models::create(arch, models::ClassifierOptions().num_classes(10).image_size(flags.image_size));
+    const double macs = models::forward_multiply_adds(model, flags.image_size);
     const double ms = step_ms(model, flags);
+    const double images_per_s = static_cast<double>(flags.batch) * 1000.0 / ms;
     std::cout << nlohmann::json{{"arch", arch},
                                 {"ms_per_step", ms},
-                                {"img_per_s", static_cast<double>(flags.batch) * 1000.0 / ms},
+                                {"img_per_s", images_per_s},
+                                {"forward_multiply_adds", macs},
+                                {"model_flop_per_s", 6.0 * macs * images_per_s},
                                 {"batch", flags.batch},
                                 {"image_size", flags.image_size},
-                                {"threads", at::get_num_threads()}}
+                                {"threads", at::get_num_threads()},
+                                {"amp", flags.amp},
+                                {"channels_last", flags.channels_last}}
                      .dump()
               << std::endl;
   }
@@ -75,6 +96,8 @@ Command add_bench_models_command(CLI::App& root) {
   app->add_option("--steps", flags->steps, "measured steps (the median is reported)")->capture_default_str();
   app->add_option("--warmup", flags->warmup, "unmeasured steps first")->capture_default_str();
   app->add_option("--threads", flags->threads, "intra-op threads (default: LibTorch's)");
+  app->add_flag("--amp", flags->amp, "bf16 autocast for the forward (the loss in fp32), as dptrain train --amp");
+  app->add_flag("--channels-last", flags->channels_last, "NHWC weights and images");
   return {app, [flags](const std::vector<std::string>&) { return run_bench_models(*flags); }};
 }
 

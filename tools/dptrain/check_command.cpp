@@ -1,6 +1,8 @@
 // `dptrain check`: joins the process group and runs every collective once with values whose
 // results are known, so a cluster (or a launcher, or a network setting) can be tested before a
-// long training run depends on it. Rank 0 ends with one JSON line.
+// long training run depends on it; each rank also says what it computes with (CPU matrix units,
+// BLAS, oneDNN, LibTorch) and warns when the reference BLAS is active. Rank 0 ends with one JSON
+// line.
 
 #include <chrono>
 #include <iostream>
@@ -8,7 +10,9 @@
 #include <nlohmann/json.hpp>
 
 #include "command.h"
+#include "dptrain/common/cpu_platform.h"
 #include "dptrain/common/error.h"
+#include "dptrain/compat/compat.h"
 #include "dptrain/dist/init.h"
 #include "run_flags.h"
 
@@ -38,6 +42,25 @@ void expect_equal(const at::Tensor& got, const at::Tensor& expected, int rank, c
                         got.flatten()[0].item<double>(), ", expected ", expected.flatten()[0].item<double>(),
                         "). The backend or the network corrupts data."));
   }
+}
+
+// One line of what this rank computes with, and a warning when it is the reference BLAS: on a
+// cluster, one node left with it makes every rank wait for that node's linear layers.
+nlohmann::json describe_compute(int rank) {
+  const CpuFeatures cpu = cpu_features();
+  const BlasLibrary blas = blas_in_use();
+  const std::optional<std::string> onednn = onednn_version();
+  std::cout << "rank " << rank << ": CPU " << cpu.model << " (" << cpu.describe() << "); BLAS "
+            << blas.describe() << "; oneDNN " << onednn.value_or("not loaded") << "; LibTorch "
+            << compat::torch_version() << std::endl;
+  if (blas.is_reference()) std::cerr << "rank " << rank << ": warning: " << blas.advice() << std::endl;
+  return {{"cpu", cpu.model},
+          {"cpu_isa", cpu.describe()},
+          {"bf16_units", cpu.has_bf16_units()},
+          {"blas", blas.describe()},
+          {"blas_reference", blas.is_reference()},
+          {"onednn", onednn.value_or("")},
+          {"libtorch", compat::torch_version()}};
 }
 
 int run_check(const CheckFlags& flags) {
@@ -108,6 +131,7 @@ int run_check(const CheckFlags& flags) {
   const double total_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   std::cout << "rank " << rank << "/" << n << ": " << checks << " collectives correct on "
             << comm->transport() << " (" << comm->world().describe() << ")" << std::endl;
+  nlohmann::json compute = describe_compute(rank);
   if (rank == 0) {
     nlohmann::json report = {{"world_size", n},
                              {"backend", comm->backend_name()},
@@ -116,7 +140,8 @@ int run_check(const CheckFlags& flags) {
                              {"passed", true},
                              {"rendezvous_s", rendezvous_s},
                              {"total_s", total_s},
-                             {"first_collective_unix_s", first_collective_unix_s}};
+                             {"first_collective_unix_s", first_collective_unix_s},
+                             {"compute", std::move(compute)}};
     std::cout << report.dump() << std::endl;
   }
   return 0;

@@ -40,6 +40,7 @@ Command add_eval_command(CLI::App& root);
 Command add_bench_dp_command(CLI::App& root);
 Command add_models_command(CLI::App& root);
 Command add_bench_models_command(CLI::App& root);
+Command add_bench_peak_command(CLI::App& root);
 Command add_report_command(CLI::App& root);
 
 }  // namespace dpt::cli

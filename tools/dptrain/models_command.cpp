@@ -1,6 +1,7 @@
 // `dptrain models [NAME...]`: the model registry, one line per architecture, with its parameter
-// count (1000 classes, counted on a model built here, so it is the count `train -a` gets) and
-// the ImageNet evaluation transform of torchvision's default weights; --json for a JSON array.
+// count and its forward multiply-adds at its input size (1000 classes, counted on a model built
+// here, so they are what `train -a` gets) and the ImageNet evaluation transform of torchvision's
+// default weights; --json for a JSON array.
 
 #include <iostream>
 #include <memory>
@@ -12,6 +13,7 @@
 
 #include "command.h"
 #include "dptrain/data/interpolation.h"
+#include "dptrain/models/multiply_adds.h"
 #include "dptrain/models/registry.h"
 
 namespace dpt::cli {
@@ -23,11 +25,18 @@ struct ModelsFlags {
   bool json = false;
 };
 
-int64_t parameter_count(const std::string& name) {
+struct ModelSize {
+  int64_t parameters = 0;
+  double forward_multiply_adds = 0;
+};
+
+ModelSize size_of(const models::ModelInfo& info) {
   torch::NoGradGuard no_grad;
-  int64_t count = 0;
-  for (const auto& param : models::create(name)->parameters()) count += param.numel();
-  return count;
+  auto model = models::create(info.name);
+  ModelSize size;
+  for (const auto& param : model->parameters()) size.parameters += param.numel();
+  size.forward_multiply_adds = models::forward_multiply_adds(model, info.crop_size);
+  return size;
 }
 
 int run_models(const ModelsFlags& flags) {
@@ -36,23 +45,24 @@ int run_models(const ModelsFlags& flags) {
   if (flags.names.empty()) chosen = models::registry();
   auto listing = nlohmann::json::array();
   if (!flags.json) {
-    std::cout << fmt::format("{:<20} {:<20} {:>12}  {:>5}  {:>6}  {}\n", "name", "family", "parameters", "input",
-                             "resize", "interpolation");
+    std::cout << fmt::format("{:<20} {:<20} {:>12}  {:>7}  {:>5}  {:>6}  {}\n", "name", "family", "parameters",
+                             "GMACs", "input", "resize", "interpolation");
   }
   for (const auto& info : chosen) {
-    const int64_t parameters = parameter_count(info.name);
+    const ModelSize size = size_of(info);
     if (flags.json) {
       listing.push_back({{"name", info.name},
                          {"family", info.family},
-                         {"parameters", parameters},
+                         {"parameters", size.parameters},
+                         {"forward_multiply_adds", size.forward_multiply_adds},
                          {"crop_size", info.crop_size},
                          {"resize_size", info.resize_size},
                          {"interpolation", data::to_string(info.interpolation)},
                          {"mean_std", info.half_normalization ? "0.5" : "imagenet"}});
       continue;
     }
-    std::cout << fmt::format("{:<20} {:<20} {:>12}  {:>5}  {:>6}  {}{}\n", info.name, info.family, parameters,
-                             info.crop_size, info.resize_size, data::to_string(info.interpolation),
+    std::cout << fmt::format("{:<20} {:<20} {:>12}  {:>7.2f}  {:>5}  {:>6}  {}{}\n", info.name, info.family,
+                             size.parameters, size.forward_multiply_adds / 1e9, info.crop_size, info.resize_size, data::to_string(info.interpolation),
                              info.half_normalization ? ", mean/std 0.5" : "")
               << std::flush;
   }
@@ -65,7 +75,7 @@ int run_models(const ModelsFlags& flags) {
 Command add_models_command(CLI::App& root) {
   auto flags = std::make_shared<ModelsFlags>();
   CLI::App* app = root.add_subcommand(
-      "models", "List the model architectures (-a NAME) with parameter counts and torchvision's input sizes");
+      "models", "List the model architectures (-a NAME) with parameter and multiply-add counts and torchvision's input sizes");
   app->add_option("names", flags->names, "only these architectures (default: all; counting all takes a while)");
   app->add_flag("--json", flags->json, "one JSON array instead of the table");
   return {app, [flags](const std::vector<std::string>&) { return run_models(*flags); }};

@@ -49,9 +49,9 @@ void read_metrics(const fs::path& path, RunRecords& run) {
     }
     const std::string phase = record.value("phase", "");
     // Non-finite numbers are written as null; they are left out of the charts.
-    auto add = [&record](Points& points, const char* key) {
+    auto add = [&record](Points& points, const char* key, double scale = 1.0) {
       if (record.contains(key) && record[key].is_number()) {
-        points.emplace_back(record["global_step"].get<double>(), record[key].get<double>());
+        points.emplace_back(record["global_step"].get<double>(), record[key].get<double>() * scale);
       }
     };
     if (phase == "train_step") {
@@ -59,10 +59,15 @@ void read_metrics(const fs::path& path, RunRecords& run) {
       add(run.step_acc1, "acc1");
       add(run.step_lr, "lr");
       add(run.step_images_per_s, "img_per_s");
+      add(run.step_mfu, "mfu", 100.0);
     } else if (phase == "train") {
       add(run.train_loss, "loss");
       add(run.train_acc1, "acc1");
       add(run.epoch_images_per_s, "img_per_s");
+      add(run.epoch_mfu, "mfu", 100.0);
+      if (record.contains("model_flop_per_s") && record["model_flop_per_s"].is_number()) {
+        run.last_model_flop_per_s = record["model_flop_per_s"].get<double>();
+      }
     } else if (phase == "val") {
       add(run.val_loss, "loss");
       add(run.val_acc1, "acc1");
@@ -72,8 +77,9 @@ void read_metrics(const fs::path& path, RunRecords& run) {
   }
   // A resumed run logs again from its checkpoint on: order by step (stable, so repeats stay in
   // the order they were logged).
-  for (Points* points : {&run.step_loss, &run.step_acc1, &run.step_lr, &run.step_images_per_s, &run.train_loss,
-                         &run.train_acc1, &run.val_loss, &run.val_acc1, &run.val_ema_acc1, &run.epoch_images_per_s}) {
+  for (Points* points : {&run.step_loss, &run.step_acc1, &run.step_lr, &run.step_images_per_s, &run.step_mfu,
+                         &run.train_loss, &run.train_acc1, &run.val_loss, &run.val_acc1, &run.val_ema_acc1,
+                         &run.epoch_images_per_s, &run.epoch_mfu}) {
     std::stable_sort(points->begin(), points->end(), [](const auto& a, const auto& b) { return a.first < b.first; });
   }
 }
@@ -380,6 +386,13 @@ std::string render_report(const RunRecords& run) {
         R"(; last validation top-1 <b id="last-val-acc1">{:.2f}%</b>, best <b id="best-val-acc1">{:.2f}%</b>)",
         run.val_acc1.back().second, best);
   }
+  if (run.last_model_flop_per_s > 0) {
+    html += fmt::format(R"(; model <b id="model-gflops">{:.0f} GFLOP/s</b> in the last training pass)",
+                        run.last_model_flop_per_s / 1e9);
+    if (!run.epoch_mfu.empty()) {
+      html += fmt::format(R"(, <b id="mfu">{:.0f}%</b> of the measured peak (MFU))", run.epoch_mfu.back().second);
+    }
+  }
   html += ".</p>\n<h2>Training</h2>\n<div class=\"charts\">\n";
   html += line_chart("loss", {{"train (logged steps)", "#1f77b4", &run.step_loss, false},
                               {"train (epoch)", "#ff7f0e", &run.train_loss, true},
@@ -392,6 +405,11 @@ std::string render_report(const RunRecords& run) {
   html += line_chart("learning rate", {{"learning rate", "#d62728", &run.step_lr, false}});
   html += line_chart("images/s (all ranks)", {{"logged steps", "#1f77b4", &run.step_images_per_s, false},
                                               {"epoch", "#ff7f0e", &run.epoch_images_per_s, true}});
+  if (!run.step_mfu.empty() || !run.epoch_mfu.empty()) {
+    html += line_chart("model FLOP/s (% of the measured peak)", {{"logged steps", "#1f77b4", &run.step_mfu, false},
+                                                                {"epoch", "#ff7f0e", &run.epoch_mfu, true}},
+                       YAxis::Percent);
+  }
   html += "</div>\n<h2>Where a step's time goes</h2>\n" + breakdown_section(run.ranks);
   return html + "</body></html>\n";
 }

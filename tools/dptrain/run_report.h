@@ -52,13 +52,15 @@ struct StepBreakdown {
 struct RunRecords {
   std::filesystem::path dir;
   // Logged steps ("train_step" records), by global step.
-  Points step_loss, step_acc1, step_lr, step_images_per_s;
+  Points step_loss, step_acc1, step_lr, step_images_per_s, step_mfu;
   // Finished passes, at their epoch's last global step.
-  Points train_loss, train_acc1, val_loss, val_acc1, val_ema_acc1, epoch_images_per_s;
+  Points train_loss, train_acc1, val_loss, val_acc1, val_ema_acc1, epoch_images_per_s, epoch_mfu;
+  // The model's FLOP/s of the last training pass that counted them (0: none did).
+  double last_model_flop_per_s = 0;
   std::vector<StepBreakdown> ranks;  // empty without a timeline
 };
 
-// Reads the run's metrics and timeline. DataError when metrics.jsonl is missing or a line does
+// MFU points are in percent of the measured peak. Reads the run's metrics and timeline. DataError when metrics.jsonl is missing or a line does
 // not parse (naming the file and line), or a timeline file is not a trace.
 RunRecords read_run(const RunFiles& files);
 

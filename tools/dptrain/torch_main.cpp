@@ -22,6 +22,7 @@ int main(int argc, char** argv) {
       dpt::cli::add_bench_dp_command(app),
       dpt::cli::add_models_command(app),
       dpt::cli::add_bench_models_command(app),
+      dpt::cli::add_bench_peak_command(app),
       dpt::cli::add_report_command(app),
   };
   return dpt::cli::run_commands(app, commands, argc, argv);

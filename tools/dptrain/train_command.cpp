@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "command.h"
+#include "compute_peak.h"
 #include "dptrain/common/environment.h"
 #include "dptrain/common/error.h"
 #include "dptrain/common/exit_codes.h"
@@ -35,6 +36,7 @@ struct TrainFlags {
   std::string slurm_job_id;  // with --requeue: this job's, from SLURM_JOB_ID
   bool multiprocessing_distributed = false;
   std::optional<int> nprocs;
+  std::string peak_file;  // bench-peak's; empty: where bench-peak writes by default
 };
 
 // Groups of flags behind a switch (run_flags.h's OptionalFlags), bound to a TrainFlags' options,
@@ -339,9 +341,18 @@ Command add_train_command(CLI::App& root) {
   add_loss_flags(*app, o.loss());
   add_checkpoint_flags(*app, *flags);
   add_parallel_flags(*app, *flags);
+  app->add_option("--peak-file", flags->peak_file,
+                  "this machine's peak FLOP/s from dptrain bench-peak, for MFU in the logs (default: where "
+                  "bench-peak writes)");
   return {app, [flags, switched, app](const std::vector<std::string>&) {
             check_mode_flags(*app, flags->options);
             switched->finish(flags->options);
+            const std::filesystem::path peak_file = flags->peak_file.empty()
+                                                        ? default_peak_file(Environment::current())
+                                                        : std::filesystem::path(flags->peak_file);
+            flags->options.peak_flop_per_s([peak_file](const std::string& device, const std::string& precision) {
+              return measured_peak(peak_file, precision, device);
+            });
             return run_train(*flags);
           }};
 }

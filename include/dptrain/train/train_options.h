@@ -12,6 +12,7 @@
 #include <csignal>
 #include <cstdint>
 #include <memory>
+#include <functional>
 #include <optional>
 #include <ostream>
 #include <string>
@@ -189,6 +190,12 @@ struct TrainOptions {
   // Every rank's timeline of its steps (logs/timeline.h), each in timeline_path(timeline, rank).
   // Empty: none.
   TORCH_ARG(std::string, timeline) = "";
+  // The attainable FLOP/s of one unit that runs a rank's math (a CPU thread; a GPU) for a device
+  // type ("cpu", "cuda") and precision ("fp32", "bf16", "fp16"), as `dptrain bench-peak` measures
+  // it, or nullopt: the reports then give the model's FLOP/s as a fraction of every unit's (ranks
+  // x threads on the CPU) for the run's device and precision. Unset: model FLOP/s only.
+  using PeakLookup = std::function<std::optional<double>(const std::string& device, const std::string& precision)>;
+  TORCH_ARG(PeakLookup, peak_flop_per_s) = nullptr;
   // Where rank 0 writes the start-up banner; null: nowhere.
   TORCH_ARG(LogStream, log) = nullptr;
 };

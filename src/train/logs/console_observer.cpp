@@ -19,9 +19,20 @@ std::string hours_minutes_seconds(double seconds) {
   return fmt::format("{}:{:02d}:{:02d}", s / 3600, s / 60 % 60, s % 60);
 }
 
+// "  GFLOP/s 231  MFU 42%" (TFLOP/s from 1000 GFLOP/s on); nothing when the model's FLOPs were not
+// counted.
+std::string model_rate(const ModelRate& rate) {
+  if (rate.flop_per_s <= 0) return "";
+  std::string text = rate.flop_per_s < 1e12 ? fmt::format("  GFLOP/s {:.0f}", rate.flop_per_s / 1e9)
+                                            : fmt::format("  TFLOP/s {:.2f}", rate.flop_per_s / 1e12);
+  if (rate.mfu) text += fmt::format("  MFU {:.0f}%", *rate.mfu * 100);
+  return text;
+}
+
 std::string step_metrics(const StepReport& r) {
-  return fmt::format("Loss {:.4f}  Acc@1 {:.2f}  Acc@5 {:.2f}  lr {:#.4g}  img/s {:.1f}  ETA {}",
-                     r.loss, r.acc1, r.acc5, r.lr, r.images_per_s, hours_minutes_seconds(r.eta_s));
+  return fmt::format("Loss {:.4f}  Acc@1 {:.2f}  Acc@5 {:.2f}  lr {:#.4g}  img/s {:.1f}  ETA {}{}",
+                     r.loss, r.acc1, r.acc5, r.lr, r.images_per_s, hours_minutes_seconds(r.eta_s),
+                     model_rate(r.model_rate));
 }
 
 // " 41/100": the step, padded to the width of the step count (imagenet/main.py's format).
@@ -77,8 +88,8 @@ void ConsoleObserver::on_epoch(const EpochReport& r) {
   end_open_line();
   std::string line = fmt::format("Epoch: [{}] {:<5}  Loss {:.4f}  Acc@1 {:.2f}  Acc@5 {:.2f}",
                                  r.epoch, r.phase, r.loss, r.acc1, r.acc5);
-  line += fmt::format("  samples {}  img/s {:.1f}  time {:.1f}s", r.samples, r.images_per_s,
-                      r.seconds);
+  line += fmt::format("  samples {}  img/s {:.1f}  time {:.1f}s{}", r.samples, r.images_per_s,
+                      r.seconds, model_rate(r.model_rate));
   if (r.skipped_images > 0) line += fmt::format("  bad images {}", r.skipped_images);
   put(line + "\n");
 }

@@ -30,6 +30,12 @@ void add_scores(nlohmann::ordered_json& record, const Report& r) {
   record["acc5"] = r.acc5;
 }
 
+// Null when not known, so that a reader tells "not counted" from zero.
+void add_model_rate(nlohmann::ordered_json& record, const ModelRate& rate) {
+  record["model_flop_per_s"] = rate.flop_per_s > 0 ? nlohmann::ordered_json(rate.flop_per_s) : nullptr;
+  record["mfu"] = rate.mfu ? nlohmann::ordered_json(*rate.mfu) : nullptr;
+}
+
 }  // namespace
 
 JsonlObserver::JsonlObserver(const JsonlOptions& options)
@@ -41,6 +47,7 @@ void JsonlObserver::log_step(const StepReport& r) {
   add_scores(record, r);
   record["lr"] = r.lr;
   record["img_per_s"] = r.images_per_s;
+  add_model_rate(record, r.model_rate);
   record["eta_s"] = r.eta_s;
   record["time"] = clock_();
   file_.write(line(record));
@@ -51,6 +58,7 @@ void JsonlObserver::on_epoch(const EpochReport& r) {
   add_scores(record, r);
   record["samples"] = r.samples;
   record["img_per_s"] = r.images_per_s;
+  add_model_rate(record, r.model_rate);
   record["seconds"] = r.seconds;
   record["skipped_images"] = r.skipped_images;
   record["time"] = clock_();

@@ -68,6 +68,29 @@ TEST(RunReport, ReadsTheMetricsByStepAndEpochLeavingOutNonFiniteValues) {
   EXPECT_EQ(page.find("http"), std::string::npos);  // nothing fetched
 }
 
+// A run with a measured peak: MFU in percent, step and epoch, and the last pass's model FLOP/s in
+// the summary; a run without one (kMetrics) has no utilisation chart.
+TEST(RunReport, ShowsModelFlopsAndMfuWhenTheRunCountedThem) {
+  dpt::testing::TempDir dir;
+  write(fs::path(dir.path()) / "metrics.jsonl",
+        R"({"phase":"train_step","epoch":0,"step":1,"steps":2,"global_step":1,"loss":2.5,"acc1":10.0,"acc5":50.0,"lr":0.1,"img_per_s":100.0,"model_flop_per_s":3.5e11,"mfu":0.625,"eta_s":1.0,"time":1.0}
+{"phase":"train","epoch":0,"global_step":2,"loss":2.0,"acc1":20.0,"acc5":60.0,"samples":64,"img_per_s":90.0,"model_flop_per_s":3.15e11,"mfu":0.5625,"seconds":0.7,"skipped_images":0,"time":2.0}
+)");
+  const auto run = dpt::report::read_run(RunFiles(dir.path()));
+  EXPECT_EQ(run.step_mfu, (dpt::report::Points{{1, 62.5}}));
+  EXPECT_EQ(run.epoch_mfu, (dpt::report::Points{{2, 56.25}}));
+  const std::string page = dpt::report::render_report(run);
+  EXPECT_NE(page.find(R"(id="model-gflops">315 GFLOP/s)"), std::string::npos);
+  EXPECT_NE(page.find(R"(id="mfu">56%)"), std::string::npos);
+  EXPECT_NE(page.find("% of the measured peak"), std::string::npos);
+
+  dpt::testing::TempDir plain;
+  write(fs::path(plain.path()) / "metrics.jsonl", kMetrics);
+  const std::string without = dpt::report::render_report(dpt::report::read_run(RunFiles(plain.path())));
+  EXPECT_EQ(without.find("measured peak"), std::string::npos);
+  EXPECT_EQ(without.find("model-gflops"), std::string::npos);
+}
+
 TEST(RunReport, BreaksEachRanksMeanStepIntoItsParts) {
   dpt::testing::TempDir dir;
   write(fs::path(dir.path()) / "metrics.jsonl", kMetrics);

@@ -82,6 +82,28 @@ TEST(ConsoleObserver, LearningRateAndEtaFormats) {
             "Epoch: [3][   1/1000]  Loss inf  Acc@1 3.33  Acc@5 51.00  lr 0.4000  img/s 345.6  ETA -:--:--\n");
 }
 
+// The model's FLOP/s follow the throughput they come from, in GFLOP/s below 1000 and TFLOP/s from
+// there, with the fraction of the peak when one was measured; nothing when not counted.
+TEST(ConsoleObserver, ModelRateAndMfu) {
+  MemoryFile out;
+  ConsoleObserver console(ConsoleOptions().out(out.get()).print_freq(1).interactive(false));
+  auto step = sample_step(11, 12);
+  step.model_rate.flop_per_s = 231.4e9;
+  console.on_step(step);
+  step.model_rate.mfu = 0.4249;
+  console.on_step(step);
+  auto epoch = sample_epoch("train", 0);
+  epoch.model_rate = {1.2345e12, 0.61};
+  console.on_epoch(epoch);
+  EXPECT_EQ(out.text(),
+            "Epoch: [3][11/12]  Loss 0.1818  Acc@1 36.67  Acc@5 61.00  lr 0.1000  img/s 345.6  ETA 0:00:02"
+            "  GFLOP/s 231\n"
+            "Epoch: [3][11/12]  Loss 0.1818  Acc@1 36.67  Acc@5 61.00  lr 0.1000  img/s 345.6  ETA 0:00:02"
+            "  GFLOP/s 231  MFU 42%\n"
+            "Epoch: [3] train  Loss 0.5000  Acc@1 40.00  Acc@5 70.50  samples 1536  img/s 350.0  time 4.4s"
+            "  TFLOP/s 1.23  MFU 61%\n");
+}
+
 // One line per epoch, redrawn after each step; a shorter line is padded over the longer one, a
 // pass that ends early gets its line ended before the summary, and the last step ends the line.
 TEST(ConsoleObserver, InteractiveBar) {

@@ -45,11 +45,11 @@ TEST(JsonlObserver, StepAndEpochRecords) {
   }
   EXPECT_EQ(
       file_contents(dir.path() + "/run/metrics.jsonl"),
-      R"({"phase":"train_step","epoch":3,"step":1,"steps":12,"global_step":37,"loss":2.75,"acc1":2.5,"acc5":51.0,"lr":0.1,"img_per_s":345.64,"eta_s":16.5,"time":1700000000.25}
-{"phase":"train_step","epoch":3,"step":6,"steps":12,"global_step":42,"loss":1.5,"acc1":15.0,"acc5":56.0,"lr":0.1,"img_per_s":345.64,"eta_s":9.0,"time":1700000000.25}
-{"phase":"train_step","epoch":3,"step":11,"steps":12,"global_step":47,"loss":0.25,"acc1":27.5,"acc5":61.0,"lr":0.1,"img_per_s":345.64,"eta_s":1.5,"time":1700000000.25}
-{"phase":"train","epoch":3,"global_step":48,"loss":0.5,"acc1":40.0,"acc5":70.5,"samples":1536,"img_per_s":350.04,"seconds":4.3875,"skipped_images":0,"time":1700000000.25}
-{"phase":"val","epoch":3,"global_step":48,"loss":0.75,"acc1":38.25,"acc5":69.0,"samples":500,"img_per_s":1000.0,"seconds":0.5,"skipped_images":2,"time":1700000000.25}
+      R"({"phase":"train_step","epoch":3,"step":1,"steps":12,"global_step":37,"loss":2.75,"acc1":2.5,"acc5":51.0,"lr":0.1,"img_per_s":345.64,"model_flop_per_s":null,"mfu":null,"eta_s":16.5,"time":1700000000.25}
+{"phase":"train_step","epoch":3,"step":6,"steps":12,"global_step":42,"loss":1.5,"acc1":15.0,"acc5":56.0,"lr":0.1,"img_per_s":345.64,"model_flop_per_s":null,"mfu":null,"eta_s":9.0,"time":1700000000.25}
+{"phase":"train_step","epoch":3,"step":11,"steps":12,"global_step":47,"loss":0.25,"acc1":27.5,"acc5":61.0,"lr":0.1,"img_per_s":345.64,"model_flop_per_s":null,"mfu":null,"eta_s":1.5,"time":1700000000.25}
+{"phase":"train","epoch":3,"global_step":48,"loss":0.5,"acc1":40.0,"acc5":70.5,"samples":1536,"img_per_s":350.04,"model_flop_per_s":null,"mfu":null,"seconds":4.3875,"skipped_images":0,"time":1700000000.25}
+{"phase":"val","epoch":3,"global_step":48,"loss":0.75,"acc1":38.25,"acc5":69.0,"samples":500,"img_per_s":1000.0,"model_flop_per_s":null,"mfu":null,"seconds":0.5,"skipped_images":2,"time":1700000000.25}
 )");
 }
 
@@ -63,7 +63,20 @@ TEST(JsonlObserver, NonFiniteNumbersAreNull) {
     metrics.on_step(r);
   }
   EXPECT_EQ(file_contents(dir.path() + "/metrics.jsonl"),
-            R"({"phase":"train_step","epoch":3,"step":1,"steps":12,"global_step":37,"loss":null,"acc1":2.5,"acc5":51.0,"lr":0.1,"img_per_s":345.64,"eta_s":null,"time":1700000000.25}
+            R"({"phase":"train_step","epoch":3,"step":1,"steps":12,"global_step":37,"loss":null,"acc1":2.5,"acc5":51.0,"lr":0.1,"img_per_s":345.64,"model_flop_per_s":null,"mfu":null,"eta_s":null,"time":1700000000.25}
+)");
+}
+
+TEST(JsonlObserver, ModelRateWhenCounted) {
+  dpt::testing::TempDir dir;
+  {
+    JsonlObserver metrics(options(dir.path()));
+    auto r = sample_epoch("train", 0);
+    r.model_rate = {2.5e11, 0.375};
+    metrics.on_epoch(r);
+  }
+  EXPECT_EQ(file_contents(dir.path() + "/metrics.jsonl"),
+            R"({"phase":"train","epoch":3,"global_step":48,"loss":0.5,"acc1":40.0,"acc5":70.5,"samples":1536,"img_per_s":350.04,"model_flop_per_s":250000000000.0,"mfu":0.375,"seconds":4.3875,"skipped_images":0,"time":1700000000.25}
 )");
 }
 

@@ -8,6 +8,7 @@
 //   };
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 namespace dpt::train {
@@ -21,11 +22,20 @@ struct Report {
   double acc5 = 0;          // top-5, in percent
 };
 
+// The model's arithmetic behind a training throughput: FLOP/s of the model's own operations (2 x 3
+// x its forward multiply-adds per image, models/multiply_adds.h) and, where the hardware's
+// attainable rate is known (`dptrain bench-peak`), the fraction of it the run attains (MFU).
+struct ModelRate {
+  double flop_per_s = 0;      // 0: not counted
+  std::optional<double> mfu;  // model FLOP/s over the peak of every unit the run uses, 0 to 1
+};
+
 struct StepReport : Report {
   int64_t step_in_epoch = 0;    // 1-based: steps finished in this epoch
   int64_t steps_per_epoch = 0;  // this epoch's total (after --max-steps)
   double lr = 0;                // the learning rate this step used
   double images_per_s = 0;      // global throughput, smoothed over recent steps
+  ModelRate model_rate;         // at images_per_s
   double eta_s = 0;             // seconds until this epoch's train pass ends
 };
 
@@ -34,6 +44,7 @@ struct EpochReport : Report {
   std::string phase;  // "train" or "val"
   int64_t samples = 0;
   double images_per_s = 0;
+  ModelRate model_rate;  // at images_per_s; train passes only
   double seconds = 0;
   int64_t skipped_images = 0;  // bad images skipped by the loaders, all ranks
 };
