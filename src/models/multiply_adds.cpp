@@ -103,20 +103,20 @@ MultiplyAddCounter::~MultiplyAddCounter() {
 double MultiplyAddCounter::total() const { return tally.total; }
 
 double forward_multiply_adds(Classifier& model, int64_t image_size) {
-  const bool was_training = model->is_training();
-  model->eval();
+  // Eval mode for the count, the caller's mode back afterwards, whatever the forward throws.
+  struct EvalMode {
+    Classifier& model;
+    const bool was_training = model->is_training();
+    explicit EvalMode(Classifier& m) : model(m) { model->eval(); }
+    ~EvalMode() { model->train(was_training); }
+  } eval_mode(model);
   torch::NoGradGuard no_grad;
-  const auto parameter = model->parameters();
+  const auto parameters = model->parameters();
   auto options = torch::TensorOptions().dtype(torch::kFloat);
-  if (!parameter.empty()) options = options.device(parameter.front().device());
-  double total = 0;
-  {
-    MultiplyAddCounter counter;
-    model->forward(torch::zeros({1, 3, image_size, image_size}, options));
-    total = counter.total();
-  }
-  model->train(was_training);
-  return total;
+  if (!parameters.empty()) options = options.device(parameters.front().device());
+  MultiplyAddCounter counter;
+  model->forward(torch::zeros({1, 3, image_size, image_size}, options));
+  return counter.total();
 }
 
 }  // namespace dpt::models
