@@ -6,8 +6,8 @@
 #   dptrain_layer(<layer> [USES <layer>...] [WITHOUT_LIBTORCH])
 #
 # opens src/<layer>/CMakeLists.txt and makes the library dptrain_<layer> (alias dptrain::<layer>)
-# for the sources listed after it. A layer may use only layers declared before it, so the graph cannot grow a cycle. WITHOUT_LIBTORCH
-# keeps LibTorch off the link line (only its header-only <torch/arg.h> is reachable): the launcher
+# for the sources listed after it. A layer may use only layers declared before it, so the graph
+# cannot grow a cycle. WITHOUT_LIBTORCH keeps LibTorch off the link line (only its header-only <torch/arg.h> is reachable): the launcher
 # starts in milliseconds because of it.
 #
 #   dptrain_layer_part(<target> OF <layer> [USES <layer>...])
@@ -27,12 +27,15 @@ endif()
 set(DPTRAIN_LAYERS_FILE ${CMAKE_BINARY_DIR}/layers.cmake)
 file(WRITE ${DPTRAIN_LAYERS_FILE} "# Written by cmake/dptrainLayers.cmake: the layers and what each may use.\n")
 
-function(dptrain_record_layer_uses layer)
+# Links `target` to the layers `layer` uses, after checking they were declared before it, and
+# records them for the include check.
+function(dptrain_use_layers target layer)
   foreach(used IN LISTS ARGN)
     if(NOT TARGET dptrain_${used} OR used STREQUAL layer)
       message(FATAL_ERROR "dptrain: layer '${layer}' uses '${used}', which is not a layer declared "
                           "before it (cmake/dptrainLayers.cmake: layers stack, without cycles)")
     endif()
+    target_link_libraries(${target} PUBLIC dptrain_${used})
   endforeach()
   set_property(GLOBAL APPEND PROPERTY DPTRAIN_LAYER_USES_${layer} ${ARGN})
   get_property(uses GLOBAL PROPERTY DPTRAIN_LAYER_USES_${layer})
@@ -53,10 +56,7 @@ function(dptrain_layer layer)
   set(target dptrain_${layer})
   dptrain_layer_library(${target})
   add_library(dptrain::${layer} ALIAS ${target})
-  dptrain_record_layer_uses(${layer} ${arg_USES})
-  foreach(used IN LISTS arg_USES)
-    target_link_libraries(${target} PUBLIC dptrain_${used})
-  endforeach()
+  dptrain_use_layers(${target} ${layer} ${arg_USES})
   if(arg_WITHOUT_LIBTORCH)
     target_include_directories(${target} SYSTEM PUBLIC "$<BUILD_INTERFACE:${TORCH_INCLUDE_DIRS}>")
     target_link_libraries(${target} PUBLIC Threads::Threads)
@@ -70,10 +70,7 @@ endfunction()
 function(dptrain_layer_part target)
   cmake_parse_arguments(arg "" "OF" "USES" ${ARGN})
   dptrain_layer_library(${target})
-  dptrain_record_layer_uses(${arg_OF} ${arg_USES})
+  dptrain_use_layers(${target} ${arg_OF} ${arg_USES})
   target_link_libraries(${target} PUBLIC dptrain_${arg_OF} dptrain_torch PRIVATE fmt::fmt)
-  foreach(used IN LISTS arg_USES)
-    target_link_libraries(${target} PUBLIC dptrain_${used})
-  endforeach()
   dptrain_use_pch(${target})
 endfunction()
