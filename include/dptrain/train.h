@@ -7,6 +7,7 @@
 #include "dptrain/train/checkpoint/checkpoint_file.h"
 #include "dptrain/train/checkpoint/optimizer_state.h"
 #include "dptrain/train/checkpoint/training_checkpoint.h"
+#include "dptrain/train/fused_sgd.h"
 #include "dptrain/train/grad_scaler.h"
 #include "dptrain/train/stop_signals.h"
 #include "dptrain/train/logs/console_observer.h"

@@ -14,6 +14,7 @@
 #include "dptrain/common/text.h"
 #include "dptrain/models/layers.h"
 #include "dptrain/parallel/sync_batch_norm.h"
+#include "dptrain/train/fused_sgd.h"
 
 namespace dpt::train {
 
@@ -103,7 +104,7 @@ std::shared_ptr<torch::optim::Optimizer> make_optimizer(const torch::nn::Module&
   switch (options.kind()) {
     case OptimizerKind::Sgd:
     case OptimizerKind::SgdNesterov:
-      return build<torch::optim::SGD>(model, options,
+      return build<FusedSGD>(model, options,
                                       torch::optim::SGDOptions(lr)
                                           .momentum(options.momentum())
                                           .weight_decay(decay)

@@ -479,6 +479,12 @@ void Trainer::State::print_hints(std::ostream& out) const {
     if (!options.amp() && cpu.has_bf16_units()) {
       out << "hint: this CPU has bf16 matrix units (" << cpu.describe() << "): --amp --channels-last trains in "
           << "bf16 on them, at about twice fp32's images/s for convolutional networks (docs/benchmarks.md)" << std::endl;
+    } else if (options.amp() && !cpu.has_bf16_units()) {
+      // Without them LibTorch converts every bf16 operand in software: a ResNet-18 step measured
+      // 10x slower than in fp32 on an AVX2-only CPU.
+      out << "warning: --amp trains in bf16, but this CPU has no bf16 matrix units (" << cpu.describe()
+          << "): LibTorch emulates bf16 here, several times slower than fp32 (docs/benchmarks.md); leave out --amp "
+          << "on this machine" << std::endl;
     }
   } else if (device.is_cuda() && !options.amp()) {
     out << "hint: --amp trains in fp16 with loss scaling on the GPU's tensor cores, usually several times fp32's "

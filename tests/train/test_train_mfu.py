@@ -1,7 +1,9 @@
 """Model FLOP/s and MFU in `dptrain train`'s logs. `dptrain bench-peak` writes a rate per precision;
 a 2-rank run given a peak file logs, in metrics.jsonl, model FLOP/s = images/s x 2 x 3 x the forward
 multiply-adds (counted here independently, with forward hooks on torchvision's ResNet-18) and
-MFU = that over the peak of every thread of every rank; a peak file of another machine is ignored."""
+MFU = that over the peak of every thread of every rank; a peak file of another machine is ignored.
+The banner says what --amp does on this CPU: a hint to use it where bf16 matrix units exist, a
+warning against it where LibTorch would emulate bf16."""
 
 import json
 import os
@@ -103,6 +105,19 @@ class Mfu(unittest.TestCase):
         self.assertGreater(train["model_flop_per_s"], 0)
         self.assertIsNone(train["mfu"])
         self.assertIn("dptrain bench-peak", out)
+
+    def test_the_banner_says_whether_amp_pays_on_this_cpu(self):
+        with open("/proc/cpuinfo") as f:
+            flags = next(line.split(":", 1)[1].split() for line in f if line.startswith("flags"))
+        bf16_units = "avx512_bf16" in flags or "amx_bf16" in flags
+        hint, warning = "hint: this CPU has bf16 matrix units", "warning: --amp trains in bf16, but this CPU has no"
+        for amp in ([], ["--amp"]):
+            with self.subTest(amp=amp):
+                code, out, err = run([dptrain(), "train", *RUN, "--max-steps", "1", *amp], timeout=120,
+                                     env=dict(os.environ, OMP_NUM_THREADS="1"))
+                self.assertEqual(code, 0, out + err)
+                self.assertEqual(hint in out, bf16_units and not amp, out)
+                self.assertEqual(warning in out, not bf16_units and bool(amp), out)
 
 
 if __name__ == "__main__":

@@ -1,9 +1,11 @@
 // `dptrain bench-models ARCH...`: the training step of each architecture alone (forward, loss,
 // backward at a fixed batch on random images, no data loading, no communication), the figure
 // bench/models sets beside torchvision's in Python on the same threads; --amp --channels-last as
-// `dptrain train` runs them (bf16 autocast, NHWC weights and inputs). One JSON line per
-// architecture: {"arch", "ms_per_step", "img_per_s", "forward_multiply_adds", "model_flop_per_s",
-// "batch", "image_size", "threads", "amp", "channels_last"}.
+// `dptrain train` runs them (bf16 autocast, NHWC weights and inputs); --sgd ends each step with
+// the SGD update `dptrain train` makes by default (momentum 0.9, weight decay 1e-4). One JSON
+// line per architecture: {"arch", "ms_per_step", "optimizer_ms", "img_per_s",
+// "forward_multiply_adds", "model_flop_per_s", "batch", "image_size", "threads", "amp",
+// "channels_last", "sgd"}.
 
 #include <algorithm>
 #include <chrono>
@@ -20,6 +22,7 @@
 #include "dptrain/compat/compat.h"
 #include "dptrain/models/multiply_adds.h"
 #include "dptrain/models/registry.h"
+#include "dptrain/train/optimizer.h"
 
 namespace dpt::cli {
 
@@ -34,10 +37,22 @@ struct BenchModelsFlags {
   int threads = 0;  // 0: LibTorch's default
   bool amp = false;
   bool channels_last = false;
+  bool sgd = false;
 };
 
-// Median milliseconds of `steps` training steps after `warmup` unmeasured ones.
-double step_ms(models::Classifier& model, const BenchModelsFlags& flags) {
+double median(std::vector<double> values) {
+  if (values.empty()) return 0;
+  std::sort(values.begin(), values.end());
+  return values[values.size() / 2];
+}
+
+struct StepTimes {
+  double step_ms = 0;       // median of the whole steps
+  double optimizer_ms = 0;  // median of their updates alone (0 without --sgd)
+};
+
+// The medians of `steps` training steps after `warmup` unmeasured ones.
+StepTimes time_steps(models::Classifier& model, const BenchModelsFlags& flags) {
   const auto format = flags.channels_last ? at::MemoryFormat::ChannelsLast : at::MemoryFormat::Contiguous;
   const auto images = torch::randn({flags.batch, 3, flags.image_size, flags.image_size}).contiguous(format);
   const auto labels = torch::randint(10, {flags.batch}, torch::kLong);
@@ -45,7 +60,9 @@ double step_ms(models::Classifier& model, const BenchModelsFlags& flags) {
     if (parameter.dim() == 4) parameter.set_data(parameter.data().contiguous(format));
   }
   model->train();
-  std::vector<double> times;
+  std::shared_ptr<torch::optim::Optimizer> optimizer;
+  if (flags.sgd) optimizer = train::make_optimizer(*model, train::OptimizerOptions(), /*lr=*/0.1);
+  std::vector<double> times, updates;
   for (int i = 0; i < flags.warmup + flags.steps; ++i) {
     const auto start = std::chrono::steady_clock::now();
     model->zero_grad();
@@ -55,10 +72,14 @@ double step_ms(models::Classifier& model, const BenchModelsFlags& flags) {
       logits = model(images);
     }
     torch::nn::functional::cross_entropy(logits.to(at::kFloat), labels).backward();
+    if (optimizer) {
+      const auto update_start = std::chrono::steady_clock::now();
+      optimizer->step();
+      if (i >= flags.warmup) updates.push_back(seconds_since(update_start) * 1000.0);
+    }
     if (i >= flags.warmup) times.push_back(seconds_since(start) * 1000.0);
   }
-  std::sort(times.begin(), times.end());
-  return times[times.size() / 2];
+  return {median(times), median(updates)};
 }
 
 int run_bench_models(const BenchModelsFlags& flags) {
@@ -67,10 +88,11 @@ int run_bench_models(const BenchModelsFlags& flags) {
     torch::manual_seed(0);
     auto model = models::create(arch, models::ClassifierOptions().num_classes(10).image_size(flags.image_size));
     const double macs = models::forward_multiply_adds(model, flags.image_size);
-    const double ms = step_ms(model, flags);
-    const double images_per_s = static_cast<double>(flags.batch) * 1000.0 / ms;
+    const StepTimes times = time_steps(model, flags);
+    const double images_per_s = static_cast<double>(flags.batch) * 1000.0 / times.step_ms;
     std::cout << nlohmann::json{{"arch", arch},
-                                {"ms_per_step", ms},
+                                {"ms_per_step", times.step_ms},
+                                {"optimizer_ms", times.optimizer_ms},
                                 {"img_per_s", images_per_s},
                                 {"forward_multiply_adds", macs},
                                 {"model_flop_per_s", 6.0 * macs * images_per_s},
@@ -78,7 +100,8 @@ int run_bench_models(const BenchModelsFlags& flags) {
                                 {"image_size", flags.image_size},
                                 {"threads", at::get_num_threads()},
                                 {"amp", flags.amp},
-                                {"channels_last", flags.channels_last}}
+                                {"channels_last", flags.channels_last},
+                                {"sgd", flags.sgd}}
                      .dump()
               << std::endl;
   }
@@ -98,6 +121,7 @@ Command add_bench_models_command(CLI::App& root) {
   app->add_option("--threads", flags->threads, "intra-op threads (default: LibTorch's)");
   app->add_flag("--amp", flags->amp, "bf16 autocast for the forward (the loss in fp32), as dptrain train --amp");
   app->add_flag("--channels-last", flags->channels_last, "NHWC weights and images");
+  app->add_flag("--sgd", flags->sgd, "end each step with dptrain train's SGD update (momentum 0.9, weight decay 1e-4)");
   return {app, [flags](const std::vector<std::string>&) { return run_bench_models(*flags); }};
 }
 

@@ -1,0 +1,94 @@
+#include "dptrain/train/fused_sgd.h"
+
+#include <ATen/Parallel.h>
+#include <torch/autograd.h>
+
+#include "dptrain/compat/compat.h"
+#include "sgd_kernel.h"
+
+namespace dpt::train {
+
+namespace {
+
+// Elements per task when the update is split over LibTorch's intra-op threads (its own grain
+// for elementwise kernels).
+constexpr int64_t kGrain = 32768;
+
+// Whether one flat loop covers the tensors: float32 on the CPU, one dense layout shared by all
+// (contiguous or channels_last alike: the update is elementwise).
+bool flat_alike(const at::Tensor& param, const at::Tensor& grad, const at::Tensor* buffer) {
+  const auto alike = [&](const at::Tensor& t) {
+    return t.device().is_cpu() && t.scalar_type() == at::kFloat && !t.is_sparse() && t.strides() == param.strides() &&
+           t.sizes() == param.sizes();
+  };
+  return alike(param) && param.is_non_overlapping_and_dense() && alike(grad) && (buffer == nullptr || alike(*buffer));
+}
+
+// SGD's own update of one parameter (LibTorch's four steps), for what the loop does not cover.
+void update_unfused(const at::Tensor& param, at::Tensor d_p, torch::optim::SGDParamState* state,
+                    const torch::optim::SGDOptions& options, at::Tensor* new_buffer) {
+  if (options.weight_decay() != 0) d_p = d_p.add(param, options.weight_decay());
+  if (options.momentum() != 0) {
+    at::Tensor buffer;
+    if (state == nullptr) {
+      buffer = torch::clone(d_p).detach();
+      *new_buffer = buffer;
+    } else {
+      buffer = state->momentum_buffer();
+      buffer.mul_(options.momentum()).add_(d_p, 1 - options.dampening());
+    }
+    d_p = options.nesterov() ? d_p.add(buffer, options.momentum()) : buffer;
+  }
+  param.add_(d_p, -1 * options.lr());
+}
+
+}  // namespace
+
+torch::Tensor FusedSGD::step(LossClosure closure) {
+  torch::NoGradGuard no_grad;
+  torch::Tensor loss;
+  if (closure != nullptr) {
+    at::AutoGradMode enable_grad(true);
+    loss = closure();
+  }
+  const bool fused = sgd_update_fused_available();
+  for (auto& group : param_groups()) {
+    const auto& options = static_cast<const torch::optim::SGDOptions&>(group.options());
+    for (auto& param : group.params()) {
+      if (!param.grad().defined()) continue;
+      const at::Tensor p = param.data(), grad = param.grad().data();
+      const auto key = compat::optimizer_state_key<std::decay_t<decltype(state())>>(param);
+      auto found = state().find(key);
+      auto* param_state =
+          found == state().end() ? nullptr : static_cast<torch::optim::SGDParamState*>(found->second.get());
+      const bool with_buffer = options.momentum() != 0;
+      const at::Tensor buffer = param_state != nullptr ? param_state->momentum_buffer() : at::Tensor();
+      at::Tensor new_buffer;
+      if (fused && flat_alike(p, grad, buffer.defined() ? &buffer : nullptr)) {
+        if (with_buffer && !buffer.defined()) new_buffer = at::empty_like(p);
+        const at::Tensor& written = buffer.defined() ? buffer : new_buffer;
+        const SgdElementwise elementwise{static_cast<float>(options.lr()), static_cast<float>(options.weight_decay()),
+                                         static_cast<float>(options.momentum()),
+                                         static_cast<float>(1 - options.dampening()), options.nesterov(),
+                                         /*first=*/!buffer.defined()};
+        float* p_data = p.data_ptr<float>();
+        const float* g_data = grad.data_ptr<float>();
+        float* b_data = with_buffer ? written.data_ptr<float>() : nullptr;
+        at::parallel_for(0, p.numel(), kGrain, [&](int64_t begin, int64_t end) {
+          sgd_update_fused(p_data + begin, g_data + begin, b_data == nullptr ? nullptr : b_data + begin, end - begin,
+                           elementwise);
+        });
+      } else {
+        update_unfused(p, grad, param_state, options, &new_buffer);
+      }
+      if (new_buffer.defined()) {
+        auto created = std::make_unique<torch::optim::SGDParamState>();
+        created->momentum_buffer(new_buffer);
+        state()[key] = std::move(created);
+      }
+    }
+  }
+  return loss;
+}
+
+}  // namespace dpt::train

@@ -1,0 +1,106 @@
+#include "dptrain/train/fused_sgd.h"
+
+#include <gtest/gtest.h>
+
+#include <torch/torch.h>
+
+#include <vector>
+
+#include "dptrain/compat/compat.h"
+
+using dpt::train::FusedSGD;
+
+namespace {
+
+// Parameters of every kind the step meets: a bias, a channels_last convolution weight, a matrix
+// large enough to be split over threads, one without a gradient, one whose gradient is laid out
+// unlike it (transposed) and a double one (the last two take SGD's own steps).
+std::vector<at::Tensor> make_parameters() {
+  torch::manual_seed(3);
+  std::vector<at::Tensor> params{
+      torch::randn({37}), torch::randn({64, 3, 3, 3}).contiguous(at::MemoryFormat::ChannelsLast),
+      torch::randn({1000, 257}), torch::randn({5}), torch::randn({9, 11}), torch::randn({13}, torch::kDouble)};
+  for (auto& p : params) p.set_requires_grad(true);
+  return params;
+}
+
+void set_gradients(std::vector<at::Tensor>& params, int step) {
+  torch::manual_seed(100 + step);
+  for (size_t i = 0; i < params.size(); ++i) {
+    auto& p = params[i];
+    if (i == 3) continue;  // never gets a gradient
+    at::Tensor grad = i == 4 ? torch::randn({11, 9}).t() : torch::randn_like(p);
+    p.mutable_grad() = grad;
+  }
+}
+
+// Five steps of both optimizers from the same weights and gradients, the learning rate changing
+// between steps as a schedule changes it; every weight and momentum buffer compared bitwise.
+void expect_same_steps(const torch::optim::SGDOptions& options) {
+  auto fused_params = make_parameters();
+  auto reference_params = make_parameters();
+  FusedSGD fused(fused_params, options);
+  torch::optim::SGD reference(reference_params, options);
+  for (int step = 0; step < 5; ++step) {
+    set_gradients(fused_params, step);
+    set_gradients(reference_params, step);
+    for (auto* group : {&fused.param_groups()[0], &reference.param_groups()[0]}) {
+      group->options().set_lr(options.lr() * (1.0 - 0.13 * step));
+    }
+    fused.step();
+    reference.step();
+    for (size_t i = 0; i < fused_params.size(); ++i) {
+      ASSERT_TRUE(torch::equal(fused_params[i], reference_params[i])) << "parameter " << i << " after step " << step;
+      ASSERT_EQ(fused_params[i].strides(), reference_params[i].strides());
+    }
+  }
+  using StateMap = std::decay_t<decltype(reference.state())>;
+  ASSERT_EQ(fused.state().size(), reference.state().size());
+  for (size_t i = 0; i < fused_params.size(); ++i) {
+    auto mine = fused.state().find(dpt::compat::optimizer_state_key<StateMap>(fused_params[i]));
+    auto theirs = reference.state().find(dpt::compat::optimizer_state_key<StateMap>(reference_params[i]));
+    ASSERT_EQ(mine == fused.state().end(), theirs == reference.state().end()) << "parameter " << i;
+    if (mine == fused.state().end()) continue;
+    const auto& buffer = static_cast<torch::optim::SGDParamState&>(*mine->second).momentum_buffer();
+    const auto& expected = static_cast<torch::optim::SGDParamState&>(*theirs->second).momentum_buffer();
+    EXPECT_TRUE(torch::equal(buffer, expected)) << "momentum buffer " << i;
+    EXPECT_EQ(buffer.strides(), expected.strides()) << "momentum buffer " << i;
+  }
+}
+
+}  // namespace
+
+TEST(FusedSgd, MomentumAndWeightDecayBitwiseAsSgd) {
+  expect_same_steps(torch::optim::SGDOptions(0.1).momentum(0.9).weight_decay(1e-4));
+}
+
+TEST(FusedSgd, NesterovBitwiseAsSgd) {
+  expect_same_steps(torch::optim::SGDOptions(0.05).momentum(0.9).weight_decay(5e-5).nesterov(true));
+}
+
+TEST(FusedSgd, DampeningBitwiseAsSgd) {
+  expect_same_steps(torch::optim::SGDOptions(0.1).momentum(0.8).dampening(0.3).weight_decay(1e-3));
+}
+
+TEST(FusedSgd, PlainStepsBitwiseAsSgd) {
+  expect_same_steps(torch::optim::SGDOptions(0.2));  // no momentum: no buffers
+  expect_same_steps(torch::optim::SGDOptions(0.2).momentum(0.9));  // no weight decay
+}
+
+// Bitwise equality can tell roundings apart: the update rounded twice (the product, then the
+// sum), as a kernel without fused multiply-adds would round it, differs from SGD's.
+TEST(FusedSgd, TheComparisonSeesOneRoundingMore) {
+  torch::manual_seed(7);
+  const at::Tensor param = torch::randn({1000, 257}), grad = torch::randn({1000, 257});
+  const at::Tensor fused = param.add(grad, -0.1);  // what SGD without momentum computes
+  const at::Tensor rounded_twice = param - grad * static_cast<float>(0.1);
+  EXPECT_FALSE(torch::equal(fused, rounded_twice));
+  EXPECT_LT((fused - rounded_twice).abs().max().item<float>(), 1e-6);
+}
+
+TEST(FusedSgd, IsAnSgdForStateDictsAndCheckpoints) {
+  auto params = make_parameters();
+  std::shared_ptr<torch::optim::Optimizer> optimizer =
+      std::make_shared<FusedSGD>(params, torch::optim::SGDOptions(0.1).momentum(0.9));
+  EXPECT_NE(dynamic_cast<torch::optim::SGD*>(optimizer.get()), nullptr);
+}
