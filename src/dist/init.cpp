@@ -7,6 +7,7 @@
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 
 #include "dptrain/common/error.h"
+#include "dptrain/dist/backend_choice.h"
 #include "dptrain/dist/init_method.h"
 #include "dptrain/dist/rendezvous.h"
 
@@ -22,12 +23,19 @@ namespace dpt::dist {
 
 namespace {
 
-std::string resolve_backend(const std::string& requested) {
-  if (requested != "auto") return requested;
+// What this process sees of its node's GPUs, for the backend choice. `dptrain launch --gpus`
+// marks the device list it gives each worker as that worker's own (DPTRAIN_OWN_GPUS).
+GpuView gpu_view(const WorldInfo& world, const Environment& env) {
+  GpuView view;
+  view.rank = world.rank;
+  view.local_rank = world.local_rank;
+  view.local_world_size = world.local_world_size;
+  view.visible_gpus = static_cast<int>(torch::cuda::device_count());
+  view.own_gpus = env.get("DPTRAIN_OWN_GPUS").value_or("0") == "1";
 #if defined(DPTRAIN_WITH_NCCL)
-  if (torch::cuda::is_available()) return "nccl";
+  view.nccl_built = true;
 #endif
-  return "gloo";
+  return view;
 }
 
 bool is_loopback(const std::string& host) {
@@ -95,12 +103,14 @@ std::shared_ptr<Communicator> init_process_group(const InitOptions& options, con
     world.master_addr = method.host;
     world.master_port = method.port;
   }
-  const std::string backend = resolve_backend(options.backend());
+  // Before the rendezvous: a job NCCL cannot run stops here, on every rank, with the counts.
+  const BackendChoice choice = choose_backend(options.backend(), gpu_view(world, env));
+  if (!choice.note.empty() && world.local_rank == 0) std::cerr << choice.note << std::endl;
   const auto interface = gloo_interface(options, env);
 
   compat::StorePtr store = rendezvous(method, world, rendezvous_options(options, env));
 
-  if (backend == "gloo") {
+  if (choice.backend == "gloo") {
 #if defined(DPTRAIN_WITH_GLOO)
     auto gloo = make_gloo(store, world, world.master_addr, interface, options.timeout());
     const bool shared_memory = options.shared_memory() && env.get("DPTRAIN_SHM").value_or("1") != "0";
@@ -112,34 +122,26 @@ std::shared_ptr<Communicator> init_process_group(const InitOptions& options, con
                       "install libgloo-dev and rebuild, or use --dist-backend nccl");
 #endif
   }
-  if (backend == "nccl") {
 #if defined(DPTRAIN_WITH_NCCL)
-    const int devices = c10::cuda::device_count();
-    DPT_CHECK(devices > 0, ConfigError, "rank ", world.rank,
-              ": the nccl backend needs a CUDA device and none is visible; use --dist-backend gloo");
-    const int device = world.local_rank % devices;
-    // NCCL reads its interface from the environment only, and a library that changed its
-    // process's environment would surprise the program around it: the caller exports it.
-    const auto& asked = options.interface();
-    DPT_CHECK(!asked || asked->empty() || env.get("NCCL_SOCKET_IFNAME") == asked, ConfigError, "rank ", world.rank,
-              ": NCCL takes its network interface only from NCCL_SOCKET_IFNAME; export NCCL_SOCKET_IFNAME=",
-              asked.value_or(""), " before starting (dptrain launch passes its environment on)");
-    c10::cuda::set_device(static_cast<c10::DeviceIndex>(device));
-    auto nccl_options = c10d::ProcessGroupNCCL::Options::create();
-    nccl_options->timeout = options.timeout();
-    auto prefixed = c10::make_intrusive<c10d::PrefixStore>("nccl", store);
-    auto nccl = c10::make_intrusive<c10d::ProcessGroupNCCL>(prefixed, world.rank, world.world_size, nccl_options);
-    return std::make_shared<Communicator>(
-        std::move(nccl), world,
-        CommunicatorOptions()
-            .timeout(options.timeout())
-            .device(at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(device)))
-            .store(store));
+  DPT_ASSERT(choice.backend == "nccl", "choose_backend returns gloo or nccl");
+  const auto device = static_cast<c10::DeviceIndex>(choice.device);
+  // NCCL reads its interface from the environment only, and a library that changed its
+  // process's environment would surprise the program around it: the caller exports it.
+  const auto& asked = options.interface();
+  DPT_CHECK(!asked || asked->empty() || env.get("NCCL_SOCKET_IFNAME") == asked, ConfigError, "rank ", world.rank,
+            ": NCCL takes its network interface only from NCCL_SOCKET_IFNAME; export NCCL_SOCKET_IFNAME=",
+            asked.value_or(""), " before starting (dptrain launch passes its environment on)");
+  c10::cuda::set_device(device);
+  auto nccl_options = c10d::ProcessGroupNCCL::Options::create();
+  nccl_options->timeout = options.timeout();
+  auto prefixed = c10::make_intrusive<c10d::PrefixStore>("nccl", store);
+  auto nccl = c10::make_intrusive<c10d::ProcessGroupNCCL>(prefixed, world.rank, world.world_size, nccl_options);
+  return std::make_shared<Communicator>(
+      std::move(nccl), world,
+      CommunicatorOptions().timeout(options.timeout()).device(at::Device(at::kCUDA, device)).store(store));
 #else
-    throw ConfigError("this build of dptrain has no NCCL backend (LibTorch without CUDA); use --dist-backend gloo");
+  throw Error("choose_backend chose nccl in a build without it");
 #endif
-  }
-  throw ConfigError(str("unknown backend '", backend, "'; use gloo, nccl or auto"));
 }
 
 std::shared_ptr<Communicator> new_group(const Communicator& world, int first, int size, const InitOptions& options,

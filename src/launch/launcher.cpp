@@ -193,7 +193,10 @@ std::vector<WorkerSpec> make_worker_specs(const LaunchOptions& options, const st
     if (!base.has("OMP_NUM_THREADS")) {
       set("OMP_NUM_THREADS", blocks.empty() ? threads : std::to_string(blocks[local].size()));
     }
-    if (!options.gpus().empty()) set("CUDA_VISIBLE_DEVICES", std::to_string(options.gpus()[local]));
+    if (!options.gpus().empty()) {
+      set("CUDA_VISIBLE_DEVICES", std::to_string(options.gpus()[local]));
+      set("DPTRAIN_OWN_GPUS", "1");  // that one GPU is this worker's alone (dist/backend_choice.h)
+    }
 
     WorkerSpec spec;
     spec.name = "rank " + std::to_string(rank);

@@ -33,6 +33,7 @@ TEST(Launcher, SpecsCarryTheTorchrunContractForTheirNode) {
   EXPECT_EQ(env.at("TORCHELASTIC_RUN_ID"), "r1");
   EXPECT_EQ(env.at("PATH"), "/bin");
   EXPECT_EQ(env.count("CUDA_VISIBLE_DEVICES"), 0u);
+  EXPECT_EQ(env.count("DPTRAIN_OWN_GPUS"), 0u);
 }
 
 TEST(Launcher, AutoWorkerCountFollowsGpusThenVisibleDevices) {
@@ -41,6 +42,8 @@ TEST(Launcher, AutoWorkerCountFollowsGpusThenVisibleDevices) {
   auto specs = make_worker_specs(resolve(LaunchOptions().gpus({1, 3}), Environment()), {"p"}, Environment(), 0);
   EXPECT_EQ(specs[0].env.at("CUDA_VISIBLE_DEVICES"), "1");
   EXPECT_EQ(specs[1].env.at("CUDA_VISIBLE_DEVICES"), "3");
+  // Each worker's GPU is its own: NCCL may take it (dist/backend_choice.h).
+  EXPECT_EQ(specs[1].env.at("DPTRAIN_OWN_GPUS"), "1");
 }
 
 TEST(Launcher, StandaloneChoosesLoopbackAndAFreePort) {
