@@ -105,10 +105,10 @@ std::shared_ptr<torch::optim::Optimizer> make_optimizer(const torch::nn::Module&
     case OptimizerKind::Sgd:
     case OptimizerKind::SgdNesterov:
       return build<FusedSGD>(model, options,
-                                      torch::optim::SGDOptions(lr)
-                                          .momentum(options.momentum())
-                                          .weight_decay(decay)
-                                          .nesterov(options.kind() == OptimizerKind::SgdNesterov));
+                             torch::optim::SGDOptions(lr)
+                                 .momentum(options.momentum())
+                                 .weight_decay(decay)
+                                 .nesterov(options.kind() == OptimizerKind::SgdNesterov));
     case OptimizerKind::RmsProp:
       // torchvision's eps and alpha, close to TensorFlow's RMSProp (eps inside the root there).
       return build<torch::optim::RMSprop>(
