@@ -68,7 +68,8 @@ struct BatchStatistics {
 BatchStatistics gather_statistics(const Tensor& x, double eps, dist::Communicator& comm, int64_t call) {
   const int64_t channels = x.size(1);
   const int64_t count = channels == 0 ? 0 : x.numel() / channels;
-  const auto cpu_double = torch::TensorOptions().dtype(at::kDouble);
+  // On the CPU whatever the input's device: the statistics are combined there, in double.
+  const auto cpu_double = torch::TensorOptions().dtype(at::kDouble).device(at::kCPU);
   Tensor mean = torch::zeros({channels}, cpu_double), m2 = torch::zeros({channels}, cpu_double);
   if (count > 0) {
     auto [var, local_mean] = at::var_mean(x.to(compute_type(x)), reduced_dims(x), /*unbiased=*/false,

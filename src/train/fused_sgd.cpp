@@ -1,5 +1,6 @@
 #include "dptrain/train/fused_sgd.h"
 
+#include <ATen/Functions.h>
 #include <ATen/Parallel.h>
 #include <torch/autograd.h>
 
@@ -42,6 +43,25 @@ void update_unfused(const at::Tensor& param, at::Tensor d_p, torch::optim::SGDPa
   param.add_(d_p, -1 * options.lr());
 }
 
+// Parameters off the CPU, whose gradients and momentum buffers exist: updated a group at a time.
+struct ForeachBatch {
+  std::vector<at::Tensor> params, grads, buffers;
+};
+
+// LibTorch's four steps, each one multi-tensor kernel over the batch (at::_foreach_*) instead of
+// a kernel per parameter: on a GPU, ResNet-50's 161 parameters took some 800 launches a step.
+// The arithmetic per element is SGD's.
+void update_foreach(const ForeachBatch& batch, const torch::optim::SGDOptions& options) {
+  std::vector<at::Tensor> d_p =
+      options.weight_decay() != 0 ? at::_foreach_add(batch.grads, batch.params, options.weight_decay()) : batch.grads;
+  if (options.momentum() != 0) {
+    at::_foreach_mul_(batch.buffers, options.momentum());
+    at::_foreach_add_(batch.buffers, d_p, 1 - options.dampening());
+    d_p = options.nesterov() ? at::_foreach_add(d_p, batch.buffers, options.momentum()) : batch.buffers;
+  }
+  at::_foreach_add_(batch.params, d_p, -1 * options.lr());
+}
+
 }  // namespace
 
 torch::Tensor FusedSGD::step(LossClosure closure) {
@@ -54,6 +74,7 @@ torch::Tensor FusedSGD::step(LossClosure closure) {
   const bool fused = sgd_update_fused_available();
   for (auto& group : param_groups()) {
     const auto& options = static_cast<const torch::optim::SGDOptions&>(group.options());
+    ForeachBatch off_cpu;
     for (auto& param : group.params()) {
       if (!param.grad().defined()) continue;
       const at::Tensor p = param.data(), grad = param.grad().data();
@@ -63,6 +84,12 @@ torch::Tensor FusedSGD::step(LossClosure closure) {
           found == state().end() ? nullptr : static_cast<torch::optim::SGDParamState*>(found->second.get());
       const bool with_buffer = options.momentum() != 0;
       const at::Tensor buffer = param_state != nullptr ? param_state->momentum_buffer() : at::Tensor();
+      if (!p.device().is_cpu() && !grad.is_sparse() && (!with_buffer || buffer.defined())) {
+        off_cpu.params.push_back(p);
+        off_cpu.grads.push_back(grad);
+        if (with_buffer) off_cpu.buffers.push_back(buffer);
+        continue;
+      }
       at::Tensor new_buffer;
       if (fused && flat_alike(p, grad, buffer.defined() ? &buffer : nullptr)) {
         if (with_buffer && !buffer.defined()) new_buffer = at::empty_like(p);
@@ -87,6 +114,7 @@ torch::Tensor FusedSGD::step(LossClosure closure) {
         state()[key] = std::move(created);
       }
     }
+    if (!off_cpu.params.empty()) update_foreach(off_cpu, options);
   }
   return loss;
 }

@@ -1,6 +1,10 @@
 #include "dptrain/train/grad_scaler.h"
 
+#include <algorithm>
 #include <cmath>
+#include <vector>
+
+#include <ATen/Functions.h>
 
 #include <torch/utils.h>
 
@@ -34,14 +38,33 @@ bool GradScaler::any_non_finite_then_unscale(torch::optim::Optimizer& optimizer)
   torch::NoGradGuard no_grad;
   // One flag accumulated on the device, read once: no host synchronization per gradient.
   at::Tensor found;
+  const auto accumulate = [&found](const at::Tensor& here) {
+    found = found.defined() ? found.logical_or(here.to(found.device())) : here;
+  };
+  // Gradients on a GPU go through PyTorch's own check-and-unscale, one multi-tensor kernel per
+  // device and type (as its GradScaler does), instead of four kernels per gradient.
+  std::vector<std::vector<at::Tensor>> on_gpu;
   for (auto& group : optimizer.param_groups()) {
     for (auto& param : group.params()) {
       const at::Tensor& grad = param.grad();
       if (!grad.defined()) continue;
-      at::Tensor here = at::isfinite(grad).all().logical_not();
-      found = found.defined() ? found.logical_or(here.to(found.device())) : here;
+      if (grad.is_cuda() && !grad.is_sparse()) {
+        auto same = std::find_if(on_gpu.begin(), on_gpu.end(), [&](const std::vector<at::Tensor>& batch) {
+          return batch.front().device() == grad.device() && batch.front().scalar_type() == grad.scalar_type();
+        });
+        if (same == on_gpu.end()) same = on_gpu.insert(on_gpu.end(), std::vector<at::Tensor>());
+        same->push_back(grad);
+        continue;
+      }
+      accumulate(at::isfinite(grad).all().logical_not());
       grad.mul_(inv_scale);
     }
+  }
+  for (auto& batch : on_gpu) {
+    const auto on_device = at::TensorOptions(batch.front().device()).dtype(at::kFloat);
+    at::Tensor found_here = at::zeros({1}, on_device);
+    at::_amp_foreach_non_finite_check_and_unscale_(batch, found_here, at::full({1}, inv_scale, on_device));
+    accumulate(found_here.reshape({}).gt(0));
   }
   const at::Device flag_device = comm_ ? comm_->device() : at::Device(at::kCPU);
   at::Tensor flag = found.defined() ? found.to(flag_device, at::kFloat).reshape({1})

@@ -2,6 +2,7 @@
 
 #include "local_setup.h"
 
+#include <ATen/Context.h>
 #include <ATen/Parallel.h>
 
 #include <filesystem>
@@ -89,6 +90,10 @@ LocalSetup prepare_locally(TrainOptions& options) {
   if (options.deterministic()) {  // before any kernel runs
     at::set_num_threads(1);
     at::globalContext().setDeterministicAlgorithms(true, /*warn_only=*/false);
+  } else {
+    // Training's shapes repeat every step, so cuDNN may time its algorithms once per shape and
+    // keep the fastest, as PyTorch's ImageNet recipe sets `cudnn.benchmark`. Only CUDA reads it.
+    at::globalContext().setBenchmarkCuDNN(true);
   }
   LocalSetup setup;
   if (!options.checkpoint().resume().empty()) {

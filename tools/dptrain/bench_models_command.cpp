@@ -1,16 +1,17 @@
 // `dptrain bench-models ARCH...`: the training step of each architecture alone (forward, loss,
 // backward at a fixed batch on random images, no data loading, no communication), the figure
 // bench/models sets beside torchvision's in Python on the same threads; --amp --channels-last as
-// `dptrain train` runs them (bf16 autocast, NHWC weights and inputs); --sgd ends each step with
-// the SGD update `dptrain train` makes by default (momentum 0.9, weight decay 1e-4). One JSON
-// line per architecture: {"arch", "ms_per_step", "optimizer_ms", "img_per_s",
-// "forward_multiply_adds", "model_flop_per_s", "batch", "image_size", "threads", "amp",
-// "channels_last", "sgd"}.
+// `dptrain train` runs them (bf16 autocast on the CPU; on a GPU, --gpu, fp16 autocast with loss
+// scaling; NHWC weights and inputs); --sgd ends each step with the SGD update `dptrain train`
+// makes by default (momentum 0.9, weight decay 1e-4). One JSON line per architecture: {"arch",
+// "ms_per_step", "optimizer_ms", "img_per_s", "forward_multiply_adds", "model_flop_per_s",
+// "batch", "image_size", "threads", "device", "amp", "channels_last", "sgd"}.
 
 #include <algorithm>
 #include <chrono>
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -22,6 +23,7 @@
 #include "dptrain/compat/compat.h"
 #include "dptrain/models/multiply_adds.h"
 #include "dptrain/models/registry.h"
+#include "dptrain/train/grad_scaler.h"
 #include "dptrain/train/optimizer.h"
 
 namespace dpt::cli {
@@ -38,6 +40,7 @@ struct BenchModelsFlags {
   bool amp = false;
   bool channels_last = false;
   bool sgd = false;
+  std::optional<int> gpu;  // CUDA device index; the CPU without it
 };
 
 double median(std::vector<double> values) {
@@ -51,32 +54,48 @@ struct StepTimes {
   double optimizer_ms = 0;  // median of their updates alone (0 without --sgd)
 };
 
+// Waits for the device's queued kernels, so that a step's time is its execution, not its launch.
+void wait_for(const at::Device& device) {
+  if (device.is_cuda()) torch::cuda::synchronize(device.index());
+}
+
 // The medians of `steps` training steps after `warmup` unmeasured ones.
-StepTimes time_steps(models::Classifier& model, const BenchModelsFlags& flags) {
+StepTimes time_steps(models::Classifier& model, const BenchModelsFlags& flags, const at::Device& device) {
   const auto format = flags.channels_last ? at::MemoryFormat::ChannelsLast : at::MemoryFormat::Contiguous;
-  const auto images = torch::randn({flags.batch, 3, flags.image_size, flags.image_size}).contiguous(format);
-  const auto labels = torch::randint(10, {flags.batch}, torch::kLong);
+  const auto on_device = torch::TensorOptions().device(device);
+  const auto images = torch::randn({flags.batch, 3, flags.image_size, flags.image_size}, on_device).contiguous(format);
+  const auto labels = torch::randint(10, {flags.batch}, on_device.dtype(torch::kLong));
+  model->to(device);
   for (auto& parameter : model->parameters()) {
     if (parameter.dim() == 4) parameter.set_data(parameter.data().contiguous(format));
   }
   model->train();
   std::shared_ptr<torch::optim::Optimizer> optimizer;
   if (flags.sgd) optimizer = train::make_optimizer(*model, train::OptimizerOptions(), /*lr=*/0.1);
+  // As `dptrain train`: fp16 on a GPU needs loss scaling, bf16 on the CPU does not.
+  train::GradScaler scaler(train::GradScalerOptions().enabled(flags.amp && device.is_cuda()));
+  const auto amp_type = device.is_cuda() ? at::kHalf : at::kBFloat16;
   std::vector<double> times, updates;
+  // On a GPU the update is not timed alone: waiting for the backward before it would keep its
+  // launches from overlapping the backward's kernels, as they do in training.
+  const bool time_update = !device.is_cuda();
   for (int i = 0; i < flags.warmup + flags.steps; ++i) {
+    wait_for(device);
     const auto start = std::chrono::steady_clock::now();
-    model->zero_grad();
+    model->zero_grad(/*set_to_none=*/true);
     at::Tensor logits;
     {
-      compat::AutocastGuard autocast(at::kCPU, at::kBFloat16, flags.amp);
+      compat::AutocastGuard autocast(device.type(), amp_type, flags.amp);
       logits = model(images);
     }
-    torch::nn::functional::cross_entropy(logits.to(at::kFloat), labels).backward();
+    scaler.scale(torch::nn::functional::cross_entropy(logits.to(at::kFloat), labels)).backward();
     if (optimizer) {
       const auto update_start = std::chrono::steady_clock::now();
-      optimizer->step();
-      if (i >= flags.warmup) updates.push_back(seconds_since(update_start) * 1000.0);
+      scaler.step(*optimizer);
+      scaler.update();
+      if (time_update && i >= flags.warmup) updates.push_back(seconds_since(update_start) * 1000.0);
     }
+    wait_for(device);
     if (i >= flags.warmup) times.push_back(seconds_since(start) * 1000.0);
   }
   return {median(times), median(updates)};
@@ -84,11 +103,20 @@ StepTimes time_steps(models::Classifier& model, const BenchModelsFlags& flags) {
 
 int run_bench_models(const BenchModelsFlags& flags) {
   if (flags.threads > 0) at::set_num_threads(flags.threads);
+  at::Device device(at::kCPU);
+  if (flags.gpu) {
+    if (!torch::cuda::is_available()) {
+      std::cerr << "dptrain bench-models: --gpu " << *flags.gpu << " given but no CUDA device is visible\n";
+      return 2;
+    }
+    device = at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(*flags.gpu));
+    at::globalContext().setBenchmarkCuDNN(true);  // fixed shapes: as `dptrain train` on a GPU
+  }
   for (const auto& arch : flags.archs) {
     torch::manual_seed(0);
     auto model = models::create(arch, models::ClassifierOptions().num_classes(10).image_size(flags.image_size));
     const double macs = models::forward_multiply_adds(model, flags.image_size);
-    const StepTimes times = time_steps(model, flags);
+    const StepTimes times = time_steps(model, flags, device);
     const double images_per_s = static_cast<double>(flags.batch) * 1000.0 / times.step_ms;
     std::cout << nlohmann::json{{"arch", arch},
                                 {"ms_per_step", times.step_ms},
@@ -99,6 +127,7 @@ int run_bench_models(const BenchModelsFlags& flags) {
                                 {"batch", flags.batch},
                                 {"image_size", flags.image_size},
                                 {"threads", at::get_num_threads()},
+                                {"device", device.str()},
                                 {"amp", flags.amp},
                                 {"channels_last", flags.channels_last},
                                 {"sgd", flags.sgd}}
@@ -119,7 +148,10 @@ Command add_bench_models_command(CLI::App& root) {
   app->add_option("--steps", flags->steps, "measured steps (the median is reported)")->capture_default_str();
   app->add_option("--warmup", flags->warmup, "unmeasured steps first")->capture_default_str();
   app->add_option("--threads", flags->threads, "intra-op threads (default: LibTorch's)");
-  app->add_flag("--amp", flags->amp, "bf16 autocast for the forward (the loss in fp32), as dptrain train --amp");
+  app->add_flag("--amp", flags->amp,
+                "mixed precision as dptrain train --amp: bf16 autocast for the forward (the loss in fp32); on a GPU "
+                "fp16 with loss scaling");
+  app->add_option("--gpu", flags->gpu, "CUDA device index: time the step there (random images made on the GPU)");
   app->add_flag("--channels-last", flags->channels_last, "NHWC weights and images");
   app->add_flag("--sgd", flags->sgd, "end each step with dptrain train's SGD update (momentum 0.9, weight decay 1e-4)");
   return {app, [flags](const std::vector<std::string>&) { return run_bench_models(*flags); }};

@@ -2,9 +2,11 @@
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/Parallel.h>
+#include <torch/cuda.h>
 #include <torch/torch.h>
 
 #include <iostream>
+#include <numeric>
 #include <mutex>
 
 #include "dptrain/common/error.h"
@@ -60,16 +62,23 @@ std::vector<at::Tensor> train_reference(const ImageBatches& data) {
   return copies(model->parameters());
 }
 
-std::vector<at::Tensor> train_data_parallel(const ImageBatches& data, int replicas) {
+std::vector<at::Tensor> train_data_parallel(const ImageBatches& data, const std::vector<torch::Device>& devices) {
   auto model = make_model(3);
-  DataParallel dp(model, DataParallelOptions(dpt::cpu_devices(replicas)));
+  model->to(devices.front());
+  DataParallel dp(model, DataParallelOptions(devices));
   torch::optim::SGD optimizer(dp.parameters(), image_sgd());
   for (int64_t s = 0; s < data.x.size(0); ++s) {
     optimizer.zero_grad();
-    F::cross_entropy(dp->forward(data.x[s]), data.y[s]).backward();
+    F::cross_entropy(dp->forward(data.x[s].to(devices.front())), data.y[s].to(devices.front())).backward();
     optimizer.step();
   }
-  return copies(model->parameters());
+  std::vector<at::Tensor> on_cpu;
+  for (const auto& p : model->parameters()) on_cpu.push_back(p.detach().cpu());
+  return on_cpu;
+}
+
+std::vector<at::Tensor> train_data_parallel(const ImageBatches& data, int replicas) {
+  return train_data_parallel(data, dpt::cpu_devices(replicas));
 }
 
 TEST(DataParallel, ScatterSizesAreTorchChunks) {
@@ -231,6 +240,24 @@ struct PlainImpl : torch::nn::Module {
   torch::nn::Linear linear{nullptr};
 };
 TORCH_MODULE(Plain);
+
+// Replicas on every visible GPU (nn.DataParallel's default) train as one CPU module on the whole
+// batch: scatter, replicas, gather and the gradients' sum on CUDA. TF32 off, so that the GPU's
+// convolutions and products round as fp32 ones do.
+TEST(DataParallel, OverTheVisibleGpusMatchesOneModule_CUDA) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  at::globalContext().setAllowTF32CuDNN(false);
+  at::globalContext().setAllowTF32CuBLAS(false);
+  std::vector<int> gpus(torch::cuda::device_count());
+  std::iota(gpus.begin(), gpus.end(), 0);
+  const auto data = make_image_batches(4, 12);
+  const auto expected = train_reference(data);
+  const double tolerance = 1e-4;
+  EXPECT_LE(max_difference(train_data_parallel(data, dpt::cuda_devices(gpus)), expected), tolerance);
+  // One step fewer lands far outside it.
+  const ImageBatches fewer{data.x.narrow(0, 0, 3), data.y.narrow(0, 0, 3)};
+  EXPECT_GT(max_difference(train_reference(fewer), expected), 100 * tolerance);
+}
 
 TEST(DataParallel, ConfigurationErrorsSayWhatToDo) {
   try {

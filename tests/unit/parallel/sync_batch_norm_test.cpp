@@ -14,6 +14,7 @@
 
 #include "dptrain/parallel/sync_batch_norm.h"
 #include "support/thread_ranks.h"
+#include "support/tiny_training.h"
 
 namespace {
 
@@ -23,7 +24,7 @@ using dpt::dist::Communicator;
 using torch::Tensor;
 
 // run_ranks owns the communicators; the layer takes a shared handle.
-std::shared_ptr<Communicator> borrow(Communicator& comm) { return {std::shared_ptr<void>(), &comm}; }
+using dpt::testing::borrow;
 
 double max_abs_diff(const Tensor& a, const Tensor& b) {
   if (a.numel() == 0) return 0;

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <torch/cuda.h>
 #include <torch/torch.h>
 
 #include <vector>
@@ -15,12 +16,12 @@ namespace {
 // Parameters of every kind the step meets: a bias, a channels_last convolution weight, a matrix
 // large enough to be split over threads, one without a gradient, one whose gradient is laid out
 // unlike it (transposed) and a double one (the last two take SGD's own steps).
-std::vector<at::Tensor> make_parameters() {
+std::vector<at::Tensor> make_parameters(const at::Device& device) {
   torch::manual_seed(3);
   std::vector<at::Tensor> params{
       torch::randn({37}), torch::randn({64, 3, 3, 3}).contiguous(at::MemoryFormat::ChannelsLast),
       torch::randn({1000, 257}), torch::randn({5}), torch::randn({9, 11}), torch::randn({13}, torch::kDouble)};
-  for (auto& p : params) p.set_requires_grad(true);
+  for (auto& p : params) p = p.to(device).set_requires_grad(true);
   return params;
 }
 
@@ -29,16 +30,16 @@ void set_gradients(std::vector<at::Tensor>& params, int step) {
   for (size_t i = 0; i < params.size(); ++i) {
     auto& p = params[i];
     if (i == 3) continue;  // never gets a gradient
-    at::Tensor grad = i == 4 ? torch::randn({11, 9}).t() : torch::randn_like(p);
-    p.mutable_grad() = grad;
+    at::Tensor grad = i == 4 ? torch::randn({11, 9}).t() : torch::randn_like(p, p.options().device(at::kCPU));
+    p.mutable_grad() = grad.to(p.device());
   }
 }
 
 // Five steps of both optimizers from the same weights and gradients, the learning rate changing
 // between steps as a schedule changes it; every weight and momentum buffer compared bitwise.
-void expect_same_steps(const torch::optim::SGDOptions& options) {
-  auto fused_params = make_parameters();
-  auto reference_params = make_parameters();
+void expect_same_steps(const torch::optim::SGDOptions& options, const at::Device& device = at::kCPU) {
+  auto fused_params = make_parameters(device);
+  auto reference_params = make_parameters(device);
   FusedSGD fused(fused_params, options);
   torch::optim::SGD reference(reference_params, options);
   for (int step = 0; step < 5; ++step) {
@@ -78,6 +79,16 @@ TEST(FusedSgd, NesterovBitwiseAsSgd) {
   expect_same_steps(torch::optim::SGDOptions(0.05).momentum(0.9).weight_decay(5e-5).nesterov(true));
 }
 
+// On a GPU each of SGD's steps is one multi-tensor kernel over the parameters: the same
+// arithmetic per element as SGD's kernel per parameter.
+TEST(FusedSgd, OnTheGpuBitwiseAsSgd_CUDA) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  const at::Device gpu(at::kCUDA, 0);
+  expect_same_steps(torch::optim::SGDOptions(0.1).momentum(0.9).weight_decay(1e-4), gpu);
+  expect_same_steps(torch::optim::SGDOptions(0.05).momentum(0.9).weight_decay(5e-5).nesterov(true), gpu);
+  expect_same_steps(torch::optim::SGDOptions(0.1), gpu);
+}
+
 TEST(FusedSgd, DampeningBitwiseAsSgd) {
   expect_same_steps(torch::optim::SGDOptions(0.1).momentum(0.8).dampening(0.3).weight_decay(1e-3));
 }
@@ -99,7 +110,7 @@ TEST(FusedSgd, TheComparisonSeesOneRoundingMore) {
 }
 
 TEST(FusedSgd, IsAnSgdForStateDictsAndCheckpoints) {
-  auto params = make_parameters();
+  auto params = make_parameters(at::kCPU);
   std::shared_ptr<torch::optim::Optimizer> optimizer =
       std::make_shared<FusedSGD>(params, torch::optim::SGDOptions(0.1).momentum(0.9));
   EXPECT_NE(dynamic_cast<torch::optim::SGD*>(optimizer.get()), nullptr);

@@ -2,10 +2,13 @@
 
 #include <limits>
 
+#include <torch/cuda.h>
+#include <torch/nn/modules/linear.h>
 #include <torch/optim/sgd.h>
 #include <torch/serialize.h>
 
 #include "dptrain/common/error.h"
+#include "dptrain/compat/compat.h"
 #include "dptrain/train/grad_scaler.h"
 #include "support/thread_ranks.h"
 #include "support/tiny_training.h"
@@ -159,4 +162,43 @@ TEST(GradScaler, EveryRankSkipsWhenOneRankFindsInf) {
     scaler.update();
     EXPECT_TRUE(f.param.detach().equal(torch::tensor({0.0f, 1.0f})));
   });
+}
+
+// fp16 autocast on a GPU, where a too large scale overflows the half-precision gradients. A
+// linear layer y = W x summed: dL/dy is the scale itself (inf in fp16 past 65504), dL/dW sums the
+// scale times x (0.5 and 0.25 over two rows, exact in fp16). From 2^20 the scale halves after
+// each overflowing step (2^20 .. 2^16 skipped, W untouched) until 2^15, whose step moves W by
+// the true gradient; with growth_interval 2 it doubles after two good steps and overflows again.
+// tests/cuda/grad_scaler_sequence.py runs the same steps through torch.cuda.amp.GradScaler and
+// checks it gives this sequence too (scripts/gpu-check runs both).
+TEST(GradScaler, HalfGradientsOverflowAndBackOffAsTorchAmp_CUDA) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  const torch::Device gpu(torch::kCUDA, 0);
+  torch::nn::Linear linear(torch::nn::LinearOptions(2, 3).bias(false));
+  linear->to(gpu);
+  {
+    torch::NoGradGuard no_grad;
+    linear->weight.fill_(0.125);
+  }
+  torch::optim::SGD sgd(linear->parameters(), torch::optim::SGDOptions(1.0));
+  GradScaler scaler(GradScalerOptions().init_scale(1 << 20).growth_interval(2));
+  const auto x = torch::tensor({{0.5f, 0.25f}, {0.5f, 0.25f}}, gpu);
+  const double expected_scale[] = {1 << 19, 1 << 18, 1 << 17, 1 << 16, 1 << 15, 1 << 15, 1 << 16, 1 << 15};
+  const bool expected_step[] = {false, false, false, false, false, true, true, false};
+  float weight = 0.125f;
+  for (int i = 0; i < 8; ++i) {
+    sgd.zero_grad();
+    at::Tensor y;
+    {
+      dpt::compat::AutocastGuard autocast(torch::kCUDA, at::kHalf, true);
+      y = linear->forward(x);
+      ASSERT_EQ(y.scalar_type(), at::kHalf);
+    }
+    scaler.scale(y.to(at::kFloat).sum()).backward();
+    EXPECT_EQ(scaler.step(sgd), expected_step[i]) << i;
+    scaler.update();
+    EXPECT_EQ(scaler.get_scale(), expected_scale[i]) << i;
+    if (expected_step[i]) weight -= 1.0f;  // column 0: dL/dW = 0.5 + 0.5, each row of W alike
+    EXPECT_TRUE(linear->weight.select(1, 0).cpu().equal(torch::full({3}, weight))) << i;
+  }
 }

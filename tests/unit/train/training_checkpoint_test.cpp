@@ -1,5 +1,6 @@
 #include <gtest/gtest.h>
 
+#include <torch/cuda.h>
 #include <torch/torch.h>
 
 #include <map>
@@ -14,6 +15,7 @@
 #include "dptrain/train/lr_schedule.h"
 #include "dptrain/train/optimizer.h"
 #include "support/temp_dir.h"
+#include "support/tiny_training.h"
 
 using namespace dpt::train;
 
@@ -184,3 +186,68 @@ TEST(TrainingCheckpoint, MissingEntryIsNamed) {
 }
 
 }  // namespace
+
+namespace {
+
+// A ResNet-20 and its SGD (momentum) after one step on `device`: the second step of a run.
+struct SteppedOn {
+  explicit SteppedOn(torch::Device device) : device(device) {
+    torch::manual_seed(4);
+    model = dpt::models::create("resnet20", dpt::models::ClassifierOptions().num_classes(3));
+    model->to(device);
+    optimizer = make_optimizer(*model, OptimizerOptions().weight_decay(1e-4), 0.05);
+  }
+  void step(const at::Tensor& images) {
+    optimizer->zero_grad();
+    model->forward(images.to(device)).sum().backward();
+    optimizer->step();
+  }
+  std::vector<at::Tensor> parameters_on_cpu() const {
+    std::vector<at::Tensor> out;
+    for (const auto& p : model->parameters()) out.push_back(p.detach().cpu());
+    return out;
+  }
+  torch::Device device;
+  dpt::models::Classifier model{nullptr};
+  std::shared_ptr<torch::optim::Optimizer> optimizer;
+};
+
+}  // namespace
+
+// A checkpoint written on a GPU resumes on the CPU, and the reverse: weights and momentum come
+// back on the resuming side's device, and its next step is the writer's next step.
+TEST(TrainingCheckpoint, MovesBetweenGpuAndCpu_CUDA) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  at::globalContext().setAllowTF32CuDNN(false);
+  at::globalContext().setAllowTF32CuBLAS(false);
+  const torch::Device gpu(torch::kCUDA, 0), cpu(torch::kCPU);
+  const auto images = torch::randn({4, 3, 8, 8});
+  for (const auto& [from, to] : {std::pair{gpu, cpu}, std::pair{cpu, gpu}}) {
+    SCOPED_TRACE(from.str() + " to " + to.str());
+    SteppedOn writer(from);
+    writer.step(images);
+    TrainingCheckpoint cp;
+    cp.arch = "resnet20";
+    cp.state_dict = dpt::models::state_dict(*writer.model);
+    cp.optimizer = optimizer_state_dict(*writer.optimizer);
+    dpt::testing::TempDir dir;
+    const std::filesystem::path file = dir.path() + "/checkpoint.pt";
+    save_checkpoint(cp.to_ivalue(), file);
+
+    SteppedOn reader(to);
+    const auto back = TrainingCheckpoint::from_ivalue(load_checkpoint(file), file);
+    dpt::models::load_state_dict(*reader.model, back.state_dict);
+    load_optimizer_state_dict(*reader.optimizer, back.optimizer);
+    for (const auto& p : reader.model->parameters()) ASSERT_EQ(p.device(), to);
+    const double tolerance = 1e-5;
+    EXPECT_LE(dpt::testing::max_difference(reader.parameters_on_cpu(), writer.parameters_on_cpu()), 1e-7);
+    writer.step(images);
+    reader.step(images);
+    EXPECT_LE(dpt::testing::max_difference(reader.parameters_on_cpu(), writer.parameters_on_cpu()), tolerance);
+    // Without the momentum buffers the step lands outside it.
+    SteppedOn forgetful(to);
+    dpt::models::load_state_dict(*forgetful.model, back.state_dict);
+    forgetful.step(images);
+    EXPECT_GT(dpt::testing::max_difference(forgetful.parameters_on_cpu(), writer.parameters_on_cpu()), 10 * tolerance);
+  }
+}
