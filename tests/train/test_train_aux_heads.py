@@ -28,9 +28,11 @@ def close(a, b):
 
 
 def moved_alike(a, b, initial):
-    """Whether a step took `initial` to `a` and to `b` alike: to within 0.1% of the larger move
-    (batch norm statistics and gradients summed over other partitions of the batch round apart)."""
-    return ((a - initial) - (b - initial)).abs().max() <= 1e-3 * (a - initial).abs().max()
+    """Whether a step took `initial` to `a` and to `b` alike: to within 5% of the move (batch norm
+    statistics and gradients summed over other partitions of the batch round apart, and batch
+    norm's backward amplifies it where a channel's variance is small: at most 1.6e-4 of the move on
+    LibTorch 1.13, 1.4e-2 on 2.6; ranks without --sync-bn land 1.1-2.5 moves apart)."""
+    return ((a - initial) - (b - initial)).abs().max() <= 5e-2 * (a - initial).abs().max()
 
 
 class AuxiliaryHeads(unittest.TestCase):
@@ -71,8 +73,7 @@ class AuxiliaryHeads(unittest.TestCase):
 
     def test_two_ranks_train_the_heads_as_one_process_on_both_batches(self):
         # At 64 px: at 32 px the last stages normalise 1x1 maps of 16 images, and batch norm's
-        # backward amplified the two partitions' rounding to 2.6e-3 of conv1's move on an AVX2
-        # CPU (1.6e-4 at most here at 64 px, on any parameter).
+        # backward amplified the two partitions' rounding further.
         one = self.step("one", "-b", "16", size=64)
         two = self.step("two", "-b", "8", ranks=2, size=64)
         for name, tensor in one.items():

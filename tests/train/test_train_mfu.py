@@ -15,6 +15,7 @@ import torch
 import torchvision
 
 from proc import dptrain, run
+from train_runs import alone
 
 RUN = ["--dummy", "-a", "resnet18", "--image-size", "32", "--dummy-train-size", "64", "--dummy-val-size", "16",
        "-b", "16", "-j", "1", "--epochs", "1", "-p", "1", "--seed", "1"]
@@ -114,7 +115,7 @@ class Mfu(unittest.TestCase):
         for amp in ([], ["--amp"]):
             with self.subTest(amp=amp):
                 code, out, err = run([dptrain(), "train", *RUN, "--max-steps", "1", *amp], timeout=120,
-                                     env=dict(os.environ, OMP_NUM_THREADS="1"))
+                                     env=dict(alone(), OMP_NUM_THREADS="1"))
                 self.assertEqual(code, 0, out + err)
                 self.assertEqual(hint in out, bf16_units and not amp, out)
                 self.assertEqual(warning in out, not bf16_units and bool(amp), out)
