@@ -50,7 +50,10 @@ class Mfu(unittest.TestCase):
     def setUpClass(cls):
         cls.dir = tempfile.mkdtemp(prefix="dpt-mfu-")
         cls.measured = os.path.join(cls.dir, "measured.json")
-        code, out, err = run([dptrain(), "bench-peak", "--output", cls.measured, "--seconds", "0.02"], timeout=120)
+        # Without bf16 units LibTorch 2.6 emulates bf16 products at about 1 GFLOP/s (0.8 measured on
+        # an AVX2 CPU), and bench-peak's one unmeasured and one measured run of each size took
+        # 174 s there.
+        code, out, err = run([dptrain(), "bench-peak", "--output", cls.measured, "--seconds", "0.02"], timeout=480)
         assert code == 0, out + err
         with open(cls.measured) as f:
             cls.peak = json.load(f)
@@ -81,9 +84,11 @@ class Mfu(unittest.TestCase):
         self.assertEqual(self.peak["device"], "cpu")
         self.assertEqual(sorted(self.peak["precisions"]), ["bf16", "fp32"])
         for precision, rates in self.peak["precisions"].items():
-            # A core does more than a GFLOP/s and far less than a TFLOP/s per thread here.
+            # A core does far less than 10 TFLOP/s per thread, and more than 0.1 GFLOP/s even in bf16
+            # emulated without bf16 units (LibTorch 2.6's bf16 products: 0.8-0.9 GFLOP/s on an AVX2
+            # CPU; a rate counted in GFLOP instead of FLOP would be under 100).
             for kernel in ("matmul", "conv"):
-                self.assertTrue(1e9 < rates[kernel] < 1e13, (precision, rates))
+                self.assertTrue(1e8 < rates[kernel] < 1e13, (precision, rates))
             self.assertEqual(rates["peak"], max(rates["matmul"], rates["conv"]))
 
     def test_the_logs_give_model_flops_and_their_fraction_of_the_peak(self):
