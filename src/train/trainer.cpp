@@ -34,6 +34,7 @@
 #include "dptrain/train/checkpoint/checkpoint_file.h"
 #include "dptrain/train/checkpoint/optimizer_state.h"
 #include "dptrain/train/checkpoint/training_checkpoint.h"
+#include "dptrain/train/amp.h"
 #include "dptrain/train/grad_scaler.h"
 #include "dptrain/train/logs/timeline.h"
 #include "dptrain/train/lr_schedule.h"
@@ -139,7 +140,7 @@ struct Trainer::State {
     at::Tensor logits;
     std::vector<models::AuxiliaryLogits> auxiliary;
     {
-      compat::AutocastGuard autocast(device.type(), device.is_cuda() ? at::kHalf : at::kBFloat16, options.amp());
+      compat::AutocastGuard autocast(device.type(), amp_dtype(device), options.amp());
       logits = style->forward(images);
       // Every style's training forward runs this process's model (--mode dp refuses heads).
       auxiliary = model->take_auxiliary_logits();
@@ -155,7 +156,7 @@ struct Trainer::State {
 
   // The eval-mode logits of `net` (the model or its EMA), in --amp's precision, as float32.
   at::Tensor eval_logits(models::ClassifierImpl& net, const at::Tensor& images) const {
-    compat::AutocastGuard autocast(device.type(), device.is_cuda() ? at::kHalf : at::kBFloat16, options.amp());
+    compat::AutocastGuard autocast(device.type(), amp_dtype(device), options.amp());
     return net.forward(images).to(at::kFloat);
   }
 
@@ -332,7 +333,7 @@ void Trainer::State::build_step() {
   DPT_CHECK(accum_steps == 1 || style->accumulates(), ConfigError,
             "--accum-steps needs --mode ddp or dp: the Horovod style reduces the gradients in every backward");
   // Loss scaling keeps fp16 gradients from underflowing; bf16 has float32's range and needs none.
-  scaler = std::make_unique<GradScaler>(GradScalerOptions().enabled(o.amp() && device.is_cuda()), comm);
+  scaler = std::make_unique<GradScaler>(GradScalerOptions().enabled(o.amp() && amp_needs_loss_scaling(device)), comm);
   sampler = std::make_unique<data::DistributedSampler>(
       data.train->size(),
       data::SamplerOptions(comm->size(), comm->rank()).seed(o.seed()).repetitions(o.data().repeated_augmentations()));

@@ -23,6 +23,7 @@
 #include "dptrain/compat/compat.h"
 #include "dptrain/models/multiply_adds.h"
 #include "dptrain/models/registry.h"
+#include "dptrain/train/amp.h"
 #include "dptrain/train/grad_scaler.h"
 #include "dptrain/train/optimizer.h"
 
@@ -73,8 +74,7 @@ StepTimes time_steps(models::Classifier& model, const BenchModelsFlags& flags, c
   std::shared_ptr<torch::optim::Optimizer> optimizer;
   if (flags.sgd) optimizer = train::make_optimizer(*model, train::OptimizerOptions(), /*lr=*/0.1);
   // As `dptrain train`: fp16 on a GPU needs loss scaling, bf16 on the CPU does not.
-  train::GradScaler scaler(train::GradScalerOptions().enabled(flags.amp && device.is_cuda()));
-  const auto amp_type = device.is_cuda() ? at::kHalf : at::kBFloat16;
+  train::GradScaler scaler(train::GradScalerOptions().enabled(flags.amp && train::amp_needs_loss_scaling(device)));
   std::vector<double> times, updates;
   // On a GPU the update is not timed alone: waiting for the backward before it would keep its
   // launches from overlapping the backward's kernels, as they do in training.
@@ -85,7 +85,7 @@ StepTimes time_steps(models::Classifier& model, const BenchModelsFlags& flags, c
     model->zero_grad(/*set_to_none=*/true);
     at::Tensor logits;
     {
-      compat::AutocastGuard autocast(device.type(), amp_type, flags.amp);
+      compat::AutocastGuard autocast(device.type(), train::amp_dtype(device), flags.amp);
       logits = model(images);
     }
     scaler.scale(torch::nn::functional::cross_entropy(logits.to(at::kFloat), labels)).backward();
