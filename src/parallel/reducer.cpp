@@ -89,11 +89,18 @@ class Reducer::ReadyHook : public torch::autograd::FunctionPostHook {
 
 namespace {
 
-// A tensor sharing `buffer`'s memory from `offset` with `sizes`, without being an autograd view:
-// optimizers call detach_() on gradients, which autograd refuses for views.
-at::Tensor alias_of(const at::Tensor& buffer, int64_t offset, at::IntArrayRef sizes) {
+// A tensor shaped as `param`, sharing `buffer`'s memory from `offset`, without being an autograd
+// view: optimizers call detach_() on gradients, which autograd refuses for views. A dense
+// parameter lends its strides (channels_last stays channels_last): a gradient laid out as its
+// parameter is accumulated in place without a transposing copy, and the optimizer updates both in
+// one flat pass. Any other parameter gets a contiguous gradient.
+at::Tensor alias_of(const at::Tensor& buffer, int64_t offset, const at::Tensor& param) {
   at::Tensor alias = at::empty({0}, buffer.options());
-  alias.set_(buffer.storage(), offset, sizes);
+  if (param.is_non_overlapping_and_dense()) {
+    alias.set_(buffer.storage(), offset, param.sizes(), param.strides());
+  } else {
+    alias.set_(buffer.storage(), offset, param.sizes());
+  }
   return alias;
 }
 
@@ -132,7 +139,7 @@ Reducer::Reducer(std::vector<NamedParameter> params, std::shared_ptr<dist::Commu
     int64_t offset = 0;
     for (size_t i : bucket.params) {
       slots_[i].bucket = b;
-      slots_[i].grad = alias_of(bucket.buffer, offset, params_[i].tensor.sizes());
+      slots_[i].grad = alias_of(bucket.buffer, offset, params_[i].tensor);
       offset += params_[i].tensor.numel();
     }
   }

@@ -11,8 +11,11 @@ namespace dpt {
 
 namespace {
 
+// Strides only where they are not the contiguous ones: ranks whose parameters differ in memory
+// format would lay their gradient buckets out differently and sum unrelated elements.
 std::string describe(const std::string& kind, const std::string& name, const at::Tensor& t) {
-  return str(kind, " '", name, "' of shape ", t.sizes(), " and dtype ", t.scalar_type());
+  const std::string strides = t.is_contiguous() ? "" : str(", strides ", t.strides());
+  return str(kind, " '", name, "' of shape ", t.sizes(), strides, " and dtype ", t.scalar_type());
 }
 
 std::string join_lines(const std::vector<std::string>& lines) {

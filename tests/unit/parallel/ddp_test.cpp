@@ -186,6 +186,64 @@ TEST(DistributedDataParallel, DifferentModelsFailOnEveryRankWithTheFirstDifferen
   });
 }
 
+// A small convolutional net in channels_last, as --channels-last makes every model.
+torch::nn::Sequential make_channels_last_cnn(uint64_t seed) {
+  torch::nn::Sequential model(torch::nn::Conv2d(torch::nn::Conv2dOptions(3, 4, 3)), torch::nn::ReLU(),
+                              torch::nn::Conv2d(torch::nn::Conv2dOptions(4, 2, 1)));
+  fill(*model, seed);
+  for (auto& p : model->parameters()) {
+    if (p.dim() == 4) p.set_data(p.contiguous(at::MemoryFormat::ChannelsLast));
+  }
+  return model;
+}
+
+// Each gradient lives in its bucket laid out as its parameter (PyTorch's gradient layout
+// contract): no copy across layouts when backward accumulates it, one flat pass in the optimizer.
+// The reduced values are still the mean of the ranks' gradients, as one process computes them.
+TEST(DistributedDataParallel, ChannelsLastGradientsKeepTheirParametersLayout) {
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(11);
+  const at::Tensor x = at::randn({4, 3, 6, 6}, gen).contiguous(at::MemoryFormat::ChannelsLast);
+  auto reference = make_channels_last_cnn(100);
+  reference->forward(x).square().mean().backward();
+  dpt::testing::run_ranks(2, [&](Communicator& comm) {
+    auto model = make_channels_last_cnn(100);
+    DistributedDataParallel ddp(model, borrow(comm));
+    ddp->forward(x.narrow(0, 2 * comm.rank(), 2)).square().mean().backward();
+    const auto params = model->parameters();
+    const auto expected = reference->parameters();
+    for (size_t i = 0; i < params.size(); ++i) {
+      const at::Tensor& grad = params[i].grad();
+      EXPECT_EQ(grad.strides(), params[i].strides()) << "rank " << comm.rank() << ", parameter " << i;
+      EXPECT_TRUE(grad.is_alias_of(ddp.reducer().bucket_buffer(0))) << "rank " << comm.rank() << ", parameter " << i;
+      EXPECT_LE((grad - expected[i].grad()).abs().max().item<double>(), 1e-6)
+          << "rank " << comm.rank() << ", parameter " << i;
+    }
+    // The first weight's gradient read in the contiguous layout instead differs far beyond that.
+    const at::Tensor misread = params[0].grad().contiguous().as_strided(params[0].sizes(), params[0].strides());
+    EXPECT_GT((misread - expected[0].grad()).abs().max().item<double>(), 1e-3) << "rank " << comm.rank();
+  });
+}
+
+// Ranks whose parameters differ only in memory format would sum unrelated elements.
+TEST(DistributedDataParallel, ParametersInAnotherMemoryFormatFailWithTheirStrides) {
+  dpt::testing::run_ranks(2, [&](Communicator& comm) {
+    auto model = make_channels_last_cnn(100);
+    if (comm.rank() == 1) {
+      for (auto& p : model->parameters()) p.set_data(p.contiguous());
+    }
+    try {
+      DistributedDataParallel ddp(model, borrow(comm));
+      ADD_FAILURE() << "rank " << comm.rank() << " accepted parameters in another memory format";
+    } catch (const dpt::ConfigError& e) {
+      EXPECT_NE(std::string(e.what()).find("First difference, entry 0: rank 0 has parameter '0.weight' of shape [4, 3, "
+                                           "3, 3], strides [27, 1, 9, 3] and dtype Float, rank 1 has parameter "
+                                           "'0.weight' of shape [4, 3, 3, 3] and dtype Float."),
+                std::string::npos)
+          << e.what();
+    }
+  });
+}
+
 TEST(DistributedDataParallel, GradientsLiveInTheBucketsAndTimingIsReported) {
   dpt::testing::run_ranks(2, [&](Communicator& comm) {
     auto model = make_mlp();
