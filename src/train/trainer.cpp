@@ -32,6 +32,7 @@
 #include "dptrain/train/ps_server_role.h"
 #include "dptrain/train/checkpoint/auto_resume.h"
 #include "dptrain/train/checkpoint/checkpoint_file.h"
+#include "dptrain/train/checkpoint/checkpoint_writer.h"
 #include "dptrain/train/checkpoint/optimizer_state.h"
 #include "dptrain/train/checkpoint/training_checkpoint.h"
 #include "dptrain/train/amp.h"
@@ -92,6 +93,7 @@ struct Trainer::State {
   // For the banner: where the run resumed from, and the newer files that did not read.
   std::vector<std::string> resume_notes;
   Clock::time_point last_checkpoint = Clock::now();
+  std::unique_ptr<CheckpointWriter> checkpoints;  // rank 0's, when there is an output folder
   // For the reports (rank 0): a training image's FLOPs, 2 x 3 x the model's forward multiply-adds,
   // and the attainable FLOP/s of every unit the ranks compute on, when measured.
   double train_flop_per_image = 0;
@@ -210,7 +212,15 @@ struct Trainer::State {
     report.acc1 = all.top1_percent();
     report.acc5 = all.top5_percent();
   }
-  void save_checkpoint(bool epoch_done, bool is_best);
+  // Why a checkpoint is written: a periodic one is skipped while the previous write is still in
+  // flight; the others wait for it.
+  enum class CheckpointCause { Periodic, Epoch, Stop };
+  void save_checkpoint(CheckpointCause cause, bool is_best);
+  // Logs the writes that have ended (and puts them on the timeline's checkpoint track).
+  void report_checkpoints();
+  // Waits for the write in flight and reports it.
+  void finish_checkpoints();
+  std::optional<CheckpointWrite> last_write;  // the newest write that ended
   // Whether any rank had caught a stop signal when the step's sums were reduced (`all` carries the
   // votes), so that every rank stops after the same step whichever rank the signal reached.
   bool stop_agreed_in(const MetricSums& all) const {
@@ -615,16 +625,26 @@ bool Trainer::State::train_epoch(MetricSums& sums, int64_t& skipped) {
       stopped = true;
       break;
     }
-    if (periodic_checkpoint_due()) save_checkpoint(/*epoch_done=*/false, /*is_best=*/false);
+    if (periodic_checkpoint_due()) save_checkpoint(CheckpointCause::Periodic, /*is_best=*/false);
+    report_checkpoints();
   }
   skipped = static_cast<int64_t>(loader.skipped().size());
   return !stopped;
 }
 
-void Trainer::State::save_checkpoint(bool epoch_done, bool is_best) {
+void Trainer::State::save_checkpoint(CheckpointCause cause, bool is_best) {
   if (!leader() || options.checkpoint().output_dir().empty()) return;
-  const auto writing = span_of(timeline.get(), "checkpoint", {{"step", global_step()}});
-  last_checkpoint = Clock::now();
+  if (!checkpoints) {
+    checkpoints = std::make_unique<CheckpointWriter>(
+        CheckpointWriterOptions().background(options.checkpoint().in_background()));
+    for (const fs::path& file : remove_unfinished_writes(options.checkpoint().output_dir())) {
+      if (options.log() != nullptr) {
+        *options.log() << "checkpoint: removed " << file.string() << ", a write its killed process left unfinished"
+                       << std::endl;
+      }
+    }
+  }
+  const auto snapshot = span_of(timeline.get(), "checkpoint", {{"step", global_step()}});
   style->gather_state();
   TrainingCheckpoint cp;
   cp.arch = options.arch();
@@ -644,20 +664,48 @@ void Trainer::State::save_checkpoint(bool epoch_done, bool is_best) {
   if (ema) cp.model_ema = ema->state_dict();
   at::Generator generator = at::detail::getDefaultCPUGenerator();
   cp.rng_state = generator.get_state();
-  const fs::path dir(options.checkpoint().output_dir());
-  const fs::path latest = dir / kLatestCheckpointName;
-  train::save_checkpoint(cp.to_ivalue(), latest);
-  if (options.log() != nullptr) {
-    // What a checkpoint costs, to choose --checkpoint-every/--checkpoint-minutes by.
-    *options.log() << fmt::format("checkpoint: wrote {} ({:.1f} MB) in {:.2f} s", latest.string(),
-                                  static_cast<double>(fs::file_size(latest)) / 1e6, seconds_since(last_checkpoint))
+  CheckpointRequest request;
+  request.state = cp.to_ivalue();
+  request.dir = options.checkpoint().output_dir();
+  request.step = global_step();
+  if (cause == CheckpointCause::Epoch) request.epoch_done = epoch;
+  request.keep = options.checkpoint().keep();
+  request.best = is_best;
+  const int64_t in_flight = checkpoints->last_step();
+  if (checkpoints->submit(std::move(request),
+                          cause == CheckpointCause::Periodic ? WhenBusy::Skip : WhenBusy::Wait)) {
+    last_checkpoint = Clock::now();
+  } else if (options.log() != nullptr) {
+    *options.log() << "checkpoint: none after step " << global_step() << ": the write of step " << in_flight
+                   << " is still in flight (writes take longer than --checkpoint-every/--checkpoint-minutes "
+                      "leave them)"
                    << std::endl;
   }
-  if (epoch_done) {
-    copy_file_atomically(latest, epoch_checkpoint_path(dir, epoch));
-    rotate_checkpoints(dir, options.checkpoint().keep());
+}
+
+void Trainer::State::report_checkpoints() {
+  if (!checkpoints) return;
+  for (const CheckpointWrite& write : checkpoints->finished()) {
+    last_write = write;
+    if (timeline) timeline->add(Timeline::Track::Checkpoint, "checkpoint write", write.began, write.ended, {{"step", write.step}});
+    if (options.log() == nullptr) continue;
+    // What a checkpoint costs, to choose --checkpoint-every/--checkpoint-minutes by.
+    if (write.ok()) {
+      *options.log() << fmt::format("checkpoint: wrote {} ({:.1f} MB) in {:.2f} s; training paused {:.2f} s",
+                                    write.file.string(), static_cast<double>(write.bytes) / 1e6, write.write_s(),
+                                    write.paused_s)
+                     << std::endl;
+    } else {
+      *options.log() << "checkpoint: the checkpoint of step " << write.step << " was not written: " << write.error
+                     << ". The files it would have replaced are kept; training goes on" << std::endl;
+    }
   }
-  if (is_best || !fs::exists(dir / kBestCheckpointName)) copy_file_atomically(latest, dir / kBestCheckpointName);
+}
+
+void Trainer::State::finish_checkpoints() {
+  if (!checkpoints) return;
+  checkpoints->wait();
+  report_checkpoints();
 }
 
 TrainResult Trainer::train() {
@@ -672,7 +720,8 @@ TrainResult Trainer::train() {
     int64_t skipped_local = 0;
     const bool finished = s.train_epoch(sums, skipped_local);
     if (!finished) {
-      s.save_checkpoint(/*epoch_done=*/false, /*is_best=*/false);
+      s.save_checkpoint(State::CheckpointCause::Stop, /*is_best=*/false);
+      s.finish_checkpoints();
       // The other ranks wait for rank 0's checkpoint, so that no process exits before it is whole.
       if (s.stop_agreed) s.ranks().barrier();
       break;
@@ -695,16 +744,25 @@ TrainResult Trainer::train() {
     ++s.epoch;
     s.step_in_epoch = 0;
     s.samples_in_epoch = 0;
-    s.save_checkpoint(/*epoch_done=*/true, is_best);
+    s.save_checkpoint(State::CheckpointCause::Epoch, is_best);
+    s.report_checkpoints();
     if (s.options.max_steps() && s.global_step() >= *s.options.max_steps()) break;
     // A stop signal that came during validation: the epoch's checkpoint is written, so stop now
     // rather than after the next epoch's first step.
     if (s.any_rank_stopping()) {
       s.stop_agreed = true;
+      s.finish_checkpoints();
       s.ranks().barrier();
       break;
     }
   }
+  s.finish_checkpoints();
+  // Mid-run failures are logged and training goes on; the run's last checkpoint missing is an
+  // error, since nothing newer will replace it.
+  DPT_CHECK(!s.last_write || s.last_write->ok(), CheckpointError, "the last checkpoint (step ",
+            s.last_write ? s.last_write->step : 0, ") was not written: ",
+            s.last_write ? s.last_write->error : "", "; the newest checkpoint in ",
+            s.options.checkpoint().output_dir(), " is an older one");
   s.stop_signals.reset();
   result.stopped_on_request = s.stop_agreed;
   result.epochs_done = s.epoch;

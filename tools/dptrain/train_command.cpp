@@ -244,6 +244,9 @@ void add_checkpoint_flags(CLI::App& app, TrainFlags& flags) {
   app.add_option("--checkpoint-every", checkpoint.every_steps(), "also write checkpoint.pt every N optimizer steps");
   app.add_option("--checkpoint-minutes", checkpoint.every_minutes(),
                  "also write checkpoint.pt when M minutes have passed since the last one");
+  app.add_flag("--checkpoint-async,!--no-checkpoint-async", checkpoint.in_background(),
+               "write checkpoints on a background thread, training pausing only to copy the state to host memory "
+               "(the default); --no-checkpoint-async: rank 0 writes them in the training thread");
   app.add_option("--timeline", flags.options.timeline(),
                  "write each rank's steps (data, forward, backward, each bucket's all-reduce, optimizer, "
                  "validation, checkpoints) as a Chrome/Perfetto trace: FILE.json becomes FILE.rank<N>.json");

@@ -107,6 +107,9 @@ struct CheckpointOptions {
   // of each epoch only (and at a max_steps stop).
   TORCH_ARG(std::optional<int64_t>, every_steps) = std::nullopt;
   TORCH_ARG(std::optional<double>, every_minutes) = std::nullopt;
+  // Write on a background thread (CheckpointWriter): training pauses only to copy the state to
+  // host memory. False: rank 0 writes in the training thread and the other ranks wait for it.
+  TORCH_ARG(bool, in_background) = true;
   // Signals that stop training (see StopSignals) while train() runs: after the step every rank
   // agrees on, rank 0 writes checkpoint.pt (when output_dir is set) and train() returns with
   // TrainResult::stopped_on_request. Empty: signals keep their handlers (a program's own, or the

@@ -1,6 +1,7 @@
 #include "dptrain/train/checkpoint/checkpoint_file.h"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -137,6 +138,21 @@ std::vector<fs::path> epoch_checkpoints(const fs::path& dir) {
   std::vector<fs::path> files;
   for (auto& [epoch, file] : found) files.push_back(std::move(file));
   return files;
+}
+
+std::vector<fs::path> remove_unfinished_writes(const fs::path& dir) {
+  static const std::regex kTemporary(R"(.+\.tmp\.(\d{1,9}))");
+  std::vector<fs::path> deleted;
+  std::error_code error;
+  for (const auto& entry : fs::directory_iterator(dir, error)) {
+    const std::string name = entry.path().filename().string();
+    std::smatch match;
+    if (!std::regex_match(name, match, kTemporary)) continue;
+    const pid_t pid = static_cast<pid_t>(std::stoll(match[1].str()));
+    const bool running = ::kill(pid, 0) == 0 || errno == EPERM;
+    if (!running && fs::remove(entry.path(), error)) deleted.push_back(entry.path());
+  }
+  return deleted;
 }
 
 std::vector<fs::path> rotate_checkpoints(const fs::path& dir, int64_t keep_last) {

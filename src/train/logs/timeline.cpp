@@ -62,6 +62,7 @@ Timeline::Timeline(const fs::path& path, int rank)
   write_event(metadata("process_sort_index", rank, 0, {{"sort_index", rank}}));
   write_event(metadata("thread_name", rank, static_cast<int>(Track::Training), {{"name", "training"}}));
   write_event(metadata("thread_name", rank, static_cast<int>(Track::Communication), {{"name", "communication"}}));
+  write_event(metadata("thread_name", rank, static_cast<int>(Track::Checkpoint), {{"name", "checkpoint writer"}}));
   flush();
 }
 

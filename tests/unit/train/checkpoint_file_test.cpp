@@ -1,5 +1,6 @@
 #include <gtest/gtest.h>
 
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -112,6 +113,23 @@ TEST_F(CheckpointFile, RotationKeepsExactlyTheLastK) {
   rotate_checkpoints(dir, 1);
   EXPECT_EQ(names(), (std::vector<std::string>{"checkpoint_epoch11.pt", "model_best.pt", "notes.txt"}));
   EXPECT_THROW(rotate_checkpoints(dir, 0), dpt::ConfigError);
+}
+
+// A writer killed before its rename leaves <name>.tmp.<pid>: removed once that process is gone,
+// never while it may still be writing, and nothing else with .tmp. in its name.
+TEST_F(CheckpointFile, UnfinishedWritesOfDeadProcessesAreRemoved) {
+  const pid_t child = ::fork();
+  if (child == 0) ::_exit(0);
+  ASSERT_GT(child, 0);
+  ASSERT_EQ(::waitpid(child, nullptr, 0), child);  // reaped: its pid names no process now
+  const std::string dead = "checkpoint.pt.tmp." + std::to_string(child);
+  const std::string running = "model_best.pt.tmp." + std::to_string(::getpid());
+  for (const auto& name : {dead, running, std::string("notes.tmp.txt")}) std::ofstream(dir / name) << "partial";
+  save_checkpoint(state(1), dir / kLatestCheckpointName);
+  std::vector<std::string> deleted;
+  for (const auto& file : remove_unfinished_writes(dir)) deleted.push_back(file.filename());
+  EXPECT_EQ(deleted, std::vector<std::string>{dead});
+  EXPECT_EQ(names(), (std::vector<std::string>{"checkpoint.pt", running, "notes.tmp.txt"}));
 }
 
 TEST_F(CheckpointFile, AFailedWriteLeavesTheOldFileIntact) {

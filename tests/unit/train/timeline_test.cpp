@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <map>
 #include <set>
 #include <string>
 
@@ -54,14 +55,15 @@ TEST(Timeline, WritesAClosedJsonArrayOfNamedTracksAndTimedSpans) {
   for (const auto& event : trace) {
     EXPECT_EQ(event["pid"], 2);
     if (event["ph"] == "M" && event["name"] == "thread_name") {
-      EXPECT_EQ(event["args"]["name"], event["tid"] == 1 ? "training" : "communication");
+      const std::map<int, std::string> tracks{{1, "training"}, {2, "communication"}, {3, "checkpoint writer"}};
+      EXPECT_EQ(event["args"]["name"], tracks.at(event["tid"].get<int>()));
       ++names;
     }
     if (event["ph"] == "M" && event["name"] == "process_name") {
       EXPECT_EQ(event["args"]["name"], "rank 2");
     }
   }
-  EXPECT_EQ(names, 2);
+  EXPECT_EQ(names, 3);
   const auto timed = spans(trace);
   ASSERT_EQ(timed.size(), 2u);
   EXPECT_EQ(timed[0]["name"], "bucket 0");

@@ -43,6 +43,12 @@ std::filesystem::path epoch_checkpoint_path(const std::filesystem::path& dir, in
 // The checkpoint_epoch<N>.pt files in `dir`, lowest N first.
 std::vector<std::filesystem::path> epoch_checkpoints(const std::filesystem::path& dir);
 
+// Deletes the temporary files `<name>.tmp.<pid>` in `dir` whose process no longer runs: what
+// write_file_atomically leaves when its process is killed before the rename (the file it was
+// replacing is intact). A checkpoint is as large as the model's state, so they are worth removing.
+// Returns what was deleted; a file that cannot be deleted is left.
+std::vector<std::filesystem::path> remove_unfinished_writes(const std::filesystem::path& dir);
+
 // Deletes checkpoint_epoch<N>.pt files in `dir` beyond the `keep_last` with the highest N, lowest
 // N first. Other files (model_best.pt included) are never touched. Returns what was deleted.
 // Throws ConfigError when keep_last < 1, CheckpointError when a file cannot be deleted.

@@ -2,9 +2,9 @@
 // Where each rank's training time goes, as a trace in the Chrome trace event format that
 // chrome://tracing and Perfetto (ui.perfetto.dev) open: every step's parts on the training
 // thread's track (waiting for data, copy to device, forward, backward with the wait for
-// communication at its end, optimizer), validation and checkpoints, and on a second track each
-// gradient bucket's all-reduce from launch to completion, as Horovod's timeline shows its
-// operations.
+// communication at its end, optimizer), validation and checkpoints (the copy to host memory), on
+// a second track each gradient bucket's all-reduce from launch to completion, as Horovod's
+// timeline shows its operations, and on a third each checkpoint's write in the background.
 //
 //   dpt::train::Timeline timeline(dpt::train::timeline_path("trace.json", rank), rank);
 //   {
@@ -48,7 +48,7 @@ class Timeline : public StepPhaseHook {
  public:
   using Clock = std::chrono::steady_clock;
   // The trace viewer's rows within a rank ("threads").
-  enum class Track { Training = 1, Communication = 2 };
+  enum class Track { Training = 1, Communication = 2, Checkpoint = 3 };
 
   // Opens (or continues) `path`; ConfigError when it cannot be written.
   Timeline(const std::filesystem::path& path, int rank);

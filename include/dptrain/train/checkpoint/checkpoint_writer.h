@@ -1,0 +1,99 @@
+#pragma once
+// Rank 0's checkpoint files, written beside training. A request's tensors are copied to host
+// memory when it is submitted (the only time training waits), then a background thread pickles
+// them and writes checkpoint.pt, and with it the epoch's file and model_best.pt, each atomically
+// (checkpoint_file.h). At most one write is in flight: a request that finds one either waits for
+// it or is skipped, as its caller decides. A write that fails is reported, never thrown: the files
+// it would have replaced stay as they were, and training goes on.
+//
+//   dpt::train::CheckpointWriter writer(dpt::train::CheckpointWriterOptions().background(true));
+//   dpt::train::CheckpointRequest request;
+//   request.state = checkpoint.to_ivalue();   // still aliasing the live weights: copied here
+//   request.dir = "run1";
+//   request.step = 1200;
+//   if (!writer.submit(std::move(request), dpt::train::WhenBusy::Skip)) { /* one is still writing */ }
+//   for (const auto& write : writer.finished()) log(write);   // at each step: what has landed
+//   writer.wait();                                          // before exiting
+
+#include <chrono>
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <future>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <ATen/core/ivalue.h>
+#include <torch/arg.h>
+
+namespace dpt::train {
+
+struct CheckpointWriterOptions {
+  // Write on a background thread (the default); false: in submit(), as the caller's own work.
+  TORCH_ARG(bool, background) = true;
+  // Called on the writing thread before each write starts: tests hold a write in flight with it.
+  TORCH_ARG(std::function<void()>, before_write) = nullptr;
+};
+
+// One checkpoint: what to write and which files it becomes.
+struct CheckpointRequest {
+  c10::IValue state;  // what torch.load will return (TrainingCheckpoint::to_ivalue)
+  std::filesystem::path dir;
+  int64_t step = 0;  // the global step it was taken after, for the log
+  // An epoch's checkpoint also becomes checkpoint_epoch<N>.pt, keeping the newest `keep` of them.
+  std::optional<int64_t> epoch_done;
+  int64_t keep = 3;
+  // Also model_best.pt (written too when there is none yet).
+  bool best = false;
+};
+
+// What became of a request.
+struct CheckpointWrite {
+  using Clock = std::chrono::steady_clock;
+  int64_t step = 0;
+  std::filesystem::path file;  // <dir>/checkpoint.pt
+  int64_t bytes = 0;
+  double paused_s = 0;  // how long submit() held the training thread (the copy, or all of it)
+  Clock::time_point began, ended;  // the write itself, on whichever thread did it
+  std::string error;               // empty: every file was written
+  bool ok() const { return error.empty(); }
+  double write_s() const { return std::chrono::duration<double>(ended - began).count(); }
+};
+
+enum class WhenBusy { Wait, Skip };
+
+class CheckpointWriter {
+ public:
+  explicit CheckpointWriter(CheckpointWriterOptions options = {});
+  // Waits for the write in flight: a checkpoint is never abandoned half written.
+  ~CheckpointWriter();
+  CheckpointWriter(const CheckpointWriter&) = delete;
+  CheckpointWriter& operator=(const CheckpointWriter&) = delete;
+
+  // Takes the request's tensors out of the training's hands and starts writing; false (nothing
+  // taken) when a write is in flight and `when_busy` is Skip.
+  bool submit(CheckpointRequest request, WhenBusy when_busy);
+  // Whether a write is in flight.
+  bool busy() const;
+  // The step of the write in flight, or of the last one submitted.
+  int64_t last_step() const { return last_step_; }
+  // Blocks until no write is in flight.
+  void wait();
+  // The writes that ended since the last call, oldest first.
+  std::vector<CheckpointWrite> finished();
+
+ private:
+  void collect_in_flight();  // moves the ended write's outcome to done_
+
+  CheckpointWriterOptions options_;
+  std::future<CheckpointWrite> in_flight_;
+  std::vector<CheckpointWrite> done_;
+  // The last snapshot's host tensors, reused by the next one whose tensors match: no new pages
+  // to fault in for every checkpoint.
+  std::vector<at::Tensor> spare_;
+  std::vector<at::Tensor> writing_;  // the snapshot in flight's tensors
+  int64_t last_step_ = -1;
+};
+
+}  // namespace dpt::train

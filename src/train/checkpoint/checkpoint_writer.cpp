@@ -1,0 +1,156 @@
+#include "dptrain/train/checkpoint/checkpoint_writer.h"
+
+#include <torch/csrc/autograd/grad_mode.h>
+
+#include <exception>
+#include <utility>
+
+#include "dptrain/compat/pickle.h"
+#include "dptrain/train/checkpoint/checkpoint_file.h"
+
+namespace dpt::train {
+namespace fs = std::filesystem;
+namespace {
+
+using Clock = CheckpointWrite::Clock;
+
+double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
+
+// A copy of a state in host memory that nothing in training aliases: dicts, lists and tuples
+// rebuilt, every tensor copied, into the previous snapshot's tensor at the same position when it
+// has the same shape, layout and dtype. Numbers and strings are immutable and shared.
+class HostSnapshot {
+ public:
+  explicit HostSnapshot(std::vector<at::Tensor> spare) : spare_(std::move(spare)) {}
+
+  c10::IValue copy(const c10::IValue& value) {
+    if (value.isTensor()) return copy(value.toTensor());
+    if (value.isGenericDict()) {
+      const auto dict = value.toGenericDict();
+      c10::impl::GenericDict out(dict.keyType(), dict.valueType());
+      for (const auto& item : dict) out.insert(item.key(), copy(item.value()));
+      return out;
+    }
+    if (value.isList()) {
+      const auto list = value.toList();
+      c10::impl::GenericList out(list.elementType());
+      for (size_t i = 0; i < list.size(); ++i) out.push_back(copy(list.get(i)));
+      return out;
+    }
+    if (value.isTuple()) {
+      std::vector<c10::IValue> elements;
+      for (const auto& element : value.toTuple()->elements()) elements.push_back(copy(element));
+      return c10::ivalue::Tuple::create(std::move(elements));
+    }
+    return value;
+  }
+
+  // The snapshot's tensors, in the order copy() met them.
+  std::vector<at::Tensor> take() { return std::move(taken_); }
+
+ private:
+  at::Tensor copy(const at::Tensor& tensor) {
+    if (!tensor.defined()) return tensor;
+    // The source's strides when they are dense (channels_last momentum stays channels_last in
+    // the file, as a synchronous save writes it), else contiguous.
+    const bool dense = tensor.is_non_overlapping_and_dense();
+    const size_t position = next_++;
+    at::Tensor target;
+    if (position < spare_.size()) {
+      const at::Tensor& spare = spare_[position];
+      if (spare.sizes() == tensor.sizes() && spare.scalar_type() == tensor.scalar_type() &&
+          (dense ? spare.strides() == tensor.strides() : spare.is_contiguous())) {
+        target = spare;
+      }
+    }
+    if (!target.defined()) {
+      const auto on_host = tensor.options().device(at::kCPU);
+      target = dense ? at::empty_strided(tensor.sizes(), tensor.strides(), on_host) : at::empty(tensor.sizes(), on_host);
+    }
+    target.copy_(tensor);
+    taken_.push_back(target);
+    return target;
+  }
+
+  std::vector<at::Tensor> spare_;
+  std::vector<at::Tensor> taken_;
+  size_t next_ = 0;
+};
+
+// checkpoint.pt, then the epoch's file and model_best.pt from the same bytes, each atomically.
+CheckpointWrite write_files(const CheckpointRequest& request, CheckpointWrite write) {
+  write.began = Clock::now();
+  write.file = request.dir / kLatestCheckpointName;
+  try {
+    const std::vector<char> bytes = compat::pickle_save(request.state);
+    write.bytes = static_cast<int64_t>(bytes.size());
+    write_file_atomically(write.file, bytes);
+    if (request.epoch_done) {
+      write_file_atomically(epoch_checkpoint_path(request.dir, *request.epoch_done), bytes);
+      rotate_checkpoints(request.dir, request.keep);
+    }
+    const fs::path best = request.dir / kBestCheckpointName;
+    if (request.best || !fs::exists(best)) write_file_atomically(best, bytes);
+  } catch (const std::exception& e) {
+    write.error = e.what();
+  }
+  write.ended = Clock::now();
+  return write;
+}
+
+}  // namespace
+
+CheckpointWriter::CheckpointWriter(CheckpointWriterOptions options) : options_(std::move(options)) {}
+
+CheckpointWriter::~CheckpointWriter() {
+  if (in_flight_.valid()) in_flight_.wait();
+}
+
+bool CheckpointWriter::submit(CheckpointRequest request, WhenBusy when_busy) {
+  const auto start = Clock::now();
+  if (when_busy == WhenBusy::Skip && busy()) return false;
+  wait();
+  CheckpointWrite write;
+  write.step = request.step;
+  last_step_ = request.step;
+  if (!options_.background()) {
+    if (options_.before_write()) options_.before_write()();
+    write = write_files(request, std::move(write));
+    write.paused_s = seconds_since(start);
+    done_.push_back(std::move(write));
+    return true;
+  }
+  {
+    torch::NoGradGuard no_grad;
+    HostSnapshot snapshot(std::move(spare_));
+    request.state = snapshot.copy(request.state);
+    writing_ = snapshot.take();
+  }
+  write.paused_s = seconds_since(start);
+  in_flight_ = std::async(std::launch::async,
+                          [before = options_.before_write(), request = std::move(request), write]() mutable {
+                            if (before) before();
+                            return write_files(request, std::move(write));
+                          });
+  return true;
+}
+
+bool CheckpointWriter::busy() const {
+  return in_flight_.valid() && in_flight_.wait_for(std::chrono::seconds(0)) != std::future_status::ready;
+}
+
+void CheckpointWriter::wait() {
+  if (in_flight_.valid()) collect_in_flight();
+}
+
+std::vector<CheckpointWrite> CheckpointWriter::finished() {
+  if (in_flight_.valid() && !busy()) collect_in_flight();
+  return std::exchange(done_, {});
+}
+
+void CheckpointWriter::collect_in_flight() {
+  done_.push_back(in_flight_.get());
+  spare_ = std::exchange(writing_, {});
+}
+
+}  // namespace dpt::train

@@ -1,0 +1,162 @@
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <condition_variable>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <iterator>
+#include <mutex>
+#include <string>
+
+#include <torch/torch.h>
+
+#include "dptrain/train/checkpoint/checkpoint_file.h"
+#include "dptrain/train/checkpoint/checkpoint_writer.h"
+#include "support/temp_dir.h"
+
+namespace fs = std::filesystem;
+using namespace dpt::train;
+
+namespace {
+
+// Holds every write at its start until released: a write stays in flight as long as a test needs.
+class Gate {
+ public:
+  std::function<void()> hook() {
+    return [this] {
+      std::unique_lock<std::mutex> lock(mutex_);
+      open_.wait(lock, [this] { return released_; });
+    };
+  }
+  void release() {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      released_ = true;
+    }
+    open_.notify_all();
+  }
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable open_;
+  bool released_ = false;
+};
+
+// A state as the trainer's: a dict of a weight (live, changed by training) and a position.
+CheckpointRequest request_for(const at::Tensor& weight, int64_t step, const fs::path& dir) {
+  c10::impl::GenericDict state(c10::StringType::get(), c10::AnyType::get());
+  state.insert("weight", weight);
+  state.insert("step", step);
+  CheckpointRequest request;
+  request.state = state;
+  request.dir = dir;
+  request.step = step;
+  return request;
+}
+
+at::Tensor saved_weight(const fs::path& file) { return load_checkpoint(file).toGenericDict().at("weight").toTensor(); }
+
+// The file holds the weights as they were at submit(), not as training changed them while the
+// write was in flight; and channels_last stays channels_last.
+TEST(CheckpointWriter, WritesTheStateAsSubmittedWhileTrainingChangesIt) {
+  dpt::testing::TempDir dir;
+  Gate gate;
+  CheckpointWriter writer(CheckpointWriterOptions().before_write(gate.hook()));
+  at::Tensor weight = torch::arange(24, torch::kFloat).reshape({1, 2, 3, 4}).contiguous(at::MemoryFormat::ChannelsLast);
+  const at::Tensor submitted = weight.clone();
+  ASSERT_TRUE(writer.submit(request_for(weight, 7, dir.path()), WhenBusy::Wait));
+  EXPECT_TRUE(writer.busy());
+  weight.mul_(-1);  // the next optimizer step, while the write waits at the gate
+  gate.release();
+  writer.wait();
+  const auto writes = writer.finished();
+  ASSERT_EQ(writes.size(), 1u);
+  EXPECT_TRUE(writes[0].ok()) << writes[0].error;
+  EXPECT_EQ(writes[0].step, 7);
+  EXPECT_EQ(writes[0].file, fs::path(dir.path()) / kLatestCheckpointName);
+  EXPECT_EQ(writes[0].bytes, static_cast<int64_t>(fs::file_size(writes[0].file)));
+  const at::Tensor saved = saved_weight(writes[0].file);
+  EXPECT_TRUE(saved.equal(submitted));
+  EXPECT_FALSE(saved.equal(weight));  // what writing the live tensor would have given differs
+  EXPECT_EQ(saved.strides(), submitted.strides());
+  // The first checkpoint of a folder is also its best so far.
+  EXPECT_TRUE(saved_weight(fs::path(dir.path()) / kBestCheckpointName).equal(submitted));
+  EXPECT_TRUE(writer.finished().empty());
+}
+
+// One write in flight at most: a periodic request is skipped (nothing taken), an epoch's waits.
+TEST(CheckpointWriter, ARequestFindingAWriteInFlightIsSkippedOrWaits) {
+  dpt::testing::TempDir dir;
+  Gate gate;
+  CheckpointWriter writer(CheckpointWriterOptions().before_write(gate.hook()));
+  at::Tensor weight = torch::ones({3});
+  ASSERT_TRUE(writer.submit(request_for(weight, 1, dir.path()), WhenBusy::Skip));
+  EXPECT_FALSE(writer.submit(request_for(weight * 2, 2, dir.path()), WhenBusy::Skip));
+  EXPECT_EQ(writer.last_step(), 1);
+  gate.release();
+  CheckpointRequest epoch = request_for(weight * 3, 3, dir.path());
+  epoch.epoch_done = 1;
+  ASSERT_TRUE(writer.submit(std::move(epoch), WhenBusy::Wait));
+  writer.wait();
+  const auto writes = writer.finished();
+  ASSERT_EQ(writes.size(), 2u);
+  EXPECT_EQ(writes[0].step, 1);
+  EXPECT_EQ(writes[1].step, 3);
+  EXPECT_TRUE(saved_weight(fs::path(dir.path()) / kLatestCheckpointName).equal(torch::full({3}, 3.0)));
+  EXPECT_TRUE(saved_weight(epoch_checkpoint_path(dir.path(), 1)).equal(torch::full({3}, 3.0)));
+  // model_best.pt came with the first write and was not asked for again.
+  EXPECT_TRUE(saved_weight(fs::path(dir.path()) / kBestCheckpointName).equal(torch::ones({3})));
+}
+
+// A write that fails is reported with the file and the reason, the good files stay, and the next
+// write succeeds once the cause is gone.
+TEST(CheckpointWriter, AFailedWriteIsReportedAndKeepsTheGoodFile) {
+  dpt::testing::TempDir dir;
+  const fs::path latest = fs::path(dir.path()) / kLatestCheckpointName;
+  CheckpointWriter writer;
+  ASSERT_TRUE(writer.submit(request_for(torch::ones({2}), 1, dir.path()), WhenBusy::Wait));
+  writer.wait();
+  ASSERT_TRUE(writer.finished().at(0).ok());
+  // The next write's temporary file cannot be created: a folder is in its way.
+  const fs::path blocker = latest.string() + ".tmp." + std::to_string(::getpid());
+  fs::create_directory(blocker);
+  ASSERT_TRUE(writer.submit(request_for(torch::zeros({2}), 2, dir.path()), WhenBusy::Wait));
+  writer.wait();
+  auto writes = writer.finished();
+  ASSERT_EQ(writes.size(), 1u);
+  EXPECT_FALSE(writes[0].ok());
+  EXPECT_EQ(writes[0].error, "cannot create " + blocker.string() +
+                                 ": Is a directory; check that the folder exists, is writable and has free space");
+  EXPECT_TRUE(saved_weight(latest).equal(torch::ones({2})));
+  fs::remove(blocker);
+  ASSERT_TRUE(writer.submit(request_for(torch::zeros({2}), 3, dir.path()), WhenBusy::Wait));
+  writer.wait();
+  writes = writer.finished();
+  ASSERT_EQ(writes.size(), 1u);
+  EXPECT_TRUE(writes[0].ok()) << writes[0].error;
+  EXPECT_TRUE(saved_weight(latest).equal(torch::zeros({2})));
+}
+
+// Written in the caller's thread, the files are the same bytes, and the pause is the whole write.
+TEST(CheckpointWriter, InTheForegroundWritesTheSameFileBeforeReturning) {
+  dpt::testing::TempDir background_dir, foreground_dir;
+  const at::Tensor weight = torch::arange(12, torch::kFloat).reshape({3, 4});
+  CheckpointWriter background;
+  CheckpointWriter foreground(CheckpointWriterOptions().background(false));
+  ASSERT_TRUE(background.submit(request_for(weight, 5, background_dir.path()), WhenBusy::Wait));
+  ASSERT_TRUE(foreground.submit(request_for(weight, 5, foreground_dir.path()), WhenBusy::Wait));
+  EXPECT_FALSE(foreground.busy());
+  const auto written = foreground.finished();
+  ASSERT_EQ(written.size(), 1u);
+  EXPECT_GE(written[0].paused_s, written[0].write_s());
+  background.wait();
+  auto read = [](const std::string& dir) {
+    std::ifstream in(fs::path(dir) / kLatestCheckpointName, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  };
+  EXPECT_EQ(read(background_dir.path()), read(foreground_dir.path()));
+}
+
+}  // namespace
