@@ -6,6 +6,7 @@
 #include <torch/csrc/autograd/grad_mode.h>
 
 #include "dptrain/common/error.h"
+#include "dptrain/dist/all_gather_strings.h"
 
 namespace dpt {
 
@@ -33,23 +34,6 @@ std::vector<std::string> split_lines(const std::string& text) {
   return lines;
 }
 
-// Every rank's string, in rank order: lengths first, then the padded bytes.
-std::vector<std::string> all_gather_strings(dist::Communicator& comm, const std::string& text) {
-  const auto on = at::TensorOptions().device(comm.device());
-  auto lengths = comm.all_gather(at::full({1}, static_cast<int64_t>(text.size()), on.dtype(at::kLong)));
-  int64_t longest = 0;
-  for (const auto& l : lengths) longest = std::max(longest, l.cpu().item<int64_t>());
-  at::Tensor bytes = at::zeros({std::max<int64_t>(longest, 1)}, at::kByte);
-  std::copy(text.begin(), text.end(), bytes.data_ptr<uint8_t>());
-  auto gathered = comm.all_gather(bytes.to(comm.device()));
-  std::vector<std::string> texts;
-  for (size_t r = 0; r < gathered.size(); ++r) {
-    at::Tensor host = gathered[r].cpu();
-    texts.emplace_back(reinterpret_cast<const char*>(host.data_ptr<uint8_t>()), lengths[r].cpu().item<int64_t>());
-  }
-  return texts;
-}
-
 }  // namespace
 
 std::vector<std::string> describe_module(const torch::nn::Module& module) {
@@ -61,7 +45,7 @@ std::vector<std::string> describe_module(const torch::nn::Module& module) {
 
 std::optional<Disagreement> compare_with_root(dist::Communicator& comm, const std::vector<std::string>& lines) {
   if (comm.size() == 1) return std::nullopt;
-  const auto texts = all_gather_strings(comm, join_lines(lines));
+  const auto texts = dist::all_gather_strings(comm, join_lines(lines));
   const auto reference = split_lines(texts[0]);
   for (int r = 1; r < comm.size(); ++r) {
     if (texts[r] == texts[0]) continue;

@@ -46,11 +46,10 @@ void MetricSums::add(const MetricSums& other) {
 }
 
 MetricSums MetricSums::reduced(dist::Communicator& comm) const {
-  at::Tensor values = at::tensor({loss_sum, static_cast<double>(correct1),
-                                  static_cast<double>(correct5), static_cast<double>(count),
-                                  static_cast<double>(stop_votes)},
-                                 at::kDouble)
-                          .to(comm.device());
+  std::vector<double> all{loss_sum, static_cast<double>(correct1), static_cast<double>(correct5),
+                          static_cast<double>(count), static_cast<double>(stop_votes)};
+  all.insert(all.end(), rank_rows.begin(), rank_rows.end());
+  at::Tensor values = at::tensor(all, at::kDouble).to(comm.device());
   comm.all_reduce(values, dist::ReduceOp::Sum);
   values = values.cpu();
   const double* v = values.data_ptr<double>();
@@ -60,6 +59,7 @@ MetricSums MetricSums::reduced(dist::Communicator& comm) const {
   out.correct5 = static_cast<int64_t>(v[2]);
   out.count = static_cast<int64_t>(v[3]);
   out.stop_votes = static_cast<int64_t>(v[4]);
+  out.rank_rows.assign(v + 5, v + all.size());
   return out;
 }
 

@@ -20,9 +20,11 @@
 #include "datasets.h"
 #include "dptrain/common/cpu_platform.h"
 #include "dptrain/common/error.h"
+#include "dptrain/common/host_name.h"
 #include "dptrain/compat/compat.h"
 #include "dptrain/data/loader.h"
 #include "dptrain/data/sampler.h"
+#include "dptrain/dist/all_gather_strings.h"
 #include "dptrain/dist/init.h"
 #include "dptrain/models/inception.h"
 #include "dptrain/models/multiply_adds.h"
@@ -41,6 +43,7 @@
 #include "dptrain/train/lr_schedule.h"
 #include "dptrain/train/model_ema.h"
 #include "dptrain/train/stop_signals.h"
+#include "dptrain/train/straggler_watch.h"
 #include "local_setup.h"
 #include "parallel_style.h"
 
@@ -80,6 +83,8 @@ struct Trainer::State {
   std::unique_ptr<BatchMixing> mixing;
   std::unique_ptr<ModelEma> ema;  // --model-ema
   std::unique_ptr<Timeline> timeline;  // --timeline: this rank's
+  std::unique_ptr<StragglerWatch> stragglers;  // the step's phase hook, passing phases on to the timeline
+  std::vector<std::string> hosts;              // each rank's, gathered when a straggler is first named
   int64_t epoch = 0;
   int64_t step_in_epoch = 0;
   int64_t samples_in_epoch = 0;  // over all ranks: where the epoch's shuffled order continues
@@ -253,15 +258,25 @@ struct Trainer::State {
   // and the wait for them after backward's compute on the training track.
   void trace_reduction(int64_t at_step) {
     const Reducer* reducer = style->reducer();
-    if (!timeline || reducer == nullptr) return;
+    if (reducer == nullptr) return;
     const ReductionTimes times = reducer->last_reduction();
-    for (size_t b = 0; b < times.buckets.size(); ++b) {
-      const auto& bucket = times.buckets[b];
-      timeline->add(Timeline::Track::Communication, str("bucket ", b), bucket.launched, bucket.completed,
-                    {{"step", at_step}, {"bytes", bucket.bytes}});
+    if (timeline) {
+      for (size_t b = 0; b < times.buckets.size(); ++b) {
+        const auto& bucket = times.buckets[b];
+        timeline->add(Timeline::Track::Communication, str("bucket ", b), bucket.launched, bucket.completed,
+                      {{"step", at_step}, {"bytes", bucket.bytes}});
+      }
     }
-    timeline->on_phase(StepPhase::WaitForCommunication, times.wait_began, times.finished, at_step);
+    if (StepPhaseHook* phases = phase_hook()) {
+      phases->on_phase(StepPhase::WaitForCommunication, times.wait_began, times.finished, at_step);
+    }
   }
+  // Who hears of each step's phases: the straggler watch, which tells the timeline.
+  StepPhaseHook* phase_hook() const {
+    return stragglers ? static_cast<StepPhaseHook*>(stragglers.get()) : timeline.get();
+  }
+  // Names a slow rank in every rank's log (and rank 0's metrics).
+  void report_straggler(StragglerReport slow);
   // One optimizer step over the next accum_steps micro-batches of `loader` (fewer at the epoch's
   // end); returns the step's sums over all ranks, or nothing when the loader had none left.
   std::optional<MetricSums> step(data::Loader& loader);
@@ -410,6 +425,9 @@ void Trainer::State::open_logs() {
   if (!options.timeline().empty()) {
     timeline = std::make_unique<Timeline>(timeline_path(options.timeline(), comm->rank()), comm->rank());
   }
+  if (options.stragglers().threshold() > 0 && comm->size() > 1) {
+    stragglers = std::make_unique<StragglerWatch>(options.stragglers(), comm->rank(), comm->size(), timeline.get());
+  }
   if (!leader()) return;
   const std::string& output_dir = options.checkpoint().output_dir();
   if (!output_dir.empty()) fs::create_directories(output_dir);
@@ -506,7 +524,7 @@ void Trainer::State::print_hints(std::ostream& out) const {
 std::optional<MetricSums> Trainer::State::step(data::Loader& loader) {
   const auto step_began = Clock::now();
   const int64_t at_step = global_step() + 1;  // steps count from 1 in logs and messages
-  StepPhaseHook* phases = timeline.get();
+  StepPhaseHook* phases = phase_hook();
   std::vector<data::Batch> micro_batches;
   while (static_cast<int64_t>(micro_batches.size()) < accum_steps) {
     auto batch = loader.next();
@@ -553,9 +571,13 @@ std::optional<MetricSums> Trainer::State::step(data::Loader& loader) {
     style->synchronize();
   }
   local.stop_votes = stop_vote();
+  if (stragglers) local.rank_rows = stragglers->rows_to_send(at_step);
   StepPhaseTimer reducing_metrics(phases, StepPhase::MetricsAllReduce, at_step);
   MetricSums all = ranks().sum(local);
   reducing_metrics.stop();
+  if (stragglers) {
+    if (auto slow = stragglers->judge(all.rank_rows, at_step)) report_straggler(std::move(*slow));
+  }
   // NaN or inf on any rank makes the summed loss non-finite on every rank, so all ranks decide
   // alike. The scaler skips such steps; without it, continuing would spread NaN into the weights.
   if (!scaler->is_enabled()) {
@@ -630,6 +652,23 @@ bool Trainer::State::train_epoch(MetricSums& sums, int64_t& skipped) {
   }
   skipped = static_cast<int64_t>(loader.skipped().size());
   return !stopped;
+}
+
+void Trainer::State::report_straggler(StragglerReport slow) {
+  // Every rank judged the same summed table, so every rank is here: the gather is collective.
+  if (hosts.empty()) hosts = dist::all_gather_strings(*comm, host_name());
+  slow.host = hosts.at(static_cast<size_t>(slow.rank));
+  if (options.log() != nullptr) {
+    *options.log() << fmt::format(
+                          "straggler: rank {} on {} is slow: busy {:.1f} ms per step against the other ranks' "
+                          "{:.1f} ms ({:.2f}x) for {} windows of {} steps up to step {}; its slowest part is {}: "
+                          "{:.1f} ms against {:.1f} ms",
+                          slow.rank, slow.host, slow.busy_ms, slow.others_busy_ms, slow.busy_ms / slow.others_busy_ms,
+                          slow.windows, options.stragglers().window_steps(), slow.global_step, slow.part, slow.part_ms,
+                          slow.others_part_ms)
+                   << std::endl;
+  }
+  notify([&](TrainObserver& o) { o.on_straggler(slow); });
 }
 
 void Trainer::State::save_checkpoint(CheckpointCause cause, bool is_best) {

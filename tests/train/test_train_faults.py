@@ -4,10 +4,12 @@ checkpoint, just after one, mid-epoch after several, and during validation, ends
 momentum bitwise equal to a run that never failed; one command line serves the first start and the
 restart. --resume auto passes over a truncated newest checkpoint with a warning naming it."""
 
+import json
 import os
 import re
 import signal
 import tempfile
+import threading
 import time
 import unittest
 
@@ -253,6 +255,60 @@ class AutoResume(unittest.TestCase):
         code, out, err = run([dptrain(), "train", *SMALL], timeout=120, env=alone())
         self.assertEqual(code, 2, out + err)
         self.assertIn("--resume auto need --output", err.replace("--checkpoint-every, --checkpoint-minutes and ", ""))
+
+
+class SlowRanks(unittest.TestCase):
+    def test_a_throttled_rank_is_named_with_its_slow_part(self):
+        # Rank 1 runs at about half speed (stopped 40 ms of every 80). The ranks step in lockstep,
+        # so the step time says nothing; rank 1's busy time does: after three slow windows of 4
+        # steps every rank's log names it, and rank 0's metrics.jsonl records it. Rank 0, which
+        # only waits longer, is never named.
+        with tempfile.TemporaryDirectory(prefix="dpt_straggler_") as output:
+            args = [dptrain(), "launch", "--standalone", "--nproc-per-node", "2", "--", dptrain(), "train",
+                    "--dummy", "-a", "resnet20", "--image-size", "32", "--dummy-train-size", str(2 * 16 * 30),
+                    "--dummy-val-size", "64", "-b", "16", "-j", "1", "--epochs", "1", "-p", "100",
+                    "--straggler-window", "4", "--output", output]
+            started = Started(args, env=alone())
+            done = threading.Event()
+
+            def throttle():
+                pid = None
+                while pid is None and not done.is_set():
+                    pid = worker_of_rank(started.proc.pid, 1)
+                    time.sleep(0.01)
+                try:
+                    while not done.is_set():
+                        os.kill(pid, signal.SIGSTOP)
+                        time.sleep(0.04)
+                        os.kill(pid, signal.SIGCONT)
+                        time.sleep(0.04)
+                except (ProcessLookupError, TypeError):
+                    pass
+
+            throttler = threading.Thread(target=throttle)
+            throttler.start()
+            try:
+                code, out, err = started.wait(timeout=180)
+            finally:
+                done.set()
+                throttler.join()
+                started.close()
+            self.assertEqual(code, 0, out + err)
+            logs = out + err
+            named = re.findall(r"\[rank (\d)\] straggler: rank (\d) on \S+ is slow: busy ([\d.]+) ms per step against "
+                               r"the other ranks' ([\d.]+) ms \([\d.]+x\) for (\d+) windows of 4 steps up to step \d+; "
+                               r"its slowest part is ", logs)
+            self.assertTrue(named, logs)
+            self.assertEqual({rank for _, rank, _, _, _ in named}, {"1"}, logs)
+            self.assertEqual({logger for logger, _, _, _, _ in named}, {"0", "1"}, logs)
+            for _, _, busy, others, windows in named:
+                self.assertGreater(float(busy), 1.25 * float(others))
+                self.assertEqual(int(windows) % 3, 0)
+            with open(os.path.join(output, "metrics.jsonl")) as metrics:
+                records = [json.loads(line) for line in metrics]
+            stragglers = [r for r in records if r["phase"] == "straggler"]
+            self.assertTrue(stragglers)
+            self.assertTrue(all(r["rank"] == 1 and r["busy_ms"] > 1.25 * r["others_busy_ms"] for r in stragglers))
 
 
 if __name__ == "__main__":

@@ -247,6 +247,14 @@ void add_checkpoint_flags(CLI::App& app, TrainFlags& flags) {
   app.add_flag("--checkpoint-async,!--no-checkpoint-async", checkpoint.in_background(),
                "write checkpoints on a background thread, training pausing only to copy the state to host memory "
                "(the default); --no-checkpoint-async: rank 0 writes them in the training thread");
+  train::StragglerOptions& stragglers = flags.options.stragglers();
+  app.add_option("--straggler-warn", stragglers.threshold(),
+                 "name a rank whose busy time per step (the step without waiting for the others) stays this fraction "
+                 "above the other ranks' median, with its slowest part (0: off)")
+      ->capture_default_str();
+  app.add_option("--straggler-window", stragglers.window_steps(),
+                 "steps per comparison; a rank is named after 3 slow windows in a row")
+      ->capture_default_str();
   app.add_option("--timeline", flags.options.timeline(),
                  "write each rank's steps (data, forward, backward, each bucket's all-reduce, optimizer, "
                  "validation, checkpoints) as a Chrome/Perfetto trace: FILE.json becomes FILE.rank<N>.json");

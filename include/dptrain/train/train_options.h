@@ -31,6 +31,7 @@
 #include "dptrain/train/lr_schedule.h"
 #include "dptrain/train/model_ema.h"
 #include "dptrain/train/optimizer.h"
+#include "dptrain/train/straggler_watch.h"
 #include "dptrain/train/logs/observers.h"
 #include "dptrain/train/logs/report.h"
 
@@ -193,6 +194,8 @@ struct TrainOptions {
   // Every rank's timeline of its steps (logs/timeline.h), each in timeline_path(timeline, rank).
   // Empty: none.
   TORCH_ARG(std::string, timeline) = "";
+  // Naming a rank that stays slower than the others (StragglerWatch; threshold 0: off).
+  TORCH_ARG(StragglerOptions, stragglers) = {};
   // The attainable FLOP/s of one unit that runs a rank's math (a CPU thread; a GPU) for a device
   // type ("cpu", "cuda") and precision ("fp32", "bf16", "fp16"), as `dptrain bench-peak` measures
   // it, or nullopt: the reports then give the model's FLOP/s as a fraction of every unit's (ranks

@@ -1,24 +1,16 @@
 #include "dptrain/train/logs/summary_writer.h"
 
-#include <unistd.h>
-
-#include <climits>
 #include <cmath>
 
 #include <fmt/format.h>
 
 #include "dptrain/common/error.h"
+#include "dptrain/common/host_name.h"
 #include "event_file.h"
 
 namespace dpt::train {
 namespace fs = std::filesystem;
 namespace {
-
-std::string this_hostname() {
-  char name[HOST_NAME_MAX + 1] = {};
-  if (::gethostname(name, sizeof name - 1) != 0) return "localhost";
-  return name;
-}
 
 void create_folder(const fs::path& dir) {
   std::error_code error;
@@ -31,7 +23,7 @@ void create_folder(const fs::path& dir) {
 
 LogFile SummaryWriter::create_event_file(const SummaryWriterOptions& options) {
   create_folder(options.dir());
-  const std::string host = options.hostname().empty() ? this_hostname() : options.hostname();
+  const std::string host = options.hostname().empty() ? host_name() : options.hostname();
   const std::string name = fmt::format("events.out.tfevents.{:010d}.{}",
                                        static_cast<int64_t>(std::floor(options.clock()())), host);
   for (int attempt = 0;; ++attempt) {

@@ -43,6 +43,7 @@ class JsonlObserver : public PeriodicObserver {
   const std::filesystem::path& path() const { return file_.path(); }
 
   void on_epoch(const EpochReport& report) override;
+  void on_straggler(const StragglerReport& report) override;
 
  private:
   void log_step(const StepReport& report) override;

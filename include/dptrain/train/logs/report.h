@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace dpt::train {
 
@@ -49,11 +50,27 @@ struct EpochReport : Report {
   int64_t skipped_images = 0;  // bad images skipped by the loaders, all ranks
 };
 
+// A rank whose busy time per step (the step without waiting for the other ranks) has stayed over
+// the other ranks' median for `windows` windows in a row (StragglerWatch); times per step.
+struct StragglerReport {
+  int64_t global_step = 0;  // the step whose reduction showed it
+  int rank = 0;
+  std::string host;
+  int64_t windows = 0;
+  double busy_ms = 0;
+  double others_busy_ms = 0;  // the median of the other ranks'
+  std::string part;           // the part of the step furthest above the others' median
+  double part_ms = 0;
+  double others_part_ms = 0;
+  std::vector<double> busy_ms_by_rank;  // this window's, every rank (NaN: no step completed)
+};
+
 class TrainObserver {
  public:
   virtual ~TrainObserver() = default;
   virtual void on_step(const StepReport& report) { (void)report; }
   virtual void on_epoch(const EpochReport& report) { (void)report; }
+  virtual void on_straggler(const StragglerReport& report) { (void)report; }
   // Called once when training ends, normally or not, so files can be flushed and closed.
   virtual void on_finish() {}
 };
