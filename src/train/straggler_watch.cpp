@@ -93,6 +93,7 @@ std::optional<StragglerReport> StragglerWatch::judge(const std::vector<double>& 
     }
     return values;
   };
+  last_busy_ms_ = busy;
   std::optional<StragglerReport> named;
   double named_ratio = 0;
   for (size_t r = 0; r < parts.size(); ++r) {

@@ -575,8 +575,10 @@ std::optional<MetricSums> Trainer::State::step(data::Loader& loader) {
   StepPhaseTimer reducing_metrics(phases, StepPhase::MetricsAllReduce, at_step);
   MetricSums all = ranks().sum(local);
   reducing_metrics.stop();
-  if (stragglers) {
-    if (auto slow = stragglers->judge(all.rank_rows, at_step)) report_straggler(std::move(*slow));
+  if (stragglers && !all.rank_rows.empty()) {
+    const auto slow = stragglers->judge(all.rank_rows, at_step);
+    notify([&](TrainObserver& o) { o.on_rank_busy(at_step, stragglers->last_busy_ms()); });
+    if (slow) report_straggler(*slow);
   }
   // NaN or inf on any rank makes the summed loss non-finite on every rank, so all ranks decide
   // alike. The scaler skips such steps; without it, continuing would spread NaN into the weights.

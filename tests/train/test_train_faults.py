@@ -309,6 +309,17 @@ class SlowRanks(unittest.TestCase):
             stragglers = [r for r in records if r["phase"] == "straggler"]
             self.assertTrue(stragglers)
             self.assertTrue(all(r["rank"] == 1 and r["busy_ms"] > 1.25 * r["others_busy_ms"] for r in stragglers))
+            # Every window's busy times, and the report's table of the ranks named.
+            windows = [r for r in records if r["phase"] == "rank_busy"]
+            self.assertEqual([r["global_step"] for r in windows], list(range(4, 31, 4)))
+            code, report_out, report_err = run([dptrain(), "report", output], timeout=60)
+            self.assertEqual(code, 0, report_out + report_err)
+            with open(os.path.join(output, "report.html")) as page:
+                html = page.read()
+            table = re.search(r'<table id="stragglers">.*?</table>', html, re.S)
+            self.assertIsNotNone(table, html)
+            self.assertEqual(set(re.findall(r'<tr data-rank="(\d+)">', table[0])), {"1"})
+            self.assertIn("busy ms per step (without waiting for the others)", html)
 
 
 if __name__ == "__main__":

@@ -73,13 +73,33 @@ void read_metrics(const fs::path& path, RunRecords& run) {
       add(run.val_acc1, "acc1");
     } else if (phase == "val_ema") {
       add(run.val_ema_acc1, "acc1");
+    } else if (phase == "rank_busy" && record.contains("busy_ms_by_rank")) {
+      const json& busy = record["busy_ms_by_rank"];
+      if (run.rank_busy_ms.size() < busy.size()) run.rank_busy_ms.resize(busy.size());
+      for (size_t r = 0; r < busy.size(); ++r) {
+        if (busy[r].is_number()) run.rank_busy_ms[r].emplace_back(record["global_step"].get<double>(), busy[r].get<double>());
+      }
+    } else if (phase == "straggler") {
+      train::StragglerReport slow;
+      slow.global_step = record.value("global_step", int64_t{0});
+      slow.rank = record.value("rank", 0);
+      slow.host = record.value("host", "");
+      slow.windows = record.value("windows", int64_t{0});
+      slow.busy_ms = record.value("busy_ms", 0.0);
+      slow.others_busy_ms = record.value("others_busy_ms", 0.0);
+      slow.part = record.value("part", "");
+      slow.part_ms = record.value("part_ms", 0.0);
+      slow.others_part_ms = record.value("others_part_ms", 0.0);
+      run.stragglers.push_back(slow);
     }
   }
   // A resumed run logs again from its checkpoint on: order by step (stable, so repeats stay in
   // the order they were logged).
-  for (Points* points : {&run.step_loss, &run.step_acc1, &run.step_lr, &run.step_images_per_s, &run.step_mfu,
-                         &run.train_loss, &run.train_acc1, &run.val_loss, &run.val_acc1, &run.val_ema_acc1,
-                         &run.epoch_images_per_s, &run.epoch_mfu}) {
+  std::vector<Points*> all_points{&run.step_loss, &run.step_acc1, &run.step_lr, &run.step_images_per_s,
+                                  &run.step_mfu, &run.train_loss, &run.train_acc1, &run.val_loss,
+                                  &run.val_acc1, &run.val_ema_acc1, &run.epoch_images_per_s, &run.epoch_mfu};
+  for (Points& busy : run.rank_busy_ms) all_points.push_back(&busy);
+  for (Points* points : all_points) {
     std::stable_sort(points->begin(), points->end(), [](const auto& a, const auto& b) { return a.first < b.first; });
   }
 }
@@ -347,6 +367,30 @@ std::string breakdown_section(const std::vector<StepBreakdown>& ranks) {
   return html + "</svg>\n";
 }
 
+// Each rank's busy time per step over the run, and the ranks named slow.
+std::string slow_ranks_section(const RunRecords& run) {
+  if (run.rank_busy_ms.empty()) return "";
+  static const char* kColors[] = {"#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd",
+                                  "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf"};
+  std::vector<Series> series;
+  for (size_t r = 0; r < run.rank_busy_ms.size(); ++r) {
+    series.push_back({str("rank ", r), kColors[r % std::size(kColors)], &run.rank_busy_ms[r], false});
+  }
+  std::string html = "<h2>Slow ranks</h2>\n<div class=\"charts\">\n" +
+                     line_chart("busy ms per step (without waiting for the others)", series) + "</div>\n";
+  if (run.stragglers.empty()) return html + "<p id=\"stragglers\">No rank was named slow.</p>\n";
+  html += "<table id=\"stragglers\"><tr><th>step</th><th>rank</th><th>host</th><th>busy ms per step</th>"
+          "<th>others' median</th><th>slowest part</th><th>its ms</th><th>others'</th></tr>\n";
+  for (const auto& slow : run.stragglers) {
+    html += fmt::format(
+        "<tr data-rank=\"{}\"><td>{}</td><td>{}</td><td>{}</td><td>{:.1f}</td><td>{:.1f}</td><td>{}</td><td>{:.1f}</td>"
+        "<td>{:.1f}</td></tr>\n",
+        slow.rank, slow.global_step, slow.rank, escape(slow.host), slow.busy_ms, slow.others_busy_ms,
+        escape(slow.part), slow.part_ms, slow.others_part_ms);
+  }
+  return html + "</table>\n";
+}
+
 const char* kStyle = R"(body{font-family:sans-serif;margin:24px;color:#222;max-width:1180px}
 h1{font-size:20px}h2{font-size:16px;margin-top:28px}
 .charts{display:flex;flex-wrap:wrap;gap:12px}
@@ -411,6 +455,7 @@ std::string render_report(const RunRecords& run) {
                        YAxis::Percent);
   }
   html += "</div>\n<h2>Where a step's time goes</h2>\n" + breakdown_section(run.ranks);
+  html += slow_ranks_section(run);
   return html + "</body></html>\n";
 }
 

@@ -23,6 +23,7 @@
 
 #include <torch/arg.h>
 
+#include "dptrain/train/logs/report.h"
 #include "dptrain/train/logs/step_phase.h"
 
 namespace dpt::report {
@@ -58,6 +59,10 @@ struct RunRecords {
   // The model's FLOP/s of the last training pass that counted them (0: none did).
   double last_model_flop_per_s = 0;
   std::vector<StepBreakdown> ranks;  // empty without a timeline
+  // Each rank's busy milliseconds per step, one point per straggler window ("rank_busy" records).
+  std::vector<Points> rank_busy_ms;
+  // The ranks named slow ("straggler" records), in the order they were named.
+  std::vector<train::StragglerReport> stragglers;
 };
 
 // MFU points are in percent of the measured peak. Reads the run's metrics and timeline. DataError when metrics.jsonl is missing or a line does

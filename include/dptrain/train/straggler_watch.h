@@ -56,6 +56,8 @@ class StragglerWatch : public StepPhaseHook {
   // slow rank (without its host) when one has now been slow for a multiple of `windows` windows
   // in a row.
   std::optional<StragglerReport> judge(const std::vector<double>& table, int64_t step);
+  // Every rank's busy milliseconds per step in the window judge() last read (NaN: no step).
+  const std::vector<double>& last_busy_ms() const { return last_busy_ms_; }
 
  private:
   StragglerOptions options_;
@@ -65,6 +67,7 @@ class StragglerWatch : public StepPhaseHook {
   int64_t steps_ = 0;  // completed in this window
   std::array<double, kBusyParts> part_ms_{};
   std::vector<int64_t> slow_windows_;  // per rank, consecutive
+  std::vector<double> last_busy_ms_;
 };
 
 }  // namespace dpt::train

@@ -65,6 +65,13 @@ void JsonlObserver::on_epoch(const EpochReport& r) {
   file_.write(line(record));
 }
 
+void JsonlObserver::on_rank_busy(int64_t global_step, const std::vector<double>& busy_ms_by_rank) {
+  nlohmann::ordered_json record = {
+      {"phase", "rank_busy"}, {"global_step", global_step}, {"busy_ms_by_rank", busy_ms_by_rank}};
+  record["time"] = clock_();
+  file_.write(line(record));
+}
+
 void JsonlObserver::on_straggler(const StragglerReport& r) {
   nlohmann::ordered_json record = {{"phase", "straggler"},      {"global_step", r.global_step},
                                    {"rank", r.rank},             {"host", r.host},

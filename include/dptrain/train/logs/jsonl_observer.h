@@ -44,6 +44,7 @@ class JsonlObserver : public PeriodicObserver {
 
   void on_epoch(const EpochReport& report) override;
   void on_straggler(const StragglerReport& report) override;
+  void on_rank_busy(int64_t global_step, const std::vector<double>& busy_ms_by_rank) override;
 
  private:
   void log_step(const StepReport& report) override;

@@ -71,6 +71,12 @@ class TrainObserver {
   virtual void on_step(const StepReport& report) { (void)report; }
   virtual void on_epoch(const EpochReport& report) { (void)report; }
   virtual void on_straggler(const StragglerReport& report) { (void)report; }
+  // At the end of each straggler window: every rank's busy milliseconds per step (the step without
+  // waiting for the others; NaN for a rank without a completed step).
+  virtual void on_rank_busy(int64_t global_step, const std::vector<double>& busy_ms_by_rank) {
+    (void)global_step;
+    (void)busy_ms_by_rank;
+  }
   // Called once when training ends, normally or not, so files can be flushed and closed.
   virtual void on_finish() {}
 };
