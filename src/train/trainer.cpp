@@ -728,7 +728,9 @@ void Trainer::State::report_checkpoints() {
   if (!checkpoints) return;
   for (const CheckpointWrite& write : checkpoints->finished()) {
     last_write = write;
-    if (timeline) timeline->add(Timeline::Track::Checkpoint, "checkpoint write", write.began, write.ended, {{"step", write.step}});
+    if (timeline) {
+      timeline->add(Timeline::Track::Checkpoint, "checkpoint write", write.began, write.ended, {{"step", write.step}});
+    }
     if (options.log() == nullptr) continue;
     // What a checkpoint costs, to choose --checkpoint-every/--checkpoint-minutes by.
     if (write.ok()) {

@@ -77,7 +77,8 @@ void read_metrics(const fs::path& path, RunRecords& run) {
       const json& busy = record["busy_ms_by_rank"];
       if (run.rank_busy_ms.size() < busy.size()) run.rank_busy_ms.resize(busy.size());
       for (size_t r = 0; r < busy.size(); ++r) {
-        if (busy[r].is_number()) run.rank_busy_ms[r].emplace_back(record["global_step"].get<double>(), busy[r].get<double>());
+        if (!busy[r].is_number()) continue;  // NaN, written as null: the rank had no step
+        run.rank_busy_ms[r].emplace_back(record["global_step"].get<double>(), busy[r].get<double>());
       }
     } else if (phase == "straggler") {
       train::StragglerReport slow;

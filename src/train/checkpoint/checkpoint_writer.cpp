@@ -65,7 +65,8 @@ class HostSnapshot {
     }
     if (!target.defined()) {
       const auto on_host = tensor.options().device(at::kCPU);
-      target = dense ? at::empty_strided(tensor.sizes(), tensor.strides(), on_host) : at::empty(tensor.sizes(), on_host);
+      target = dense ? at::empty_strided(tensor.sizes(), tensor.strides(), on_host)
+                     : at::empty(tensor.sizes(), on_host);
     }
     target.copy_(tensor);
     taken_.push_back(target);
