@@ -115,8 +115,11 @@ struct Trainer::State {
   void adapt_to_world(const TrainingCheckpoint& checkpoint);
   void open_logs();
   void count_model_flops();
-  // The arithmetic the step runs in: "bf16" autocast on the CPU, "fp16" on CUDA, else "fp32".
-  std::string precision() const { return !options.amp() ? "fp32" : device.is_cuda() ? "fp16" : "bf16"; }
+  // The arithmetic the step runs in, as bench-peak names it: amp_dtype()'s, or "fp32" without --amp.
+  std::string precision() const {
+    if (!options.amp()) return "fp32";
+    return amp_dtype(device) == at::kHalf ? "fp16" : "bf16";
+  }
   ModelRate model_rate(double images_per_s) const;
 
   bool leader() const { return comm->rank() == 0; }
