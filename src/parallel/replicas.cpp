@@ -1,6 +1,5 @@
 #include "dptrain/parallel/replicas.h"
 
-#include <algorithm>
 #include <map>
 
 #include <torch/csrc/autograd/grad_mode.h>
