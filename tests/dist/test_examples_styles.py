@@ -40,7 +40,10 @@ class ParameterServer(unittest.TestCase):
                 epochs = re.findall(r"epoch (\d)/2: train loss ([\d.]+), val loss ([\d.]+), val top-1 ([\d.]+)% "
                                     r"\((\d+) images\)", out)
                 self.assertEqual([e[4] for e in epochs], ["333", "333"], out)
-                self.assertLess(float(epochs[1][1]), 0.7 * float(epochs[0][1]))
+                # Asynchronous workers apply stale gradients (up to 14 steps apart on a loaded
+                # machine), so their second epoch gains less: 0.71x in one CI run, 0.24-0.38x
+                # alone. Not learning stays near 1x and 10% top-1.
+                self.assertLess(float(epochs[1][1]), (0.7 if consistency == "sync" else 0.85) * float(epochs[0][1]))
                 self.assertGreater(float(epochs[1][3]), 30.0)
 
 
