@@ -23,6 +23,11 @@ def dptrain():
     return path
 
 
+def program(name):
+    """Another program of the build under test, beside the CLI."""
+    return os.path.join(os.path.dirname(dptrain()), name)
+
+
 def cannot_run(reason):
     """Skips the test class or test for `reason`; under CI (CI set), where every dependency is
     installed, fails instead, so that a test never goes missing quietly."""

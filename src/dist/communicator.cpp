@@ -1,6 +1,7 @@
 #include "dptrain/dist/communicator.h"
 
 #include "dptrain/common/error.h"
+#include "agreement.h"
 #include "failure.h"
 #include "hang_survey.h"
 
@@ -58,6 +59,8 @@ Communicator::Communicator(compat::BackendPtr backend, WorldInfo world, const Co
       timeout_(options.timeout()),
       device_(options.device()),
       store_(options.store()),
+      // Only Gloo: NCCL's tensors are on the GPU, and reading the answer would synchronise with it.
+      check_agreement_(options.check_agreement() && backend_->getBackendName() == "gloo"),
       recorder_(options.flight_recorder_size()),
       failure_log_(options.failure_log()) {
   DPT_ASSERT(backend_, "a communicator needs a backend");
@@ -66,7 +69,11 @@ Communicator::Communicator(compat::BackendPtr backend, WorldInfo world, const Co
              world_.rank, "/", world_.world_size);
   transport_ = transport::make_transport(
       backend_, world_,
-      transport::TransportOptions().timeout(timeout_).shared_memory(options.shared_memory()).store(store_));
+      transport::TransportOptions()
+          .timeout(timeout_)
+          .shared_memory(options.shared_memory())
+          .store(store_)
+          .check_agreement(check_agreement_));
 }
 
 Communicator::~Communicator() {
@@ -79,13 +86,19 @@ std::string Communicator::backend_name() const { return backend_->getBackendName
 std::string Communicator::transport() const { return transport_->describe(); }
 
 void Communicator::run_recorded(const std::string& what, const at::Tensor& tensor, const std::function<void()>& body) {
-  const uint64_t id = recorder_.start(what, tensor);
+  CollectiveRecord record;
+  const uint64_t id = recorder_.start(what, tensor, -1, &record);
   try {
+    agree(record);
     body();
   } catch (...) {
     fail(id, what, std::current_exception(), timeout_);
   }
   recorder_.end(id, CollectiveRecord::State::Completed);
+}
+
+void Communicator::agree(const CollectiveRecord& record) {
+  if (check_agreement_) detail::check_agreement(*backend_, record, timeout_);
 }
 
 void Communicator::fail(uint64_t id, const std::string& what, std::exception_ptr cause,
@@ -143,10 +156,11 @@ Work Communicator::start_all_reduce(at::Tensor tensor, ReduceOp op) {
   DPT_CHECK(op != ReduceOp::Mean || at::isFloatingType(tensor.scalar_type()), ConfigError, "rank ", rank(),
             ": ", what, " with mean needs a floating-point tensor, got ", tensor.scalar_type());
   at::Tensor wire = wire_tensor(tensor, *backend_);
-  const uint64_t id = recorder_.start(what, tensor);
+  CollectiveRecord record;
+  const uint64_t id = recorder_.start(what, tensor, -1, &record);
   compat::WorkPtr work;
   try {
-    work = transport_->all_reduce(wire, op);
+    work = transport_->all_reduce(wire, op, record);
   } catch (...) {
     fail(id, what, std::current_exception(), timeout_);
   }
@@ -171,9 +185,11 @@ Work Communicator::broadcast_async(at::Tensor tensor, int root) {
   c10d::BroadcastOptions options;
   options.rootRank = root;
   options.timeout = timeout_;
-  const uint64_t id = recorder_.start("broadcast", tensor);
+  CollectiveRecord record;
+  const uint64_t id = recorder_.start("broadcast", tensor, -1, &record);
   compat::WorkPtr work;
   try {
+    agree(record);
     work = backend_->broadcast(tensors, options);
   } catch (...) {
     fail(id, "broadcast", std::current_exception(), timeout_);

@@ -19,13 +19,18 @@ double milliseconds_between(CollectiveRecord::Clock::time_point from, Collective
 
 }  // namespace
 
-std::string CollectiveRecord::describe(Clock::time_point now) const {
+std::string CollectiveRecord::identity() const {
   std::string text = point_to_point() ? fmt::format("p2p #{} {} {} rank {}", seq, operation,
                                                    operation == "recv" ? "from" : "to", peer)
                                      : fmt::format("#{} {}", seq, operation);
   if (!label.empty()) text += " " + label;
   if (!shape.empty()) text += fmt::format(" [{}] {}", fmt::join(shape, ", "), c10::toString(dtype));
   if (step >= 0) text += fmt::format(" step {}", step);
+  return text;
+}
+
+std::string CollectiveRecord::describe(Clock::time_point now) const {
+  const std::string text = identity();
   switch (state) {
     case State::Started: return text + fmt::format(": started {:.1f} ms ago, not completed", milliseconds_between(started, now));
     case State::Completed: return text + fmt::format(": completed in {:.1f} ms", milliseconds_between(started, ended));
@@ -39,7 +44,7 @@ FlightRecorder::FlightRecorder(size_t capacity) : capacity_(capacity) {
   ring_.reserve(capacity);
 }
 
-uint64_t FlightRecorder::start(std::string operation, const at::Tensor& tensor, int peer) {
+uint64_t FlightRecorder::start(std::string operation, const at::Tensor& tensor, int peer, CollectiveRecord* copy) {
   CollectiveRecord record;
   record.operation = std::move(operation);
   record.peer = peer;
@@ -52,6 +57,7 @@ uint64_t FlightRecorder::start(std::string operation, const at::Tensor& tensor, 
   std::lock_guard<std::mutex> lock(mutex_);
   record.seq = record.point_to_point() ? ++last_point_to_point_ : ++last_collective_;
   record.step = step_;
+  if (copy != nullptr) *copy = record;
   Slot slot{++last_id_, std::move(record)};
   if (ring_.size() < capacity_) {
     ring_.push_back(std::move(slot));

@@ -87,6 +87,10 @@ RendezvousOptions rendezvous_options(const InitOptions& options, const Environme
   return rendezvous;
 }
 
+bool check_collectives(const InitOptions& options, const Environment& env) {
+  return options.check_collectives() && env.get("DPTRAIN_CHECK_COLLECTIVES").value_or("1") != "0";
+}
+
 std::optional<std::string> gloo_interface(const InitOptions& options, const Environment& env) {
   auto interface = options.interface();
   if (!interface) interface = env.get("GLOO_SOCKET_IFNAME");
@@ -114,9 +118,12 @@ std::shared_ptr<Communicator> init_process_group(const InitOptions& options, con
 #if defined(DPTRAIN_WITH_GLOO)
     auto gloo = make_gloo(store, world, world.master_addr, interface, options.timeout());
     const bool shared_memory = options.shared_memory() && env.get("DPTRAIN_SHM").value_or("1") != "0";
-    return std::make_shared<Communicator>(
-        std::move(gloo), world,
-        CommunicatorOptions().timeout(options.timeout()).store(store).shared_memory(shared_memory));
+    return std::make_shared<Communicator>(std::move(gloo), world,
+                                          CommunicatorOptions()
+                                              .timeout(options.timeout())
+                                              .store(store)
+                                              .shared_memory(shared_memory)
+                                              .check_agreement(check_collectives(options, env)));
 #else
     throw ConfigError("this build of dptrain has no Gloo backend (its headers were missing at build time); "
                       "install libgloo-dev and rebuild, or use --dist-backend nccl");
@@ -158,7 +165,8 @@ std::shared_ptr<Communicator> new_group(const Communicator& world, int first, in
   auto store = c10::make_intrusive<c10d::PrefixStore>(str("group", first, "+", size), world.store());
   auto gloo = make_gloo(store, group, world.world().master_addr, gloo_interface(options, env), options.timeout());
   return std::make_shared<Communicator>(std::move(gloo), group,
-                                        CommunicatorOptions().timeout(options.timeout()).store(store));
+                                        CommunicatorOptions().timeout(options.timeout()).store(store).check_agreement(
+                                            check_collectives(options, env)));
 #else
   throw ConfigError(
       "this build of dptrain has no Gloo backend (its headers were missing at build time); "

@@ -45,6 +45,7 @@ int supervise(JobMembership& membership, const std::vector<std::string>& program
         say(str("giving up after ", options.max_restarts(), " restart(s)", membership.after_giving_up()));
       }
       if (options.log_dir()) say(str("full logs in ", *options.log_dir()));
+      say(str("exit ", result.exit_code, ": ", result.summary()));
       return result.exit_code;
     }
     say(str("restarting the local group (restart ", failures, " of ", options.max_restarts(), ")"));

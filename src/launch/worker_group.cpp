@@ -8,6 +8,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <csignal>
 #include <cstring>
@@ -70,6 +72,20 @@ void close_fd(int& fd) {
   fd = -1;
 }
 
+// The line of `tail` that says why: the last that names an error (the first line of a multi-line
+// message, as dptrain's, or Python's final "RuntimeError: ..."), else the last line.
+std::string cause_of(const std::vector<std::string>& tail) {
+  constexpr size_t kLongest = 300;
+  auto says_error = [](std::string line) {
+    std::transform(line.begin(), line.end(), line.begin(), [](unsigned char c) { return std::tolower(c); });
+    return line.find("error") != std::string::npos || line.find("what():") != std::string::npos;
+  };
+  const auto found = std::find_if(tail.rbegin(), tail.rend(), says_error);
+  std::string line = found != tail.rend() ? *found : tail.back();
+  line.erase(0, line.find_first_not_of(' '));
+  return line.size() > kLongest ? line.substr(0, kLongest) + "..." : line;
+}
+
 }  // namespace
 
 std::string GroupResult::report() const {
@@ -87,6 +103,13 @@ std::string GroupResult::report() const {
   text += str(" Its last ", w.tail.size(), " line(s):");
   for (const auto& line : w.tail) text += "\n    " + line;
   return text;
+}
+
+std::string GroupResult::summary() const {
+  if (outcome != Outcome::WorkerFailed) return report();
+  const WorkerExit& w = *first_failure;
+  std::string text = str(w.name, " ", describe_status(w.exit_code, w.signal));
+  return w.tail.empty() ? text : text + ": " + cause_of(w.tail);
 }
 
 WorkerGroup::WorkerGroup(std::vector<WorkerSpec> specs, SupervisorOptions options)

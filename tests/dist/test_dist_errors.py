@@ -1,13 +1,17 @@
 """Every way a job's start can go wrong ends every process with one line naming the rank, the
-operation and what to do, and a nonzero exit, within the timeout; and the three init methods work."""
+operation and what to do, and a nonzero exit, within the timeout; and the three init methods work.
+The classic hangs of a running job (a rank that skips a collective, ranks that disagree on a shape,
+a rank stopped or killed) end the same way, over Gloo and over shared memory, and the launcher's
+last line says who failed and why."""
 
 import os
+import re
 import socket
 import tempfile
 import time
 import unittest
 
-from proc import Started, dptrain, env_with, free_port, run
+from proc import Started, dptrain, env_with, free_port, program, run
 
 
 def check(rank, world, port, timeout=5, *extra):
@@ -88,6 +92,70 @@ class InitMethods(unittest.TestCase):
 
     def test_env_with_flags(self):
         self.run_pair("--master-addr", "127.0.0.1", "--master-port", str(free_port()))
+
+
+
+class Divergence(unittest.TestCase):
+    """dptrain_collective_probe on 2 ranks: rank 1 does one thing wrong at step 5 of 12."""
+
+    TIMEOUT = 3
+
+    def diverge(self, fault, shared_memory):
+        t0 = time.monotonic()
+        code, out, err = run([dptrain(), "launch", "--standalone", "--nproc-per-node", "2", "--",
+                              program("dptrain_collective_probe"), "--fault", fault, "--timeout", str(self.TIMEOUT)],
+                             timeout=90, env=env_with(DPTRAIN_SHM=int(shared_memory)))
+        # The timeout, the survey's grace (as long as the timeout here) and the launcher's 5 s
+        # grace for a stopped worker, with room for a slow machine.
+        self.assertLess(time.monotonic() - t0, 2 * self.TIMEOUT + 5 + 20)
+        self.assertNotIn("steps done", out)
+        summary = err.strip().splitlines()[-1]
+        return code, err, summary
+
+    def assert_both_ranks_say(self, err, pattern):
+        for rank in (0, 1):
+            self.assertRegex(err, rf"\[rank {rank}\] error: " + pattern.replace("RANK", str(rank)))
+
+    def check_disagreement(self, fault, shared_memory, rank1_has):
+        code, err, summary = self.diverge(fault, shared_memory)
+        self.assertEqual(code, 1, err)
+        if shared_memory:
+            head = r"rank RANK: all_reduce over shared memory: the ranks disagree on what they reduce: every rank"
+            mine, theirs = "all_reduce(sum) of 64 Float step 5", f"all_reduce(sum) of {rank1_has}"
+        else:
+            head = r"rank RANK: the ranks disagree on collective #6 \(all_reduce\(sum\)\): every rank"
+            mine, theirs = "#6 all_reduce(sum) [64] Float step 5", f"#6 all_reduce(sum) {rank1_has}"
+        self.assert_both_ranks_say(err, head)
+        for rank in (0, 1):
+            self.assertIn(f"[rank {rank}]     rank 0: {mine}\n[rank {rank}]     rank 1: {theirs}", err)
+        self.assertRegex(summary, r"^dptrain launch: exit 1: rank [01] exited with code 1: error: " +
+                         head.replace("RANK", "[01]"))
+
+    def test_a_skipped_collective_names_both_steps(self):
+        self.check_disagreement("skip", shared_memory=False, rank1_has="[64] Float step 6")
+        self.check_disagreement("skip", shared_memory=True, rank1_has="64 Float step 6")
+
+    def test_a_shape_that_differs_names_both_shapes(self):
+        # Unchecked, Gloo would abort both processes ("op.preamble.length <= op.nbytes").
+        self.check_disagreement("shape", shared_memory=False, rank1_has="[65] Float step 5")
+        self.check_disagreement("shape", shared_memory=True, rank1_has="65 Float step 5")
+
+    def test_a_stopped_rank_is_named_by_the_one_that_waited(self):
+        for shared_memory, says in (
+                (False, r"all_reduce\(sum\) \[collective #6, step 5\] failed: it did not complete within 3 s\. "
+                        r"Rank 1 did not arrive \(or stopped inside it\)"),
+                (True, r"all_reduce over shared memory timed out: rank 1 did not start the same all_reduce within "
+                       r"3 s\. .*\(in all_reduce\(sum\) \[collective #6, step 5\]\)")):
+            code, err, summary = self.diverge("stop", shared_memory)
+            self.assertEqual(code, 1, err)
+            self.assertRegex(err, r"\[rank 0\] error: rank 0: " + says)
+            self.assertRegex(summary, r"^dptrain launch: exit 1: rank 0 exited with code 1: error: rank 0: " + says)
+
+    def test_a_killed_rank_is_named_at_once(self):
+        for shared_memory in (False, True):
+            code, err, summary = self.diverge("kill", shared_memory)
+            self.assertEqual(code, 128 + 9, err)
+            self.assertEqual(summary, "dptrain launch: exit 137: rank 1 was killed by signal 9 (Killed)")
 
 
 if __name__ == "__main__":

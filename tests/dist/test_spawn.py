@@ -8,11 +8,7 @@ import re
 import signal
 import unittest
 
-from proc import Started, dptrain, env_with, pid_alive, pids_in, run, wait_dead, wait_for_pids
-
-
-def program(name):
-    return os.path.join(os.path.dirname(dptrain()), name)
+from proc import Started, env_with, pid_alive, pids_in, program, run, wait_dead, wait_for_pids
 
 
 def probe(*args):

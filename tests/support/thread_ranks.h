@@ -1,8 +1,8 @@
 #pragma once
 // Several ranks as threads of one test process: an in-memory HashStore for the rendezvous and a
 // real Gloo process group per thread over loopback, with float all_reduce through shared memory
-// when asked (chosen by the same factory as init_process_group's). Every rank's exception is rethrown on the calling thread, with its rank, after all
-// threads have ended.
+// when asked (chosen by the same factory as init_process_group's). Every rank's exception is
+// rethrown on the calling thread, with its rank, after all threads have ended.
 //
 //   dpt::testing::run_ranks(2, [](dpt::dist::Communicator& comm) { ... });
 //   dpt::testing::run_ranks(2, body, timeout, dpt::testing::Transport::SharedMemory);
@@ -25,9 +25,18 @@
 
 namespace dpt::testing {
 
-enum class Transport { Gloo, SharedMemory };
+// UncheckedGloo: Gloo without comparing the ranks' records of each collective first
+// (CommunicatorOptions::check_agreement), to show what that check catches.
+enum class Transport { Gloo, SharedMemory, UncheckedGloo };
 
-inline std::string to_string(Transport transport) { return transport == Transport::Gloo ? "Gloo" : "SharedMemory"; }
+inline std::string to_string(Transport transport) {
+  switch (transport) {
+    case Transport::Gloo: return "Gloo";
+    case Transport::SharedMemory: return "SharedMemory";
+    case Transport::UncheckedGloo: return "UncheckedGloo";
+  }
+  return "?";
+}
 inline void PrintTo(Transport transport, std::ostream* out) { *out << to_string(transport); }
 
 // Rank `rank` of `size` processes, all on this host.
@@ -61,8 +70,12 @@ inline void run_ranks(int world_size, const std::function<void(dist::Communicato
         dist::join(*store, world, dist::RendezvousOptions(timeout));
         auto backend = loopback_gloo(store, world, timeout);
         const bool shared_memory = transport == Transport::SharedMemory;
-        dist::Communicator comm(
-            backend, world, dist::CommunicatorOptions().timeout(timeout).store(store).shared_memory(shared_memory));
+        dist::Communicator comm(backend, world,
+                                dist::CommunicatorOptions()
+                                    .timeout(timeout)
+                                    .store(store)
+                                    .shared_memory(shared_memory)
+                                    .check_agreement(transport != Transport::UncheckedGloo));
         if (shared_memory && world_size > 1 && comm.transport() != "gloo + shared memory") {
           throw std::runtime_error("asked for shared memory, got " + comm.transport());
         }

@@ -92,6 +92,10 @@ struct CommunicatorOptions {
   TORCH_ARG(compat::StorePtr, store);
   // Try shared memory for all_reduce when every rank is on this host (needs `store`).
   TORCH_ARG(bool, shared_memory) = false;
+  // Over Gloo, every collective first compares every rank's flight-recorder entry for it (one
+  // small all_gather): a rank that skipped a collective or has another shape fails every rank at
+  // once, naming each one's, instead of summing the wrong tensors or aborting inside Gloo.
+  TORCH_ARG(bool, check_agreement) = true;
   // How many recent collectives the flight recorder keeps (about three training steps' worth).
   TORCH_ARG(size_t, flight_recorder_size) = 16;
   // Where a failing collective prints the flight recorder's entries; null: nowhere.
@@ -161,6 +165,8 @@ class Communicator {
   Work start_point_to_point(const std::string& operation, at::Tensor tensor, int peer, int tag);
   // Records a blocking collective named `what` on `tensor` and runs it; failures go through fail().
   void run_recorded(const std::string& what, const at::Tensor& tensor, const std::function<void()>& body);
+  // With check_agreement, compares every rank's `record` of the collective about to start.
+  void agree(const CollectiveRecord& record);
   // Marks the flight recorder's entry `id` failed, finds the ranks that did not arrive when a
   // collective timed out, prints the flight recorder to the failure log, and throws the error
   // that names all of it.
@@ -172,6 +178,7 @@ class Communicator {
   std::chrono::milliseconds timeout_;
   at::Device device_;
   compat::StorePtr store_;
+  bool check_agreement_;
   std::unique_ptr<transport::Transport> transport_;
   FlightRecorder recorder_;
   std::ostream* failure_log_;

@@ -42,7 +42,11 @@ struct CollectiveRecord {
   State state = State::Started;
 
   bool point_to_point() const { return peer >= 0; }
-  // "#57 all_reduce(sum) bucket 3 [2785354] Float step 12: completed in 1.2 ms",
+  // What every rank's record of the same collective must say: "#57 all_reduce(sum) bucket 3
+  // [2785354] Float step 12".
+  std::string identity() const;
+
+  // identity() and the state: "#57 all_reduce(sum) bucket 3 [2785354] Float step 12: completed in 1.2 ms",
   // "p2p #4 send to rank 2 bucket 3 of step 12 [1032] Float step 12: started 30001.2 ms ago, not completed"
   std::string describe(Clock::time_point now) const;
 };
@@ -55,8 +59,9 @@ class FlightRecorder {
 
   // Records a collective that starts now on `tensor` (undefined for a barrier), or with `peer` a
   // send or recv with that rank. Returns the entry's id, which end() and entry() take (for a
-  // collective it is not its seq).
-  uint64_t start(std::string operation, const at::Tensor& tensor, int peer = -1);
+  // collective it is not its seq), and gives the entry in `*copy` when set (entry() may no longer
+  // have it by the time it is asked, when other threads start many operations at once).
+  uint64_t start(std::string operation, const at::Tensor& tensor, int peer = -1, CollectiveRecord* copy = nullptr);
   // Marks entry `id` completed or failed; a no-op once it has left the ring.
   void end(uint64_t id, CollectiveRecord::State state);
   // Entry `id`, if it is still in the ring.

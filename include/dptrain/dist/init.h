@@ -47,6 +47,10 @@ struct InitOptions {
   // goes through /dev/shm (transport/shm/allreduce.h). DPTRAIN_SHM=0 in the environment turns it
   // off as well; Communicator::transport() says which is in use, or why shared memory is not.
   TORCH_ARG(bool, shared_memory) = true;
+  // Over Gloo, every collective first compares every rank's record of it (step, operation,
+  // shape), so that a skipped collective or a shape that differs fails at once and names each
+  // rank's (CommunicatorOptions::check_agreement). DPTRAIN_CHECK_COLLECTIVES=0 turns it off.
+  TORCH_ARG(bool, check_collectives) = true;
 };
 
 // Joins the process group described by `options` and the environment. A world of one process

@@ -68,6 +68,9 @@ struct GroupResult {
   bool succeeded() const { return outcome == Outcome::Succeeded; }
   // Plain-language account of a failure or interruption: who, how, and the last lines.
   std::string report() const;
+  // The same in one line, for the launcher's last word: who and how, and the failed worker's error
+  // line (the last of its lines that says "error"), else its last line.
+  std::string summary() const;
 };
 
 class WorkerGroup {

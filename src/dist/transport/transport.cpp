@@ -21,11 +21,13 @@ std::unique_ptr<Transport> make_transport(compat::BackendPtr backend, const Worl
     auto local = shm::Allreduce::attach(store, world, shm::Options().timeout(options.timeout()), &why_not);
     if (local) {
       return std::make_unique<shm::Transport>(
-          std::move(local), std::make_unique<process_group::Transport>(std::move(backend), options.timeout()));
+          std::move(local),
+          std::make_unique<process_group::Transport>(std::move(backend), options.timeout(), options.check_agreement()));
     }
     why_not = "no shared memory: " + why_not;
   }
-  return std::make_unique<process_group::Transport>(std::move(backend), options.timeout(), why_not);
+  return std::make_unique<process_group::Transport>(std::move(backend), options.timeout(), options.check_agreement(),
+                                                    why_not);
 }
 
 }  // namespace dpt::dist::transport

@@ -264,3 +264,83 @@ TEST(Communicator, SharedMemoryNamesAPeerThatLeft) {
       << message;
 }
 
+
+namespace {
+
+// Each rank runs `diverge` (which must fail on every rank with a DistError when the ranks' records
+// are compared); returns each rank's message.
+std::vector<std::string> messages_when_ranks_diverge(Transport transport,
+                                                     const std::function<void(Communicator&)>& diverge) {
+  std::vector<std::string> messages(2);
+  dpt::testing::run_ranks(
+      2,
+      [&](Communicator& comm) {
+        try {
+          diverge(comm);
+        } catch (const dpt::DistError& e) {
+          messages[comm.rank()] = e.what();
+        }
+      },
+      std::chrono::seconds(20), transport);
+  return messages;
+}
+
+void expect_every_rank_lists(const std::vector<std::string>& messages, const std::string& listing) {
+  for (size_t rank = 0; rank < messages.size(); ++rank) {
+    EXPECT_NE(messages[rank].find(dpt::str("rank ", rank, ": the ranks disagree on collective #1")), std::string::npos)
+        << messages[rank];
+    EXPECT_NE(messages[rank].find("Each rank's:" + listing), std::string::npos) << messages[rank];
+  }
+}
+
+// Rank 1 skipped the all_reduce of step 5 and is at step 6's.
+void all_reduce_one_step_apart(Communicator& comm, at::Tensor& tensor) {
+  comm.flight_recorder().set_step(comm.rank() == 0 ? 5 : 6);
+  comm.all_reduce(tensor);
+}
+
+}  // namespace
+
+// Over Gloo, a rank that skipped a collective would sum its next one with the others' current one;
+// every rank's record of it is compared first, and the step tells them apart.
+TEST(Communicator, ARankThatSkippedACollectiveFailsEveryRankNamingBothSteps) {
+  std::vector<at::Tensor> tensors{torch::ones({64}), torch::ones({64})};
+  const auto messages = messages_when_ranks_diverge(
+      Transport::Gloo, [&](Communicator& comm) { all_reduce_one_step_apart(comm, tensors[comm.rank()]); });
+  expect_every_rank_lists(messages, "\n    rank 0: #1 all_reduce(sum) [64] Float step 5\n    rank 1: #1 "
+                                    "all_reduce(sum) [64] Float step 6");
+  EXPECT_TRUE(tensors[0].equal(torch::ones({64}))) << "summed anyway";
+}
+
+// What the check prevents: unchecked, Gloo sums step 5's tensor with step 6's and says nothing.
+TEST(Communicator, UncheckedGlooSumsACollectiveOfAnotherStepSilently) {
+  std::vector<at::Tensor> tensors{torch::ones({64}), torch::ones({64})};
+  const auto messages = messages_when_ranks_diverge(
+      Transport::UncheckedGloo, [&](Communicator& comm) { all_reduce_one_step_apart(comm, tensors[comm.rank()]); });
+  EXPECT_EQ(messages, std::vector<std::string>(2));
+  EXPECT_TRUE(tensors[0].equal(torch::full({64}, 2.0)));
+}
+
+// Sizes that differ would abort the process inside Gloo's event loop; they fail as an error instead.
+TEST(Communicator, ShapesThatDifferFailEveryRankNamingBoth) {
+  const auto messages = messages_when_ranks_diverge(Transport::Gloo, [](Communicator& comm) {
+    dpt::dist::CollectiveLabel label("bucket 2");
+    auto t = torch::ones({comm.rank() == 0 ? 64 : 65});
+    comm.all_reduce_async(t).wait();
+  });
+  expect_every_rank_lists(messages, "\n    rank 0: #1 all_reduce(sum) bucket 2 [64] Float\n    rank 1: #1 "
+                                    "all_reduce(sum) bucket 2 [65] Float");
+}
+
+// Every collective is compared, not only all_reduce: here a broadcast meets a barrier.
+TEST(Communicator, DifferentCollectivesFailEveryRankNamingBoth) {
+  const auto messages = messages_when_ranks_diverge(Transport::Gloo, [](Communicator& comm) {
+    if (comm.rank() == 0) {
+      auto t = torch::ones({3});
+      comm.broadcast(t);
+    } else {
+      comm.barrier();
+    }
+  });
+  expect_every_rank_lists(messages, "\n    rank 0: #1 broadcast [3] Float\n    rank 1: #1 barrier");
+}

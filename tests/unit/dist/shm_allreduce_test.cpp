@@ -125,12 +125,38 @@ TEST(SharedMemoryAllreduce, RanksThatDisagreeOnTheTensorFailOnEveryRank) {
     // The group stays failed: a later operation gets the same error at once.
     EXPECT_THROW(group->all_reduce(torch::ones({10}), ReduceOp::Sum)->wait(), dpt::DistError);
   });
-  EXPECT_NE(messages[0].find("rank 0: all_reduce over shared memory: ranks disagree on what they reduce: rank 0 has "
-                             "10 elements of Float (sum), rank 1 has 12 of Float (sum)"),
-            std::string::npos)
-      << messages[0];
-  EXPECT_NE(messages[1].find("rank 1 has 12 elements of Float (sum), rank 0 has 10"), std::string::npos)
-      << messages[1];
+  for (int rank = 0; rank < 2; ++rank) {
+    EXPECT_NE(messages[rank].find(dpt::str("rank ", rank, ": all_reduce over shared memory: the ranks disagree on "
+                                           "what they reduce: every rank must issue the same collectives")),
+              std::string::npos)
+        << messages[rank];
+    EXPECT_NE(messages[rank].find("Each rank's:\n    rank 0: all_reduce(sum) of 10 Float\n    rank 1: "
+                                  "all_reduce(sum) of 12 Float"),
+              std::string::npos)
+        << messages[rank];
+  }
+}
+
+// A rank that skipped a collective sums its next one with the others' current one: the same size,
+// but another step. Both ranks fail, naming both steps, and nothing is summed.
+TEST(SharedMemoryAllreduce, RanksAtDifferentStepsFailOnEveryRank) {
+  std::vector<std::string> messages(2);
+  std::vector<at::Tensor> tensors{torch::ones({10}), torch::ones({10})};
+  run_group(2, SharedMemoryOptions(), [&](int rank, SharedMemoryAllreduce* group) {
+    ASSERT_NE(group, nullptr);
+    try {
+      group->all_reduce(tensors[rank], ReduceOp::Sum, /*step=*/rank == 0 ? 5 : 6)->wait();
+    } catch (const dpt::DistError& e) {
+      messages[rank] = e.what();
+    }
+  });
+  for (int rank = 0; rank < 2; ++rank) {
+    EXPECT_NE(messages[rank].find("rank 0: all_reduce(sum) of 10 Float step 5\n    rank 1: all_reduce(sum) of 10 "
+                                  "Float step 6"),
+              std::string::npos)
+        << messages[rank];
+  }
+  EXPECT_TRUE(tensors[0].equal(torch::ones({10}))) << "summed anyway: " << tensors[0];
 }
 
 TEST(SharedMemoryAllreduce, EveryRankFallsBackWhenOneCannotMapTheSegment) {

@@ -13,6 +13,9 @@ namespace {
 
 constexpr std::chrono::milliseconds kTimeout{30000};
 
+// What every rank says of its all_reduce: the same, so the transports' agreement checks pass.
+const dpt::dist::CollectiveRecord kSameOnEveryRank;
+
 // Two ranks as threads, each with its own Gloo backend; body(rank, backend, store) runs on each.
 void run_two(const std::function<void(const dpt::dist::WorldInfo&, dpt::compat::BackendPtr, dpt::compat::StorePtr)>& body,
              bool same_host = true) {
@@ -62,7 +65,7 @@ TEST(Transport, BackendMeanIsFinalWhenTheWorkCompletes) {
     auto transport = make_transport(backend, world, TransportOptions().timeout(kTimeout).store(store));
     auto t = torch::tensor({1.0f, 3.0f, 1e-3f}) * (world.rank + 1);
     auto expected = t / 2 + t * (world.rank == 0 ? 2 : 0.5) / 2;
-    transport->all_reduce(t, ReduceOp::Mean)->wait(kTimeout);
+    transport->all_reduce(t, ReduceOp::Mean, kSameOnEveryRank)->wait(kTimeout);
     EXPECT_TRUE(t.equal(expected)) << t;
   });
 }
@@ -75,10 +78,10 @@ TEST(Transport, SharedMemoryTakesFloatsAndPassesTheRestOn) {
     EXPECT_EQ(transport->describe(), "gloo + shared memory");
     EXPECT_GT(transport->failure_report_delay().count(), 0);
     auto mean = torch::full({3}, world.rank + 1.0, torch::kDouble);
-    transport->all_reduce(mean, ReduceOp::Mean)->wait(kTimeout);
+    transport->all_reduce(mean, ReduceOp::Mean, kSameOnEveryRank)->wait(kTimeout);
     EXPECT_TRUE(mean.equal(torch::full({3}, 1.5, torch::kDouble))) << mean;
     auto counts = torch::full({3}, world.rank + 1, torch::kLong);
-    transport->all_reduce(counts, ReduceOp::Sum)->wait(kTimeout);
+    transport->all_reduce(counts, ReduceOp::Sum, kSameOnEveryRank)->wait(kTimeout);
     EXPECT_TRUE(counts.equal(torch::full({3}, 3, torch::kLong))) << counts;
   });
 }

@@ -7,7 +7,7 @@
 //
 //   auto transport = dpt::dist::transport::make_transport(
 //       backend, world, dpt::dist::transport::TransportOptions().shared_memory(true).store(store));
-//   transport->all_reduce(bucket, dpt::dist::ReduceOp::Mean)->wait(timeout);
+//   transport->all_reduce(bucket, dpt::dist::ReduceOp::Mean, record)->wait(timeout);
 //   std::cout << transport->describe();   // "gloo + shared memory"
 //
 // The parameter server's point-to-point traffic will go through this seam too.
@@ -20,6 +20,7 @@
 
 #include "dptrain/compat/compat.h"
 #include "dptrain/dist/collective.h"
+#include "dptrain/dist/flight_recorder.h"
 #include "dptrain/dist/world.h"
 
 namespace dpt::dist::transport {
@@ -34,8 +35,10 @@ class Transport {
   // Starts op over `tensor`, in place. `tensor` is contiguous and of a type the c10d backend
   // reduces. When the work completes the result is final, Mean included: each transport divides
   // where it costs least (shared memory while it sums; Gloo, which has no average, before it sends,
-  // on the calling thread, as PyTorch's reducer does; NCCL natively).
-  virtual compat::WorkPtr all_reduce(at::Tensor tensor, ReduceOp op) = 0;
+  // on the calling thread, as PyTorch's reducer does; NCCL natively). `record` is the flight
+  // recorder's entry for it: a transport that can checks that every rank's says the same (the
+  // step, the shape) before it reduces anything.
+  virtual compat::WorkPtr all_reduce(at::Tensor tensor, ReduceOp op, const CollectiveRecord& record) = 0;
 
   // An operation that runs out of time fails within this long after its timeout, with an error
   // that names the peer it waited for; whoever waits on it gives it that much more.
@@ -50,6 +53,10 @@ struct TransportOptions {
   TORCH_ARG(bool, shared_memory) = false;
   // The rendezvous store, through which the ranks agree on shared memory.
   TORCH_ARG(compat::StorePtr, store);
+  // Over Gloo, compare every rank's record of each all_reduce first (one small all_gather): a
+  // skipped collective or a different shape fails at once with each rank's, instead of summing the
+  // wrong tensors or aborting inside Gloo.
+  TORCH_ARG(bool, check_agreement) = true;
 };
 
 // Collective when options.shared_memory() and every rank is on this host: every rank calls it at

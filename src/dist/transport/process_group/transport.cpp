@@ -1,5 +1,7 @@
 #include "dptrain/dist/transport/process_group/transport.h"
 
+#include "../../agreement.h"
+
 namespace dpt::dist::transport::process_group {
 namespace {
 
@@ -15,15 +17,21 @@ c10d::ReduceOp to_c10d(ReduceOp op, bool native_avg) {
 
 }  // namespace
 
-Transport::Transport(compat::BackendPtr backend, std::chrono::milliseconds timeout, std::string note)
-    : backend_(std::move(backend)), timeout_(timeout), note_(std::move(note)) {}
+Transport::Transport(compat::BackendPtr backend, std::chrono::milliseconds timeout, bool check_agreement,
+                     std::string note)
+    : backend_(std::move(backend)),
+      timeout_(timeout),
+      // Only Gloo: NCCL's tensors are on the GPU, and reading its answer would synchronise with it.
+      check_agreement_(check_agreement && backend_->getBackendName() == "gloo"),
+      note_(std::move(note)) {}
 
 std::string Transport::describe() const {
   const std::string name = backend_->getBackendName();
   return note_.empty() ? name : name + " (" + note_ + ")";
 }
 
-compat::WorkPtr Transport::all_reduce(at::Tensor tensor, ReduceOp op) {
+compat::WorkPtr Transport::all_reduce(at::Tensor tensor, ReduceOp op, const CollectiveRecord& record) {
+  if (check_agreement_) detail::check_agreement(*backend_, record, timeout_);
   const bool native_avg = compat::backend_supports_avg(*backend_);
   // Gloo has no average: divide before the sum, here, while the caller (DDP's backward) is still
   // producing gradients, rather than after it, when the reducer waits for every bucket at once.

@@ -20,6 +20,7 @@
 #include <thread>
 #include <vector>
 
+#include "../../agreement.h"
 #include "dptrain/common/error.h"
 
 namespace dpt::dist::transport::shm {
@@ -41,14 +42,18 @@ struct alignas(64) Counter {
 };
 
 // What a rank placed in one of its slots: every rank checks that all of them reduce the same thing.
+// A rank that skipped a collective reduces its next one with the others' current one: same size,
+// another step.
 struct ChunkLabel {
   uint64_t numel = 0;   // of the whole tensor
   uint64_t offset = 0;  // of this chunk in it
+  int64_t step = -1;    // the caller's (FlightRecorder::set_step), or -1
   int32_t dtype = 0;
   int32_t op = 0;
 
   bool operator==(const ChunkLabel& other) const {
-    return numel == other.numel && offset == other.offset && dtype == other.dtype && op == other.op;
+    return numel == other.numel && offset == other.offset && step == other.step && dtype == other.dtype &&
+           op == other.op;
   }
 };
 
@@ -217,6 +222,7 @@ struct Allreduce::State {
   struct Operation {
     at::Tensor tensor;
     ReduceOp op = ReduceOp::Sum;
+    int64_t step = -1;
     c10::intrusive_ptr<LocalWork> work;
   };
 
@@ -316,7 +322,7 @@ void Allreduce::State::run(const Operation& operation) {
     for (int r = 0; r < world_size; ++r) {
       if (r != rank) std::memcpy(part(own_slot, r), part(values, r), part_bytes(r));
     }
-    mine.labels[slot] = ChunkLabel{static_cast<uint64_t>(numel), static_cast<uint64_t>(offset),
+    mine.labels[slot] = ChunkLabel{static_cast<uint64_t>(numel), static_cast<uint64_t>(offset), operation.step,
                                    static_cast<int32_t>(tensor.scalar_type()), static_cast<int32_t>(operation.op)};
     publish(mine.arrived, number);
     wait_for_peers(&RankControl::arrived, number, "start the same all_reduce", deadline);
@@ -379,11 +385,14 @@ void Allreduce::State::check_labels(int slot) {
   for (int peer = 0; peer < world_size; ++peer) {
     const ChunkLabel& theirs = segment->control(peer).labels[slot];
     if (theirs == own) continue;
-    throw DistError(str("rank ", rank, ": all_reduce over shared memory: ranks disagree on what they reduce: rank ",
-                        rank, " has ", own.numel, " elements of ", at::ScalarType(own.dtype), " (", 
-                        to_string(ReduceOp(own.op)), "), rank ", peer, " has ", theirs.numel, " of ",
-                        at::ScalarType(theirs.dtype), " (", to_string(ReduceOp(theirs.op)),
-                        "). Every rank must run the same collectives in the same order."));
+    const auto describe = [](int r, const ChunkLabel& label) {
+      return str("\n    rank ", r, ": all_reduce(", to_string(ReduceOp(label.op)), ") of ", label.numel, " ",
+                 at::ScalarType(label.dtype), label.step >= 0 ? str(" step ", label.step) : "");
+    };
+    throw DistError(str("rank ", rank, ": all_reduce over shared memory: the ranks disagree on what they reduce: ",
+                        detail::kDisagreementAdvice, " Each rank's:",
+                        describe(std::min(rank, peer), rank < peer ? own : theirs),
+                        describe(std::max(rank, peer), rank < peer ? theirs : own)));
   }
 }
 
@@ -409,12 +418,12 @@ bool Allreduce::accepts(const at::Tensor& tensor, ReduceOp op) const {
          (op == ReduceOp::Sum || op == ReduceOp::Mean || op == ReduceOp::Max || op == ReduceOp::Min);
 }
 
-compat::WorkPtr Allreduce::all_reduce(at::Tensor tensor, ReduceOp op) {
+compat::WorkPtr Allreduce::all_reduce(at::Tensor tensor, ReduceOp op, int64_t step) {
   DPT_ASSERT(accepts(tensor, op), "shared-memory all_reduce given a tensor or operation it does not take");
   auto work = c10::make_intrusive<LocalWork>();
   {
     std::lock_guard<std::mutex> lock(state_->mutex);
-    state_->queue.push_back(State::Operation{std::move(tensor), op, work});
+    state_->queue.push_back(State::Operation{std::move(tensor), op, step, work});
   }
   state_->queued.notify_one();
   return work;

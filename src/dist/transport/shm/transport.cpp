@@ -9,10 +9,11 @@ Transport::~Transport() = default;
 
 std::string Transport::describe() const { return fallback_->describe() + " + shared memory"; }
 
-compat::WorkPtr Transport::all_reduce(at::Tensor tensor, ReduceOp op) {
-  // The mean is divided as it is summed, on the shared-memory thread.
-  if (local_->accepts(tensor, op)) return local_->all_reduce(std::move(tensor), op);
-  return fallback_->all_reduce(std::move(tensor), op);
+compat::WorkPtr Transport::all_reduce(at::Tensor tensor, ReduceOp op, const CollectiveRecord& record) {
+  // The mean is divided as it is summed, on the shared-memory thread, whose ranks compare the
+  // step with the size (a rank that skipped a collective is at another step).
+  if (local_->accepts(tensor, op)) return local_->all_reduce(std::move(tensor), op, record.step);
+  return fallback_->all_reduce(std::move(tensor), op, record);
 }
 
 }  // namespace dpt::dist::transport::shm

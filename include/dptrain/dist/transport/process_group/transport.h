@@ -11,15 +11,18 @@ namespace dpt::dist::transport::process_group {
 
 class Transport : public transport::Transport {
  public:
-  // `note`, when set, says why a faster way was not taken; describe() repeats it.
-  Transport(compat::BackendPtr backend, std::chrono::milliseconds timeout, std::string note = {});
+  // `note`, when set, says why a faster way was not taken; describe() repeats it. With
+  // `check_agreement`, a Gloo all_reduce first compares every rank's record of it (agreement.h).
+  Transport(compat::BackendPtr backend, std::chrono::milliseconds timeout, bool check_agreement,
+            std::string note = {});
 
   std::string describe() const override;
-  compat::WorkPtr all_reduce(at::Tensor tensor, ReduceOp op) override;
+  compat::WorkPtr all_reduce(at::Tensor tensor, ReduceOp op, const CollectiveRecord& record) override;
 
  private:
   compat::BackendPtr backend_;
   std::chrono::milliseconds timeout_;
+  bool check_agreement_;
   std::string note_;
 };
 

@@ -62,8 +62,10 @@ class Allreduce {
   // Contiguous float32 or float64 CPU tensors: sum, mean, maximum or minimum.
   bool accepts(const at::Tensor& tensor, ReduceOp op) const;
 
-  // In place, queued behind the operations started before it; wait() on the result.
-  compat::WorkPtr all_reduce(at::Tensor tensor, ReduceOp op);
+  // In place, queued behind the operations started before it; wait() on the result. Every rank
+  // must give the same `step` (the caller's position, -1 for none) with the same size, type and
+  // op, or all of them fail naming each one's.
+  compat::WorkPtr all_reduce(at::Tensor tensor, ReduceOp op, int64_t step = -1);
 
   // An operation that runs out of time fails within this long after its timeout, with an error
   // that names the rank it waited for; whoever waits on it gives it that much more.

@@ -17,7 +17,7 @@ class Transport : public transport::Transport {
   ~Transport() override;
 
   std::string describe() const override;
-  compat::WorkPtr all_reduce(at::Tensor tensor, ReduceOp op) override;
+  compat::WorkPtr all_reduce(at::Tensor tensor, ReduceOp op, const CollectiveRecord& record) override;
   std::chrono::milliseconds failure_report_delay() const override { return Allreduce::kFailureReportDelay; }
 
  private:
