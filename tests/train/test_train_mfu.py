@@ -51,8 +51,7 @@ class Mfu(unittest.TestCase):
         cls.dir = tempfile.mkdtemp(prefix="dpt-mfu-")
         cls.measured = os.path.join(cls.dir, "measured.json")
         # Without bf16 units LibTorch 2.6 emulates bf16 products at about 1 GFLOP/s (0.8 measured on
-        # an AVX2 CPU), and bench-peak's one unmeasured and one measured run of each size took
-        # 174 s there.
+        # an AVX2 CPU): bench-peak then measures smaller kernels (174 s there when it did not).
         code, out, err = run([dptrain(), "bench-peak", "--output", cls.measured, "--seconds", "0.02"], timeout=480)
         assert code == 0, out + err
         with open(cls.measured) as f:

@@ -36,7 +36,12 @@ double best_seconds(const std::function<void()>& kernel, const PeakOptions& opti
   return best;
 }
 
-// n x n by n x n products: 2 n^3 FLOPs.
+// A kernel run this long is far past any fixed cost: a larger one would only say the same, slower.
+// It happens where LibTorch emulates a precision (bf16 products without bf16 units: about
+// 1 GFLOP/s, where the CPU's fp32 does 50), and bounds bench-peak's time there.
+constexpr double kLongEnoughSeconds = 0.5;
+
+// n x n by n x n products: 2 n^3 FLOPs. The larger size only when the smaller was quick.
 double matmul_rate(at::ScalarType dtype, const PeakOptions& options) {
   torch::NoGradGuard no_grad;
   const std::vector<int64_t> sizes = options.device.is_cuda() ? std::vector<int64_t>{4096, 8192}
@@ -47,17 +52,22 @@ double matmul_rate(at::ScalarType dtype, const PeakOptions& options) {
     const auto a = torch::randn({n, n}, on), b = torch::randn({n, n}, on);
     const double seconds = best_seconds([&] { torch::mm(a, b); }, options);
     best = std::max(best, 2.0 * n * n * n / seconds);
+    if (seconds > kLongEnoughSeconds) break;
   }
   return best;
 }
 
 // ResNet-50's 3x3 stages and a 1x1 bottleneck, channels_last, forward and backward (the gradients
-// of input and weight): 3 x 2 x multiply-adds.
-double conv_rate(at::ScalarType dtype, const PeakOptions& options) {
+// of input and weight): 3 x 2 x multiply-adds. Each stage has about 0.12 G multiply-adds per image;
+// the batch is what a run at `matmul_rate` does in kLongEnoughSeconds, at most 16 (128 on a GPU).
+double conv_rate(at::ScalarType dtype, double matmul_rate, const PeakOptions& options) {
   struct Shape {
     int64_t channels, side, kernel, out_channels;
   };
-  const int64_t batch = options.device.is_cuda() ? 128 : 16;
+  constexpr double kFlopsPerImage = 6 * 0.116e9;
+  const int64_t largest = options.device.is_cuda() ? 128 : 16;
+  const int64_t batch =
+      std::clamp<int64_t>(static_cast<int64_t>(kLongEnoughSeconds * matmul_rate / kFlopsPerImage), 1, largest);
   double best = 0;
   for (const Shape s : {Shape{64, 56, 3, 64}, Shape{128, 28, 3, 128}, Shape{256, 14, 3, 256},
                         Shape{512, 7, 3, 512}, Shape{256, 56, 1, 64}}) {
@@ -89,7 +99,7 @@ nlohmann::json measure_peak(const PeakOptions& options) {
   nlohmann::json rates = nlohmann::json::object();
   for (const auto& [name, dtype] : precisions) {
     const double matmul = matmul_rate(dtype, options);
-    const double conv = conv_rate(dtype, options);
+    const double conv = conv_rate(dtype, matmul, options);
     rates[name] = {{"matmul", matmul}, {"conv", conv}, {"peak", std::max(matmul, conv)}};
   }
   at::set_num_threads(threads);
