@@ -151,4 +151,9 @@ std::vector<SkippedSample> Loader::skipped() const {
   return skipped_;
 }
 
+int64_t Loader::skipped_count() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return static_cast<int64_t>(skipped_.size());
+}
+
 }  // namespace dpt::data

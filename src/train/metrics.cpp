@@ -43,11 +43,13 @@ void MetricSums::add(const MetricSums& other) {
   correct5 += other.correct5;
   count += other.count;
   stop_votes += other.stop_votes;
+  skipped_images += other.skipped_images;
 }
 
 MetricSums MetricSums::reduced(dist::Communicator& comm) const {
   std::vector<double> all{loss_sum, static_cast<double>(correct1), static_cast<double>(correct5),
-                          static_cast<double>(count), static_cast<double>(stop_votes)};
+                          static_cast<double>(count), static_cast<double>(stop_votes),
+                          static_cast<double>(skipped_images)};
   all.insert(all.end(), rank_rows.begin(), rank_rows.end());
   at::Tensor values = at::tensor(all, at::kDouble).to(comm.device());
   comm.all_reduce(values, dist::ReduceOp::Sum);
@@ -59,7 +61,8 @@ MetricSums MetricSums::reduced(dist::Communicator& comm) const {
   out.correct5 = static_cast<int64_t>(v[2]);
   out.count = static_cast<int64_t>(v[3]);
   out.stop_votes = static_cast<int64_t>(v[4]);
-  out.rank_rows.assign(v + 5, v + all.size());
+  out.skipped_images = static_cast<int64_t>(v[5]);
+  out.rank_rows.assign(v + 6, v + all.size());
   return out;
 }
 

@@ -38,6 +38,7 @@
 #include "dptrain/train/checkpoint/optimizer_state.h"
 #include "dptrain/train/checkpoint/training_checkpoint.h"
 #include "dptrain/train/amp.h"
+#include "dptrain/train/bad_images.h"
 #include "dptrain/train/grad_scaler.h"
 #include "dptrain/train/logs/timeline.h"
 #include "dptrain/train/lr_schedule.h"
@@ -85,6 +86,8 @@ struct Trainer::State {
   std::unique_ptr<Timeline> timeline;  // --timeline: this rank's
   std::unique_ptr<StragglerWatch> stragglers;  // the step's phase hook, passing phases on to the timeline
   std::vector<std::string> hosts;              // each rank's, gathered when a straggler is first named
+  BadImages bad_images{options.data().max_bad_images()};
+  int64_t skipped_stepped = 0;  // this rank's bad images in the batches of the pass's steps so far
   int64_t epoch = 0;
   int64_t step_in_epoch = 0;
   int64_t samples_in_epoch = 0;  // over all ranks: where the epoch's shuffled order continues
@@ -208,10 +211,12 @@ struct Trainer::State {
 
   void print_banner() const;
   void print_hints(std::ostream& out) const;
-  // Tells the observers about a finished train or val pass: `all` are its sums over all ranks,
-  // `skipped_here` the bad images this rank's loader skipped (summed over ranks here: collective;
-  // apart, this rank's own).
-  void report_pass(const std::string& phase, const MetricSums& all, size_t skipped_here, Clock::time_point start);
+  // Tells the observers about a finished train or val pass: `all` are its sums over all ranks (its
+  // skipped images those of the whole pass), `skipped_here` this rank's. Throws DataError when
+  // the pass had too many bad images, or no usable one (BadImages::finish).
+  void report_pass(const std::string& phase, const MetricSums& all, const std::vector<data::SkippedSample>& skipped_here,
+                   Clock::time_point start);
+  std::string pass_name(const std::string& phase) const { return fmt::format("epoch {} {}", epoch, phase); }
   // Fills in what every report has: the position, and the scores of `all`.
   void score(Report& report, const MetricSums& all) const {
     report.epoch = epoch;
@@ -284,7 +289,8 @@ struct Trainer::State {
   // end); returns the step's sums over all ranks, or nothing when the loader had none left.
   std::optional<MetricSums> step(data::Loader& loader);
   // Trains one epoch from step_in_epoch on; returns false when max_steps stopped it early.
-  bool train_epoch(MetricSums& sums, int64_t& skipped);
+  // `skipped` gets this rank's bad images of the pass.
+  bool train_epoch(MetricSums& sums, std::vector<data::SkippedSample>& skipped);
 };
 
 Trainer::Trainer(TrainOptions options) : state_(std::make_unique<State>(std::move(options))) {
@@ -574,6 +580,8 @@ std::optional<MetricSums> Trainer::State::step(data::Loader& loader) {
     style->synchronize();
   }
   local.stop_votes = stop_vote();
+  local.skipped_images = loader.skipped_count() - skipped_stepped;
+  skipped_stepped += local.skipped_images;
   if (stragglers) local.rank_rows = stragglers->rows_to_send(at_step);
   StepPhaseTimer reducing_metrics(phases, StepPhase::MetricsAllReduce, at_step);
   MetricSums all = ranks().sum(local);
@@ -615,7 +623,7 @@ std::optional<MetricSums> Trainer::State::step(data::Loader& loader) {
   return all;
 }
 
-bool Trainer::State::train_epoch(MetricSums& sums, int64_t& skipped) {
+bool Trainer::State::train_epoch(MetricSums& sums, std::vector<data::SkippedSample>& skipped) {
   model->train();
   sampler->set_epoch(epoch);
   // Resuming mid-epoch: a sample's augmentation is fixed by (seed, epoch, index), so continuing the
@@ -626,6 +634,7 @@ bool Trainer::State::train_epoch(MetricSums& sums, int64_t& skipped) {
                             : steps_per_epoch();
   const auto start = Clock::now();
   const int64_t first_step = step_in_epoch;
+  skipped_stepped = 0;
   bool stopped = false;
   while (true) {
     if (options.max_steps() && global_step() >= *options.max_steps()) {
@@ -636,6 +645,11 @@ bool Trainer::State::train_epoch(MetricSums& sums, int64_t& skipped) {
     if (!stepped) break;
     const MetricSums& all = *stepped;
     sums.add(all);
+    // Every rank has the same sums: past the bound, all stop here, before this step's checkpoint.
+    if (all.skipped_images > 0) {
+      bad_images.check({fmt::format("epoch {} train, step {}", epoch, global_step()), sums.skipped_images,
+                        sums.count, data.train->size(), loader.skipped()});
+    }
     const double elapsed = seconds_since(start);
     const int64_t taken = step_in_epoch - first_step;
     StepReport report;
@@ -655,7 +669,7 @@ bool Trainer::State::train_epoch(MetricSums& sums, int64_t& skipped) {
     if (periodic_checkpoint_due()) save_checkpoint(CheckpointCause::Periodic, /*is_best=*/false);
     report_checkpoints();
   }
-  skipped = static_cast<int64_t>(loader.skipped().size());
+  skipped = loader.skipped();
   return !stopped;
 }
 
@@ -763,8 +777,8 @@ TrainResult Trainer::train() {
   while (s.epoch < s.options.epochs()) {
     const auto start = Clock::now();
     MetricSums sums;
-    int64_t skipped_local = 0;
-    const bool finished = s.train_epoch(sums, skipped_local);
+    std::vector<data::SkippedSample> skipped;
+    const bool finished = s.train_epoch(sums, skipped);
     if (!finished) {
       s.save_checkpoint(State::CheckpointCause::Stop, /*is_best=*/false);
       s.finish_checkpoints();
@@ -772,9 +786,12 @@ TrainResult Trainer::train() {
       if (s.stop_agreed) s.ranks().barrier();
       break;
     }
+    // The whole pass's bad images, also those of batches after the last step (or of a pass whose
+    // every batch was bad): the steps carried only their own.
+    sums.skipped_images = s.ranks().sum(static_cast<int64_t>(skipped.size()));
     // A run stopped after an epoch's last step resumes into an empty pass: nothing to report.
     // (`sums` holds every rank's counts, so all ranks skip alike.)
-    if (sums.count > 0) s.report_pass("train", sums, static_cast<size_t>(skipped_local), start);
+    if (sums.count > 0 || sums.skipped_images > 0) s.report_pass("train", sums, skipped, start);
 
     {
       const auto validating = span_of(s.timeline.get(), "validation", {{"epoch", s.epoch + 1}});
@@ -837,13 +854,14 @@ MetricSums Trainer::State::evaluate(models::ClassifierImpl& net, const std::stri
     const auto loss = criterion(logits.to(at::kDouble), labels);
     local.add(logits, labels, loss.item<double>());
   }
+  local.skipped_images = loader.skipped_count();
   const MetricSums all = ranks().sum(local);
-  report_pass(phase, all, loader.skipped().size(), start);
+  report_pass(phase, all, loader.skipped(), start);
   return all;
 }
 
-void Trainer::State::report_pass(const std::string& phase, const MetricSums& all, size_t skipped_here,
-                                 Clock::time_point start) {
+void Trainer::State::report_pass(const std::string& phase, const MetricSums& all,
+                                 const std::vector<data::SkippedSample>& skipped_here, Clock::time_point start) {
   EpochReport report;
   score(report, all);
   report.phase = phase;
@@ -851,8 +869,11 @@ void Trainer::State::report_pass(const std::string& phase, const MetricSums& all
   report.seconds = seconds_since(start);
   report.images_per_s = report.seconds > 0 ? static_cast<double>(all.count) / report.seconds : 0.0;
   if (phase == "train") report.model_rate = model_rate(report.images_per_s);
-  report.skipped_images = ranks().sum(static_cast<int64_t>(skipped_here));
+  report.skipped_images = all.skipped_images;
   notify([&](TrainObserver& o) { o.on_epoch(report); });
+  const int64_t images = phase == "train" ? data.train->size() : data.val->size();
+  const std::string line = bad_images.finish({pass_name(phase), all.skipped_images, all.count, images, skipped_here});
+  if (!line.empty() && options.log() != nullptr) *options.log() << line << std::endl;
 }
 
 }  // namespace dpt::train

@@ -1,11 +1,21 @@
 """Bad input to `dptrain train` and `dptrain eval` ends with one clear line and a nonzero exit
-before any process group is created, so nothing waits for peers (also under `dptrain launch`)."""
+before any process group is created, so nothing waits for peers (also under `dptrain launch`).
+Bad images are never silent: each pass names how many were skipped and which; past
+--max-bad-images (a fraction of the pass) every rank stops at the same step, before that step's
+checkpoint; a pass without a usable image is an error."""
 
+import glob
 import os
+import re
+import shutil
 import tempfile
 import unittest
 
-from proc import dptrain, run
+import torch
+
+from proc import PYTHON, dptrain, run
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def train(*args, timeout=60):
@@ -70,6 +80,86 @@ class BadInput(unittest.TestCase):
         code, out, err = run([dptrain(), "eval", "--dummy", "--checkpoint", "/nonexistent/w.pt"], timeout=60)
         self.assertEqual((code, err), (1, "dptrain: error: checkpoint /nonexistent/w.pt does not exist; check the "
                                           "path given to --checkpoint\n"))
+
+
+
+class BadImages(unittest.TestCase):
+    """The digits ImageFolder (1,437 training and 360 validation images) with some files
+    overwritten by bytes that are neither JPEG nor PNG."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.mkdtemp(prefix="dpt_bad_images_")
+        cls.clean = os.path.join(cls.tmp, "digits")
+        code, out, err = run([PYTHON, os.path.join(ROOT, "scripts", "make-digits-imagefolder"), cls.clean], timeout=120)
+        assert code == 0, err
+
+    @classmethod
+    def tearDownClass(cls):
+        shutil.rmtree(cls.tmp, ignore_errors=True)
+
+    def corrupt(self, name, train_every=None, val_every=None):
+        """A copy of the digits with every n-th training (validation) file, in sorted order, corrupt."""
+        data = os.path.join(self.tmp, name)
+        shutil.copytree(self.clean, data)
+        for split, every in (("train", train_every), ("val", val_every)):
+            if every:
+                for path in sorted(glob.glob(os.path.join(data, split, "*", "*.png")))[::every]:
+                    with open(path, "wb") as f:
+                        f.write(b"GIF89a not an image this reader takes")
+        return data
+
+    def launch(self, data, *flags):
+        out_dir = os.path.join(self.tmp, "out_" + os.path.basename(data))
+        code, out, err = run([dptrain(), "launch", "--standalone", "--nproc-per-node", "2", "--", dptrain(), "train",
+                              data, "-a", "resnet20", "--image-size", "32", "-b", "16", "-j", "1", "--epochs", "1",
+                              "--output", out_dir, *flags], timeout=240)
+        return code, out, err, out_dir
+
+    def test_a_few_bad_images_are_counted_and_named_and_training_goes_on(self):
+        # 29 of 1,437 training images (2%), 8 of 360 validation images: under a bound of 5%.
+        data = self.corrupt("few", train_every=50, val_every=45)
+        code, out, err, _ = self.launch(data, "--max-bad-images", "0.05")
+        self.assertEqual(code, 0, out + err)
+        # The sampler pads the pass to 1,438 with a repeated sample, which may be a bad one.
+        train = re.search(r"\[rank 0\] Epoch: \[0\] train .* samples (\d+) .* bad images (\d+)", out)
+        self.assertEqual(int(train[1]) + int(train[2]), 1438, out)
+        self.assertIn(int(train[2]), (29, 30))
+        self.assertRegex(out, r"\[rank 0\] Epoch: \[0\] val .* samples 352 .* bad images 8")
+        for rank in (0, 1):
+            self.assertRegex(out, rf"\[rank {rank}\] data: epoch 0 train: {train[2]} bad image\(s\) skipped \(all ranks; at "
+                                  r"most 71 of 1437 allowed by --max-bad-images\)\. The first 3 of this rank's \d+:")
+            self.assertRegex(out, rf"\[rank {rank}\] data: epoch 0 val: 8 bad image\(s\) skipped")
+        named = re.findall(r"\[rank \d\]     image file (\S+) is neither JPEG nor PNG", out)
+        self.assertGreaterEqual(len(named), 2 * 3 + 3, out)  # 3 per rank in training, 8 in validation
+        self.assertTrue(all(path.startswith(data) for path in named), named)
+
+    def test_past_the_bound_every_rank_stops_at_the_same_step_before_its_checkpoint(self):
+        # 1 in 10 bad: the 1% bound (14 images) is passed within the first steps.
+        data = self.corrupt("many", train_every=10)
+        code, out, err, out_dir = self.launch(data, "--checkpoint-every", "1")
+        self.assertNotEqual(code, 0, out + err)
+        stops = re.findall(r"\[rank (\d)\] dptrain: error: epoch 0 train, step (\d+): (\d+) bad images skipped so "
+                           r"far, more than the 14 \(--max-bad-images 0.01 of the pass's 1437\) that a run may skip; "
+                           r"it stops here, before its next checkpoint", err)
+        self.assertGreaterEqual(len(stops), 1, err)  # the launcher stops the other rank once one fails
+        self.assertEqual(len({(step, count) for _, step, count in stops}), 1, stops)
+        step, count = int(stops[0][1]), int(stops[0][2])
+        self.assertGreater(count, 14)
+        self.assertLess(count, 14 + 2 * 16)  # one step past the bound at most
+        # Written every step, but not at the step that stopped (an earlier one may have been
+        # skipped while the write before it was in flight): the file on disk reads back whole.
+        checkpoint = torch.load(os.path.join(out_dir, "checkpoint.pt"))
+        self.assertLess(checkpoint["global_step"], step)
+        self.assertGreaterEqual(checkpoint["global_step"], 1)
+        self.assertRegex(err, r"The first 3 of this rank's \d+:\n\[rank \d\]     image file \S+ is neither JPEG nor PNG")
+        self.assertIn("Repair or remove them", err)
+
+    def test_a_pass_without_a_usable_image_is_an_error(self):
+        data = self.corrupt("all", val_every=1)
+        code, out, err, _ = self.launch(data)
+        self.assertNotEqual(code, 0, out + err)
+        self.assertRegex(err, r"\[rank [01]\] dptrain: error: epoch 0 val: no usable image: all 360 read were bad\.")
 
 
 if __name__ == "__main__":

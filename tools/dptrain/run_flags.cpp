@@ -45,6 +45,9 @@ void add_run_flags(CLI::App& app, train::TrainOptions& o) {
   app.add_flag("--deterministic", o.deterministic(), "bitwise-repeatable CPU runs (one compute thread)");
   add_parsed_option(app, "--bad-images", data.bad_images(), data::parse_bad_image_policy,
                     "skip unreadable images, or fail on the first");
+  app.add_option("--max-bad-images", data.max_bad_images(),
+                 "stop when more than this fraction of a pass's images were bad and skipped")
+      ->capture_default_str();
   app.add_option("--world-size", dist.world().world_size, "processes in the job (default: from the launcher)");
   app.add_option("--rank", dist.world().rank, "this process's rank (default: from the launcher)");
   app.add_option("--dist-url", dist.init_method(), "env://, tcp://HOST:PORT or file:///PATH")->capture_default_str();

@@ -97,8 +97,9 @@ class Loader {
   // skipped are passed over; others shrink by their skipped samples.
   std::optional<Batch> next();
   int64_t num_batches() const { return num_batches_; }
-  // Samples skipped so far under BadImagePolicy::Skip, in batch order.
+  // Samples skipped so far under BadImagePolicy::Skip, in batch order, and how many.
   std::vector<SkippedSample> skipped() const;
+  int64_t skipped_count() const;
 
  private:
   struct Built {

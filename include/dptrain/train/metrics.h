@@ -45,6 +45,9 @@ struct MetricSums {
   // Ranks that asked to stop (a training step's reduction carries this vote, so that agreeing on
   // when to stop costs no collective of its own); 0 or 1 on a single rank before reduction.
   int64_t stop_votes = 0;
+  // Bad images the loaders skipped (bad_images.h), riding along so that every rank knows the
+  // count at the same step.
+  int64_t skipped_images = 0;
   // Values that ride along in the same all-reduce, summed elementwise (every rank passes as many):
   // at a straggler window's end, each rank's row of step times (StragglerWatch::rows_to_send).
   std::vector<double> rank_rows;
@@ -53,7 +56,7 @@ struct MetricSums {
   void add(const at::Tensor& logits, const at::Tensor& targets, double mean_loss);
   void add(const MetricSums& other);
 
-  // The sums over all ranks of `comm` (one all-reduce of five float64 values and rank_rows);
+  // The sums over all ranks of `comm` (one all-reduce of six float64 values and rank_rows);
   // collective.
   MetricSums reduced(dist::Communicator& comm) const;
 

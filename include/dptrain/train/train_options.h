@@ -82,6 +82,9 @@ struct DataOptions {
   // Loader threads per process.
   TORCH_ARG(int, workers) = 4;
   TORCH_ARG(data::BadImagePolicy, bad_images) = data::BadImagePolicy::Skip;
+  // Skipped bad images stop the run when they are more than this fraction of a pass's images
+  // (bad_images.h); a pass without one usable image always does.
+  TORCH_ARG(double, max_bad_images) = 0.01;
 };
 
 // What the training loss is computed on (torchvision's --label-smoothing, --mixup-alpha,
