@@ -1,11 +1,13 @@
 // Moves models between dptrain and torchvision for test_models_oracle.py (built with the tests,
 // not installed).
 //
-//   dptrain_models_oracle keys   <arch> <num_classes> [image_size]
-//       one line per state-dict entry: name, shape, dtype; then "parameters <count>"
-//   dptrain_models_oracle export <arch> <num_classes> <dir> [image_size]
-//       randomises the model (seeded), writes <dir>/state.pt and <dir>/io.pt = {input, logits},
-//       the input two images of image_size (default 64) pixels square
+//   dptrain_models_oracle keys   <num_classes> <arch>[:<image_size>]...
+//       for each architecture "== <arch>", then one line per state-dict entry: name, shape, dtype,
+//       then "parameters <count>"
+// (keys and export take many architectures: LibTorch takes a second to start)
+//   dptrain_models_oracle export <num_classes> <dir> <arch>:<image_size>...
+//       for each architecture randomises the model (seeded), writes <dir>/<arch>/state.pt and
+//       <dir>/<arch>/io.pt = {input, logits}, the input two images of image_size pixels square
 //   dptrain_models_oracle import <arch> <num_classes> <state.pt> <io.pt> <out.pt>
 //       loads state.pt; io.pt holds "input" and, optionally, "weights" (one per logit). Writes to
 //       out.pt the eval-mode "logits"; with weights also, in training mode with dropout and
@@ -16,6 +18,7 @@
 // "error: <message>" on stderr for any dptrain error.
 
 #include <cstdlib>
+#include <filesystem>
 #include <iostream>
 #include <string>
 #include <vector>
@@ -71,17 +74,16 @@ models::Classifier make(const std::string& arch, int64_t num_classes, std::optio
                                   .image_size(image_size));
 }
 
-int keys(models::Classifier& model) {
+void keys(models::Classifier& model) {
   int64_t parameters = 0;
   for (const auto& p : model->parameters()) parameters += p.numel();
   for (const auto& entry : models::state_dict(*model)) {
     std::cout << entry.key() << " " << entry.value().sizes() << " " << entry.value().scalar_type() << "\n";
   }
   std::cout << "parameters " << parameters << "\n";
-  return 0;
 }
 
-int export_model(models::Classifier& model, const std::string& dir, int64_t image_size) {
+void export_model(models::Classifier& model, const std::string& dir, int64_t image_size) {
   randomise_norms(model);
   torch::manual_seed(1);
   auto input = torch::randn({2, 3, image_size, image_size});
@@ -90,7 +92,6 @@ int export_model(models::Classifier& model, const std::string& dir, int64_t imag
   io.insert("input", input);
   io.insert("logits", eval_logits(model, input));
   models::write_state_dict(io, dir + "/io.pt");
-  return 0;
 }
 
 int import_model(models::Classifier& model, const std::string& state, const models::StateDict& io,
@@ -114,20 +115,44 @@ int import_model(models::Classifier& model, const std::string& state, const mode
   return 0;
 }
 
+// "<arch>" or "<arch>:<image_size>".
+struct ArchSpec {
+  std::string arch;
+  std::optional<int64_t> image_size;
+};
+
+ArchSpec parse_spec(const std::string& text) {
+  const size_t colon = text.find(':');
+  if (colon == std::string::npos) return {text, std::nullopt};
+  return {text.substr(0, colon), std::stoll(text.substr(colon + 1))};
+}
+
 int run(const std::vector<std::string>& args) {
-  const auto usage = "usage: dptrain_models_oracle keys|export|import <arch> <num_classes> [files...]";
+  const auto usage = "usage: dptrain_models_oracle keys <num_classes> <arch>[:<image_size>]... | export "
+                     "<num_classes> <dir> <arch>:<image_size>... | import <arch> <num_classes> <state> <io> <out>";
   DPT_CHECK(args.size() >= 3, ConfigError, usage);
   const std::string& command = args[0];
+  if (command == "keys") {
+    for (size_t i = 2; i < args.size(); ++i) {
+      const ArchSpec spec = parse_spec(args[i]);
+      auto model = make(spec.arch, std::stoll(args[1]), spec.image_size);
+      std::cout << "== " << spec.arch << "\n";
+      keys(model);
+    }
+    return 0;
+  }
+  if (command == "export") {
+    for (size_t i = 3; i < args.size(); ++i) {
+      const ArchSpec spec = parse_spec(args[i]);
+      DPT_CHECK(spec.image_size, ConfigError, usage);
+      auto model = make(spec.arch, std::stoll(args[1]), spec.image_size);
+      const std::filesystem::path dir = std::filesystem::path(args[2]) / spec.arch;
+      std::filesystem::create_directories(dir);
+      export_model(model, dir.string(), *spec.image_size);
+    }
+    return 0;
+  }
   const int64_t num_classes = std::stoll(args[2]);
-  if (command == "keys" && (args.size() == 3 || args.size() == 4)) {
-    auto model = make(args[1], num_classes, args.size() == 4 ? std::optional<int64_t>(std::stoll(args[3])) : std::nullopt);
-    return keys(model);
-  }
-  if (command == "export" && (args.size() == 4 || args.size() == 5)) {
-    const int64_t image_size = args.size() == 5 ? std::stoll(args[4]) : 64;
-    auto model = make(args[1], num_classes, image_size);
-    return export_model(model, args[3], image_size);
-  }
   if (command == "import" && args.size() == 6) {
     auto io = models::read_state_dict(args[4]);
     auto model = make(args[1], num_classes, io["input"].size(2));
