@@ -1,6 +1,7 @@
 #include "agreement.h"
 
 #include <algorithm>
+#include <cstring>
 #include <utility>
 #include <vector>
 
@@ -14,19 +15,32 @@ const char* const kDisagreementAdvice =
 
 namespace {
 
-// Room for an identity with a label and a four-dimensional shape; a longer one is compared by its
-// first kIdentityBytes - 1 bytes, which still hold the operation, the label and most of the shape.
+// The step (8 bytes), then the identity without it: room for a label and a four-dimensional
+// shape; a longer one is compared by its first bytes, which still hold the operation, the label
+// and most of the shape.
+constexpr int64_t kStepBytes = sizeof(int64_t);
 constexpr int64_t kIdentityBytes = 192;
 
-at::Tensor encode(const std::string& identity) {
+struct Identity {
+  int64_t step = -1;
+  std::string text;  // without the step
+};
+
+at::Tensor encode(const CollectiveRecord& record) {
   at::Tensor bytes = at::zeros({kIdentityBytes}, at::kByte);
-  const size_t length = std::min<size_t>(identity.size(), kIdentityBytes - 1);
-  std::copy_n(identity.begin(), length, bytes.data_ptr<uint8_t>());
+  uint8_t* data = bytes.data_ptr<uint8_t>();
+  std::memcpy(data, &record.step, kStepBytes);
+  const std::string text = record.identity(/*with_step=*/false);
+  std::copy_n(text.begin(), std::min<size_t>(text.size(), kIdentityBytes - kStepBytes - 1), data + kStepBytes);
   return bytes;
 }
 
-std::string decode(const at::Tensor& bytes) {
-  return std::string(reinterpret_cast<const char*>(bytes.data_ptr<uint8_t>()));
+Identity decode(const at::Tensor& bytes) {
+  const uint8_t* data = bytes.data_ptr<uint8_t>();
+  Identity identity;
+  std::memcpy(&identity.step, data, kStepBytes);
+  identity.text = reinterpret_cast<const char*>(data + kStepBytes);
+  return identity;
 }
 
 }  // namespace
@@ -34,17 +48,25 @@ std::string decode(const at::Tensor& bytes) {
 void check_agreement(compat::Backend& backend, const CollectiveRecord& record, std::chrono::milliseconds timeout) {
   const int world_size = backend.getSize();
   if (world_size < 2) return;
-  std::vector<at::Tensor> inputs{encode(record.identity())};
+  std::vector<at::Tensor> inputs{encode(record)};
   std::vector<std::vector<at::Tensor>> outputs(1);
   for (int r = 0; r < world_size; ++r) outputs[0].push_back(at::empty({kIdentityBytes}, at::kByte));
   c10d::AllgatherOptions options;
   options.timeout = timeout;
   backend.allgather(outputs, inputs, options)->wait(timeout);
 
+  // A rank without a step (one that joined) agrees with any step.
+  std::vector<Identity> identities;
+  bool every_step_set = true;
+  for (int r = 0; r < world_size; ++r) {
+    identities.push_back(decode(outputs[0][r]));
+    every_step_set = every_step_set && identities.back().step >= 0;
+  }
   // Each identity once, with its ranks, in the order of its lowest rank.
   std::vector<std::pair<std::string, std::vector<int>>> ranks_by_identity;
   for (int r = 0; r < world_size; ++r) {
-    const std::string identity = decode(outputs[0][r]);
+    const Identity& id = identities[static_cast<size_t>(r)];
+    const std::string identity = every_step_set ? str(id.text, " step ", id.step) : id.text;
     auto same = std::find_if(ranks_by_identity.begin(), ranks_by_identity.end(),
                              [&](const auto& entry) { return entry.first == identity; });
     if (same == ranks_by_identity.end()) same = ranks_by_identity.insert(same, {identity, {}});

@@ -7,7 +7,8 @@
 // catch it. So each rank first gathers every rank's flight-recorder identity of the collective
 // ("#57 all_reduce(sum) bucket 3 [2785354] Float step 12") in a small fixed-size all_gather and
 // compares them: a skipped collective shows as a different step or operation, a shape as a
-// different shape, and every rank fails at once with the same list. Horovod negotiates every
+// different shape, and every rank fails at once with the same list. Steps are compared when every
+// rank has one (a rank that joined, dpt::Join, has none). Horovod negotiates every
 // tensor the same way; PyTorch does with TORCH_DISTRIBUTED_DEBUG=DETAIL.
 //
 // One round trip per collective, paid on the calling thread. The shared-memory all_reduce compares

@@ -19,13 +19,13 @@ double milliseconds_between(CollectiveRecord::Clock::time_point from, Collective
 
 }  // namespace
 
-std::string CollectiveRecord::identity() const {
+std::string CollectiveRecord::identity(bool with_step) const {
   std::string text = point_to_point() ? fmt::format("p2p #{} {} {} rank {}", seq, operation,
                                                    operation == "recv" ? "from" : "to", peer)
                                      : fmt::format("#{} {}", seq, operation);
   if (!label.empty()) text += " " + label;
   if (!shape.empty()) text += fmt::format(" [{}] {}", fmt::join(shape, ", "), c10::toString(dtype));
-  if (step >= 0) text += fmt::format(" step {}", step);
+  if (with_step && step >= 0) text += fmt::format(" step {}", step);
   return text;
 }
 

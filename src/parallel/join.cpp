@@ -52,6 +52,9 @@ void Join::announce_step() {
 int64_t Join::finish() {
   DPT_CHECK(!finished_, ConfigError, "rank ", comm_.rank(), ": Join::finish() called twice");
   finished_ = true;
+  // The others' steps go on, and this rank no longer knows them: its collectives carry no step, so
+  // that the communicator's agreement check compares everything else.
+  comm_.flight_recorder().set_step(-1);
   int64_t shadowed = 0;
   while (exchange(/*training=*/false) > 0) {
     for (Joinable* j : joinables_) j->shadow_step();

@@ -43,8 +43,8 @@ struct CollectiveRecord {
 
   bool point_to_point() const { return peer >= 0; }
   // What every rank's record of the same collective must say: "#57 all_reduce(sum) bucket 3
-  // [2785354] Float step 12".
-  std::string identity() const;
+  // [2785354] Float step 12" (without the step when `with_step` is false, or when it is unset).
+  std::string identity(bool with_step = true) const;
 
   // identity() and the state: "#57 all_reduce(sum) bucket 3 [2785354] Float step 12: completed in 1.2 ms",
   // "p2p #4 send to rank 2 bucket 3 of step 12 [1032] Float step 12: started 30001.2 ms ago, not completed"
@@ -67,7 +67,8 @@ class FlightRecorder {
   // Entry `id`, if it is still in the ring.
   std::optional<CollectiveRecord> entry(uint64_t id) const;
 
-  // The caller's position (a training step), stored with the entries that start after it.
+  // The caller's position (a training step), stored with the entries that start after it; -1: none
+  // (a rank that joined, dpt::Join, follows the others' steps without knowing them).
   void set_step(int64_t step);
 
   // The entries still in the ring, oldest first.

@@ -344,3 +344,19 @@ TEST(Communicator, DifferentCollectivesFailEveryRankNamingBoth) {
   });
   expect_every_rank_lists(messages, "\n    rank 0: #1 broadcast [3] Float\n    rank 1: #1 barrier");
 }
+
+// A rank that joined (dpt::Join) follows the others' steps without knowing them: no step agrees
+// with any, over Gloo and over shared memory.
+TEST(Communicator, ARankWithoutAStepAgreesWithAnyStep) {
+  for (Transport transport : {Transport::Gloo, Transport::SharedMemory}) {
+    dpt::testing::run_ranks(
+        2,
+        [](Communicator& comm) {
+          comm.flight_recorder().set_step(comm.rank() == 0 ? 5 : -1);
+          auto t = torch::ones({64});
+          comm.all_reduce(t);
+          EXPECT_TRUE(t.equal(torch::full({64}, 2.0)));
+        },
+        std::chrono::seconds(20), transport);
+  }
+}

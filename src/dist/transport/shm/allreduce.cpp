@@ -51,9 +51,10 @@ struct ChunkLabel {
   int32_t dtype = 0;
   int32_t op = 0;
 
+  // A step of -1 (none: a rank that joined, dpt::Join) agrees with any.
   bool operator==(const ChunkLabel& other) const {
-    return numel == other.numel && offset == other.offset && step == other.step && dtype == other.dtype &&
-           op == other.op;
+    return numel == other.numel && offset == other.offset && dtype == other.dtype && op == other.op &&
+           (step == other.step || step < 0 || other.step < 0);
   }
 };
 
