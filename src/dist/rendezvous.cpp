@@ -145,7 +145,7 @@ compat::StorePtr make_tcp_store(const std::string& host, int port, const WorldIn
   tcp.waitWorkers = false;  // the join protocol below waits, with names and a bound
   tcp.timeout = options.timeout;
   try {
-    return c10::make_intrusive<c10d::TCPStore>(host, tcp);
+    return compat::make_tcp_store(host, tcp);
   } catch (const std::exception& e) {
     const std::string cause = compat::short_message(e);
     const compat::FailureCause kind = compat::failure_cause(cause);

@@ -26,7 +26,7 @@ compat::StorePtr connect_node_store(const LaunchOptions& options, bool host) {
   tcp.timeout = options.rendezvous_timeout();
   const std::string where = str(options.master_addr(), ":", options.master_port());
   try {
-    return c10::make_intrusive<c10d::TCPStore>(options.master_addr(), tcp);
+    return compat::make_tcp_store(options.master_addr(), tcp);
   } catch (const std::exception& e) {
     const std::string cause = compat::short_message(e);
     DPT_CHECK(!host || compat::failure_cause(cause) != compat::FailureCause::AddressInUse, DistError,

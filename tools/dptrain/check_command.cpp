@@ -1,8 +1,8 @@
 // `dptrain check`: joins the process group and runs every collective once with values whose
 // results are known, so a cluster (or a launcher, or a network setting) can be tested before a
 // long training run depends on it; each rank also says what it computes with (CPU matrix units,
-// BLAS, oneDNN, LibTorch) and warns when the reference BLAS is active. Rank 0 ends with one JSON
-// line.
+// BLAS, oneDNN, LibTorch) and warns when the reference BLAS is active. Rank 0 says where the
+// rendezvous store listens, and ends with one JSON line.
 
 #include <chrono>
 #include <iostream>
@@ -12,7 +12,9 @@
 #include "command.h"
 #include "dptrain/common/cpu_platform.h"
 #include "dptrain/common/error.h"
+#include "dptrain/common/listening_sockets.h"
 #include "dptrain/compat/compat.h"
+#include "dptrain/compat/tcp_store.h"
 #include "dptrain/dist/init.h"
 #include "run_flags.h"
 
@@ -61,6 +63,29 @@ nlohmann::json describe_compute(int rank) {
           {"blas_reference", blas.is_reference()},
           {"onednn", onednn.value_or("")},
           {"libtorch", compat::torch_version()}};
+}
+
+// Rank 0 (the store's host for env:// and tcp://): the addresses its store listens on, as the
+// kernel lists them, and a warning when one is every interface.
+nlohmann::json describe_store_listener(const dist::WorldInfo& world) {
+  const std::vector<std::string> addresses = listening_addresses(static_cast<uint16_t>(world.master_port));
+  std::string listing;
+  bool everywhere = false;
+  for (const auto& a : addresses) {
+    listing += (listing.empty() ? "" : ", ") + a;
+    everywhere = everywhere || is_every_interface(a);
+  }
+  std::cout << "rank 0: the rendezvous store listens on port " << world.master_port << " of "
+            << (listing.empty() ? "no address found in /proc/net" : listing) << std::endl;
+  if (everywhere) {
+    std::cerr << "rank 0: warning: the rendezvous store accepts connections on every interface"
+              << (compat::tcp_store_listens_on_one_address() ? " (--master-addr is a host name, not an IP address)"
+                                                              : " (LibTorch " + compat::torch_version() +
+                                                                    " cannot bind it to one address)")
+              << ": anyone who reaches port " << world.master_port
+              << " can read and write it. Keep it behind a firewall (docs/security.md)." << std::endl;
+  }
+  return addresses;
 }
 
 int run_check(const CheckFlags& flags) {
@@ -132,6 +157,7 @@ int run_check(const CheckFlags& flags) {
   std::cout << "rank " << rank << "/" << n << ": " << checks << " collectives correct on "
             << comm->transport() << " (" << comm->world().describe() << ")" << std::endl;
   nlohmann::json compute = describe_compute(rank);
+  const bool tcp_store = flags.dist_url.rfind("file://", 0) != 0;
   if (rank == 0) {
     nlohmann::json report = {{"world_size", n},
                              {"backend", comm->backend_name()},
@@ -142,6 +168,7 @@ int run_check(const CheckFlags& flags) {
                              {"total_s", total_s},
                              {"first_collective_unix_s", first_collective_unix_s},
                              {"compute", std::move(compute)}};
+    if (tcp_store) report["store_listens_on"] = describe_store_listener(comm->world());
     std::cout << report.dump() << std::endl;
   }
   return 0;
