@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <climits>
 
 #include "dptrain/common/error.h"
 
@@ -25,15 +26,32 @@ std::string WorldInfo::describe() const {
 
 namespace {
 
-int require_int(const Environment& env, const std::string& name) {
+// `name` as an int, or nullopt when unset; ConfigError when it is not a number or does not fit.
+std::optional<int> get_int32(const Environment& env, const std::string& name) {
   auto value = env.get_int(name);
-  DPT_ASSERT(value.has_value(), name, " checked before use");
+  if (!value) return std::nullopt;
+  DPT_CHECK(*value >= INT_MIN && *value <= INT_MAX, ConfigError, "environment variable ", name, "='",
+            *env.get(name), "' is out of range");
   return static_cast<int>(*value);
 }
 
+int require_int(const Environment& env, const std::string& name) {
+  auto value = get_int32(env, name);
+  DPT_ASSERT(value.has_value(), name, " checked before use");
+  return *value;
+}
+
 int int_or(const Environment& env, const std::string& name, int fallback) {
-  auto value = env.get_int(name);
-  return value ? static_cast<int>(*value) : fallback;
+  return get_int32(env, name).value_or(fallback);
+}
+
+// The number that `text` starts with ("2" of "2(x3),1"), for counts a launcher writes: at most
+// nine digits, so that it fits an int.
+int leading_count(const std::string& text, const std::string& what) {
+  const size_t digits = text.find_first_not_of("0123456789");
+  const std::string number = text.substr(0, digits);
+  DPT_CHECK(!number.empty() && number.size() <= 9, ConfigError, what, " '", text, "' does not start with a count");
+  return std::stoi(number);
 }
 
 // A process's place as a launcher's variables `rank` and `world_size` give it (checked present).
@@ -59,10 +77,10 @@ WorldInfo from_torchrun(const Environment& env) {
 // SLURM_TASKS_PER_NODE looks like "2(x3),1": the first entry is this node's count only when nodes
 // are uniform, so prefer SLURM_NTASKS_PER_NODE, then the per-node step layout, then a fair split.
 int slurm_local_world_size(const Environment& env, int world_size) {
-  if (auto per_node = env.get_int("SLURM_NTASKS_PER_NODE")) return static_cast<int>(*per_node);
+  if (auto per_node = get_int32(env, "SLURM_NTASKS_PER_NODE")) return *per_node;
   if (auto tasks = env.get("SLURM_STEP_TASKS_PER_NODE").value_or(env.get("SLURM_TASKS_PER_NODE").value_or(""));
       !tasks.empty() && std::isdigit(static_cast<unsigned char>(tasks[0]))) {
-    return std::stoi(tasks);
+    return leading_count(tasks, "Slurm's tasks per node");
   }
   int nodes = int_or(env, "SLURM_JOB_NUM_NODES", int_or(env, "SLURM_NNODES", 1));
   return std::max(1, world_size / std::max(1, nodes));
@@ -168,6 +186,8 @@ std::vector<std::string> expand_ranges(const std::string& ranges, const std::str
       std::string lo = item.substr(0, dash), hi = item.substr(dash + 1);
       DPT_CHECK(is_number(lo) && is_number(hi), ConfigError, "malformed Slurm node list '", whole,
                 "': range '", item, "' needs numbers on both sides of '-'");
+      DPT_CHECK(lo.size() <= 9 && hi.size() <= 9, ConfigError, "Slurm node list '", whole, "': range '", item,
+                "' has numbers of more than nine digits");
       long first = std::stol(lo), last = std::stol(hi);
       DPT_CHECK(first <= last, ConfigError, "malformed Slurm node list '", whole, "': range '", item,
                 "' runs backwards");

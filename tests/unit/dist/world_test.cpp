@@ -156,3 +156,21 @@ TEST(ExpandNodelist, MalformedListsAreNamed) {
     EXPECT_THROW(expand_nodelist(bad), dpt::ConfigError) << bad;
   }
 }
+
+// Found by fuzz/world_fuzzer.cpp: numbers too large for std::stol and std::stoi escaped as
+// std::out_of_range (fuzz/regressions/world/).
+TEST(ExpandNodelist, NumbersTooLargeAreNamed) {
+  try {
+    expand_nodelist("node[1-99999999999999999999]");
+    FAIL() << "no error";
+  } catch (const dpt::ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("has numbers of more than nine digits"), std::string::npos) << e.what();
+  }
+}
+
+TEST(DetectWorld, CountsTooLargeAreNamed) {
+  expect_config_error(env({{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "2"}, {"SLURM_TASKS_PER_NODE", "99999999999(x2)"}}),
+                      "Slurm's tasks per node '99999999999(x2)' does not start with a count");
+  expect_config_error(env({{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"LOCAL_RANK", "4294967296"}}),
+                      "LOCAL_RANK='4294967296' is out of range");
+}
