@@ -45,6 +45,8 @@ Identity decode(const at::Tensor& bytes) {
 
 }  // namespace
 
+bool can_check_agreement(const compat::Backend& backend) { return backend.getBackendName() == "gloo"; }
+
 void check_agreement(compat::Backend& backend, const CollectiveRecord& record, std::chrono::milliseconds timeout) {
   const int world_size = backend.getSize();
   if (world_size < 2) return;

@@ -26,6 +26,10 @@ namespace dpt::dist::detail {
 // own error when the exchange fails (the caller classifies it as it would the collective's).
 void check_agreement(compat::Backend& backend, const CollectiveRecord& record, std::chrono::milliseconds timeout);
 
+// Whether collectives on `backend` are checked: Gloo's only. NCCL's tensors are on the GPU, and
+// reading the answer would synchronise with it.
+bool can_check_agreement(const compat::Backend& backend);
+
 // What a disagreement means and where to look, for this check's message and the shared-memory one.
 extern const char* const kDisagreementAdvice;
 

@@ -59,8 +59,7 @@ Communicator::Communicator(compat::BackendPtr backend, WorldInfo world, const Co
       timeout_(options.timeout()),
       device_(options.device()),
       store_(options.store()),
-      // Only Gloo: NCCL's tensors are on the GPU, and reading the answer would synchronise with it.
-      check_agreement_(options.check_agreement() && backend_->getBackendName() == "gloo"),
+      check_agreement_(options.check_agreement() && detail::can_check_agreement(*backend_)),
       recorder_(options.flight_recorder_size()),
       failure_log_(options.failure_log()) {
   DPT_ASSERT(backend_, "a communicator needs a backend");

@@ -21,8 +21,7 @@ Transport::Transport(compat::BackendPtr backend, std::chrono::milliseconds timeo
                      std::string note)
     : backend_(std::move(backend)),
       timeout_(timeout),
-      // Only Gloo: NCCL's tensors are on the GPU, and reading its answer would synchronise with it.
-      check_agreement_(check_agreement && backend_->getBackendName() == "gloo"),
+      check_agreement_(check_agreement && detail::can_check_agreement(*backend_)),
       note_(std::move(note)) {}
 
 std::string Transport::describe() const {
