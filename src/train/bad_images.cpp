@@ -15,7 +15,8 @@ constexpr size_t kNamed = 3;
 
 std::string first_named(const std::vector<data::SkippedSample>& here) {
   if (here.empty()) return " None of them on this rank.";
-  std::string text = here.size() <= kNamed ? str(" This rank's:") : str(" The first ", kNamed, " of this rank's ", here.size(), ":");
+  std::string text =
+      here.size() <= kNamed ? str(" This rank's:") : str(" The first ", kNamed, " of this rank's ", here.size(), ":");
   for (size_t i = 0; i < std::min(here.size(), kNamed); ++i) text += "\n    " + here[i].what;
   return text;
 }

@@ -647,7 +647,7 @@ bool Trainer::State::train_epoch(MetricSums& sums, std::vector<data::SkippedSamp
     sums.add(all);
     // Every rank has the same sums: past the bound, all stop here, before this step's checkpoint.
     if (all.skipped_images > 0) {
-      bad_images.check({fmt::format("epoch {} train, step {}", epoch, global_step()), sums.skipped_images,
+      bad_images.check({pass_name("train") + fmt::format(", step {}", global_step()), sums.skipped_images,
                         sums.count, data.train->size(), loader.skipped()});
     }
     const double elapsed = seconds_since(start);
