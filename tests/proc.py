@@ -28,6 +28,32 @@ def program(name):
     return os.path.join(os.path.dirname(dptrain()), name)
 
 
+def children(pid):
+    """The pids whose parent is `pid`."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    if int(f.read().rsplit(")", 1)[1].split()[1]) == pid:
+                        found.append(int(entry))
+            except (OSError, IndexError, ValueError):
+                pass
+    return found
+
+
+def worker_of_rank(launcher_pid, rank):
+    """The pid of the launcher's worker with RANK=`rank`, or None."""
+    for pid in children(launcher_pid):
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                if f"RANK={rank}".encode() in f.read().split(b"\0"):
+                    return pid
+        except (FileNotFoundError, ProcessLookupError, PermissionError):
+            pass
+    return None
+
+
 def cannot_run(reason):
     """Skips the test class or test for `reason`; under CI (CI set), where every dependency is
     installed, fails instead, so that a test never goes missing quietly."""

@@ -13,7 +13,7 @@ import struct
 import time
 import unittest
 
-from proc import Started, dptrain, run
+from proc import Started, children, dptrain, run
 from train_runs import alone
 
 LISTEN = "0A"
@@ -50,20 +50,11 @@ def socket_inodes(pid):
 
 def process_tree(root):
     """`root` and every process below it."""
-    parents = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as f:
-                    parents[int(entry)] = int(f.read().rsplit(")", 1)[1].split()[1])
-            except (FileNotFoundError, ProcessLookupError, IndexError):
-                pass
     tree, frontier = {root}, [root]
     while frontier:
-        pid = frontier.pop()
-        children = [child for child, parent in parents.items() if parent == pid]
-        tree.update(children)
-        frontier.extend(children)
+        below = children(frontier.pop())
+        tree.update(below)
+        frontier.extend(below)
     return tree
 
 

@@ -13,39 +13,13 @@ import threading
 import time
 import unittest
 
-from proc import PYTHON, Started, dptrain, run
+from proc import PYTHON, Started, dptrain, run, worker_of_rank
 from train_runs import COMPARE, SMALL, STEPS, alone, last_json
 
 
 def launch(output, restarts, extra=()):
     return [dptrain(), "launch", "--standalone", "--nproc-per-node", "2", "--max-restarts", str(restarts), "--",
             dptrain(), "train", *SMALL, *extra, "--output", output]
-
-
-def children(pid):
-    """The pids whose parent is `pid`."""
-    found = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as f:
-                    if int(f.read().rsplit(")", 1)[1].split()[1]) == pid:
-                        found.append(int(entry))
-            except (FileNotFoundError, ProcessLookupError, IndexError):
-                pass
-    return found
-
-
-def worker_of_rank(launcher_pid, rank):
-    """The pid of the launcher's worker with RANK=`rank`, or None."""
-    for pid in children(launcher_pid):
-        try:
-            with open(f"/proc/{pid}/environ", "rb") as f:
-                if f"RANK={rank}".encode() in f.read().split(b"\0"):
-                    return pid
-        except (FileNotFoundError, ProcessLookupError, PermissionError):
-            pass
-    return None
 
 
 def run_signalling(output, when, sig=signal.SIGKILL, to_launcher=False, rank=1, restarts=1, extra=(), env=None):
