@@ -5,6 +5,11 @@
 #if defined(DPTRAIN_WITH_NCCL)
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
 #endif
+// PyTorch's fused SGD kernel (2.x; 1.13 has none).
+#if __has_include(<ATen/ops/_fused_sgd.h>)
+#define DPT_HAS_FUSED_SGD 1
+#include <ATen/ops/_fused_sgd.h>
+#endif
 
 namespace dpt::compat {
 
@@ -31,6 +36,24 @@ bool on_completion(const WorkPtr& work, std::function<void()> callback) {
   future->addCallback([callback = std::move(callback)](c10::ivalue::Future&) { callback(); });
   return true;
 }
+
+#if defined(DPT_HAS_FUSED_SGD)
+bool has_fused_sgd() { return true; }
+
+void fused_sgd_unless_found_inf(at::TensorList params, at::TensorList grads, at::TensorList momentum_buffers,
+                                const FusedSgdHyper& hyper, const at::Tensor& found_inf) {
+  at::_fused_sgd_(params, grads, hyper.momentum != 0 ? momentum_buffers : at::TensorList(), hyper.weight_decay,
+                  hyper.momentum, hyper.lr, hyper.dampening, hyper.nesterov, /*maximize=*/false,
+                  /*is_first_step=*/false, /*grad_scale=*/c10::nullopt, found_inf);
+}
+#else
+bool has_fused_sgd() { return false; }
+
+void fused_sgd_unless_found_inf(at::TensorList, at::TensorList, at::TensorList, const FusedSgdHyper&,
+                                const at::Tensor&) {
+  TORCH_INTERNAL_ASSERT(false, "this LibTorch has no fused SGD kernel: ask has_fused_sgd() first");
+}
+#endif
 
 namespace {
 

@@ -1,5 +1,8 @@
 #include "dptrain/train/fused_sgd.h"
 
+#include <algorithm>
+#include <vector>
+
 #include <ATen/Functions.h>
 #include <ATen/Parallel.h>
 #include <torch/autograd.h>
@@ -62,7 +65,59 @@ void update_foreach(const ForeachBatch& batch, const torch::optim::SGDOptions& o
   at::_foreach_add_(batch.params, d_p, -1 * options.lr());
 }
 
+// A parameter the fused kernel covers: dense, and its gradient and buffer laid out alike.
+bool fused_kernel_covers(const at::Tensor& param, const at::Tensor& grad, const at::Tensor* buffer) {
+  const auto alike = [&](const at::Tensor& t) {
+    return t.device() == param.device() && t.scalar_type() == param.scalar_type() && !t.is_sparse() &&
+           t.strides() == param.strides() && t.sizes() == param.sizes();
+  };
+  return param.is_cuda() && param.is_non_overlapping_and_dense() && alike(grad) &&
+         (buffer == nullptr || (buffer->defined() && alike(*buffer)));
+}
+
 }  // namespace
+
+bool FusedSGD::step_unless_found_inf(const at::Tensor& found_inf) {
+  if (!compat::has_fused_sgd()) return false;
+  torch::NoGradGuard no_grad;
+  struct Batch {
+    const torch::optim::SGDOptions* options;
+    ForeachBatch tensors;
+  };
+  // One batch per group, device and type (the kernel takes one of each); all checked before any
+  // is stepped, so that a refusal changes nothing.
+  std::vector<Batch> batches;
+  for (auto& group : param_groups()) {
+    const auto& options = static_cast<const torch::optim::SGDOptions&>(group.options());
+    const bool with_buffer = options.momentum() != 0;
+    const size_t first_of_group = batches.size();
+    for (auto& param : group.params()) {
+      if (!param.grad().defined()) continue;
+      const at::Tensor p = param.data(), grad = param.grad().data();
+      at::Tensor buffer;
+      if (with_buffer) {
+        auto found = state().find(compat::optimizer_state_key<std::decay_t<decltype(state())>>(param));
+        if (found != state().end()) buffer = static_cast<torch::optim::SGDParamState&>(*found->second).momentum_buffer();
+      }
+      if (!fused_kernel_covers(p, grad, with_buffer ? &buffer : nullptr)) return false;
+      auto same = std::find_if(batches.begin() + first_of_group, batches.end(), [&](const Batch& batch) {
+        const at::Tensor& other = batch.tensors.params.front();
+        return other.device() == p.device() && other.scalar_type() == p.scalar_type();
+      });
+      if (same == batches.end()) same = batches.insert(batches.end(), Batch{&options, {}});
+      same->tensors.params.push_back(p);
+      same->tensors.grads.push_back(grad);
+      if (with_buffer) same->tensors.buffers.push_back(buffer);
+    }
+  }
+  for (const Batch& batch : batches) {
+    const auto& o = *batch.options;
+    const compat::FusedSgdHyper hyper{o.lr(), o.momentum(), o.dampening(), o.weight_decay(), o.nesterov()};
+    const at::Tensor flag = found_inf.to(batch.tensors.params.front().device(), at::kFloat).reshape({1});
+    compat::fused_sgd_unless_found_inf(batch.tensors.params, batch.tensors.grads, batch.tensors.buffers, hyper, flag);
+  }
+  return true;
+}
 
 torch::Tensor FusedSGD::step(LossClosure closure) {
   torch::NoGradGuard no_grad;

@@ -9,14 +9,17 @@
 #include <torch/utils.h>
 
 #include "dptrain/common/error.h"
+#include "dptrain/train/fused_sgd.h"
 
 namespace dpt::train {
 
 GradScaler::GradScaler(GradScalerOptions options, std::shared_ptr<dist::Communicator> comm)
-    : options_(std::move(options)), comm_(std::move(comm)), scale_(static_cast<float>(options_.init_scale())) {
-  DPT_CHECK(options_.init_scale() > 0 && std::isfinite(scale_), ConfigError,
-            "the initial loss scale must be positive and finite in float32, got ",
-            options_.init_scale());
+    : options_(std::move(options)),
+      comm_(std::move(comm)),
+      scale_(at::full({1}, static_cast<float>(options_.init_scale()), at::kFloat)),
+      growth_tracker_(at::zeros({1}, at::kInt)) {
+  DPT_CHECK(options_.init_scale() > 0 && std::isfinite(static_cast<float>(options_.init_scale())), ConfigError,
+            "the initial loss scale must be positive and finite in float32, got ", options_.init_scale());
   DPT_CHECK(options_.growth_factor() > 1.0, ConfigError,
             "the loss-scale growth factor must be above 1, got ", options_.growth_factor());
   DPT_CHECK(options_.backoff_factor() > 0 && options_.backoff_factor() < 1.0, ConfigError,
@@ -26,21 +29,25 @@ GradScaler::GradScaler(GradScalerOptions options, std::shared_ptr<dist::Communic
             "the loss-scale growth interval must be positive, got ", options_.growth_interval());
 }
 
-at::Tensor GradScaler::scale(const at::Tensor& loss) const {
-  if (!options_.enabled()) return loss;
-  return loss * scale_;
+void GradScaler::keep_on(const at::Device& device) {
+  if (scale_.device() == device) return;
+  scale_ = scale_.to(device);
+  growth_tracker_ = growth_tracker_.to(device);
 }
 
-bool GradScaler::any_non_finite_then_unscale(torch::optim::Optimizer& optimizer) const {
+at::Tensor GradScaler::scale(const at::Tensor& loss) {
+  if (!options_.enabled()) return loss;
+  keep_on(loss.device());
+  return loss * scale_.reshape({});
+}
+
+at::Tensor GradScaler::any_non_finite_then_unscale(torch::optim::Optimizer& optimizer) const {
+  torch::NoGradGuard no_grad;
   // PyTorch computes the reciprocal in double and rounds it to float32 once; for the usual
   // power-of-two scales this makes unscaling exact.
-  const float inv_scale = static_cast<float>(1.0 / static_cast<double>(scale_));
-  torch::NoGradGuard no_grad;
-  // One flag accumulated on the device, read once: no host synchronization per gradient.
-  at::Tensor found;
-  const auto accumulate = [&found](const at::Tensor& here) {
-    found = found.defined() ? found.logical_or(here.to(found.device())) : here;
-  };
+  const at::Tensor inv_scale = scale_.to(at::kDouble).reciprocal().to(at::kFloat);
+  // One flag accumulated beside the scale: nothing read back per gradient.
+  at::Tensor found = at::zeros({1}, scale_.options());
   // Gradients on a GPU go through PyTorch's own check-and-unscale, one multi-tensor kernel per
   // device and type (as its GradScaler does), instead of four kernels per gradient.
   std::vector<std::vector<at::Tensor>> on_gpu;
@@ -56,21 +63,23 @@ bool GradScaler::any_non_finite_then_unscale(torch::optim::Optimizer& optimizer)
         same->push_back(grad);
         continue;
       }
-      accumulate(at::isfinite(grad).all().logical_not());
-      grad.mul_(inv_scale);
+      found.logical_or_(at::isfinite(grad).all().logical_not().to(found.device()));
+      grad.mul_(inv_scale.to(grad.device()));
     }
   }
   for (auto& batch : on_gpu) {
-    const auto on_device = at::TensorOptions(batch.front().device()).dtype(at::kFloat);
-    at::Tensor found_here = at::zeros({1}, on_device);
-    at::_amp_foreach_non_finite_check_and_unscale_(batch, found_here, at::full({1}, inv_scale, on_device));
-    accumulate(found_here.reshape({}).gt(0));
+    const at::Device device = batch.front().device();
+    // The kernel only ever sets its flag: where it is the scale's device, it sets `found` itself.
+    at::Tensor found_here = device == found.device() ? found : at::zeros({1}, found.options().device(device));
+    at::_amp_foreach_non_finite_check_and_unscale_(batch, found_here, inv_scale.to(device));
+    if (!found_here.is_same(found)) found.logical_or_(found_here.to(found.device()));
   }
-  const at::Device flag_device = comm_ ? comm_->device() : at::Device(at::kCPU);
-  at::Tensor flag = found.defined() ? found.to(flag_device, at::kFloat).reshape({1})
-                                    : at::zeros({1}, at::TensorOptions(flag_device).dtype(at::kFloat));
-  if (comm_ && comm_->size() > 1) comm_->all_reduce(flag, dist::ReduceOp::Max);
-  return flag.item<float>() != 0.0f;
+  if (comm_ && comm_->size() > 1) {
+    at::Tensor agreed = found.to(comm_->device());
+    comm_->all_reduce(agreed, dist::ReduceOp::Max);
+    found = agreed.to(found.device());
+  }
+  return found;
 }
 
 void GradScaler::unscale_(torch::optim::Optimizer& optimizer) {
@@ -84,51 +93,67 @@ void GradScaler::unscale_(torch::optim::Optimizer& optimizer) {
   state.stage = Stage::Unscaled;
 }
 
-bool GradScaler::step(torch::optim::Optimizer& optimizer) {
+void GradScaler::step(torch::optim::Optimizer& optimizer) {
   if (!options_.enabled()) {
     optimizer.step();
-    return true;
+    return;
   }
   PerOptimizer& state = this_iteration_[&optimizer];
   DPT_CHECK(state.stage != Stage::Stepped, ConfigError,
             "GradScaler::step() was already called on this optimizer since the last update()");
   if (state.stage == Stage::Ready) unscale_(optimizer);
   state.stage = Stage::Stepped;
-  if (state.found_inf) return false;
-  optimizer.step();
-  return true;
+  last_found_inf_ = state.found_inf;
+  if (state.found_inf.is_cuda()) {
+    auto* fused = dynamic_cast<FusedSGD*>(&optimizer);
+    if (fused != nullptr && fused->step_unless_found_inf(state.found_inf)) return;
+  }
+  if (state.found_inf.item<float>() == 0.0f) optimizer.step();
+}
+
+bool GradScaler::skipped() const {
+  return options_.enabled() && last_found_inf_.defined() && last_found_inf_.item<float>() != 0.0f;
 }
 
 void GradScaler::update() {
   if (!options_.enabled()) return;
   DPT_CHECK(!this_iteration_.empty(), ConfigError,
             "GradScaler::update() found no unscale_() or step() since the last update()");
-  bool found_inf = false;
-  for (const auto& entry : this_iteration_) found_inf = found_inf || entry.second.found_inf;
+  at::Tensor found_inf = at::zeros({1}, scale_.options());
+  for (const auto& entry : this_iteration_) found_inf.logical_or_(entry.second.found_inf.to(scale_.device()));
   this_iteration_.clear();
-  // The arithmetic of PyTorch's _amp_update_scale_, in float32.
-  if (found_inf) {
-    scale_ *= static_cast<float>(options_.backoff_factor());
-    growth_tracker_ = 0;
+  if (scale_.is_cuda()) {
+    at::_amp_update_scale_(scale_, growth_tracker_, found_inf, options_.growth_factor(), options_.backoff_factor(),
+                           options_.growth_interval());
     return;
   }
-  if (++growth_tracker_ == options_.growth_interval()) {
-    const float grown = scale_ * static_cast<float>(options_.growth_factor());
-    if (std::isfinite(grown)) scale_ = grown;
-    growth_tracker_ = 0;
+  // The arithmetic of PyTorch's _amp_update_scale_, in float32 (LibTorch 1.13 has it only on GPUs).
+  float scale = scale_.item<float>();
+  int64_t tracker = growth_tracker_.item<int32_t>();
+  if (found_inf.item<float>() != 0.0f) {
+    scale *= static_cast<float>(options_.backoff_factor());
+    tracker = 0;
+  } else if (++tracker == options_.growth_interval()) {
+    const float grown = scale * static_cast<float>(options_.growth_factor());
+    if (std::isfinite(grown)) scale = grown;
+    tracker = 0;
   }
+  scale_.fill_(scale);
+  growth_tracker_.fill_(tracker);
 }
 
-double GradScaler::get_scale() const { return options_.enabled() ? scale_ : 1.0; }
+double GradScaler::get_scale() const { return options_.enabled() ? scale_.item<float>() : 1.0; }
+
+int64_t GradScaler::growth_tracker() const { return growth_tracker_.item<int32_t>(); }
 
 c10::impl::GenericDict GradScaler::state_dict() const {
   c10::impl::GenericDict state(c10::StringType::get(), c10::AnyType::get());
   if (!options_.enabled()) return state;
-  state.insert("scale", static_cast<double>(scale_));
+  state.insert("scale", get_scale());
   state.insert("growth_factor", options_.growth_factor());
   state.insert("backoff_factor", options_.backoff_factor());
   state.insert("growth_interval", options_.growth_interval());
-  state.insert("_growth_tracker", growth_tracker_);
+  state.insert("_growth_tracker", growth_tracker());
   return state;
 }
 
@@ -160,11 +185,11 @@ void GradScaler::load_state_dict(const c10::impl::GenericDict& state) {
   const double scale = as_double(entry(state, "scale", false));
   DPT_CHECK(scale > 0 && std::isfinite(scale), CheckpointError,
             "the loss-scaler state has an invalid scale ", scale);
-  scale_ = static_cast<float>(scale);
+  scale_.fill_(static_cast<float>(scale));
   options_.growth_factor(as_double(entry(state, "growth_factor", false)));
   options_.backoff_factor(as_double(entry(state, "backoff_factor", false)));
   options_.growth_interval(entry(state, "growth_interval", true).toInt());
-  growth_tracker_ = entry(state, "_growth_tracker", true).toInt();
+  growth_tracker_.fill_(entry(state, "_growth_tracker", true).toInt());
   this_iteration_.clear();
 }
 

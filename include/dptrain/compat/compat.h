@@ -99,6 +99,23 @@ typename StateMap::key_type optimizer_state_key(const at::Tensor& param) {
   }
 }
 
+// SGD's hyper-parameters as the fused kernel takes them (torch::optim::SGDOptions' fields).
+struct FusedSgdHyper {
+  double lr, momentum, dampening, weight_decay;
+  bool nesterov;
+};
+
+// Whether this LibTorch has PyTorch's fused SGD kernel (2.x; 1.13 has none).
+bool has_fused_sgd();
+
+// SGD's step over parameters of one type on one GPU as PyTorch's fused kernel (at::_fused_sgd_:
+// one launch for the whole update, what torch.optim.SGD(fused=True) runs), which leaves every
+// tensor untouched when `found_inf` (one float on that GPU) holds 1: nothing on the host waits for
+// the flag. Every momentum buffer must exist (the kernel's own first step would leave them
+// unwritten when it skips). Only where has_fused_sgd().
+void fused_sgd_unless_found_inf(at::TensorList params, at::TensorList grads, at::TensorList momentum_buffers,
+                                const FusedSgdHyper& hyper, const at::Tensor& found_inf);
+
 // softmax(q k^T / sqrt(d)) v over the last two dimensions of [..., L, d] tensors, with dropout on
 // the attention weights when `dropout_p` > 0. LibTorch 2.x has a fused kernel
 // (at::scaled_dot_product_attention, which PyTorch's MultiheadAttention uses there); 1.13 computes

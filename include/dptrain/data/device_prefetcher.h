@@ -55,6 +55,10 @@ class DevicePrefetcher {
   // batch it belongs to, like Loader::next; the batches after it follow on the next calls.
   std::optional<Batch> next();
 
+  // Whether the next batch is already on the device, asked without waiting: true while a step
+  // runs means loading and copying keep ahead of the GPU. False for the CPU device and at the end.
+  bool next_ready() const { return next_ && next_->copied.query(); }
+
  private:
   // A batch whose copy was queued on the side stream, with the host tensors it copies from.
   struct InFlight {

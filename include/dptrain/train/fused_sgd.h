@@ -25,6 +25,15 @@ class FusedSGD : public torch::optim::SGD {
   using torch::optim::SGD::SGD;
 
   torch::Tensor step(LossClosure closure = nullptr) override;
+
+  // The step of mixed precision on a GPU: every parameter is updated unless `found_inf` (one
+  // float on the parameters' GPU, 1 when a gradient held inf/NaN) says to skip, which PyTorch's
+  // fused kernel reads on the device, so the host never waits for the flag (a loss scaler that
+  // reads it stalls the GPU once a step). Not bitwise step()'s: the kernel rounds as
+  // torch.optim.SGD(fused=True) does. Returns false, changing nothing, where that kernel cannot
+  // take the whole step: a parameter off a GPU, a sparse gradient, one laid out unlike its
+  // parameter, a momentum buffer not yet made (the first step), or a LibTorch without the kernel.
+  bool step_unless_found_inf(const at::Tensor& found_inf);
 };
 
 }  // namespace dpt::train

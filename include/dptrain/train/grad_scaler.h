@@ -11,9 +11,14 @@
 //   }
 //   checkpoint.insert("scaler", scaler.state_dict());
 //
-// Plain tensor operations only, so it works on every device and every supported LibTorch.
 // With a communicator, the "found inf" flag is agreed across ranks (a max all-reduce), so every
 // rank skips the same steps and the replicas stay identical.
+//
+// On a GPU nothing is read back, as in PyTorch: the scale and the flag stay on the device, the
+// gradients are checked and unscaled by one multi-tensor kernel, FusedSGD skips the step on the
+// device (FusedSGD::step_unless_found_inf) and update() is PyTorch's kernel. Reading the flag
+// would stall the GPU once a step while the host waited for it and then launched the update.
+// Only get_scale(), growth_tracker(), skipped() and state_dict() read, for whoever asks.
 
 #include <cstdint>
 #include <memory>
@@ -49,16 +54,19 @@ class GradScaler {
   GradScaler& operator=(const GradScaler&) = delete;
 
   // loss * scale (the loss itself when disabled).
-  at::Tensor scale(const at::Tensor& loss) const;
+  at::Tensor scale(const at::Tensor& loss);
 
   // Divides the gradients of `optimizer`'s parameters by the scale, in place, and records whether
   // any of them (on any rank) holds inf or NaN. At most once per optimizer between updates.
   // Collective when the scaler has a communicator: every rank must call it.
   void unscale_(torch::optim::Optimizer& optimizer);
 
-  // Unscales if not yet done, then steps the optimizer unless inf/NaN was found. Returns whether
-  // the optimizer stepped.
-  bool step(torch::optim::Optimizer& optimizer);
+  // Unscales if not yet done, then steps the optimizer unless inf/NaN was found (decided on the
+  // GPU where the optimizer is a FusedSGD there; read back first otherwise).
+  void step(torch::optim::Optimizer& optimizer);
+
+  // Whether the last step() was skipped for inf/NaN (found on any rank).
+  bool skipped() const;
 
   // Ends the iteration: backs off if any optimizer's gradients held inf/NaN, else counts a good
   // step and grows the scale every growth_interval good steps. Forgets this iteration's
@@ -67,7 +75,7 @@ class GradScaler {
 
   // The current scale (1.0 when disabled).
   double get_scale() const;
-  int64_t growth_tracker() const { return growth_tracker_; }
+  int64_t growth_tracker() const;
   bool is_enabled() const { return options_.enabled(); }
   const GradScalerOptions& options() const { return options_; }
 
@@ -82,16 +90,22 @@ class GradScaler {
   enum class Stage { Ready, Unscaled, Stepped };
   struct PerOptimizer {
     Stage stage = Stage::Ready;
-    bool found_inf = false;
+    at::Tensor found_inf;  // one float, 1 for inf/NaN, beside the scale
   };
 
-  bool any_non_finite_then_unscale(torch::optim::Optimizer& optimizer) const;
+  // One float, 1 when any gradient of `optimizer` (on any rank) held inf/NaN; the gradients
+  // divided by the scale meanwhile.
+  at::Tensor any_non_finite_then_unscale(torch::optim::Optimizer& optimizer) const;
+  // The scale and the growth tracker moved to `device` (where the loss is), once.
+  void keep_on(const at::Device& device);
 
   GradScalerOptions options_;
   std::shared_ptr<dist::Communicator> comm_;
-  // Kept in float32 like PyTorch's scale tensor, so the scale and its reciprocal round the same.
-  float scale_;
-  int64_t growth_tracker_ = 0;
+  // One float32 like PyTorch's, so the scale and its reciprocal round the same; on the GPU that
+  // computes the loss, else on the CPU.
+  at::Tensor scale_;
+  at::Tensor growth_tracker_;  // one int32, beside the scale
+  at::Tensor last_found_inf_;  // the last step()'s flag, for skipped()
   std::unordered_map<const torch::optim::Optimizer*, PerOptimizer> this_iteration_;
 };
 

@@ -3,6 +3,14 @@
 #include <ATen/Context.h>
 #include <gtest/gtest.h>
 
+#if defined(DPTRAIN_WITH_CUDA)
+#include <ATen/cuda/Sleep.h>
+#include <c10/core/impl/VirtualGuardImpl.h>
+#endif
+
+#include <chrono>
+#include <thread>
+
 #include "dptrain/common/error.h"
 #include "dptrain/data/synthetic.h"
 
@@ -83,3 +91,33 @@ TEST(DevicePrefetcher, CopiesBatchesToTheGpu_CUDA) {
   DevicePrefetcher prefetcher(loader, DevicePrefetcherOptions(at::Device(at::kCUDA, 0)));
   expect_same_batches(prefetcher, plain, at::Device(at::kCUDA, 0));
 }
+
+#if defined(DPTRAIN_WITH_CUDA)
+// The overlap itself: with the GPU busy on the consumer's stream (a kernel that spins for about a
+// second), the next batch's copy, queued after that kernel, still finishes: it runs beside it on
+// the side stream, from page-locked memory. On the consumer's stream it would wait behind it.
+TEST(DevicePrefetcher, CopiesTheNextBatchWhileTheGpuWorks_CUDA) {
+  if (!at::hasCUDA()) GTEST_SKIP() << "no CUDA device";
+  const at::Device gpu(at::kCUDA, 0);
+  auto ds = synthetic(23);
+  const auto options = LoaderOptions().batch_size(4).threads(2).pin_memory(true);
+  Loader pinned(ds, order(23), 1, options);
+  EXPECT_TRUE(pinned.next()->images.is_pinned()) << "the loader's batches are not page-locked";
+  Loader plain(ds, order(23), 1, LoaderOptions(options).pin_memory(false)), loader(ds, order(23), 1, options);
+  DevicePrefetcher prefetcher(loader, DevicePrefetcherOptions(gpu));
+  ASSERT_TRUE(prefetcher.next().has_value());  // queues the second batch's copy
+  const c10::Stream consumer = c10::impl::VirtualGuardImpl(at::kCUDA).getStream(gpu);
+  at::cuda::sleep(2'000'000'000);  // cycles: about a second at an H100's clock
+  auto second = prefetcher.next();  // the consumer waits for it; the third batch's copy is queued
+  ASSERT_TRUE(second.has_value());
+  bool third_copied_meanwhile = false;
+  for (int i = 0; i < 5000 && !third_copied_meanwhile && !consumer.query(); ++i) {
+    third_copied_meanwhile = prefetcher.next_ready();
+    if (!third_copied_meanwhile) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  EXPECT_TRUE(third_copied_meanwhile) << "the copy did not run while the consumer's stream was busy";
+  EXPECT_FALSE(consumer.query()) << "the spinning kernel was too short to tell";
+  plain.next();
+  EXPECT_TRUE(at::equal(second->images.cpu(), plain.next()->images));
+}
+#endif

@@ -89,6 +89,63 @@ TEST(FusedSgd, OnTheGpuBitwiseAsSgd_CUDA) {
   expect_same_steps(torch::optim::SGDOptions(0.1), gpu);
 }
 
+// The step of mixed precision on a GPU: PyTorch's fused kernel, skipping on the device when the
+// flag holds 1. It covers only what it can take whole, and refuses (changing nothing) otherwise.
+TEST(FusedSgd, StepUnlessFoundInfSkipsOnTheDevice_CUDA) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  const at::Device gpu(at::kCUDA, 0);
+  const auto options = torch::optim::SGDOptions(0.1).momentum(0.9).weight_decay(1e-4).nesterov(true);
+  const at::Tensor no_inf = torch::zeros({1}, gpu), inf = torch::ones({1}, gpu);
+  const auto copies = [](const std::vector<at::Tensor>& tensors) {
+    std::vector<at::Tensor> copied;
+    for (const auto& t : tensors) copied.push_back(t.detach().clone());
+    return copied;
+  };
+  const auto expect_unchanged = [](const std::vector<at::Tensor>& now, const std::vector<at::Tensor>& before) {
+    for (size_t i = 0; i < now.size(); ++i) EXPECT_TRUE(torch::equal(now[i], before[i])) << "parameter " << i;
+  };
+  {  // a transposed gradient and a double parameter: not the kernel's
+    auto params = make_parameters(gpu);
+    FusedSGD fused(params, torch::optim::SGDOptions(0.1));
+    set_gradients(params, 0);
+    const auto before = copies(params);
+    EXPECT_FALSE(fused.step_unless_found_inf(no_inf));
+    expect_unchanged(params, before);
+  }
+  auto params = make_parameters(gpu), reference_params = make_parameters(gpu);
+  params.resize(3);  // float32, gradients laid out as their parameters (channels_last too)
+  reference_params.resize(3);
+  FusedSGD fused(params, options);
+  torch::optim::SGD reference(reference_params, options);
+  set_gradients(params, 0);
+  set_gradients(reference_params, 0);
+  const auto before_first = copies(params);
+  EXPECT_FALSE(fused.step_unless_found_inf(no_inf)) << "no momentum buffers yet: step() makes them";
+  expect_unchanged(params, before_first);
+  fused.step();
+  reference.step();
+  if (!dpt::compat::has_fused_sgd()) {
+    EXPECT_FALSE(fused.step_unless_found_inf(no_inf));
+    return;
+  }
+  for (int step = 1; step < 4; ++step) {
+    set_gradients(params, step);
+    set_gradients(reference_params, step);
+    const auto before = copies(params);
+    ASSERT_TRUE(fused.step_unless_found_inf(inf));
+    expect_unchanged(params, before);
+    ASSERT_TRUE(fused.step_unless_found_inf(no_inf));
+    reference.step();
+    for (size_t i = 0; i < params.size(); ++i) {
+      // Not bitwise (the kernel rounds its own way), but SGD's step: a float's rounding apart,
+      // where a step's move is some 1e-1.
+      EXPECT_FALSE(torch::equal(params[i], before[i])) << "parameter " << i << " did not move";
+      EXPECT_TRUE(torch::allclose(params[i], reference_params[i], 1e-5, 1e-6)) << "parameter " << i;
+      EXPECT_EQ(params[i].strides(), reference_params[i].strides());
+    }
+  }
+}
+
 TEST(FusedSgd, DampeningBitwiseAsSgd) {
   expect_same_steps(torch::optim::SGDOptions(0.1).momentum(0.8).dampening(0.3).weight_decay(1e-3));
 }

@@ -1,6 +1,11 @@
 #include <gtest/gtest.h>
 
 #include <limits>
+#include <type_traits>
+
+#if defined(DPTRAIN_WITH_CUDA)
+#include <c10/cuda/CUDAFunctions.h>
+#endif
 
 #include <torch/cuda.h>
 #include <torch/nn/modules/linear.h>
@@ -9,6 +14,7 @@
 
 #include "dptrain/common/error.h"
 #include "dptrain/compat/compat.h"
+#include "dptrain/train/fused_sgd.h"
 #include "dptrain/train/grad_scaler.h"
 #include "support/thread_ranks.h"
 #include "support/tiny_training.h"
@@ -42,7 +48,8 @@ TEST(GradScaler, UnscaleDividesExactlyAndStepUsesTheTrueGradients) {
   f.set_grad({65536.0f * 1.5f, -65536.0f * 0.25f});
   scaler.unscale_(f.sgd);
   EXPECT_TRUE(f.param.grad().equal(torch::tensor({1.5f, -0.25f})));
-  EXPECT_TRUE(scaler.step(f.sgd));  // does not unscale twice
+  scaler.step(f.sgd);
+  EXPECT_FALSE(scaler.skipped());  // does not unscale twice
   EXPECT_TRUE(f.param.detach().equal(torch::tensor({-0.5f, 2.25f})));
   scaler.update();
   EXPECT_EQ(scaler.get_scale(), 65536.0);
@@ -59,7 +66,8 @@ TEST(GradScaler, SkipsTheStepAndBacksOffOnInfOrNaN) {
     EXPECT_EQ(scaler.growth_tracker(), 1);
 
     f.set_grad({1.0f, bad});
-    EXPECT_FALSE(scaler.step(f.sgd));
+    scaler.step(f.sgd);
+    EXPECT_TRUE(scaler.skipped());
     scaler.update();
     EXPECT_EQ(scaler.get_scale(), 512.0) << bad;
     EXPECT_EQ(scaler.growth_tracker(), 0) << bad;
@@ -74,7 +82,8 @@ TEST(GradScaler, GrowsAfterTheIntervalOfGoodSteps) {
   const double expected_scale[] = {8, 8, 16, 16, 16, 32};
   for (int i = 0; i < 6; ++i) {
     f.set_grad({1.0f, 1.0f});
-    EXPECT_TRUE(scaler.step(f.sgd));
+    scaler.step(f.sgd);
+    EXPECT_FALSE(scaler.skipped());
     scaler.update();
     EXPECT_EQ(scaler.get_scale(), expected_scale[i]) << i;
     EXPECT_EQ(scaler.growth_tracker(), (i + 1) % 3) << i;
@@ -88,7 +97,8 @@ TEST(GradScaler, DisabledPassesThrough) {
   EXPECT_TRUE(scaler.scale(loss).is_same(loss));
   f.set_grad({2.0f, kInf});
   scaler.unscale_(f.sgd);
-  EXPECT_TRUE(scaler.step(f.sgd));  // no inf check: the step happens
+  scaler.step(f.sgd);
+  EXPECT_FALSE(scaler.skipped());  // no inf check: the step happens
   scaler.update();
   EXPECT_EQ(scaler.get_scale(), 1.0);
   EXPECT_TRUE(scaler.state_dict().empty());
@@ -152,13 +162,15 @@ TEST(GradScaler, EveryRankSkipsWhenOneRankFindsInf) {
     Fixture f;
     GradScaler scaler(GradScalerOptions().init_scale(4.0), dpt::testing::borrow(comm));
     f.set_grad({4.0f, comm.rank() == 1 ? kInf : 4.0f});
-    EXPECT_FALSE(scaler.step(f.sgd));
+    scaler.step(f.sgd);
+    EXPECT_TRUE(scaler.skipped());
     scaler.update();
     EXPECT_EQ(scaler.get_scale(), 2.0);
     EXPECT_TRUE(f.param.detach().equal(torch::tensor({1.0f, 2.0f})));
 
     f.set_grad({2.0f, 2.0f});
-    EXPECT_TRUE(scaler.step(f.sgd));
+    scaler.step(f.sgd);
+    EXPECT_FALSE(scaler.skipped());
     scaler.update();
     EXPECT_TRUE(f.param.detach().equal(torch::tensor({0.0f, 1.0f})));
   });
@@ -171,8 +183,29 @@ TEST(GradScaler, EveryRankSkipsWhenOneRankFindsInf) {
 // the true gradient; with growth_interval 2 it doubles after two good steps and overflows again.
 // tests/cuda/grad_scaler_sequence.py runs the same steps through torch.cuda.amp.GradScaler and
 // checks it gives this sequence too (scripts/gpu-check runs both).
-TEST(GradScaler, HalfGradientsOverflowAndBackOffAsTorchAmp_CUDA) {
-  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+namespace {
+
+#if defined(DPTRAIN_WITH_CUDA)
+// While it lives, anything that makes the host wait for the GPU throws, as under
+// torch.cuda.set_sync_debug_mode("error").
+class NoHostSync {
+ public:
+  explicit NoHostSync(bool enabled) : enabled_(enabled) {
+    if (enabled_) c10::cuda::warning_state().set_sync_debug_mode(c10::cuda::SyncDebugMode::L_ERROR);
+  }
+  ~NoHostSync() {
+    if (enabled_) c10::cuda::warning_state().set_sync_debug_mode(c10::cuda::SyncDebugMode::L_DISABLED);
+  }
+  NoHostSync(const NoHostSync&) = delete;
+  NoHostSync& operator=(const NoHostSync&) = delete;
+
+ private:
+  bool enabled_;
+};
+#endif
+
+template <typename Sgd>
+void expect_torch_amp_sequence() {
   const torch::Device gpu(torch::kCUDA, 0);
   torch::nn::Linear linear(torch::nn::LinearOptions(2, 3).bias(false));
   linear->to(gpu);
@@ -180,25 +213,46 @@ TEST(GradScaler, HalfGradientsOverflowAndBackOffAsTorchAmp_CUDA) {
     torch::NoGradGuard no_grad;
     linear->weight.fill_(0.125);
   }
-  torch::optim::SGD sgd(linear->parameters(), torch::optim::SGDOptions(1.0));
+  Sgd sgd(linear->parameters(), torch::optim::SGDOptions(1.0));
   GradScaler scaler(GradScalerOptions().init_scale(1 << 20).growth_interval(2));
   const auto x = torch::tensor({{0.5f, 0.25f}, {0.5f, 0.25f}}, gpu);
   const double expected_scale[] = {1 << 19, 1 << 18, 1 << 17, 1 << 16, 1 << 15, 1 << 15, 1 << 16, 1 << 15};
   const bool expected_step[] = {false, false, false, false, false, true, true, false};
+#if defined(DPTRAIN_WITH_CUDA)
+  // With FusedSGD the whole iteration stays on the GPU once the scale is there (the first one
+  // copies it over).
+  const bool on_the_device = std::is_same_v<Sgd, dpt::train::FusedSGD> && dpt::compat::has_fused_sgd();
+#endif
   float weight = 0.125f;
   for (int i = 0; i < 8; ++i) {
-    sgd.zero_grad();
-    at::Tensor y;
     {
-      dpt::compat::AutocastGuard autocast(torch::kCUDA, at::kHalf, true);
-      y = linear->forward(x);
+#if defined(DPTRAIN_WITH_CUDA)
+      NoHostSync no_sync(on_the_device && i > 0);
+#endif
+      sgd.zero_grad();
+      at::Tensor y;
+      {
+        dpt::compat::AutocastGuard autocast(torch::kCUDA, at::kHalf, true);
+        y = linear->forward(x);
+      }
       ASSERT_EQ(y.scalar_type(), at::kHalf);
+      scaler.scale(y.to(at::kFloat).sum()).backward();
+      scaler.step(sgd);
+      scaler.update();
     }
-    scaler.scale(y.to(at::kFloat).sum()).backward();
-    EXPECT_EQ(scaler.step(sgd), expected_step[i]) << i;
-    scaler.update();
+    EXPECT_EQ(scaler.skipped(), !expected_step[i]) << i;
     EXPECT_EQ(scaler.get_scale(), expected_scale[i]) << i;
     if (expected_step[i]) weight -= 1.0f;  // column 0: dL/dW = 0.5 + 0.5, each row of W alike
     EXPECT_TRUE(linear->weight.select(1, 0).cpu().equal(torch::full({3}, weight))) << i;
   }
+}
+
+}  // namespace
+
+// The flag read back before SGD's step, and decided on the device by FusedSGD (where the
+// iteration then never waits for the GPU): the same sequence.
+TEST(GradScaler, HalfGradientsOverflowAndBackOffAsTorchAmp_CUDA) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  expect_torch_amp_sequence<torch::optim::SGD>();
+  expect_torch_amp_sequence<dpt::train::FusedSGD>();
 }
