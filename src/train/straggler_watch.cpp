@@ -11,6 +11,10 @@ namespace {
 constexpr size_t kRowWidth = 1 + kBusyParts;  // steps, then each part's milliseconds
 // Below this excess per step, a difference is scheduling noise however large its ratio.
 constexpr double kNoiseMs = 1.0;
+// Time-sized windows: the first one, before any step was timed, and the fewest steps of one, below
+// which a single slow step (a checkpoint's copy, a page fault storm) would weigh too much.
+constexpr int64_t kFirstWindowSteps = 10;
+constexpr int64_t kMinWindowSteps = 5;
 
 double milliseconds(StepPhaseHook::Clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); }
 
@@ -34,12 +38,19 @@ const char* name_of(BusyPart part) {
 }
 
 StragglerWatch::StragglerWatch(StragglerOptions options, int rank, int world, StepPhaseHook* next)
-    : options_(options), rank_(rank), world_(world), next_(next), slow_windows_(static_cast<size_t>(world), 0) {
+    : options_(options),
+      rank_(rank),
+      world_(world),
+      next_(next),
+      slow_windows_(static_cast<size_t>(world), 0),
+      slow_steps_(static_cast<size_t>(world), 0) {
   DPT_CHECK(options_.threshold() >= 0, ConfigError, "the straggler threshold must be 0 (off) or more, got ",
             options_.threshold());
-  DPT_CHECK(options_.window_steps() >= 1 && options_.windows() >= 1, ConfigError,
-            "a straggler window needs at least one step and one window, got ", options_.window_steps(), " and ",
-            options_.windows());
+  DPT_CHECK(options_.window_steps().value_or(1) >= 1 && options_.windows() >= 1, ConfigError,
+            "a straggler window needs at least one step and one window, got ", options_.window_steps().value_or(1),
+            " and ", options_.windows());
+  DPT_CHECK(options_.window_seconds() > 0, ConfigError, "a straggler window must last a positive time, got ",
+            options_.window_seconds(), " s");
 }
 
 void StragglerWatch::on_phase(StepPhase phase, Clock::time_point begin, Clock::time_point end, int64_t step) {
@@ -62,8 +73,13 @@ void StragglerWatch::on_phase(StepPhase phase, Clock::time_point begin, Clock::t
   }
 }
 
+bool StragglerWatch::window_ends_at(int64_t step) const {
+  if (options_.window_steps()) return step % *options_.window_steps() == 0;
+  return window_end_ < 0 ? step % kFirstWindowSteps == 0 : step >= window_end_;
+}
+
 std::vector<double> StragglerWatch::rows_to_send(int64_t step) const {
-  if (options_.threshold() <= 0 || world_ < 2 || step % options_.window_steps() != 0) return {};
+  if (options_.threshold() <= 0 || world_ < 2 || !window_ends_at(step)) return {};
   std::vector<double> table(static_cast<size_t>(world_) * kRowWidth, 0.0);
   double* row = table.data() + static_cast<size_t>(rank_) * kRowWidth;
   row[0] = static_cast<double>(steps_);
@@ -94,6 +110,13 @@ std::optional<StragglerReport> StragglerWatch::judge(const std::vector<double>& 
     return values;
   };
   last_busy_ms_ = busy;
+  const double slowest_ms = *std::max_element(busy.begin(), busy.end(), [](double a, double b) {
+    return std::isnan(a) || (!std::isnan(b) && a < b);
+  });
+  if (!options_.window_steps()) {
+    const double steps = slowest_ms > 0 ? std::ceil(options_.window_seconds() * 1000.0 / slowest_ms) : 0;
+    window_end_ = step + std::max<int64_t>(kMinWindowSteps, static_cast<int64_t>(std::min(steps, 1e9)));
+  }
   std::optional<StragglerReport> named;
   double named_ratio = 0;
   for (size_t r = 0; r < parts.size(); ++r) {
@@ -102,8 +125,10 @@ std::optional<StragglerReport> StragglerWatch::judge(const std::vector<double>& 
     const double typical = median(others_busy);
     if (busy[r] <= typical * (1 + options_.threshold()) || busy[r] - typical < kNoiseMs) {
       slow_windows_[r] = 0;
+      slow_steps_[r] = 0;
       continue;
     }
+    slow_steps_[r] += static_cast<int64_t>(table[r * kRowWidth]);
     if (++slow_windows_[r] % options_.windows() != 0) continue;
     if (named && busy[r] / typical <= named_ratio) continue;  // the slowest is named
     named_ratio = busy[r] / typical;
@@ -111,6 +136,7 @@ std::optional<StragglerReport> StragglerWatch::judge(const std::vector<double>& 
     s.rank = static_cast<int>(r);
     s.global_step = step;
     s.windows = slow_windows_[r];
+    s.steps = slow_steps_[r];
     s.busy_ms = busy[r];
     s.others_busy_ms = typical;
     double worst_excess = -INFINITY;

@@ -680,10 +680,10 @@ void Trainer::State::report_straggler(StragglerReport slow) {
   if (options.log() != nullptr) {
     *options.log() << fmt::format(
                           "straggler: rank {} on {} is slow: busy {:.1f} ms per step against the other ranks' "
-                          "{:.1f} ms ({:.2f}x) for {} windows of {} steps up to step {}; its slowest part is {}: "
+                          "{:.1f} ms ({:.2f}x) for {} windows ({} steps) up to step {}; its slowest part is {}: "
                           "{:.1f} ms against {:.1f} ms",
                           slow.rank, slow.host, slow.busy_ms, slow.others_busy_ms, slow.busy_ms / slow.others_busy_ms,
-                          slow.windows, options.stragglers().window_steps(), slow.global_step, slow.part, slow.part_ms,
+                          slow.windows, slow.steps, slow.global_step, slow.part, slow.part_ms,
                           slow.others_part_ms)
                    << std::endl;
   }

@@ -270,19 +270,21 @@ class SlowRanks(unittest.TestCase):
             self.assertEqual(code, 0, out + err)
             logs = out + err
             named = re.findall(r"\[rank (\d)\] straggler: rank (\d) on \S+ is slow: busy ([\d.]+) ms per step against "
-                               r"the other ranks' ([\d.]+) ms \([\d.]+x\) for (\d+) windows of 4 steps up to step \d+; "
+                               r"the other ranks' ([\d.]+) ms \([\d.]+x\) for (\d+) windows \((\d+) steps\) up to step \d+; "
                                r"its slowest part is ", logs)
             self.assertTrue(named, logs)
-            self.assertEqual({rank for _, rank, _, _, _ in named}, {"1"}, logs)
-            self.assertEqual({logger for logger, _, _, _, _ in named}, {"0", "1"}, logs)
-            for _, _, busy, others, windows in named:
+            self.assertEqual({rank for _, rank, _, _, _, _ in named}, {"1"}, logs)
+            self.assertEqual({logger for logger, _, _, _, _, _ in named}, {"0", "1"}, logs)
+            for _, _, busy, others, windows, steps in named:
                 self.assertGreater(float(busy), 1.25 * float(others))
                 self.assertEqual(int(windows) % 3, 0)
+                self.assertIn(int(steps), (4 * int(windows) - 1, 4 * int(windows)))  # the first window has 3
             with open(os.path.join(output, "metrics.jsonl")) as metrics:
                 records = [json.loads(line) for line in metrics]
             stragglers = [r for r in records if r["phase"] == "straggler"]
             self.assertTrue(stragglers)
-            self.assertTrue(all(r["rank"] == 1 and r["busy_ms"] > 1.25 * r["others_busy_ms"] for r in stragglers))
+            self.assertTrue(all(r["rank"] == 1 and r["busy_ms"] > 1.25 * r["others_busy_ms"]
+                                and r["steps"] in (4 * r["windows"] - 1, 4 * r["windows"]) for r in stragglers))
             # Every window's busy times, and the report's table of the ranks named.
             windows = [r for r in records if r["phase"] == "rank_busy"]
             self.assertEqual([r["global_step"] for r in windows], list(range(4, 31, 4)))

@@ -86,6 +86,7 @@ void read_metrics(const fs::path& path, RunRecords& run) {
       slow.rank = record.value("rank", 0);
       slow.host = record.value("host", "");
       slow.windows = record.value("windows", int64_t{0});
+      slow.steps = record.value("steps", int64_t{0});
       slow.busy_ms = record.value("busy_ms", 0.0);
       slow.others_busy_ms = record.value("others_busy_ms", 0.0);
       slow.part = record.value("part", "");

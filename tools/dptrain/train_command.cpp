@@ -252,9 +252,12 @@ void add_checkpoint_flags(CLI::App& app, TrainFlags& flags) {
                  "name a rank whose busy time per step (the step without waiting for the others) stays this fraction "
                  "above the other ranks' median, with its slowest part (0: off)")
       ->capture_default_str();
-  app.add_option("--straggler-window", stragglers.window_steps(),
-                 "steps per comparison; a rank is named after 3 slow windows in a row")
+  app.add_option("--straggler-seconds", stragglers.window_seconds(),
+                 "about how long each comparison window lasts (its steps follow the step time); a rank is named "
+                 "after 3 slow windows in a row")
       ->capture_default_str();
+  app.add_option("--straggler-window", stragglers.window_steps(),
+                 "a fixed number of steps per comparison window instead of --straggler-seconds");
   app.add_option("--timeline", flags.options.timeline(),
                  "write each rank's steps (data, forward, backward, each bucket's all-reduce, optimizer, "
                  "validation, checkpoints) as a Chrome/Perfetto trace: FILE.json becomes FILE.rank<N>.json");

@@ -75,7 +75,8 @@ void JsonlObserver::on_rank_busy(int64_t global_step, const std::vector<double>&
 void JsonlObserver::on_straggler(const StragglerReport& r) {
   nlohmann::ordered_json record = {{"phase", "straggler"},      {"global_step", r.global_step},
                                    {"rank", r.rank},             {"host", r.host},
-                                   {"windows", r.windows},       {"busy_ms", r.busy_ms},
+                                   {"windows", r.windows},       {"steps", r.steps},
+                                   {"busy_ms", r.busy_ms},
                                    {"others_busy_ms", r.others_busy_ms}, {"part", r.part},
                                    {"part_ms", r.part_ms},       {"others_part_ms", r.others_part_ms},
                                    {"busy_ms_by_rank", r.busy_ms_by_rank}};

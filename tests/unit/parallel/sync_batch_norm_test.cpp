@@ -92,14 +92,16 @@ struct Deltas {
 
 // Runs SyncBatchNorm on len(sizes) ranks, rank r holding sizes[r] samples of each step's joined
 // batch, and compares everything with the joined BatchNorm2d.
+// `rank0_device`: rank 0's, the other ranks' being the CPU.
 void expect_matches_joined_batch(const std::vector<int64_t>& sizes, const SyncBatchNormOptions& options,
-                                 const char* label, torch::Device device = torch::kCPU) {
+                                 const char* label, torch::Device rank0_device = torch::kCPU) {
   const int64_t total = std::accumulate(sizes.begin(), sizes.end(), int64_t{0});
   const Joined j = joined_reference(total, options);
   Deltas deltas;
   dpt::testing::run_ranks(static_cast<int>(sizes.size()), [&](Communicator& comm) {
     const int64_t begin = std::accumulate(sizes.begin(), sizes.begin() + comm.rank(), int64_t{0});
     const int64_t end = begin + sizes[comm.rank()];
+    const torch::Device device = comm.rank() == 0 ? rank0_device : torch::Device(torch::kCPU);
     SyncBatchNorm bn(options, borrow(comm));
     if (options.affine()) {
       torch::NoGradGuard no_grad;
@@ -165,9 +167,13 @@ TEST(SyncBatchNorm, WithoutRunningStatsEqualsBatchNorm) {
 }
 
 // CUDA tensors with a Gloo group: the statistics travel through the communicator's device (CPU).
+// Rank 0 on the GPU, rank 1 on the CPU: autograd runs a GPU's backward on that device's one
+// engine thread, shared by every thread of the process, so two thread ranks on one GPU would
+// wait for each other's backward all-reduce there forever (separate processes each have theirs).
 TEST(SyncBatchNorm, TwoRanksOnCudaTensors_CUDA) {
   if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
-  expect_matches_joined_batch({3, 5}, SyncBatchNormOptions(kChannels), "CUDA, 2 ranks x (3, 5)", torch::kCUDA);
+  expect_matches_joined_batch({3, 5}, SyncBatchNormOptions(kChannels), "CUDA and CPU, 2 ranks x (3, 5)",
+                              torch::Device(torch::kCUDA, 0));
 }
 
 // Same state, same input: eval mode must be BatchNorm2d's computation, with no communication at

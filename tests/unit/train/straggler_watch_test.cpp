@@ -39,6 +39,29 @@ TEST(StragglerWatch, ARankSendsItsBusyPartsAtTheWindowsEnd) {
   EXPECT_EQ(watch.rows_to_send(4), (std::vector<double>{0, 0, 0, 0, 0, 0, 2, 6, 0, 20, 36, 8}));
 }
 
+// Without a fixed step count a window lasts about --straggler-seconds: the first 10 steps, then
+// as many steps as the last window's slowest rank takes in that time, at least 5.
+TEST(StragglerWatch, WindowsLastAboutTheirSecondsWhateverAStepCosts) {
+  StragglerWatch watch(StragglerOptions().window_seconds(3), 0, 2, nullptr);
+  const auto ends = [&](int64_t from, int64_t to) {
+    std::vector<int64_t> steps;
+    for (int64_t step = from; step <= to; ++step) {
+      if (!watch.rows_to_send(step).empty()) steps.push_back(step);
+    }
+    return steps;
+  };
+  EXPECT_EQ(ends(1, 25), (std::vector<int64_t>{10, 20}));
+  // 100 ms per step on the slower rank (row: 2 + 1 + 40 + 52 + 5 ms): 30 steps to a window.
+  EXPECT_FALSE(watch.judge(table({row(10, 40, 40), row(10, 40, 52)}), 20));
+  EXPECT_EQ(ends(21, 50), (std::vector<int64_t>{50}));
+  EXPECT_FALSE(watch.judge(table({row(30, 400, 400), row(30, 400, 400)}), 50));  // 808 ms: 4 steps, so 5
+  EXPECT_EQ(ends(51, 55), (std::vector<int64_t>{55}));
+  // A judged window of fast steps (8 ms) makes the next one 375 steps.
+  EXPECT_FALSE(watch.judge(table({row(5, 0, 0), row(5, 0, 0)}), 55));
+  EXPECT_TRUE(watch.rows_to_send(429).empty());
+  EXPECT_FALSE(watch.rows_to_send(430).empty());
+}
+
 // Three slow windows in a row name the rank, with the part that is slow; a window at the usual
 // pace starts the count again.
 TEST(StragglerWatch, ARankSlowForThreeWindowsIsNamedWithItsSlowPart) {

@@ -57,6 +57,7 @@ struct StragglerReport {
   int rank = 0;
   std::string host;
   int64_t windows = 0;
+  int64_t steps = 0;  // in those windows (the slow rank's)
   double busy_ms = 0;
   double others_busy_ms = 0;  // the median of the other ranks'
   std::string part;           // the part of the step furthest above the others' median
