@@ -1,5 +1,7 @@
 #include <gtest/gtest.h>
 
+#include <sys/resource.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <condition_variable>
@@ -160,3 +162,23 @@ TEST(CheckpointWriter, InTheForegroundWritesTheSameFileBeforeReturning) {
 }
 
 }  // namespace
+
+#if defined(__linux__)
+// The background write runs at the lowest CPU priority, on its own thread only: the training
+// thread keeps its own. Off, the writer keeps the process's.
+TEST(CheckpointWriter, WritesAtTheLowestPriorityWithoutLoweringTraining) {
+  dpt::testing::TempDir dir;
+  const auto this_thread = [] { return ::getpriority(PRIO_PROCESS, static_cast<id_t>(::syscall(SYS_gettid))); };
+  const int training = this_thread();
+  for (const bool low : {true, false}) {
+    int writing = -100;
+    {
+      CheckpointWriter writer(CheckpointWriterOptions().low_priority(low).before_write([&] { writing = this_thread(); }));
+      ASSERT_TRUE(writer.submit(request_for(torch::ones({2}), 1, dir.path()), WhenBusy::Wait));
+      writer.wait();
+    }
+    EXPECT_EQ(writing, low ? 19 : training) << "low_priority " << low;
+    EXPECT_EQ(this_thread(), training);
+  }
+}
+#endif
