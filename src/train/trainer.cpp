@@ -229,6 +229,14 @@ struct Trainer::State {
   // flight; the others wait for it.
   enum class CheckpointCause { Periodic, Epoch, Stop };
   void save_checkpoint(CheckpointCause cause, bool is_best);
+  // Rank 0's writer, made on first use (removing what killed writes left).
+  CheckpointWriter& checkpoint_writer();
+  // The state a checkpoint holds now (weights and optimizer state aliased, not copied).
+  TrainingCheckpoint checkpoint_state();
+  // After the first step, with periodic checkpoints: the writer's host memory made ready in the
+  // background, so that the first checkpoint pauses training no longer than the next ones.
+  void prepare_checkpoints();
+  bool checkpoints_prepared = false;
   // Logs the writes that have ended (and puts them on the timeline's checkpoint track).
   void report_checkpoints();
   // Waits for the write in flight and reports it.
@@ -666,7 +674,11 @@ bool Trainer::State::train_epoch(MetricSums& sums, std::vector<data::SkippedSamp
       stopped = true;
       break;
     }
-    if (periodic_checkpoint_due()) save_checkpoint(CheckpointCause::Periodic, /*is_best=*/false);
+    if (periodic_checkpoint_due()) {
+      save_checkpoint(CheckpointCause::Periodic, /*is_best=*/false);
+    } else if (!checkpoints_prepared) {
+      prepare_checkpoints();
+    }
     report_checkpoints();
   }
   skipped = loader.skipped();
@@ -690,8 +702,7 @@ void Trainer::State::report_straggler(StragglerReport slow) {
   notify([&](TrainObserver& o) { o.on_straggler(slow); });
 }
 
-void Trainer::State::save_checkpoint(CheckpointCause cause, bool is_best) {
-  if (!leader() || options.checkpoint().output_dir().empty()) return;
+CheckpointWriter& Trainer::State::checkpoint_writer() {
   if (!checkpoints) {
     checkpoints = std::make_unique<CheckpointWriter>(
         CheckpointWriterOptions().background(options.checkpoint().in_background()));
@@ -702,8 +713,10 @@ void Trainer::State::save_checkpoint(CheckpointCause cause, bool is_best) {
       }
     }
   }
-  const auto snapshot = span_of(timeline.get(), "checkpoint", {{"step", global_step()}});
-  style->gather_state();
+  return *checkpoints;
+}
+
+TrainingCheckpoint Trainer::State::checkpoint_state() {
   TrainingCheckpoint cp;
   cp.arch = options.arch();
   cp.epoch = epoch;
@@ -722,6 +735,22 @@ void Trainer::State::save_checkpoint(CheckpointCause cause, bool is_best) {
   if (ema) cp.model_ema = ema->state_dict();
   at::Generator generator = at::detail::getDefaultCPUGenerator();
   cp.rng_state = generator.get_state();
+  return cp;
+}
+
+void Trainer::State::prepare_checkpoints() {
+  checkpoints_prepared = true;
+  const auto& c = options.checkpoint();
+  if (!leader() || c.output_dir().empty() || !(c.every_steps() || c.every_minutes())) return;
+  checkpoint_writer().prepare(checkpoint_state().to_ivalue());
+}
+
+void Trainer::State::save_checkpoint(CheckpointCause cause, bool is_best) {
+  if (!leader() || options.checkpoint().output_dir().empty()) return;
+  CheckpointWriter& writer = checkpoint_writer();
+  const auto snapshot = span_of(timeline.get(), "checkpoint", {{"step", global_step()}});
+  style->gather_state();
+  const TrainingCheckpoint cp = checkpoint_state();
   CheckpointRequest request;
   request.state = cp.to_ivalue();
   request.dir = options.checkpoint().output_dir();
@@ -729,8 +758,8 @@ void Trainer::State::save_checkpoint(CheckpointCause cause, bool is_best) {
   if (cause == CheckpointCause::Epoch) request.epoch_done = epoch;
   request.keep = options.checkpoint().keep();
   request.best = is_best;
-  const int64_t in_flight = checkpoints->last_step();
-  if (checkpoints->submit(std::move(request),
+  const int64_t in_flight = writer.last_step();
+  if (writer.submit(std::move(request),
                           cause == CheckpointCause::Periodic ? WhenBusy::Skip : WhenBusy::Wait)) {
     last_checkpoint = Clock::now();
   } else if (options.log() != nullptr) {

@@ -22,43 +22,52 @@ using Clock = CheckpointWrite::Clock;
 
 double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
 
-// A copy of a state in host memory that nothing in training aliases: dicts, lists and tuples
-// rebuilt, every tensor copied, into the previous snapshot's tensor at the same position when it
-// has the same shape, layout and dtype. Numbers and strings are immutable and shared.
+// `value` with every tensor replaced by `map(tensor)`: dicts, lists and tuples rebuilt, in a
+// fixed order of visit; numbers and strings are immutable and shared.
+template <typename Map>
+c10::IValue map_tensors(const c10::IValue& value, Map& map) {
+  if (value.isTensor()) return map(value.toTensor());
+  if (value.isGenericDict()) {
+    const auto dict = value.toGenericDict();
+    c10::impl::GenericDict out(dict.keyType(), dict.valueType());
+    for (const auto& item : dict) out.insert(item.key(), map_tensors(item.value(), map));
+    return out;
+  }
+  if (value.isList()) {
+    const auto list = value.toList();
+    c10::impl::GenericList out(list.elementType());
+    for (size_t i = 0; i < list.size(); ++i) out.push_back(map_tensors(list.get(i), map));
+    return out;
+  }
+  if (value.isTuple()) {
+    std::vector<c10::IValue> elements;
+    for (const auto& element : value.toTuple()->elements()) elements.push_back(map_tensors(element, map));
+    return c10::ivalue::Tuple::create(std::move(elements));
+  }
+  return value;
+}
+
+// Host memory for a copy of `tensor`: the source's strides when they are dense (channels_last
+// momentum stays channels_last in the file, as a synchronous save writes it), else contiguous.
+at::Tensor host_tensor_like(const at::Tensor& tensor) {
+  const auto on_host = tensor.options().device(at::kCPU);
+  return tensor.is_non_overlapping_and_dense() ? at::empty_strided(tensor.sizes(), tensor.strides(), on_host)
+                                               : at::empty(tensor.sizes(), on_host);
+}
+
+// A copy of a state in host memory that nothing in training aliases: every tensor copied, into
+// the previous snapshot's tensor at the same position when it has the same shape, layout and dtype.
 class HostSnapshot {
  public:
   explicit HostSnapshot(std::vector<at::Tensor> spare) : spare_(std::move(spare)) {}
 
-  c10::IValue copy(const c10::IValue& value) {
-    if (value.isTensor()) return copy(value.toTensor());
-    if (value.isGenericDict()) {
-      const auto dict = value.toGenericDict();
-      c10::impl::GenericDict out(dict.keyType(), dict.valueType());
-      for (const auto& item : dict) out.insert(item.key(), copy(item.value()));
-      return out;
-    }
-    if (value.isList()) {
-      const auto list = value.toList();
-      c10::impl::GenericList out(list.elementType());
-      for (size_t i = 0; i < list.size(); ++i) out.push_back(copy(list.get(i)));
-      return out;
-    }
-    if (value.isTuple()) {
-      std::vector<c10::IValue> elements;
-      for (const auto& element : value.toTuple()->elements()) elements.push_back(copy(element));
-      return c10::ivalue::Tuple::create(std::move(elements));
-    }
-    return value;
-  }
+  c10::IValue copy(const c10::IValue& value) { return map_tensors(value, *this); }
 
   // The snapshot's tensors, in the order copy() met them.
   std::vector<at::Tensor> take() { return std::move(taken_); }
 
- private:
-  at::Tensor copy(const at::Tensor& tensor) {
+  at::Tensor operator()(const at::Tensor& tensor) {
     if (!tensor.defined()) return tensor;
-    // The source's strides when they are dense (channels_last momentum stays channels_last in
-    // the file, as a synchronous save writes it), else contiguous.
     const bool dense = tensor.is_non_overlapping_and_dense();
     const size_t position = next_++;
     at::Tensor target;
@@ -69,16 +78,13 @@ class HostSnapshot {
         target = spare;
       }
     }
-    if (!target.defined()) {
-      const auto on_host = tensor.options().device(at::kCPU);
-      target = dense ? at::empty_strided(tensor.sizes(), tensor.strides(), on_host)
-                     : at::empty(tensor.sizes(), on_host);
-    }
+    if (!target.defined()) target = host_tensor_like(tensor);
     target.copy_(tensor);
     taken_.push_back(target);
     return target;
   }
 
+ private:
   std::vector<at::Tensor> spare_;
   std::vector<at::Tensor> taken_;
   size_t next_ = 0;
@@ -121,10 +127,41 @@ CheckpointWriter::~CheckpointWriter() {
   if (in_flight_.valid()) in_flight_.wait();
 }
 
+void CheckpointWriter::prepare(const c10::IValue& like) {
+  if (!options_.background() || !spare_.empty() || preparing_.valid()) return;
+  // Shapes only, as tensors on the meta device (no storage), made here on the caller's thread:
+  // the background thread never touches what training changes.
+  auto to_meta = [](const at::Tensor& tensor) {
+    return tensor.defined() ? at::empty_strided(tensor.sizes(), tensor.strides(), tensor.options().device(at::kMeta))
+                            : tensor;
+  };
+  c10::IValue shapes = map_tensors(like, to_meta);
+  preparing_ = std::async(std::launch::async, [low = options_.low_priority(), shapes = std::move(shapes)] {
+    if (low) lower_this_threads_priority();
+    // In the order a snapshot meets the tensors, each page touched.
+    std::vector<at::Tensor> memory;
+    auto allocate = [&memory](const at::Tensor& tensor) {
+      if (tensor.defined()) memory.push_back(host_tensor_like(tensor).zero_());
+      return tensor;
+    };
+    map_tensors(shapes, allocate);
+    return memory;
+  });
+}
+
+bool CheckpointWriter::prepared() const {
+  return preparing_.valid() && preparing_.wait_for(std::chrono::seconds(0)) == std::future_status::ready;
+}
+
 bool CheckpointWriter::submit(CheckpointRequest request, WhenBusy when_busy) {
   const auto start = Clock::now();
   if (when_busy == WhenBusy::Skip && busy()) return false;
   wait();
+  // prepare()'s memory, once it is ready: never waited for, which would be the stall it avoids.
+  if (prepared()) {
+    std::vector<at::Tensor> prepared = preparing_.get();
+    if (spare_.empty()) spare_ = std::move(prepared);
+  }
   CheckpointWrite write;
   write.step = request.step;
   last_step_ = request.step;

@@ -11,6 +11,7 @@
 #include <iterator>
 #include <mutex>
 #include <string>
+#include <thread>
 
 #include <torch/torch.h>
 
@@ -182,3 +183,27 @@ TEST(CheckpointWriter, WritesAtTheLowestPriorityWithoutLoweringTraining) {
   }
 }
 #endif
+
+// Memory prepared in the background from a state's shapes serves the first snapshot: the file
+// holds the weights as submitted, a channels_last one still channels_last. A writer in the
+// caller's thread prepares nothing.
+TEST(CheckpointWriter, PreparesTheFirstSnapshotsMemoryInTheBackground) {
+  dpt::testing::TempDir dir;
+  at::Tensor weight = torch::arange(2 * 3 * 4 * 5, torch::kFloat).reshape({2, 3, 4, 5}).contiguous(at::MemoryFormat::ChannelsLast);
+  CheckpointWriter writer;
+  writer.prepare(request_for(weight, 0, dir.path()).state);
+  for (int i = 0; i < 1000 && !writer.prepared(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  ASSERT_TRUE(writer.prepared());
+  const at::Tensor expected = weight.clone();
+  ASSERT_TRUE(writer.submit(request_for(weight, 1, dir.path()), WhenBusy::Wait));
+  EXPECT_FALSE(writer.prepared()) << "the snapshot took the prepared memory";
+  weight.add_(1);  // training goes on
+  writer.wait();
+  const at::Tensor saved = saved_weight(dir.path() + "/checkpoint.pt");
+  EXPECT_TRUE(torch::equal(saved, expected));
+  EXPECT_TRUE(saved.is_contiguous(at::MemoryFormat::ChannelsLast));
+
+  CheckpointWriter blocking(CheckpointWriterOptions().background(false));
+  blocking.prepare(request_for(weight, 0, dir.path()).state);
+  EXPECT_FALSE(blocking.prepared());
+}

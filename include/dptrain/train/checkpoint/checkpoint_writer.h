@@ -80,6 +80,14 @@ class CheckpointWriter {
   // Takes the request's tensors out of the training's hands and starts writing; false (nothing
   // taken) when a write is in flight and `when_busy` is Skip.
   bool submit(CheckpointRequest request, WhenBusy when_busy);
+  // Allocates and touches, on a background thread, the host memory a snapshot of a state shaped
+  // like `like` takes, so that the first checkpoint's copy does not stall training while fresh
+  // pages fault in (ResNet-50's 204.8 MB: 90 ms paused the first time, 30 ms after, on a VM where
+  // page faults are slow). Reads only the tensors' shapes. Nothing when writing in the caller's
+  // thread, or when a snapshot's memory is already kept.
+  void prepare(const c10::IValue& like);
+  // Whether prepare()'s memory is ready for the next snapshot (until that snapshot takes it).
+  bool prepared() const;
   // Whether a write is in flight.
   bool busy() const;
   // The step of the write in flight, or of the last one submitted.
@@ -94,6 +102,7 @@ class CheckpointWriter {
 
   CheckpointWriterOptions options_;
   std::future<CheckpointWrite> in_flight_;
+  std::future<std::vector<at::Tensor>> preparing_;  // prepare()'s memory, taken by the first submit()
   std::vector<CheckpointWrite> done_;
   // The last snapshot's host tensors, reused by the next one whose tensors match: no new pages
   // to fault in for every checkpoint.
