@@ -18,14 +18,21 @@ namespace {
 // for elementwise kernels).
 constexpr int64_t kGrain = 32768;
 
-// Whether one flat loop covers the tensors: float32 on the CPU, one dense layout shared by all
-// (contiguous or channels_last alike: the update is elementwise).
-bool flat_alike(const at::Tensor& param, const at::Tensor& grad, const at::Tensor* buffer) {
+// Whether the parameter, its gradient and its buffer (if any) share one dense layout on one device
+// in one type: what a kernel that walks them as flat arrays needs (contiguous or channels_last
+// alike: the update is elementwise).
+bool one_dense_layout(const at::Tensor& param, const at::Tensor& grad, const at::Tensor* buffer) {
   const auto alike = [&](const at::Tensor& t) {
-    return t.device().is_cpu() && t.scalar_type() == at::kFloat && !t.is_sparse() && t.strides() == param.strides() &&
-           t.sizes() == param.sizes();
+    return t.device() == param.device() && t.scalar_type() == param.scalar_type() && !t.is_sparse() &&
+           t.strides() == param.strides() && t.sizes() == param.sizes();
   };
-  return alike(param) && param.is_non_overlapping_and_dense() && alike(grad) && (buffer == nullptr || alike(*buffer));
+  return !param.is_sparse() && param.is_non_overlapping_and_dense() && alike(grad) &&
+         (buffer == nullptr || alike(*buffer));
+}
+
+// Whether one flat loop covers the tensors: float32 on the CPU, in one dense layout.
+bool flat_alike(const at::Tensor& param, const at::Tensor& grad, const at::Tensor* buffer) {
+  return param.device().is_cpu() && param.scalar_type() == at::kFloat && one_dense_layout(param, grad, buffer);
 }
 
 // SGD's own update of one parameter (LibTorch's four steps), for what the loop does not cover.
@@ -65,14 +72,10 @@ void update_foreach(const ForeachBatch& batch, const torch::optim::SGDOptions& o
   at::_foreach_add_(batch.params, d_p, -1 * options.lr());
 }
 
-// A parameter the fused kernel covers: dense, and its gradient and buffer laid out alike.
+// A parameter PyTorch's fused kernel covers: on a GPU, in one dense layout with its gradient and
+// its momentum buffer, which must exist (`buffer` null: no momentum).
 bool fused_kernel_covers(const at::Tensor& param, const at::Tensor& grad, const at::Tensor* buffer) {
-  const auto alike = [&](const at::Tensor& t) {
-    return t.device() == param.device() && t.scalar_type() == param.scalar_type() && !t.is_sparse() &&
-           t.strides() == param.strides() && t.sizes() == param.sizes();
-  };
-  return param.is_cuda() && param.is_non_overlapping_and_dense() && alike(grad) &&
-         (buffer == nullptr || (buffer->defined() && alike(*buffer)));
+  return param.is_cuda() && (buffer == nullptr || buffer->defined()) && one_dense_layout(param, grad, buffer);
 }
 
 }  // namespace

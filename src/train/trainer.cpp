@@ -759,8 +759,7 @@ void Trainer::State::save_checkpoint(CheckpointCause cause, bool is_best) {
   request.keep = options.checkpoint().keep();
   request.best = is_best;
   const int64_t in_flight = writer.last_step();
-  if (writer.submit(std::move(request),
-                          cause == CheckpointCause::Periodic ? WhenBusy::Skip : WhenBusy::Wait)) {
+  if (writer.submit(std::move(request), cause == CheckpointCause::Periodic ? WhenBusy::Skip : WhenBusy::Wait)) {
     last_checkpoint = Clock::now();
   } else if (options.log() != nullptr) {
     *options.log() << "checkpoint: none after step " << global_step() << ": the write of step " << in_flight
