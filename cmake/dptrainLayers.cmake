@@ -24,6 +24,26 @@ if(DPTRAIN_GLOO_INCLUDE_DIR)
   target_include_directories(dptrain_torch SYSTEM INTERFACE $<BUILD_INTERFACE:${DPTRAIN_GLOO_INCLUDE_DIR}>)
 endif()
 
+# PyTorch's wheels export std::filesystem functions of their own static libstdc++ (PyTorch issue
+# 133437), and every program that lists libtorch before libstdc++ calls those: std::filesystem::
+# remove_all crashed every test that used a temporary folder on a GPU machine's PyTorch 2.11.
+# Naming the shared libstdc++ first makes the system's the one every call finds. A toolchain
+# with only a static libstdc++ (the GPU image's /opt/gcc: `-lstdc++` then added no DT_NEEDED at
+# all, and every std:: symbol bound to libtorch's copies) gets the shared one the loader would
+# load anyway; scripts/gpu-check checks the result with readelf.
+if(CMAKE_SYSTEM_NAME STREQUAL "Linux")
+  execute_process(COMMAND "${CMAKE_CXX_COMPILER}" -print-file-name=libstdc++.so
+                  OUTPUT_VARIABLE DPTRAIN_COMPILER_LIBSTDCXX OUTPUT_STRIP_TRAILING_WHITESPACE)
+  if(IS_ABSOLUTE "${DPTRAIN_COMPILER_LIBSTDCXX}")
+    set(DPTRAIN_LIBSTDCXX -lstdc++)
+  else()
+    find_library(DPTRAIN_SHARED_LIBSTDCXX NAMES libstdc++.so.6 REQUIRED)
+    set(DPTRAIN_LIBSTDCXX "${DPTRAIN_SHARED_LIBSTDCXX}")
+    message(STATUS "dptrain: ${CMAKE_CXX_COMPILER} has no shared libstdc++; linking ${DPTRAIN_LIBSTDCXX} first")
+  endif()
+  target_link_options(dptrain_torch INTERFACE "SHELL:-Wl,--push-state,--no-as-needed ${DPTRAIN_LIBSTDCXX} -Wl,--pop-state")
+endif()
+
 set(DPTRAIN_LAYERS_FILE ${CMAKE_BINARY_DIR}/layers.cmake)
 file(WRITE ${DPTRAIN_LAYERS_FILE} "# Written by cmake/dptrainLayers.cmake: the layers and what each may use.\n")
 

@@ -1,6 +1,9 @@
 #include "dptrain/compat/compat.h"
 
+#include <ATen/Version.h>
+
 #include <cmath>
+#include <regex>
 
 #if defined(DPTRAIN_WITH_NCCL)
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
@@ -14,6 +17,18 @@
 namespace dpt::compat {
 
 std::string torch_version() { return TORCH_VERSION; }
+
+TorchBuild torch_build_from(const std::string& show_config) {
+  TorchBuild build;
+  std::smatch match;
+  if (std::regex_search(show_config, match, std::regex(R"(BLAS_INFO=([^,\s]+))"))) build.blas = match[1];
+  // "Intel(R) MKL-DNN v2.6.3 (Git Hash ...)" in 1.13, "Intel(R) oneAPI Deep Neural Network
+  // Library (oneDNN) v3.7.1 ..." later.
+  if (std::regex_search(show_config, match, std::regex(R"(DNN[^\n]*? v(\d+\.\d+\.\d+))"))) build.onednn = match[1];
+  return build;
+}
+
+TorchBuild torch_build() { return torch_build_from(at::show_config()); }
 
 void shutdown_backend(Backend& backend) {
 #if defined(DPTRAIN_WITH_NCCL) && DPT_TORCH_AT_LEAST(2, 2)

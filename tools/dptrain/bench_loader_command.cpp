@@ -69,7 +69,9 @@ int run_bench_loader(const BenchLoaderFlags& f) {
     sampler.set_epoch(epoch);
     data::Loader loader(dataset, sampler.indices(), epoch, options);
     while (auto batch = loader.next()) images += batch->images.size(0);
-    skipped += static_cast<int64_t>(loader.skipped().size());
+    const auto skips = loader.skipped();
+    if (skipped == 0 && !skips.empty()) std::cerr << "bench-loader: skipped " << skips.front().what << " (and maybe more)\n";
+    skipped += static_cast<int64_t>(skips.size());
   }
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   const double cpu = cpu_seconds() - cpu_start;

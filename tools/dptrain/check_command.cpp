@@ -51,15 +51,19 @@ void expect_equal(const at::Tensor& got, const at::Tensor& expected, int rank, c
 nlohmann::json describe_compute(int rank) {
   const CpuFeatures cpu = cpu_features();
   const BlasLibrary blas = blas_in_use();
-  const std::optional<std::string> onednn = onednn_version();
-  std::cout << "rank " << rank << ": CPU " << cpu.model << " (" << cpu.describe() << "); BLAS "
-            << blas.describe() << "; oneDNN " << onednn.value_or("not loaded") << "; LibTorch "
-            << compat::torch_version() << std::endl;
+  // PyTorch's wheels link their BLAS and oneDNN into LibTorch: then its own report names them.
+  const compat::TorchBuild build = compat::torch_build();
+  const std::string blas_text =
+      blas.kind == BlasLibrary::Kind::kNone && !build.blas.empty() ? build.blas + ", inside LibTorch" : blas.describe();
+  std::optional<std::string> onednn = onednn_version();
+  if (!onednn && !build.onednn.empty()) onednn = build.onednn + ", inside LibTorch";
+  std::cout << "rank " << rank << ": CPU " << cpu.model << " (" << cpu.describe() << "); BLAS " << blas_text
+            << "; oneDNN " << onednn.value_or("none") << "; LibTorch " << compat::torch_version() << std::endl;
   if (blas.is_reference()) std::cerr << "rank " << rank << ": warning: " << blas.advice() << std::endl;
   return {{"cpu", cpu.model},
           {"cpu_isa", cpu.describe()},
           {"bf16_units", cpu.has_bf16_units()},
-          {"blas", blas.describe()},
+          {"blas", blas_text},
           {"blas_reference", blas.is_reference()},
           {"onednn", onednn.value_or("")},
           {"libtorch", compat::torch_version()}};

@@ -43,6 +43,17 @@ using StorePtr = c10::intrusive_ptr<c10d::Store>;
 // "1.13.0": the LibTorch this build of dptrain was compiled against.
 std::string torch_version();
 
+// What LibTorch reports it was built with (at::show_config()): its BLAS, "generic" in Debian's
+// build, which loads libblas.so.3, "mkl" in PyTorch's wheels, which link MKL and oneDNN into
+// libtorch_cpu where no library of theirs shows in the process's maps; and its oneDNN's version
+// ("2.6.3"). Empty where the report names none.
+struct TorchBuild {
+  std::string blas;
+  std::string onednn;
+};
+TorchBuild torch_build();
+TorchBuild torch_build_from(const std::string& show_config);
+
 // Gloo has no ReduceOp::AVG in any version; NCCL has it natively.
 inline bool backend_supports_avg(const Backend& backend) {
   return backend.getBackendName() == "nccl";

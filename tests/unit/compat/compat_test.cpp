@@ -56,6 +56,24 @@ TEST(Compat, TorchVersionIsTheOneCompiledAgainst) {
       << dpt::compat::torch_version();
 }
 
+// Excerpts of at::show_config() as Debian's LibTorch 1.13 and a PyTorch 2.x wheel print it.
+TEST(Compat, TorchBuildReadsBlasAndOneDnnFromLibTorchsReport) {
+  const auto debian = dpt::compat::torch_build_from(
+      "PyTorch built with:\n  - GCC 12.2\n  - Intel(R) MKL-DNN v2.6.3 (Git Hash N/A)\n  - OpenMP 201511\n"
+      "  - Build settings: BLAS_INFO=generic, BUILD_TYPE=RelWithDebInfo, LAPACK_INFO=generic, USE_MKLDNN=ON, \n");
+  EXPECT_EQ(debian.blas, "generic");
+  EXPECT_EQ(debian.onednn, "2.6.3");
+  const auto wheel = dpt::compat::torch_build_from(
+      "PyTorch built with:\n  - Intel(R) oneAPI Math Kernel Library Version 2024.2 for Intel(R) 64 architecture\n"
+      "  - Intel(R) MKL-DNN v3.7.1 (Git Hash 8d263e693366ef8db40acc569cc7d8edf644556d)\n"
+      "  - Build settings: BLAS_INFO=mkl, BUILD_TYPE=Release, CUDA_VERSION=13.0, LAPACK_INFO=mkl, \n");
+  EXPECT_EQ(wheel.blas, "mkl");
+  EXPECT_EQ(wheel.onednn, "3.7.1");  // not the MKL's 2024.2
+  const auto none = dpt::compat::torch_build_from("PyTorch built with:\n  - Build settings: USE_MKLDNN=OFF, \n");
+  EXPECT_TRUE(none.blas.empty() && none.onednn.empty());
+  EXPECT_FALSE(dpt::compat::torch_build().blas.empty());  // this process's LibTorch names one
+}
+
 TEST(Compat, PickleSaveWritesNoTypeTagsAndLoadsBack) {
   c10::Dict<std::string, at::Tensor> weights;
   weights.insert("w", torch::arange(6.0).reshape({2, 3}));
