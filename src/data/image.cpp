@@ -152,6 +152,10 @@ ImageSize read_image_size(const std::vector<uint8_t>& bytes, const std::string& 
   }
   DPT_CHECK(size.width > 0 && size.height > 0, DataError, "image ", name, " has no pixels (", size.width, "x",
             size.height, ")");
+  DPT_CHECK(size.width <= kMaxImageSide && size.height <= kMaxImageSide &&
+                int64_t{size.width} * size.height <= kMaxImagePixels,
+            DataError, "image ", name, " claims ", size.width, "x", size.height, " pixels, more than dptrain decodes (",
+            kMaxImageSide, " a side, ", kMaxImagePixels, " in all): a corrupt header or a decompression bomb");
   return size;
 }
 
@@ -187,6 +191,7 @@ void decode_region(const std::vector<uint8_t>& bytes, const std::string& name, i
     case ImageFormat::Png:
       DPT_ASSERT(denominator == 1, "PNG cannot be decoded at 1/", denominator);
       region.image = decode_png(bytes, name);
+      region.left = region.top = 0;  // the whole picture, whatever a JPEG before left in `region`
       break;
     case ImageFormat::Unknown:
       unsupported(bytes, name);

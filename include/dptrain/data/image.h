@@ -33,8 +33,14 @@ struct ImageSize {
   int height = 0;
 };
 
+// The largest picture dptrain decodes: libpng's default side limit, and twice PIL's decompression
+// bomb threshold (where PIL refuses too). A header claiming more is corrupt or hostile; planning a
+// resize for it would allocate filter taps in proportion before the decoder could refuse it.
+constexpr int kMaxImageSide = 1000000;
+constexpr int64_t kMaxImagePixels = 2 * 89478485;
+
 // Width and height without decoding the pixels. Throws DataError naming `name` if the bytes are
-// neither a readable JPEG nor PNG header.
+// neither a readable JPEG nor PNG header, or claim no pixels or more than the limits above.
 ImageSize read_image_size(const std::vector<uint8_t>& bytes, const std::string& name);
 
 // The largest JPEG downscale 1/d (d = 1, 2, 4 or 8) that keeps at least `at_least` pixels each

@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <png.h>
+
 #include <random>
 
 #include "dptrain/common/error.h"
@@ -64,6 +66,28 @@ TEST(ImageCodec, RegionsMatchTheWholeDecode) {
   }
 }
 
+// A loader thread reuses one region for every image: a PNG after a cropped JPEG is the whole
+// picture at (0, 0), not at the JPEG's offset (which failed the resize's check, found by fuzz/).
+TEST(ImageCodec, APngAfterAJpegRegionStartsAtTheOrigin) {
+  const Image picture = dpt::testing::gradient_image(12, 10);
+  png_image png{};
+  png.version = PNG_IMAGE_VERSION;
+  png.width = 12;
+  png.height = 10;
+  png.format = PNG_FORMAT_RGB;
+  std::vector<uint8_t> png_bytes(4096);
+  png_alloc_size_t png_size = png_bytes.size();
+  ASSERT_TRUE(png_image_write_to_memory(&png, png_bytes.data(), &png_size, 0, picture.pixels.data(), 0, nullptr));
+  png_bytes.resize(png_size);
+  ImageRegion region;
+  decode_region(encode_jpeg(dpt::testing::gradient_image(64, 48), 90), "a.jpg", 1, {33, 20, 8, 8}, region);
+  ASSERT_GT(region.left, 0);
+  decode_region(png_bytes, "b.png", 1, {0, 0, 12, 10}, region);
+  EXPECT_EQ(region.left, 0);
+  EXPECT_EQ(region.top, 0);
+  EXPECT_EQ(region.image.pixels, picture.pixels);
+}
+
 TEST(ImageCodec, BadBytesNameTheFile) {
   auto message_of = [](const std::vector<uint8_t>& bytes) {
     try {
@@ -79,6 +103,28 @@ TEST(ImageCodec, BadBytesNameTheFile) {
   jpeg.resize(jpeg.size() / 2);
   const std::string truncated = message_of(jpeg);
   EXPECT_NE(truncated.find("cannot decode JPEG dir/bad.jpg"), std::string::npos) << truncated;
+}
+
+// A header's size is checked before anything is planned for it: a PNG claiming 4259840 x 1536
+// made the transform allocate 400 MB of filter taps and spend 4 s before libpng refused it (fuzz/).
+TEST(ImageCodec, HeadersClaimingTooManyPixelsAreRefused) {
+  auto png_header = [](uint32_t width, uint32_t height) {
+    std::vector<uint8_t> bytes = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n', 0, 0, 0, 13, 'I', 'H', 'D', 'R'};
+    for (uint32_t v : {width, height}) {
+      for (int shift = 24; shift >= 0; shift -= 8) bytes.push_back(static_cast<uint8_t>(v >> shift));
+    }
+    return bytes;
+  };
+  EXPECT_EQ(read_image_size(png_header(kMaxImageSide, 178), "big.png").width, kMaxImageSide);  // 178 M pixels
+  for (const auto& [width, height] : {std::pair<uint32_t, uint32_t>{kMaxImageSide + 1, 1}, {1, kMaxImageSide + 1},
+                                      {20000, 10000}, {4259840, 1536}, {0x80000000u, 1}}) {
+    try {
+      read_image_size(png_header(width, height), "dir/bomb.png");
+      ADD_FAILURE() << width << "x" << height << " was accepted";
+    } catch (const dpt::DataError& e) {
+      EXPECT_NE(std::string(e.what()).find("dir/bomb.png"), std::string::npos) << e.what();
+    }
+  }
 }
 
 // Random, truncated and bit-flipped inputs must end in a DataError or a valid image, never a crash.

@@ -1,0 +1,49 @@
+#!/usr/bin/python3
+"""Writes the seed corpora of the image and cifar fuzz targets (fuzz/corpus/<target>/): small
+files of every kind the decoders meet, each after the target's choice bytes. Run from the
+repository root with the Python that has PIL; the files are committed, so this runs only when the
+seeds should change."""
+import io
+import os
+
+import numpy as np
+from PIL import Image
+
+rng = np.random.default_rng(0)
+
+
+def picture(width, height, mode):
+    pixels = rng.integers(0, 256, (height, width, 3), dtype=np.uint8)
+    return Image.fromarray(pixels).convert(mode)
+
+
+def encoded(image, fmt, **options):
+    buffer = io.BytesIO()
+    image.save(buffer, fmt, **options)
+    return buffer.getvalue()
+
+
+images = {
+    "baseline.jpg": encoded(picture(20, 14, "RGB"), "JPEG", quality=80),
+    "progressive.jpg": encoded(picture(17, 9, "RGB"), "JPEG", progressive=True),
+    "gray.jpg": encoded(picture(12, 12, "L"), "JPEG"),
+    "cmyk.jpg": encoded(picture(10, 8, "CMYK"), "JPEG"),
+    "subsampling444.jpg": encoded(picture(9, 16, "RGB"), "JPEG", subsampling=0),
+    "rgb.png": encoded(picture(11, 7, "RGB"), "PNG"),
+    "rgba.png": encoded(picture(8, 8, "RGBA"), "PNG"),
+    "gray.png": encoded(picture(13, 5, "L"), "PNG"),
+    "palette.png": encoded(picture(6, 10, "P"), "PNG"),
+    "gray16.png": encoded(Image.fromarray(rng.integers(0, 65535, (6, 6), dtype=np.uint16)), "PNG"),
+}
+os.makedirs("fuzz/corpus/image", exist_ok=True)
+for i, (name, data) in enumerate(sorted(images.items())):
+    with open(f"fuzz/corpus/image/{name}", "wb") as f:
+        f.write(bytes([i * 37 % 256, i * 91 % 256]) + data)
+
+os.makedirs("fuzz/corpus/cifar", exist_ok=True)
+for records, augment in ((1, 0), (2, 1)):
+    data = bytearray([augment])
+    for _ in range(records):
+        data += bytes([int(rng.integers(0, 10))]) + rng.integers(0, 256, 3072, dtype=np.uint8).tobytes()
+    with open(f"fuzz/corpus/cifar/{records}-record{'s' if records > 1 else ''}.bin", "wb") as f:
+        f.write(data)
