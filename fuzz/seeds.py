@@ -47,3 +47,19 @@ for records, augment in ((1, 0), (2, 1)):
         data += bytes([int(rng.integers(0, 10))]) + rng.integers(0, 256, 3072, dtype=np.uint8).tobytes()
     with open(f"fuzz/corpus/cifar/{records}-record{'s' if records > 1 else ''}.bin", "wb") as f:
         f.write(data)
+
+# checkpoint: what --pretrained reads (a state dict as torch.save writes it) and what --resume
+# reads (the fields of a TrainingCheckpoint), with tensors of a few elements.
+import torch  # noqa: E402
+
+os.makedirs("fuzz/corpus/checkpoint", exist_ok=True)
+weights = {"conv.weight": torch.ones(2, 1, 1, 1), "fc.bias": torch.arange(3.0), "bn.num_batches_tracked": torch.tensor(4)}
+training = {
+    "arch": "resnet20", "epoch": 3, "step_in_epoch": 0, "global_step": 96, "global_batch": 64,
+    "samples_in_epoch": 0, "world_size": 2, "lr_reference_batch": 256, "best_acc1": 97.5, "seed": 0,
+    "sampler": {"seed": 0, "epoch": 3}, "state_dict": weights,
+    "optimizer": {"state": {0: {"momentum_buffer": torch.zeros(2)}}, "param_groups": [{"lr": 0.1, "params": [0]}]},
+    "scaler": {}, "rng_state": torch.zeros(8, dtype=torch.uint8),
+}
+for name, value in (("weights.pt", weights), ("nested-weights.pt", {"state_dict": weights}), ("training.pt", training)):
+    torch.save(value, f"fuzz/corpus/checkpoint/{name}")

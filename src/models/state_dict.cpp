@@ -106,7 +106,7 @@ StateDict read_state_dict(const std::string& path) {
   const std::vector<char> bytes((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
   c10::IValue loaded;
   try {
-    loaded = torch::pickle_load(bytes);
+    loaded = compat::pickle_load(bytes);
   } catch (const c10::Error& error) {
     throw CheckpointError(str("cannot read state dict file '", path, "' (", bytes.size(),
                               " bytes) with LibTorch's unpickler: ", error.what_without_backtrace(),

@@ -18,6 +18,13 @@ namespace dpt::compat {
 
 std::vector<char> pickle_save(const c10::IValue& value);
 
+// torch::pickle_load(bytes), reading the archive through a reader that stays inside `bytes`.
+// LibTorch's own (VectorReader) copies whatever range the zip's directory names: a corrupt or
+// hostile checkpoint made it read past the buffer (a crash found by fuzz/checkpoint_fuzzer.cpp).
+// Here such a read comes up short and LibTorch refuses the archive with a c10::Error; so is a
+// pickle whose opcodes claim more bytes than it has, before LibTorch allocates what they claim.
+c10::IValue pickle_load(const std::vector<char>& bytes);
+
 // An empty dict of string keys and values of any type: what a Python dict (a state dict, a
 // checkpoint) is in C++, whether pickle_save writes it or torch.load read it.
 c10::impl::GenericDict string_dict();

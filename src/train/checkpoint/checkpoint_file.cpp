@@ -110,7 +110,7 @@ c10::IValue load_checkpoint(const fs::path& path) {
             " does not exist; check the path given to resume from");
   const std::vector<char> bytes = read_all(path);
   try {
-    return torch::pickle_load(bytes);
+    return compat::pickle_load(bytes);
   } catch (const std::exception& e) {
     throw CheckpointError(str(
         "checkpoint ", path.string(), " (", bytes.size(), " bytes) is truncated or corrupt: ",

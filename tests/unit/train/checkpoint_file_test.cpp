@@ -11,7 +11,10 @@
 #include <ATen/core/Dict.h>
 #include <torch/torch.h>
 
+#include <caffe2/serialize/inline_container.h>
+
 #include "dptrain/common/error.h"
+#include "dptrain/compat/pickle.h"
 #include "dptrain/train/checkpoint/checkpoint_file.h"
 
 namespace fs = std::filesystem;
@@ -97,6 +100,42 @@ TEST_F(CheckpointFile, TruncatedOrCorruptFilesGiveACheckpointError) {
   EXPECT_EQ(load_error(dir / "missing.pt"),
             "checkpoint " + (dir / "missing.pt").string() +
                 " does not exist; check the path given to resume from");
+}
+
+// What fuzz/checkpoint_fuzzer.cpp found: archives whose zip directory sends LibTorch's reader past
+// the end of the file (it read there and crashed), pickles that claim gigabytes.
+TEST(CheckpointFuzzRegressions, EachIsACheckpointError) {
+  int inputs = 0;
+  for (const auto& entry : fs::directory_iterator(fs::path(DPTRAIN_FUZZ_REGRESSIONS) / "checkpoint")) {
+    EXPECT_NE(load_error(entry.path()).find("is truncated or corrupt"), std::string::npos) << entry.path();
+    ++inputs;
+  }
+  EXPECT_GE(inputs, 2);
+}
+
+// A pickle's lengths are checked before LibTorch allocates them: 4 GB claimed in a 12-byte pickle.
+TEST(CheckpointPickle, LengthsPastTheEndAreRefusedBeforeTheyAreAllocated) {
+  auto archive_of = [](const std::string& pickle) {
+    std::vector<char> archive;
+    caffe2::serialize::PyTorchStreamWriter writer([&](const void* data, size_t size) {
+      archive.insert(archive.end(), static_cast<const char*>(data), static_cast<const char*>(data) + size);
+      return size;
+    });
+    writer.writeRecord("data.pkl", pickle.data(), pickle.size());
+    writer.writeEndOfFile();
+    return archive;
+  };
+  EXPECT_EQ(dpt::compat::pickle_load(archive_of(std::string("\x80\x02K\x07.", 5))).toInt(), 7);
+  try {
+    dpt::compat::pickle_load(archive_of(std::string("\x80\x02X\xf0\xff\xff\xff" "abc.", 11)));
+    ADD_FAILURE() << "a 4 GB string in 11 bytes was read";
+  } catch (const c10::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("claims 4294967280 bytes, and 4 are left"), std::string::npos) << e.what();
+  }
+  for (const std::string& broken : {std::string("\x80\x02K", 3), std::string("\x80\x02\xff.", 4),
+                                    std::string("\x80\x02" "cbuiltins\nlen", 14)}) {
+    EXPECT_THROW(dpt::compat::pickle_load(archive_of(broken)), c10::Error) << broken;
+  }
 }
 
 TEST_F(CheckpointFile, RotationKeepsExactlyTheLastK) {
