@@ -138,6 +138,9 @@ LaunchOptions resolve(LaunchOptions options, const Environment& env) {
   }
   const int nproc = *options.nproc_per_node();
   DPT_CHECK(nproc >= 1, ConfigError, "--nproc-per-node must be at least 1, got ", nproc);
+  // A mistyped count would otherwise fork that many workers.
+  DPT_CHECK(nproc <= kMaxWorkersPerNode, ConfigError, "--nproc-per-node ", nproc, " is more workers than one node runs (at most ",
+            kMaxWorkersPerNode, ")");
   DPT_CHECK(gpus.empty() || static_cast<int>(gpus.size()) == nproc, ConfigError, "--gpus lists ", gpus.size(),
             " GPU(s) but --nproc-per-node is ", nproc, "; give one GPU per local worker");
   if (options.standalone()) {

@@ -25,12 +25,14 @@ struct Command {
 
 int run_commands(CLI::App& app, const std::vector<Command>& commands, int argc, char** argv);
 
-// What runs an elastic launch (--nnodes MIN:MAX): launch::launch_elastic in dptrain-torch; the light
-// `dptrain` binary, which has no c10d store, hands the command line to dptrain-torch instead.
-using ElasticLauncher = std::function<int(const launch::LaunchOptions&, const std::vector<std::string>& program,
-                                          const Environment&)>;
+// What runs a launch once its flags are parsed. A fixed job: launch::launch. An elastic one
+// (--nnodes MIN:MAX): launch::launch_elastic in dptrain-torch; the light `dptrain` binary, which has
+// no c10d store, hands the command line to dptrain-torch instead. fuzz/launch_cli_fuzzer.cpp
+// passes ones that only resolve the options.
+using Launcher = std::function<int(const launch::LaunchOptions&, const std::vector<std::string>& program,
+                                   const Environment&)>;
 
-Command add_launch_command(CLI::App& root, ElasticLauncher elastic);  // no LibTorch of its own
+Command add_launch_command(CLI::App& root, Launcher elastic, Launcher fixed = launch::launch);  // no LibTorch of its own
 Command add_check_command(CLI::App& root);
 Command add_make_dataset_command(CLI::App& root);
 Command add_bench_loader_command(CLI::App& root);

@@ -55,7 +55,8 @@ void parse_nnodes(const std::string& text, launch::LaunchOptions& options) {
   if (colon != std::string::npos) options.min_nnodes(std::stoi(min));
 }
 
-int run_launch(const LaunchFlags& flags, const std::vector<std::string>& program, const ElasticLauncher& elastic) {
+int run_launch(const LaunchFlags& flags, const std::vector<std::string>& program, const Launcher& elastic,
+               const Launcher& fixed) {
   auto options = launch::LaunchOptions()
                      .node_rank(flags.node_rank)
                      .master_addr(flags.master_addr)
@@ -81,13 +82,12 @@ int run_launch(const LaunchFlags& flags, const std::vector<std::string>& program
     env.set("DPTRAIN_RENDEZVOUS_TIMEOUT", std::to_string(*flags.rendezvous_timeout_s));
     options.rendezvous_timeout(std::chrono::seconds(*flags.rendezvous_timeout_s));
   }
-  if (options.min_nnodes()) return elastic(options, program, env);
-  return launch::launch(options, program, env);
+  return (options.min_nnodes() ? elastic : fixed)(options, program, env);
 }
 
 }  // namespace
 
-Command add_launch_command(CLI::App& root, ElasticLauncher elastic) {
+Command add_launch_command(CLI::App& root, Launcher elastic, Launcher fixed) {
   auto flags = std::make_shared<LaunchFlags>();
   CLI::App* app = root.add_subcommand(
       "launch", "Run PROGRAM as the local workers of a data-parallel job, torchrun-style: "
@@ -124,7 +124,9 @@ Command add_launch_command(CLI::App& root, ElasticLauncher elastic) {
       ->check(CLI::IsMember({"cores", "none"}))
       ->capture_default_str();
   return {app,
-          [flags, elastic](const std::vector<std::string>& program) { return run_launch(*flags, program, elastic); },
+          [flags, elastic, fixed](const std::vector<std::string>& program) {
+            return run_launch(*flags, program, elastic, fixed);
+          },
           /*takes_program=*/true};
 }
 

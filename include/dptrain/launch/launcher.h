@@ -69,6 +69,10 @@ std::vector<std::vector<int>> split_cpus(const std::vector<int>& usable, int wor
 std::vector<WorkerSpec> make_worker_specs(const LaunchOptions& options, const std::vector<std::string>& program,
                                           const Environment& base, int restart_count);
 
+// The most workers one launcher starts: past the hardware threads of the largest two-socket servers
+// (768), and planning more took the launcher a second under AddressSanitizer.
+constexpr int kMaxWorkersPerNode = 1024;
+
 // Fills in what the user left to the launcher: nproc_per_node, standalone's address and port,
 // the run id. Checks the rest.
 LaunchOptions resolve(LaunchOptions options, const Environment& env);

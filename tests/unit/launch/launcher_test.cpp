@@ -56,6 +56,11 @@ TEST(Launcher, StandaloneChoosesLoopbackAndAFreePort) {
 TEST(Launcher, ImpossibleOptionsAreConfigErrors) {
   EXPECT_THROW(resolve(LaunchOptions().nnodes(2).node_rank(2), Environment()), dpt::ConfigError);
   EXPECT_THROW(resolve(LaunchOptions().nproc_per_node(0), Environment()), dpt::ConfigError);
+  // 9182 workers took the launcher over a second to plan under ASan (fuzz/launch_cli).
+  EXPECT_EQ(*resolve(LaunchOptions().nproc_per_node(dpt::launch::kMaxWorkersPerNode), Environment()).nproc_per_node(),
+            dpt::launch::kMaxWorkersPerNode);
+  EXPECT_THROW(resolve(LaunchOptions().nproc_per_node(dpt::launch::kMaxWorkersPerNode + 1), Environment()),
+               dpt::ConfigError);
   EXPECT_THROW(resolve(LaunchOptions().nproc_per_node(2).gpus({0}), Environment()), dpt::ConfigError);
   EXPECT_THROW(resolve(LaunchOptions().nnodes(2).standalone(true), Environment()), dpt::ConfigError);
   EXPECT_THROW(resolve(LaunchOptions().max_restarts(-1), Environment()), dpt::ConfigError);

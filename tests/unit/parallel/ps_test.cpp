@@ -3,6 +3,9 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <algorithm>
+#include <array>
+#include <atomic>
 #include <chrono>
 #include <mutex>
 #include <thread>
@@ -161,23 +164,39 @@ TEST_P(PsSync, EqualsOneProcessOnTheCombinedBatch) {
 
 INSTANTIATE_TEST_SUITE_P(Servers, PsSync, ::testing::Values(1, 2));
 
-// Worker 2 is slow; the others may run ahead of it by at most the staleness.
-ps::ServerReport run_with_slow_worker(ps::PsOptions options) {
+// 3 workers, 16 steps; `before_step(rank, step)` slows worker 2. The others may run ahead of it by
+// at most the staleness.
+ps::ServerReport run_with_slow_worker(ps::PsOptions options, const std::function<void(int, int64_t)>& before_step) {
   const auto data = make_batches(/*steps=*/16, /*batch=*/6);
-  const auto job = run_job(3, options.buckets(small_buckets()), data, [](int rank, int64_t) {
-    if (rank == 2) std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  });
+  const auto job = run_job(3, options.buckets(small_buckets()), data, before_step);
   EXPECT_EQ(job.reports.size(), 1u);
   return job.reports.at(0);
 }
 
 TEST(PsStaleness, NoWorkerRunsMoreThanKStepsAhead) {
-  const auto bounded = run_with_slow_worker(ps::PsOptions().consistency(ps::Consistency::Bounded).staleness(2));
+  const auto bounded = run_with_slow_worker(
+      ps::PsOptions().consistency(ps::Consistency::Bounded).staleness(2), [](int rank, int64_t) {
+        if (rank == 2) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      });
   EXPECT_LE(bounded.max_lead, 2);
   EXPECT_GE(bounded.max_lead, 1) << "the fast workers should have used the bound";
   EXPECT_EQ(bounded.updates, 16 * 3 * 3) << "every push applied on arrival";
-  // Without the bound the fast workers run well ahead: the check above can fail.
-  const auto async = run_with_slow_worker(ps::PsOptions().consistency(ps::Consistency::Async));
+  // Without the bound the fast workers run well ahead: the check above can fail. Worker 2 holds
+  // its first step until both others have begun their ninth (at most 10 s), so that the lead does
+  // not hang on how a loaded machine schedules the threads (a 20 ms sleep per step gave a lead of
+  // only 2 once, beside a fuzzing run).
+  std::array<std::atomic<int64_t>, 2> fast_step{};
+  const auto async = run_with_slow_worker(ps::PsOptions().consistency(ps::Consistency::Async), [&](int rank, int64_t step) {
+    if (rank < 2) {
+      fast_step[rank] = step;
+      return;
+    }
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (step == 0 && std::min(fast_step[0].load(), fast_step[1].load()) < 8 &&
+           std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+  });
   EXPECT_GT(async.max_lead, 2);
 }
 
