@@ -11,6 +11,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
 #include <fstream>
 #include <string>
 
@@ -19,7 +20,12 @@
 #include "dptrain/train/checkpoint/training_checkpoint.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  static const std::string path = "/dev/shm/dptrain-fuzz-checkpoint-" + std::to_string(::getpid()) + ".pt";
+  // One file per fuzzing process, removed when it exits.
+  static const struct ScratchFile {
+    std::string path = "/dev/shm/dptrain-fuzz-checkpoint-" + std::to_string(::getpid()) + ".pt";
+    ~ScratchFile() { std::remove(path.c_str()); }
+  } scratch;
+  const std::string& path = scratch.path;
   std::ofstream(path, std::ios::binary | std::ios::trunc).write(reinterpret_cast<const char*>(data), size);
   try {
     dpt::train::TrainingCheckpoint::from_ivalue(dpt::train::load_checkpoint(path), path);
