@@ -7,6 +7,7 @@
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 
 #include "dptrain/common/error.h"
+#include "dptrain/common/job_token.h"
 #include "dptrain/dist/backend_choice.h"
 #include "dptrain/dist/init_method.h"
 #include "dptrain/dist/rendezvous.h"
@@ -84,6 +85,9 @@ RendezvousOptions rendezvous_options(const InitOptions& options, const Environme
   RendezvousOptions rendezvous(timeout);
   rendezvous.report = [](const std::string& line) { std::cerr << line << std::endl; };
   rendezvous.all_ranks_report = options.verbose_rendezvous();
+  rendezvous.job_token = options.job_token() ? options.job_token() : env.get(kJobTokenVariable);
+  DPT_CHECK(!rendezvous.job_token || !rendezvous.job_token->empty(), ConfigError, kJobTokenVariable,
+            " is set but empty: give every process of the job the same token, or unset it");
   return rendezvous;
 }
 

@@ -15,6 +15,7 @@
 #include "dptrain/common/error.h"
 #include "dptrain/compat/c10d_failure.h"
 #include "dptrain/compat/tcp_store.h"
+#include "dptrain/dist/admission.h"
 
 namespace dpt::dist {
 
@@ -24,6 +25,8 @@ using Clock = std::chrono::steady_clock;
 
 std::string claim_key(int rank) { return "dpt/claim/" + std::to_string(rank); }
 std::string world_key(int rank) { return "dpt/world_size/" + std::to_string(rank); }
+std::string proof_key(int rank) { return "dpt/proof/" + std::to_string(rank); }
+std::string place(int rank) { return "rank " + std::to_string(rank); }
 
 std::string seconds(std::chrono::milliseconds d) {
   return str(static_cast<double>(d.count()) / 1000.0, " s");
@@ -163,6 +166,23 @@ compat::StorePtr make_tcp_store(const std::string& host, int port, const WorldIn
   }
 }
 
+DistError lost_store(int rank, const std::exception& e) {
+  return DistError(str("rank ", rank, ": lost the rendezvous store while joining (", compat::short_message(e),
+                       "). The rank hosting it (rank 0) has probably exited; its output says why."));
+}
+
+// Runs `step`, turning a store that went away under it into lost_store's error.
+template <typename Step>
+auto translating_store_errors(int rank, const Step& step) -> decltype(step()) {
+  try {
+    return step();
+  } catch (const Error&) {
+    throw;
+  } catch (const std::exception& e) {
+    throw lost_store(rank, e);
+  }
+}
+
 constexpr const char* kAbortKey = "dpt/abort";
 constexpr const char* kAbortAckKey = "dpt/abort_acks";
 
@@ -193,16 +213,41 @@ void join(c10d::Store& store, const WorldInfo& world, const RendezvousOptions& o
   DPT_CHECK(me >= 0 && me < n, ConfigError, "rank ", me, " is outside the world of ", n,
             " processes (valid ranks: 0..", n - 1, ")");
 
-  DPT_CHECK(store.add(claim_key(me), 1) == 1, ConfigError, "rank ", me,
-            ": another process has already joined this job as rank ", me,
-            ". Two processes were given the same RANK; give each process its own rank.");
+  const auto start = Clock::now();
+  const auto deadline = start + options.timeout;
+  const std::string where = options.address.empty() ? std::string() : " at " + options.address;
+  ReportSchedule schedule(options, me == 0 || options.all_ranks_report);
+  // Rank 0 opens the admission as it arrives; the others take no place before it has.
+  Admission admission = translating_store_errors(me, [&] {
+    const std::string prefix = "dpt/";
+    while (me != 0 && !Admission::is_open(store, prefix)) {
+      DPT_CHECK(Clock::now() < deadline, TimeoutError, "rank ", me, ": rendezvous timed out after ",
+                seconds(options.timeout), ": rank 0, which opens it, did not. Check that rank 0 was started, with "
+                "the same master address and port (here ", options.address.empty() ? "unknown" : options.address,
+                "), or raise the rendezvous timeout (--rendezvous-timeout).");
+      schedule.tick([&] {
+        return str("rank ", me, ": rendezvous", where, ": waiting for rank 0 to open it; ",
+                   wait_so_far(start, deadline));
+      });
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    const AdmissionOptions admission_options =
+        AdmissionOptions(prefix, options.timeout).token(options.job_token).address(options.address);
+    Admission admitted = me == 0 ? Admission::open(store, place(me), admission_options)
+                                 : Admission::enter(store, place(me), admission_options);
+    DPT_CHECK(store.add(claim_key(me), 1) == 1, ConfigError, "rank ", me,
+              ": another process has already joined this job as rank ", me,
+              ". Two processes were given the same RANK; give each process its own rank.");
+    // The proof first: whoever sees this rank's world size finds its proof already there.
+    const std::string proof = admitted.proof(place(me));
+    store.set(proof_key(me), std::vector<uint8_t>(proof.begin(), proof.end()));
+    return admitted;
+  });
   const std::string size_text = std::to_string(n);
-  store.set(world_key(me), std::vector<uint8_t>(size_text.begin(), size_text.end()));
+  translating_store_errors(me, [&] { store.set(world_key(me), std::vector<uint8_t>(size_text.begin(), size_text.end())); });
 
   // Poll rather than block in store.wait(): a blocked wait can say neither which ranks are missing
   // nor that one of them disagrees about the world size.
-  const auto start = Clock::now();
-  const auto deadline = start + options.timeout;
   std::vector<bool> seen(n, false);
   seen[me] = true;
   int joined = 1;
@@ -213,15 +258,21 @@ void join(c10d::Store& store, const WorldInfo& world, const RendezvousOptions& o
     }
     return ranks;
   };
-  const std::string where = options.address.empty() ? std::string() : " at " + options.address;
-  ReportSchedule schedule(options, me == 0 || options.all_ranks_report);
   try {
     while (true) {
       for (int r = 0; r < n; ++r) {
         if (seen[r] || !store.check({world_key(r)})) continue;
         seen[r] = true;
         ++joined;
+        const bool proven = !admission.has_token() ||
+                            (store.check({proof_key(r)}) && admission.verify(place(r), read_string(store, proof_key(r))));
+        DPT_CHECK(proven, DistError, "rank ", me, ": rank ", r, " was taken by a process that does not hold this job's "
+                  "token: something other than this job's processes reaches its rendezvous store", where,
+                  ". Stop it, and keep the job's address and port private (docs/security.md)");
         if (read_string(store, world_key(r)) != size_text) abort_join(store, world, r, joined - 1);
+      }
+      if (me == 0 && options.report) {
+        for (const std::string& line : admission.take_refusals(store)) options.report(str("rank 0: ", line));
       }
       if (joined == n) return;
       // A rank that found a disagreement with someone else may host the store and be about to
@@ -244,8 +295,7 @@ void join(c10d::Store& store, const WorldInfo& world, const RendezvousOptions& o
   } catch (const Error&) {
     throw;
   } catch (const std::exception& e) {
-    throw DistError(str("rank ", me, ": lost the rendezvous store while joining (", compat::short_message(e),
-                        "). The rank hosting it (rank 0) has probably exited; its output says why."));
+    throw lost_store(me, e);
   }
 
   throw TimeoutError(str("rank ", me, ": rendezvous timed out after ", seconds(options.timeout), ": ", joined, " of ",

@@ -66,6 +66,8 @@ class ElasticMembership : public JobMembership {
                         .last_call(options_.last_call())
                         .timeout(options_.rendezvous_timeout())
                         .choose_worker_port([this] { return free_port(options_.master_addr()); })
+                        .job_token(options_.job_token())
+                        .address(str(options_.master_addr(), ":", options_.master_port()))
                         .report(say)) {}
 
   std::optional<Round> next_round() override {

@@ -16,6 +16,7 @@
 
 #include "dptrain/common/error.h"
 #include "dptrain/common/exit_codes.h"
+#include "dptrain/common/job_token.h"
 #include "dptrain/launch/supervise.h"
 #include "dptrain/launch/visible_gpus.h"
 
@@ -151,6 +152,16 @@ LaunchOptions resolve(LaunchOptions options, const Environment& env) {
   DPT_CHECK(options.master_port() > 0 && options.master_port() < 65536, ConfigError, "--master-port ",
             options.master_port(), " is not a TCP port");
   if (options.run_id().empty()) options.run_id(env.get("TORCHELASTIC_RUN_ID").value_or(fresh_run_id()));
+  if (!options.job_token()) {
+    if (auto given = env.get(kJobTokenVariable)) {
+      options.job_token(*given);
+    } else if (options.nnodes() == 1) {
+      // Every process of a one-node job starts here, so it can be told a secret nobody else has.
+      options.job_token(make_job_token());
+    }
+  }
+  DPT_CHECK(!options.job_token() || !options.job_token()->empty(), ConfigError, "the job token is empty (",
+            kJobTokenVariable, " or --job-token): give every node the same non-empty token");
   return options;
 }
 
@@ -193,6 +204,7 @@ std::vector<WorkerSpec> make_worker_specs(const LaunchOptions& options, const st
     set("TORCHELASTIC_RUN_ID", options.run_id());
     // The workers host their own store (rank 0), as with init_process_group outside torchrun.
     set("TORCHELASTIC_USE_AGENT_STORE", "False");
+    if (options.job_token()) set(kJobTokenVariable, *options.job_token());
     if (!base.has("OMP_NUM_THREADS")) {
       set("OMP_NUM_THREADS", blocks.empty() ? threads : std::to_string(blocks[local].size()));
     }
@@ -218,6 +230,10 @@ std::string describe_workers(const LaunchOptions& options) {
   std::string text = str("dptrain launch: ", nproc, " worker(s) on node ", options.node_rank(), " of ", options.nnodes(),
                          " (ranks ", first, "..", first + nproc - 1, " of ", nproc * options.nnodes(), "), master ",
                          options.master_addr(), ":", options.master_port(), ", run id ", options.run_id(), "\n");
+  if (!options.job_token()) {
+    text += "dptrain launch: no job token: any process that reaches the master's port can join this job; give every "
+            "node the same --job-token FILE (docs/security.md)\n";
+  }
   if (options.cpu_bind() == CpuBind::Cores) {
     const auto blocks = split_cpus(usable_cpus(), nproc);
     std::string placement;

@@ -4,6 +4,7 @@
 #include <thread>
 
 #include "dptrain/common/error.h"
+#include "dptrain/common/host_name.h"
 
 namespace dpt::launch {
 
@@ -19,13 +20,33 @@ constexpr auto kReformationPoll = std::chrono::seconds(1);
 
 double seconds(std::chrono::milliseconds span) { return static_cast<double>(span.count()) / 1000.0; }
 
+const NodeRendezvousOptions& checked(const NodeRendezvousOptions& options, bool host) {
+  DPT_CHECK(options.min_nodes() >= 1 && options.min_nodes() <= options.max_nodes(), ConfigError,
+            "--nnodes MIN:MAX needs 1 <= MIN <= MAX, got ", options.min_nodes(), ":", options.max_nodes());
+  DPT_ASSERT(!host || options.choose_worker_port(), "the host needs a way to choose the workers' port");
+  return options;
+}
+
+// The host publishes the admission as it starts serving; a guest is admitted (or refused) before
+// it takes part in anything.
+dist::Admission admit(c10d::Store& store, bool host, const std::string& prefix, const NodeRendezvousOptions& options) {
+  const auto admission =
+      dist::AdmissionOptions(prefix, options.timeout()).token(options.job_token()).address(options.address());
+  const std::string who = "the launcher on " + host_name();
+  return host ? dist::Admission::open(store, who, admission) : dist::Admission::enter(store, who, admission);
+}
+
 }  // namespace
 
 NodeRendezvous::NodeRendezvous(compat::StorePtr store, bool host, std::string run_id, NodeRendezvousOptions options)
-    : store_(std::move(store)), host_(host), prefix_("dptrain/elastic/" + run_id + "/"), options_(std::move(options)) {
-  DPT_CHECK(options_.min_nodes() >= 1 && options_.min_nodes() <= options_.max_nodes(), ConfigError,
-            "--nnodes MIN:MAX needs 1 <= MIN <= MAX, got ", options_.min_nodes(), ":", options_.max_nodes());
-  DPT_ASSERT(!host_ || options_.choose_worker_port(), "the host needs a way to choose the workers' port");
+    : store_(std::move(store)),
+      host_(host),
+      prefix_("dptrain/elastic/" + run_id + "/"),
+      options_(checked(options, host)),
+      admission_(admit(*store_, host_, prefix_, options_)) {}
+
+void NodeRendezvous::report_refusals() {
+  for (const std::string& line : admission_.take_refusals(*store_)) report(line);
 }
 
 std::string NodeRendezvous::key(const std::string& name) const { return prefix_ + name; }
@@ -68,6 +89,7 @@ Membership NodeRendezvous::host_round() {
   std::optional<Clock::time_point> last_call_ends;
   int joined = 1;
   while (true) {
+    report_refusals();
     joined = 1 + static_cast<int>(count(round_key(round, "guests")));
     if (joined >= options_.max_nodes()) break;
     if (joined >= options_.min_nodes()) {
@@ -139,6 +161,7 @@ bool NodeRendezvous::reformation_due() {
   if (Clock::now() < next_poll_) return false;
   next_poll_ = Clock::now() + kReformationPoll;
   try {
+    if (host_) report_refusals();
     if (count(round_key(current_->round, "reform")) > 0) return true;
     return current_->nnodes < options_.max_nodes() && count(round_key(current_->round + 1, "guests")) > 0;
   } catch (const std::exception&) {

@@ -12,6 +12,7 @@
 #include "command.h"
 #include "dptrain/common/cpu_platform.h"
 #include "dptrain/common/error.h"
+#include "dptrain/common/job_token.h"
 #include "dptrain/common/listening_sockets.h"
 #include "dptrain/compat/compat.h"
 #include "dptrain/compat/tcp_store.h"
@@ -90,6 +91,17 @@ nlohmann::json describe_store_listener(const dist::WorldInfo& world) {
               << " can read and write it. Keep it behind a firewall (docs/security.md)." << std::endl;
   }
   return addresses;
+}
+
+// Rank 0: whether the job admits only the processes that hold its token (dist/admission.h).
+bool describe_admission(const Environment& env) {
+  const bool token = env.get(kJobTokenVariable).has_value();
+  std::cout << "rank 0: admission: "
+            << (token ? "only processes that hold this job's token (DPTRAIN_JOB_TOKEN) may join"
+                      : "no job token, so any process that reaches the rendezvous store may join; give the job one "
+                        "(dptrain launch --job-token FILE, docs/security.md)")
+            << std::endl;
+  return token;
 }
 
 int run_check(const CheckFlags& flags) {
@@ -173,6 +185,7 @@ int run_check(const CheckFlags& flags) {
                              {"first_collective_unix_s", first_collective_unix_s},
                              {"compute", std::move(compute)}};
     if (tcp_store) report["store_listens_on"] = describe_store_listener(comm->world());
+    report["job_token"] = describe_admission(Environment::current());
     std::cout << report.dump() << std::endl;
   }
   return 0;

@@ -2,6 +2,7 @@
 
 #include "command.h"
 #include "dptrain/common/error.h"
+#include "dptrain/common/job_token.h"
 #include "dptrain/launch/launcher.h"
 
 namespace dpt::cli {
@@ -23,6 +24,7 @@ struct LaunchFlags {
   std::string cpu_bind = "cores";
   std::optional<int> rendezvous_timeout_s;
   double last_call_s = 10;
+  std::optional<std::string> job_token_file;
 };
 
 // A small non-negative decimal number (one that std::stoi cannot overflow on).
@@ -70,6 +72,7 @@ int run_launch(const LaunchFlags& flags, const std::vector<std::string>& program
                      .cpu_bind(flags.cpu_bind == "none" ? launch::CpuBind::None : launch::CpuBind::Cores)
                      .last_call(std::chrono::milliseconds(static_cast<int64_t>(flags.last_call_s * 1000)));
   parse_nnodes(flags.nnodes, options);
+  if (flags.job_token_file) options.job_token(read_job_token_file(*flags.job_token_file));
   if (flags.nproc_per_node != "auto") {
     DPT_CHECK(is_small_count(flags.nproc_per_node), ConfigError, "--nproc-per-node '", flags.nproc_per_node, "' is neither a number nor 'auto'");
     options.nproc_per_node(std::stoi(flags.nproc_per_node));
@@ -116,6 +119,10 @@ Command add_launch_command(CLI::App& root, Launcher elastic, Launcher fixed) {
   app->add_option("--log-dir,--log_dir", flags->log_dir, "write each worker's output to LOG_DIR/attempt_K/rank_R.log");
   app->add_option("--gpus", flags->gpus, "GPU indices, one per local worker (e.g. 1,3)");
   app->add_option("--run-id,--rdzv-id", flags->run_id, "job id exported as TORCHELASTIC_RUN_ID");
+  app->add_option("--job-token", flags->job_token_file,
+                  "file (mode 600) whose first line is the job's secret, the same on every node: only processes "
+                  "that hold it may join (exported to the workers as DPTRAIN_JOB_TOKEN; a job of one node "
+                  "makes its own)");
   app->add_option("--grace-period", flags->grace_period_s, "seconds between SIGTERM and SIGKILL")
       ->capture_default_str();
   app->add_option("--cpu-bind", flags->cpu_bind,

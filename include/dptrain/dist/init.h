@@ -37,6 +37,9 @@ struct InitOptions {
   // --rendezvous-timeout` sets it for its workers), else kDefaultRendezvousTimeout or `timeout`,
   // whichever is shorter. While ranks are missing, rank 0 says which, every few seconds, on stderr.
   TORCH_ARG(std::optional<std::chrono::milliseconds>, rendezvous_timeout) = std::nullopt;
+  // The job's secret, checked before this process may take a rank (dist/admission.h). Unset:
+  // DPTRAIN_JOB_TOKEN from the environment (`dptrain launch` sets it for its workers), else none.
+  TORCH_ARG(std::optional<std::string>, job_token) = std::nullopt;
   // Every rank reports the rendezvous' progress, not only rank 0.
   TORCH_ARG(bool, verbose_rendezvous) = false;
   // Network interface for the backend's connections. Gloo: unset means GLOO_SOCKET_IFNAME, then

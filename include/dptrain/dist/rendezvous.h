@@ -4,9 +4,13 @@
 // dptrain's join protocol on top of the store makes the usual ways a job goes wrong fail fast and
 // by name, instead of PyTorch's silent wait: two processes claiming one rank, ranks started with
 // different world sizes, a rank that never arrives (named, with the time waited), a busy port on
-// the master, and a master that cannot be reached.
+// the master, and a master that cannot be reached. Before a process takes a rank, its job token is
+// checked (admission.h): a process of another job, or one without the token, is turned away and
+// the job goes on.
 
 #include <chrono>
+#include <optional>
+#include <string>
 
 #include "dptrain/compat/compat.h"
 #include "dptrain/dist/init_method.h"
@@ -22,11 +26,14 @@ struct RendezvousOptions {
   std::chrono::milliseconds timeout;  // bound on connecting and on waiting for every rank
   // Where the ranks meet ("10.0.0.1:29500", "file:///shared/rdzv"), for messages.
   std::string address;
+  // The job's secret (DPTRAIN_JOB_TOKEN); unset: a job without one, which admits only processes
+  // without one.
+  std::optional<std::string> job_token;
   // Receives progress while the wait lasts: first after `first_report`, then at doubling intervals
   // (at most a minute apart). Rank 0 reports who has joined and who is missing; other ranks report
   // that only when `all_ranks_report`, but always report a master they cannot reach, since nobody
   // else can. Empty: silent.
-  RendezvousReport report;
+  RendezvousReport report;  // (rank 0 also reports each process it turned away)
   std::chrono::milliseconds first_report = std::chrono::seconds(2);
   bool all_ranks_report = false;
 };

@@ -47,6 +47,11 @@ struct LaunchOptions {
   TORCH_ARG(std::optional<std::string>, log_dir) = std::nullopt;
   // GPU indices; local rank i sees only the i-th (CUDA_VISIBLE_DEVICES), so subsets like 1,3 work.
   TORCH_ARG(std::vector<int>, gpus) = {};
+  // The job's secret, exported to the workers as DPTRAIN_JOB_TOKEN and checked before any process
+  // joins the job (dist/admission.h). Unset: DPTRAIN_JOB_TOKEN from the launcher's environment;
+  // else a fresh one for a job of one node; a job of several nodes then runs without one, and any
+  // process that reaches the master's port may join it (`--job-token FILE` on every node fixes that).
+  TORCH_ARG(std::optional<std::string>, job_token) = std::nullopt;
   // Exported as TORCHELASTIC_RUN_ID; default: a fresh id per launch.
   TORCH_ARG(std::string, run_id) = "";
   // Between SIGTERM and SIGKILL when stopping workers.
@@ -74,7 +79,7 @@ std::vector<WorkerSpec> make_worker_specs(const LaunchOptions& options, const st
 constexpr int kMaxWorkersPerNode = 1024;
 
 // Fills in what the user left to the launcher: nproc_per_node, standalone's address and port,
-// the run id. Checks the rest.
+// the run id, the job token. Checks the rest.
 LaunchOptions resolve(LaunchOptions options, const Environment& env);
 
 // The lines the launcher prints as it starts a group: where the workers go (ranks, master, CPUs).

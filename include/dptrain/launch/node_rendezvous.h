@@ -18,7 +18,9 @@
 // asks for one too: every launcher then stops its workers (a stop on request: they agree on a step
 // and write a checkpoint), and the nodes still alive form the next round, which resumes from that
 // checkpoint. Only the host is indispensable, as with torchrun's c10d rendezvous: when it is gone
-// the others stop with an error that says so.
+// the others stop with an error that says so. Before a guest takes a number, its job token is
+// checked against the host's (dist/admission.h): a launcher of another job is turned away, and
+// the host logs it.
 
 #include <chrono>
 #include <functional>
@@ -28,6 +30,7 @@
 #include <torch/arg.h>
 
 #include "dptrain/compat/compat.h"
+#include "dptrain/dist/admission.h"
 
 namespace dpt::launch {
 
@@ -42,7 +45,13 @@ struct NodeRendezvousOptions {
   TORCH_ARG(std::chrono::milliseconds, timeout) = std::chrono::minutes(5);
   // Host only: a free port on the host for each round's workers to meet at.
   TORCH_ARG(std::function<int()>, choose_worker_port);
-  // Receives one line per event worth a log line (a round formed, a node waiting). Empty: silent.
+  // The job's secret: a launcher joins the rendezvous only when it holds the host's (or both hold
+  // none), as dist/admission.h checks.
+  TORCH_ARG(std::optional<std::string>, job_token) = std::nullopt;
+  // Where the host serves the store ("10.0.0.1:29400"), for messages.
+  TORCH_ARG(std::string, address) = "";
+  // Receives one line per event worth a log line (a round formed, a node waiting, a launcher
+  // turned away). Empty: silent.
   TORCH_ARG(std::function<void(const std::string&)>, report);
 };
 
@@ -80,11 +89,14 @@ class NodeRendezvous {
   Membership host_round();
   std::optional<Membership> guest_round();
   void report(const std::string& line) const;
+  // Host: logs the launchers turned away since the last call.
+  void report_refusals();
 
   compat::StorePtr store_;
   bool host_;
   std::string prefix_;
   NodeRendezvousOptions options_;
+  dist::Admission admission_;
   std::optional<Membership> current_;
   std::chrono::steady_clock::time_point next_poll_{};
 };

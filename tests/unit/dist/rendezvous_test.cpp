@@ -9,6 +9,7 @@
 
 #include "dptrain/common/error.h"
 #include "dptrain/dist/rendezvous.h"
+#include "support/error_of.h"
 #include "support/thread_ranks.h"
 
 using namespace std::chrono_literals;
@@ -82,6 +83,16 @@ TEST(Join, MismatchedWorldSizesFailFastOnBothSides) {
   EXPECT_LT(std::chrono::steady_clock::now() - start, 5s) << "must not wait for the timeout";
 }
 
+TEST(Join, ARankWithoutRankZeroSaysSoAtTheTimeout) {
+  c10d::HashStore store;
+  RendezvousOptions options(200ms);
+  options.address = "10.0.0.1:29500";
+  EXPECT_EQ(dpt::testing::error_of<dpt::TimeoutError>([&] { join(store, local_world(1, 2), options); }),
+            "rank 1: rendezvous timed out after 0.2 s: rank 0, which opens it, did not. Check that rank 0 was "
+            "started, with the same master address and port (here 10.0.0.1:29500), or raise the rendezvous timeout "
+            "(--rendezvous-timeout).");
+}
+
 TEST(Join, RankOutsideTheWorld) {
   c10d::HashStore store;
   EXPECT_THROW(join(store, local_world(2, 2), RendezvousOptions(1s)), dpt::ConfigError);
@@ -136,8 +147,7 @@ TEST(Join, OtherRanksReportOnlyWhenAsked) {
     EXPECT_EQ(reported.lines.empty(), !all_ranks_report);
     if (all_ranks_report) {
       ASSERT_FALSE(reported.lines.empty());
-      expect_contains(reported.lines[0], "rank 1: rendezvous at 10.0.0.1:29500: 1 of 2 ranks joined (1); waiting for "
-                                         "rank(s) 0;");
+      expect_contains(reported.lines[0], "rank 1: rendezvous at 10.0.0.1:29500: waiting for rank 0 to open it; waited 0 s");
     }
   }
 }
@@ -156,4 +166,57 @@ TEST(Join, ProgressNamesTheNodesOfAJobOfSeveral) {
   other.get();
   ASSERT_FALSE(reported.lines.empty());
   expect_contains(reported.lines.back(), "2 of 4 ranks joined (0, 1 (node 0)); waiting for rank(s) 2, 3 (node 1);");
+}
+
+namespace {
+
+RendezvousOptions holding(std::optional<std::string> token, std::chrono::milliseconds timeout = 5s) {
+  RendezvousOptions options(timeout);
+  options.job_token = std::move(token);
+  return options;
+}
+
+}  // namespace
+
+TEST(Join, RanksHoldingTheJobsTokenMeet) {
+  c10d::HashStore store;
+  auto r1 = std::async(std::launch::async, [&] { join(store, local_world(1, 2), holding("secret")); });
+  join(store, local_world(0, 2), holding("secret"));
+  r1.get();
+}
+
+TEST(Join, AProcessOfAnotherJobIsTurnedAwayAndTheJobGoesOn) {
+  c10d::HashStore store;
+  Reported reported;
+  RendezvousOptions rank0 = reporting(5s, reported);
+  rank0.job_token = "secret";
+  auto r0 = std::async(std::launch::async, [&] { join(store, local_world(0, 2), rank0); });
+  // Another job's rank 1, pointed at this job's port: refused before it takes rank 1.
+  const std::string refused =
+      dpt::testing::error_of<dpt::DistError>([&] { join(store, local_world(1, 2), holding("another job's")); });
+  expect_contains(refused, "rank 1: not admitted to the job: this process holds a different job token.");
+  join(store, local_world(1, 2), holding("secret"));
+  r0.get();
+  std::lock_guard<std::mutex> lock(reported.mutex);
+  ASSERT_FALSE(reported.lines.empty());
+  expect_contains(reported.lines[0], "rank 0: refused a process that tried to join 10.0.0.1:29500 (rank 1: this "
+                                     "process holds a different job token); the job goes on");
+}
+
+TEST(Join, ARankTakenWithoutTheTokenStopsTheJob) {
+  c10d::HashStore store;
+  // What a client that skipped the admission could write: a claim, a made-up proof, a world size.
+  store.add("dpt/claim/1", 1);
+  const std::string made_up(64, 'a'), two = "2";
+  store.set("dpt/proof/1", std::vector<uint8_t>(made_up.begin(), made_up.end()));
+  store.set("dpt/world_size/1", std::vector<uint8_t>(two.begin(), two.end()));
+  EXPECT_EQ(dpt::testing::error_of<dpt::DistError>([&] { join(store, local_world(0, 2), holding("secret")); }),
+            "rank 0: rank 1 was taken by a process that does not hold this job's token: something other than this "
+            "job's processes reaches its rendezvous store. Stop it, and keep the job's address and port private "
+            "(docs/security.md)");
+  // Without a token the same claim is a rank like any other: the check above is the token's.
+  c10d::HashStore open_store;
+  open_store.add("dpt/claim/1", 1);
+  open_store.set("dpt/world_size/1", std::vector<uint8_t>(two.begin(), two.end()));
+  join(open_store, local_world(0, 2), holding(std::nullopt));
 }

@@ -94,3 +94,29 @@ TEST(Launcher, SpecsCarryTheirCpusWhenBinding) {
   const auto unbound = make_worker_specs(LaunchOptions(options).cpu_bind(CpuBind::None), {"prog"}, Environment(), 0);
   EXPECT_TRUE(unbound.at(0).cpus.empty());
 }
+
+TEST(Launcher, AOneNodeJobMakesItsOwnTokenAndGivesItToEveryWorker) {
+  const auto one = resolve(LaunchOptions().nproc_per_node(2), Environment());
+  ASSERT_TRUE(one.job_token().has_value());
+  EXPECT_EQ(one.job_token()->size(), 64u);
+  EXPECT_NE(*resolve(LaunchOptions().nproc_per_node(2), Environment()).job_token(), *one.job_token())
+      << "each job its own";
+  const auto specs = make_worker_specs(one, {"p"}, Environment(), 0);
+  for (const auto& spec : specs) EXPECT_EQ(spec.env.at("DPTRAIN_JOB_TOKEN"), *one.job_token());
+  EXPECT_EQ(dpt::launch::describe_workers(one).find("no job token"), std::string::npos);
+}
+
+TEST(Launcher, AJobOfSeveralNodesTakesItsTokenFromTheEnvironmentOrRunsWithoutAndSaysSo) {
+  const Environment with_token(std::map<std::string, std::string>{{"DPTRAIN_JOB_TOKEN", "shared"}});
+  EXPECT_EQ(resolve(LaunchOptions().nproc_per_node(1).nnodes(2), with_token).job_token(), "shared");
+  EXPECT_EQ(resolve(LaunchOptions().nproc_per_node(1), with_token).job_token(), "shared");
+  EXPECT_EQ(resolve(LaunchOptions().nproc_per_node(1).nnodes(2).job_token("file's"), with_token).job_token(),
+            "file's");
+  const auto open = resolve(LaunchOptions().nproc_per_node(1).nnodes(2), Environment());
+  EXPECT_FALSE(open.job_token().has_value());
+  EXPECT_EQ(make_worker_specs(open, {"p"}, Environment(), 0)[0].env.count("DPTRAIN_JOB_TOKEN"), 0u);
+  EXPECT_NE(dpt::launch::describe_workers(open).find("no job token: any process that reaches the master's port can "
+                                                     "join this job; give every node the same --job-token FILE"),
+            std::string::npos);
+  EXPECT_THROW(resolve(LaunchOptions().nproc_per_node(1).job_token(""), Environment()), dpt::ConfigError);
+}

@@ -4,6 +4,7 @@
 #include <torch/csrc/distributed/c10d/HashStore.hpp>
 
 #include <future>
+#include <mutex>
 #include <set>
 #include <thread>
 
@@ -22,18 +23,34 @@ class Launchers {
  public:
   explicit Launchers(int min_nodes, int max_nodes) : min_(min_nodes), max_(max_nodes) {}
 
-  NodeRendezvousOptions options() {
-    return NodeRendezvousOptions(min_, max_).last_call(300ms).timeout(2s).choose_worker_port([this] {
-      return next_port_++;
-    });
+  NodeRendezvousOptions options(std::optional<std::string> token = std::nullopt) {
+    return NodeRendezvousOptions(min_, max_)
+        .last_call(300ms)
+        .timeout(2s)
+        .job_token(std::move(token))
+        .choose_worker_port([this] { return next_port_++; })
+        .report([this](const std::string& line) {
+          std::lock_guard<std::mutex> lock(mutex_);
+          reports_.push_back(line);
+        });
   }
-  std::unique_ptr<NodeRendezvous> host() { return std::make_unique<NodeRendezvous>(store_, true, "job", options()); }
-  std::unique_ptr<NodeRendezvous> guest() { return std::make_unique<NodeRendezvous>(store_, false, "job", options()); }
+  std::unique_ptr<NodeRendezvous> host(std::optional<std::string> token = std::nullopt) {
+    return std::make_unique<NodeRendezvous>(store_, true, "job", options(std::move(token)));
+  }
+  std::unique_ptr<NodeRendezvous> guest(std::optional<std::string> token = std::nullopt) {
+    return std::make_unique<NodeRendezvous>(store_, false, "job", options(std::move(token)));
+  }
+  std::vector<std::string> reports() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return reports_;
+  }
 
  private:
   c10::intrusive_ptr<c10d::HashStore> store_ = c10::make_intrusive<c10d::HashStore>();
   int min_, max_;
   std::atomic<int> next_port_{40000};
+  std::mutex mutex_;
+  std::vector<std::string> reports_;
 };
 
 std::future<std::optional<Membership>> next_round_async(NodeRendezvous& node) {
@@ -131,4 +148,25 @@ TEST(NodeRendezvous, AFullRoundLeavesANodeWaitingUntilTheJobEnds) {
   EXPECT_FALSE(becomes_due(*host)) << "a full round does not re-form for a waiting node";
   host->finish();
   EXPECT_FALSE(waited.get().has_value());
+}
+
+TEST(NodeRendezvous, ALauncherOfAnotherJobIsTurnedAwayAndTheHostSaysSo) {
+  Launchers job(2, 2);
+  auto host = job.host("secret");
+  try {
+    job.guest("another job's");
+    FAIL() << "expected a DistError";
+  } catch (const dpt::DistError& e) {
+    EXPECT_NE(std::string(e.what()).find(": not admitted to the job: this process holds a different job token"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_THROW(job.guest(std::nullopt), dpt::DistError);
+  auto guest = job.guest("secret");
+  auto joined = next_round_async(*guest);
+  EXPECT_EQ(host->next_round()->nnodes, 2);
+  EXPECT_EQ(joined.get()->node_rank, 1);
+  int refusals = 0;
+  for (const auto& line : job.reports()) refusals += line.find("refused a process that tried to join") == 0;
+  EXPECT_EQ(refusals, 2);
 }
