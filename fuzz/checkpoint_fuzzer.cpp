@@ -7,25 +7,19 @@
 //
 //   scripts/fuzz checkpoint 60
 
-#include <unistd.h>
-
 #include <cstddef>
 #include <cstdint>
-#include <cstdio>
 #include <fstream>
 #include <string>
 
 #include "dptrain/common/error.h"
 #include "dptrain/train/checkpoint/checkpoint_file.h"
 #include "dptrain/train/checkpoint/training_checkpoint.h"
+#include "scratch_dir.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  // One file per fuzzing process, removed when it exits.
-  static const struct ScratchFile {
-    std::string path = "/dev/shm/dptrain-fuzz-checkpoint-" + std::to_string(::getpid()) + ".pt";
-    ~ScratchFile() { std::remove(path.c_str()); }
-  } scratch;
-  const std::string& path = scratch.path;
+  static const ScratchDir scratch("checkpoint");
+  const std::string path = (scratch.fresh() / "checkpoint.pt").string();
   std::ofstream(path, std::ios::binary | std::ios::trunc).write(reinterpret_cast<const char*>(data), size);
   try {
     dpt::train::TrainingCheckpoint::from_ivalue(dpt::train::load_checkpoint(path), path);

@@ -63,3 +63,18 @@ training = {
 }
 for name, value in (("weights.pt", weights), ("nested-weights.pt", {"state_dict": weights}), ("training.pt", training)):
     torch.save(value, f"fuzz/corpus/checkpoint/{name}")
+
+# image_folder: trees built entry by entry, (kind, choice, name): kind 0 a folder, 1 a file, 2 a
+# link to an earlier entry, 3 a link to nowhere; choice picks the folder (or the link's target).
+trees = {
+    "two-classes": [(0, 0, b"a"), (0, 0, b"b"), (1, 1, b"x.jpg"), (1, 2, b"Y.PNG"), (1, 0, b"top.jpg")],
+    "nested-and-linked": [(0, 0, b"a"), (0, 1, b"sub"), (1, 2, b"1.jpeg"), (2, 1, b"c"), (1, 1, b"n.txt")],
+    "odd-names": [(0, 0, b"-cls"), (1, 1, b"\n.jpg"), (1, 1, b"x.JpG"), (1, 1, b"\xff\xfe.png"), (1, 1, b".hid.jpg"),
+                  (3, 1, b"dangling.jpg"), (0, 0, b"empty")],
+    # a/up -> a: choice 4 is folder 1 (a) of 3 and entry 0 (a) of 4
+    "link-to-an-ancestor": [(0, 0, b"a"), (0, 1, b"b"), (1, 2, b"p.png"), (1, 0, b"f.jpg"), (2, 4, b"up")],
+}
+os.makedirs("fuzz/corpus/image_folder", exist_ok=True)
+for name, entries in trees.items():
+    with open(f"fuzz/corpus/image_folder/{name}", "wb") as f:
+        f.write(b"".join(bytes([kind, choice]) + entry + b"\0" for kind, choice, entry in entries))

@@ -1,7 +1,11 @@
 #include "dptrain/data/image_folder.h"
 
+#include <sys/stat.h>
+
 #include <algorithm>
 #include <array>
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 
 #include "dptrain/common/error.h"
@@ -25,16 +29,36 @@ bool has_image_extension(const std::string& name) {
   return false;
 }
 
+// A folder's identity, whatever path reaches it.
+std::pair<dev_t, ino_t> folder_id(const fs::path& path) {
+  struct stat status {};
+  DPT_CHECK(::stat(path.c_str(), &status) == 0, DataError, "cannot read ", path.string(), ": ", std::strerror(errno));
+  return {status.st_dev, status.st_ino};
+}
+
 // Image files under dir in the order of Python's sorted(os.walk(dir)) then sorted(files): by
-// directory path, then by name within a directory (byte order, as Python compares str).
+// directory path, then by name within a directory (byte order, as Python compares str). Links to
+// folders are followed, as torchvision follows them; a link back to a folder it is in would be
+// followed forever (os.walk does), so it is an error that names it.
 std::vector<std::string> list_images(const fs::path& dir) {
   std::vector<std::pair<std::string, std::string>> found;  // (directory, file name)
   std::error_code ec;
   fs::recursive_directory_iterator it(dir, fs::directory_options::follow_directory_symlink, ec), end;
   DPT_CHECK(!ec, DataError, "cannot list ", dir.string(), ": ", ec.message());
+  // The folders from `dir` down to the one being listed.
+  std::vector<std::pair<dev_t, ino_t>> open_folders = {folder_id(dir)};
   for (; it != end; it.increment(ec)) {
     DPT_CHECK(!ec, DataError, "cannot list ", dir.string(), ": ", ec.message());
-    if (it->is_directory()) continue;
+    std::error_code type_error;  // a link to nowhere is no folder: a file, which fails when read
+    if (it->is_directory(type_error)) {
+      open_folders.resize(static_cast<size_t>(it.depth()) + 1);
+      const auto id = folder_id(it->path());
+      DPT_CHECK(std::find(open_folders.begin(), open_folders.end(), id) == open_folders.end(), DataError,
+                it->path().string(), " leads back to a folder it is in (a link loop): the image folder's walk, "
+                "which follows links as torchvision's does, would not end. Remove or replace that link");
+      open_folders.push_back(id);
+      continue;
+    }
     const std::string name = it->path().filename().string();
     if (has_image_extension(name)) found.emplace_back(it->path().parent_path().string(), name);
   }
@@ -53,7 +77,8 @@ ImageFolder::ImageFolder(const std::string& root, Transform transform, BadImageP
   DPT_CHECK(fs::is_directory(root, ec), DataError, "image folder ", root,
             " does not exist or is not a directory; expected ROOT/<class>/<image> files");
   for (const auto& entry : fs::directory_iterator(root, ec)) {
-    if (entry.is_directory()) classes_.push_back(entry.path().filename().string());
+    std::error_code type_error;  // a link to nowhere, or a loop of links, is no class folder
+    if (entry.is_directory(type_error)) classes_.push_back(entry.path().filename().string());
   }
   DPT_CHECK(!ec, DataError, "cannot list ", root, ": ", ec.message());
   std::sort(classes_.begin(), classes_.end());

@@ -33,6 +33,58 @@ std::string read_text(const fs::path& path) {
   return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
 }
 
+// One record of metrics.jsonl into the run's points. Throws json::exception for a field of the
+// wrong type.
+void add_record(const json& record, RunRecords& run) {
+  const std::string phase = record.value("phase", "");
+  // Non-finite numbers are written as null; they are left out of the charts.
+  auto add = [&record](Points& points, const char* key, double scale = 1.0) {
+    if (record.contains(key) && record.at(key).is_number()) {
+      points.emplace_back(record.at("global_step").get<double>(), record.at(key).get<double>() * scale);
+    }
+  };
+  if (phase == "train_step") {
+    add(run.step_loss, "loss");
+    add(run.step_acc1, "acc1");
+    add(run.step_lr, "lr");
+    add(run.step_images_per_s, "img_per_s");
+    add(run.step_mfu, "mfu", 100.0);
+  } else if (phase == "train") {
+    add(run.train_loss, "loss");
+    add(run.train_acc1, "acc1");
+    add(run.epoch_images_per_s, "img_per_s");
+    add(run.epoch_mfu, "mfu", 100.0);
+    if (record.contains("model_flop_per_s") && record.at("model_flop_per_s").is_number()) {
+      run.last_model_flop_per_s = record.at("model_flop_per_s").get<double>();
+    }
+  } else if (phase == "val") {
+    add(run.val_loss, "loss");
+    add(run.val_acc1, "acc1");
+  } else if (phase == "val_ema") {
+    add(run.val_ema_acc1, "acc1");
+  } else if (phase == "rank_busy" && record.contains("busy_ms_by_rank")) {
+    const json& busy = record.at("busy_ms_by_rank");
+    if (run.rank_busy_ms.size() < busy.size()) run.rank_busy_ms.resize(busy.size());
+    for (size_t r = 0; r < busy.size(); ++r) {
+      if (!busy[r].is_number()) continue;  // NaN, written as null: the rank had no step
+      run.rank_busy_ms[r].emplace_back(record.at("global_step").get<double>(), busy[r].get<double>());
+    }
+  } else if (phase == "straggler") {
+    train::StragglerReport slow;
+    slow.global_step = record.value("global_step", int64_t{0});
+    slow.rank = record.value("rank", 0);
+    slow.host = record.value("host", "");
+    slow.windows = record.value("windows", int64_t{0});
+    slow.steps = record.value("steps", int64_t{0});
+    slow.busy_ms = record.value("busy_ms", 0.0);
+    slow.others_busy_ms = record.value("others_busy_ms", 0.0);
+    slow.part = record.value("part", "");
+    slow.part_ms = record.value("part_ms", 0.0);
+    slow.others_part_ms = record.value("others_part_ms", 0.0);
+    run.stragglers.push_back(slow);
+  }
+}
+
 void read_metrics(const fs::path& path, RunRecords& run) {
   std::ifstream in(path);
   DPT_CHECK(in, DataError, "no ", path.filename().string(), " in ", path.parent_path().string(),
@@ -47,52 +99,11 @@ void read_metrics(const fs::path& path, RunRecords& run) {
       throw DataError(str(path.string(), " line ", number, " is not JSON (", e.what(),
                           "); was the file cut short? Remove the broken line and run the report again"));
     }
-    const std::string phase = record.value("phase", "");
-    // Non-finite numbers are written as null; they are left out of the charts.
-    auto add = [&record](Points& points, const char* key, double scale = 1.0) {
-      if (record.contains(key) && record[key].is_number()) {
-        points.emplace_back(record["global_step"].get<double>(), record[key].get<double>() * scale);
-      }
-    };
-    if (phase == "train_step") {
-      add(run.step_loss, "loss");
-      add(run.step_acc1, "acc1");
-      add(run.step_lr, "lr");
-      add(run.step_images_per_s, "img_per_s");
-      add(run.step_mfu, "mfu", 100.0);
-    } else if (phase == "train") {
-      add(run.train_loss, "loss");
-      add(run.train_acc1, "acc1");
-      add(run.epoch_images_per_s, "img_per_s");
-      add(run.epoch_mfu, "mfu", 100.0);
-      if (record.contains("model_flop_per_s") && record["model_flop_per_s"].is_number()) {
-        run.last_model_flop_per_s = record["model_flop_per_s"].get<double>();
-      }
-    } else if (phase == "val") {
-      add(run.val_loss, "loss");
-      add(run.val_acc1, "acc1");
-    } else if (phase == "val_ema") {
-      add(run.val_ema_acc1, "acc1");
-    } else if (phase == "rank_busy" && record.contains("busy_ms_by_rank")) {
-      const json& busy = record["busy_ms_by_rank"];
-      if (run.rank_busy_ms.size() < busy.size()) run.rank_busy_ms.resize(busy.size());
-      for (size_t r = 0; r < busy.size(); ++r) {
-        if (!busy[r].is_number()) continue;  // NaN, written as null: the rank had no step
-        run.rank_busy_ms[r].emplace_back(record["global_step"].get<double>(), busy[r].get<double>());
-      }
-    } else if (phase == "straggler") {
-      train::StragglerReport slow;
-      slow.global_step = record.value("global_step", int64_t{0});
-      slow.rank = record.value("rank", 0);
-      slow.host = record.value("host", "");
-      slow.windows = record.value("windows", int64_t{0});
-      slow.steps = record.value("steps", int64_t{0});
-      slow.busy_ms = record.value("busy_ms", 0.0);
-      slow.others_busy_ms = record.value("others_busy_ms", 0.0);
-      slow.part = record.value("part", "");
-      slow.part_ms = record.value("part_ms", 0.0);
-      slow.others_part_ms = record.value("others_part_ms", 0.0);
-      run.stragglers.push_back(slow);
+    try {
+      add_record(record, run);
+    } catch (const json::exception& e) {
+      throw DataError(str(path.string(), " line ", number, " is not a record as `dptrain train` writes them (",
+                          e.what(), "); remove the line and run the report again"));
     }
   }
   // A resumed run logs again from its checkpoint on: order by step (stable, so repeats stay in
@@ -414,7 +425,13 @@ RunRecords read_run(const RunFiles& files) {
             timeline_path(timeline, 0).string(), ": --timeline names the path given to `dptrain train --timeline`, ",
             "whose rank 0 file is that");
   for (int rank = 0; fs::exists(timeline_path(timeline, rank)); ++rank) {
-    run.ranks.push_back(breakdown(read_trace(timeline_path(timeline, rank)), rank));
+    const fs::path path = timeline_path(timeline, rank);
+    try {
+      run.ranks.push_back(breakdown(read_trace(path), rank));
+    } catch (const json::exception& e) {
+      throw DataError(str(path.string(), " holds an event that is not one `dptrain train --timeline` writes (",
+                          e.what(), ")"));
+    }
   }
   return run;
 }

@@ -98,3 +98,28 @@ TEST(ImageFolder, MissingAndEmptyFoldersAreDataErrors) {
   EXPECT_EQ(skipping.label(1), 2);  // class indices keep the empty folder's slot
   ASSERT_EQ(skipping.warnings().size(), 1u);
 }
+
+TEST(ImageFolder, FollowsLinksToFoldersButNamesALinkLoop) {
+  dpt::testing::TempDir dir;
+  const std::string root = dir.path();
+  put_jpeg(root + "/shared/1.jpg");
+  put_jpeg(root + "/a/own.jpg");
+  fs::create_directory_symlink(root + "/shared", root + "/a/linked");   // followed, as torchvision does
+  fs::create_symlink(root + "/nowhere.jpg", root + "/a/dangling.jpg");  // listed; fails when read
+  fs::create_symlink(root + "/loop", root + "/loop");                   // at the top: no class
+  ImageFolder folder(root, small_eval());
+  ASSERT_EQ(folder.classes(), (std::vector<std::string>{"a", "shared"}));
+  ASSERT_EQ(folder.size(), 4);
+  EXPECT_EQ(folder.path(0), root + "/a/dangling.jpg");
+  EXPECT_EQ(folder.path(2), root + "/a/linked/1.jpg");
+
+  fs::create_directory_symlink(root + "/a", root + "/a/linked/back");  // shared/back -> a -> linked -> shared
+  try {
+    ImageFolder looped(root, small_eval());
+    FAIL() << "no error for a link loop";
+  } catch (const dpt::DataError& e) {
+    EXPECT_EQ(std::string(e.what()), root + "/a/linked/back leads back to a folder it is in (a link loop): the "
+                                             "image folder's walk, which follows links as torchvision's does, "
+                                             "would not end. Remove or replace that link");
+  }
+}
