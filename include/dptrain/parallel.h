@@ -15,3 +15,4 @@
 #include "dptrain/parallel/reducer.h"
 #include "dptrain/parallel/replicas.h"
 #include "dptrain/parallel/sync_batch_norm.h"
+#include "dptrain/parallel/zero.h"

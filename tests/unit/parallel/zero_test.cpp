@@ -1,0 +1,154 @@
+#include "dptrain/parallel/zero.h"
+
+#include <gtest/gtest.h>
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <torch/torch.h>
+
+#include "support/thread_ranks.h"
+#include "support/tiny_training.h"
+
+using dpt::DistributedDataParallel;
+using dpt::ZeroRedundancyOptimizer;
+using dpt::dist::Communicator;
+using dpt::testing::Batches;
+using dpt::testing::borrow;
+using torch::optim::OptimizerParamGroup;
+
+namespace {
+
+using Factory = ZeroRedundancyOptimizer::LocalOptimizerFactory;
+
+// An optimizer, and the options of its group of biases, which go without weight decay as the
+// trainer groups them.
+struct Recipe {
+  std::string name;
+  Factory make;
+  std::function<std::unique_ptr<torch::optim::OptimizerOptions>()> bias_options;
+};
+
+std::vector<Recipe> recipes() {
+  return {{"sgd",
+           [](std::vector<OptimizerParamGroup> groups) {
+             return std::make_shared<torch::optim::SGD>(std::move(groups), dpt::testing::sgd());
+           },
+           [] { return std::make_unique<torch::optim::SGDOptions>(dpt::testing::sgd().weight_decay(0)); }},
+          {"adamw",
+           [](std::vector<OptimizerParamGroup> groups) {
+             return std::make_shared<torch::optim::AdamW>(std::move(groups),
+                                                          torch::optim::AdamWOptions(0.01).weight_decay(0.05));
+           },
+           [] { return std::make_unique<torch::optim::AdamWOptions>(torch::optim::AdamWOptions(0.01).weight_decay(0)); }}};
+}
+
+std::vector<OptimizerParamGroup> weights_and_biases(const torch::nn::Module& model, const Recipe& recipe) {
+  std::vector<at::Tensor> weights, biases;
+  for (const auto& p : model.named_parameters()) {
+    (p.key().find("bias") != std::string::npos ? biases : weights).push_back(p.value());
+  }
+  std::vector<OptimizerParamGroup> groups;
+  groups.emplace_back(weights);
+  groups.emplace_back(biases, recipe.bias_options());
+  return groups;
+}
+
+struct Trained {
+  std::vector<at::Tensor> weights;
+  int64_t local_numel = 0;    // ZeRO only: elements of the parameters this rank owns
+  size_t local_states = 0;    // parameters the (local) optimizer keeps state for
+};
+
+// Each rank its slice of every batch through DistributedDataParallel, stepping with the recipe's
+// optimizer over every parameter, or with ZeRO over it.
+Trained train(Communicator& comm, const Batches& data, const Recipe& recipe, bool zero) {
+  auto model = dpt::testing::make_mlp();
+  dpt::testing::fill(*model, 100);
+  DistributedDataParallel ddp(model, borrow(comm));
+  std::unique_ptr<ZeroRedundancyOptimizer> sharded;
+  std::shared_ptr<torch::optim::Optimizer> plain;
+  if (zero) {
+    sharded = std::make_unique<ZeroRedundancyOptimizer>(borrow(comm), weights_and_biases(*model, recipe), recipe.make);
+  } else {
+    plain = recipe.make(weights_and_biases(*model, recipe));
+  }
+  const int64_t per_rank = data.x.size(1) / comm.size();
+  for (int64_t s = 0; s < data.x.size(0); ++s) {
+    if (zero) {
+      sharded->zero_grad();
+    } else {
+      plain->zero_grad();
+    }
+    auto x = data.x[s].narrow(0, comm.rank() * per_rank, per_rank);
+    auto y = data.y[s].narrow(0, comm.rank() * per_rank, per_rank);
+    torch::nn::functional::cross_entropy(ddp->forward(x), y).backward();
+    if (zero) {
+      sharded->step();
+    } else {
+      plain->step();
+    }
+  }
+  Trained trained;
+  for (const auto& p : model->parameters()) trained.weights.push_back(p.detach().clone());
+  trained.local_states = (zero ? sharded->local_optimizer() : *plain).state().size();
+  if (zero) trained.local_numel = sharded->local_numel();
+  return trained;
+}
+
+int64_t numel(const std::vector<at::Tensor>& tensors) {
+  int64_t n = 0;
+  for (const auto& t : tensors) n += t.numel();
+  return n;
+}
+
+}  // namespace
+
+TEST(AssignShards, LargestFirstToTheRankOwningTheFewestElements) {
+  // 30 -> rank 0; 20 -> 1; 10 -> 1 (20 < 30); 5 -> 0 (a tie, 30 and 30: the lower rank). The
+  // second group continues from those totals (35 and 30): 8 -> 1.
+  EXPECT_EQ(dpt::assign_shards({{10, 30, 20, 5}, {8}}, 2), (std::vector<std::vector<int>>{{1, 0, 1, 0}, {1}}));
+  // Equal sizes keep their order: round robin.
+  EXPECT_EQ(dpt::assign_shards({{4, 4, 4, 4, 4}}, 3), (std::vector<std::vector<int>>{{0, 1, 2, 0, 1}}));
+  EXPECT_EQ(dpt::assign_shards({{7, 1}}, 1), (std::vector<std::vector<int>>{{0, 0}}));
+  EXPECT_EQ(dpt::assign_shards({{}, {3}}, 4), (std::vector<std::vector<int>>{{}, {0}}));
+}
+
+// ZeRO changes where the optimizer's arithmetic runs, not what it computes: with the gradients
+// DDP averaged, each parameter's update is the same elementwise arithmetic on the same numbers, so
+// the weights must equal plain DDP's bit for bit, for SGD with momentum and for AdamW, with two
+// groups of their own options, on 2 and 3 ranks.
+TEST(ZeroRedundancyOptimizer, EqualsDdpBitForBitWhileEachRankKeepsItsShardsStateOnly) {
+  for (int world : {2, 3}) {
+    for (const Recipe& recipe : recipes()) {
+      SCOPED_TRACE(recipe.name + " on " + std::to_string(world) + " ranks");
+      const Batches data = dpt::testing::make_batches(/*steps=*/12, /*batch=*/12);
+      std::vector<int64_t> owned(world, 0);
+      std::vector<size_t> states(world, 0);
+      int64_t total = 0;
+      dpt::testing::run_ranks(world, [&](Communicator& comm) {
+        const Trained plain = train(comm, data, recipe, /*zero=*/false);
+        const Trained sharded = train(comm, data, recipe, /*zero=*/true);
+        EXPECT_EQ(dpt::testing::max_difference(sharded.weights, plain.weights), 0.0) << "rank " << comm.rank();
+        owned[comm.rank()] = sharded.local_numel;
+        states[comm.rank()] = sharded.local_states;
+        if (comm.rank() == 0) {
+          total = numel(plain.weights);
+          EXPECT_EQ(plain.local_states, plain.weights.size());
+        }
+      });
+      int64_t sum = 0;
+      size_t state_sum = 0;
+      for (int r = 0; r < world; ++r) {
+        EXPECT_GT(owned[r], 0);
+        EXPECT_LT(owned[r], total);
+        sum += owned[r];
+        state_sum += states[r];
+      }
+      EXPECT_EQ(sum, total) << "every parameter in exactly one shard";
+      EXPECT_EQ(state_sum, 6u) << "the model's 6 parameters' state, each on one rank";
+    }
+  }
+}
