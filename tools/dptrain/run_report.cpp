@@ -152,6 +152,9 @@ StepBreakdown breakdown(const json& trace, int rank) {
       sums[*phase] += ms;
     }
   }
+  // Every phase has a mean, 0 in a trace without steps (the page lists each rank's phases, and a
+  // rank whose trace holds no step beside one that does ended `dptrain report` when one was missing).
+  for (StepPhase phase : step_phases()) ranked.parts[phase] = 0;
   if (ranked.steps == 0) return ranked;
   const auto steps = static_cast<double>(ranked.steps);
   ranked.step_ms = step_sum / steps;

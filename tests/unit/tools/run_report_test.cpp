@@ -112,6 +112,14 @@ TEST(RunReport, BreaksEachRanksMeanStepIntoItsParts) {
   const std::string page = dpt::report::render_report(run);
   EXPECT_NE(page.find(R"(<tr data-part="backward compute">)"), std::string::npos);
   EXPECT_NE(page.find(R"(<td data-rank="1" data-value="2.5">2.50</td>)"), std::string::npos);  // rank 1's wait
+
+  // A rank whose trace holds no step yet (found by fuzz/report: the page's table ended the program).
+  write(trace.parent_path() / "t.rank1.json", "[{\"ph\":\"X\",\"name\":\"forward\",\"tid\":1,\"dur\":5}]");
+  const auto uneven = dpt::report::read_run(RunFiles(dir.path()).timeline(trace));
+  ASSERT_EQ(uneven.ranks.size(), 2u);
+  EXPECT_EQ(uneven.ranks[1].steps, 0);
+  EXPECT_EQ(uneven.ranks[1].parts.at(StepPhase::Forward), 0.0);
+  EXPECT_NE(dpt::report::render_report(uneven).find(R"(<td data-rank="1" data-value="0">)"), std::string::npos);
 }
 
 TEST(RunReport, MissingOrBrokenFilesAreDataErrorsThatSayWhatToDo) {
