@@ -8,11 +8,12 @@
 #include <fstream>
 
 #include "dptrain/common/error.h"
+#include "dptrain/common/sha256.h"
 
 namespace dpt {
 
 std::string make_job_token() {
-  unsigned char bytes[32];
+  std::uint8_t bytes[32];
   size_t filled = 0;
   while (filled < sizeof bytes) {
     const ssize_t got = ::getrandom(bytes + filled, sizeof bytes - filled, 0);
@@ -20,13 +21,7 @@ std::string make_job_token() {
     DPT_CHECK(got > 0, ConfigError, "cannot make a job token: getrandom failed (", std::strerror(errno), ")");
     filled += static_cast<size_t>(got);
   }
-  static constexpr char kDigits[] = "0123456789abcdef";
-  std::string token;
-  for (unsigned char byte : bytes) {
-    token += kDigits[byte >> 4];
-    token += kDigits[byte & 0xf];
-  }
-  return token;
+  return hex(bytes, sizeof bytes);
 }
 
 std::string read_job_token_file(const std::string& path) {

@@ -100,13 +100,13 @@ Sha256Digest hmac_sha256(std::string_view key, std::string_view message) {
   return sha256(outer.append(inner_digest.begin(), inner_digest.end()));
 }
 
-std::string hex(const Sha256Digest& digest) {
+std::string hex(const std::uint8_t* bytes, size_t size) {
   static constexpr char kDigits[] = "0123456789abcdef";
   std::string text;
-  text.reserve(2 * digest.size());
-  for (std::uint8_t byte : digest) {
-    text += kDigits[byte >> 4];
-    text += kDigits[byte & 0xf];
+  text.reserve(2 * size);
+  for (size_t i = 0; i < size; ++i) {
+    text += kDigits[bytes[i] >> 4];
+    text += kDigits[bytes[i] & 0xf];
   }
   return text;
 }

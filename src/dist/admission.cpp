@@ -5,6 +5,7 @@
 #include "dptrain/common/error.h"
 #include "dptrain/common/job_token.h"
 #include "dptrain/common/sha256.h"
+#include "dptrain/dist/store_text.h"
 
 namespace dpt::dist {
 
@@ -14,15 +15,6 @@ using Clock = std::chrono::steady_clock;
 
 // What the host publishes in place of a proof when the job has no token.
 constexpr const char* kNoToken = "none";
-
-std::string read_string(c10d::Store& store, const std::string& key) {
-  const std::vector<uint8_t> bytes = store.get(key);
-  return std::string(bytes.begin(), bytes.end());
-}
-
-void write_string(c10d::Store& store, const std::string& key, const std::string& text) {
-  store.set(key, std::vector<uint8_t>(text.begin(), text.end()));
-}
 
 std::string tag(const std::string& token, const std::string& nonce, const std::string& place) {
   return hex(hmac_sha256(token, nonce + "|" + place));
@@ -48,9 +40,9 @@ std::string mismatch(const std::optional<std::string>& mine, const std::string& 
 Admission Admission::open(c10d::Store& store, const std::string& who, AdmissionOptions options) {
   Admission admission(std::move(options), make_job_token());
   if (store.add(admission.key("hosts"), 1) > 1) return enter(store, who, admission.options_);
-  write_string(store, admission.key("nonce"), admission.nonce_);
+  write_text(store, admission.key("nonce"), admission.nonce_);
   // Last: joiners wait for this key, so the nonce is there when they see it.
-  write_string(store, admission.key("host"), host_proof(admission.options_.token(), admission.nonce_));
+  write_text(store, admission.key("host"), host_proof(admission.options_.token(), admission.nonce_));
   return admission;
 }
 
@@ -65,12 +57,12 @@ Admission Admission::enter(c10d::Store& store, const std::string& who, Admission
               " s: the process there may not be a dptrain job of this version");
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
-  const std::string published = read_string(store, admission.key("host"));
-  admission.nonce_ = read_string(store, admission.key("nonce"));
+  const std::string published = read_text(store, admission.key("host"));
+  admission.nonce_ = read_text(store, admission.key("nonce"));
   const std::string why = mismatch(options.token(), published, admission.nonce_);
   if (!why.empty()) {
     const int64_t number = store.add(admission.key("refused"), 1);
-    write_string(store, admission.key(str("refused/", number)), str(who, ": ", why));
+    write_text(store, admission.key(str("refused/", number)), str(who, ": ", why));
     throw DistError(str(who, ": not admitted to the job", where, ": ", why,
                         ". A job's processes share one token (DPTRAIN_JOB_TOKEN; `dptrain launch` makes one for "
                         "a job on one host and passes it to its workers, --job-token FILE gives every node the "
@@ -100,7 +92,7 @@ std::vector<std::string> Admission::take_refusals(c10d::Store& store) {
     // the next call.
     if (!store.check({entry})) break;
     lines.push_back(str("refused a process that tried to join", options_.address().empty() ? "" : " " +
-                        options_.address(), " (", read_string(store, entry), "); the job goes on"));
+                        options_.address(), " (", read_text(store, entry), "); the job goes on"));
   }
   return lines;
 }

@@ -16,6 +16,7 @@
 #include "dptrain/compat/c10d_failure.h"
 #include "dptrain/compat/tcp_store.h"
 #include "dptrain/dist/admission.h"
+#include "dptrain/dist/store_text.h"
 
 namespace dpt::dist {
 
@@ -87,11 +88,6 @@ std::string describe_ranks(const std::vector<int>& ranks, const WorldInfo& world
     text += str(" (node", nodes.size() > 1 ? "s " : " ", list_numbers(nodes), ")");
   }
   return text;
-}
-
-std::string read_string(c10d::Store& store, const std::string& key) {
-  auto bytes = store.get(key);
-  return std::string(bytes.begin(), bytes.end());
 }
 
 // Returns once something accepts TCP connections on host:port, or at the deadline. LibTorch's
@@ -190,9 +186,8 @@ constexpr const char* kAbortAckKey = "dpt/abort_acks";
 // store's host (rank 0) waits, briefly, until the `peers` ranks it has seen have read the news:
 // exiting at once would take the store away and leave them with a lost-connection error instead.
 [[noreturn]] void abort_join(c10d::Store& store, const WorldInfo& world, int other, int peers) {
-  const std::string theirs = read_string(store, world_key(other));
-  const std::string flag = "1";
-  store.set(kAbortKey, std::vector<uint8_t>(flag.begin(), flag.end()));
+  const std::string theirs = read_text(store, world_key(other));
+  write_text(store, kAbortKey, "1");
   store.add(kAbortAckKey, 1);
   if (world.rank == 0) {
     const auto linger_until = Clock::now() + std::chrono::seconds(3);
@@ -239,12 +234,11 @@ void join(c10d::Store& store, const WorldInfo& world, const RendezvousOptions& o
               ": another process has already joined this job as rank ", me,
               ". Two processes were given the same RANK; give each process its own rank.");
     // The proof first: whoever sees this rank's world size finds its proof already there.
-    const std::string proof = admitted.proof(place(me));
-    store.set(proof_key(me), std::vector<uint8_t>(proof.begin(), proof.end()));
+    write_text(store, proof_key(me), admitted.proof(place(me)));
     return admitted;
   });
   const std::string size_text = std::to_string(n);
-  translating_store_errors(me, [&] { store.set(world_key(me), std::vector<uint8_t>(size_text.begin(), size_text.end())); });
+  translating_store_errors(me, [&] { write_text(store, world_key(me), size_text); });
 
   // Poll rather than block in store.wait(): a blocked wait can say neither which ranks are missing
   // nor that one of them disagrees about the world size.
@@ -265,11 +259,11 @@ void join(c10d::Store& store, const WorldInfo& world, const RendezvousOptions& o
         seen[r] = true;
         ++joined;
         const bool proven = !admission.has_token() ||
-                            (store.check({proof_key(r)}) && admission.verify(place(r), read_string(store, proof_key(r))));
+                            (store.check({proof_key(r)}) && admission.verify(place(r), read_text(store, proof_key(r))));
         DPT_CHECK(proven, DistError, "rank ", me, ": rank ", r, " was taken by a process that does not hold this job's "
                   "token: something other than this job's processes reaches its rendezvous store", where,
                   ". Stop it, and keep the job's address and port private (docs/security.md)");
-        if (read_string(store, world_key(r)) != size_text) abort_join(store, world, r, joined - 1);
+        if (read_text(store, world_key(r)) != size_text) abort_join(store, world, r, joined - 1);
       }
       if (me == 0 && options.report) {
         for (const std::string& line : admission.take_refusals(store)) options.report(str("rank 0: ", line));
@@ -279,7 +273,7 @@ void join(c10d::Store& store, const WorldInfo& world, const RendezvousOptions& o
       // exit; find the disagreement from this side, so every rank says what is wrong.
       if (store.check({kAbortKey})) {
         for (int r = 0; r < n; ++r) {
-          if (r != me && store.check({world_key(r)}) && read_string(store, world_key(r)) != size_text) {
+          if (r != me && store.check({world_key(r)}) && read_text(store, world_key(r)) != size_text) {
             abort_join(store, world, r, 0);
           }
         }

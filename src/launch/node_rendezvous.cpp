@@ -5,6 +5,7 @@
 
 #include "dptrain/common/error.h"
 #include "dptrain/common/host_name.h"
+#include "dptrain/dist/store_text.h"
 
 namespace dpt::launch {
 
@@ -55,14 +56,10 @@ std::string NodeRendezvous::round_key(int round, const std::string& name) const 
   return prefix_ + "round" + std::to_string(round) + "/" + name;
 }
 
-int64_t NodeRendezvous::read_int(const std::string& key) {
-  const std::vector<uint8_t> bytes = store_->get(key);
-  return std::stoll(std::string(bytes.begin(), bytes.end()));
-}
+int64_t NodeRendezvous::read_int(const std::string& key) { return std::stoll(dist::read_text(*store_, key)); }
 
 void NodeRendezvous::write_int(const std::string& key, int64_t value) {
-  const std::string text = std::to_string(value);
-  store_->set(key, std::vector<uint8_t>(text.begin(), text.end()));
+  dist::write_text(*store_, key, std::to_string(value));
 }
 
 bool NodeRendezvous::exists(const std::string& key) { return store_->check({key}); }

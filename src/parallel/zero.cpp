@@ -56,6 +56,8 @@ ZeroRedundancyOptimizer::ZeroRedundancyOptimizer(std::shared_ptr<dist::Communica
     shard.emplace_back(std::move(mine));
     if (groups[g].has_options()) shard.back().set_options(groups[g].options().clone());
   }
+  if (kind) buffer_options_ = *kind;
+  gather_width_ = *std::max_element(shard_numel_.begin(), shard_numel_.end());
   local_ = make_local(std::move(shard));
   DPT_ASSERT(local_ && local_->param_groups().size() == groups.size(),
              "the local optimizer must keep the groups it is given, one for each of the ", groups.size());
@@ -77,15 +79,9 @@ void ZeroRedundancyOptimizer::zero_grad() {
 void ZeroRedundancyOptimizer::step() {
   local_->step();
   const int world = comm_->size();
-  if (world == 1) return;
+  if (world == 1 || gather_width_ == 0) return;
   // Every rank's shard in one buffer of the largest shard's size, its parameters in group order.
-  const int64_t width = *std::max_element(shard_numel_.begin(), shard_numel_.end());
-  const at::Tensor* any = nullptr;
-  for (const auto& group : params_) {
-    if (!group.empty()) any = &group.front();
-  }
-  if (any == nullptr || width == 0) return;
-  at::Tensor mine = at::zeros({width}, any->options());
+  at::Tensor mine = at::zeros({gather_width_}, buffer_options_);
   torch::NoGradGuard no_grad;
   int64_t offset = 0;
   for (size_t g = 0; g < params_.size(); ++g) {

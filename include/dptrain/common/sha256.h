@@ -7,6 +7,7 @@
 // Small inputs only (keys and nonces of a few dozen bytes): this is not a bulk hash.
 
 #include <array>
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -20,7 +21,8 @@ Sha256Digest sha256(std::string_view message);
 Sha256Digest hmac_sha256(std::string_view key, std::string_view message);
 
 // Lower-case hexadecimal, two digits a byte.
-std::string hex(const Sha256Digest& digest);
+std::string hex(const std::uint8_t* bytes, size_t size);
+inline std::string hex(const Sha256Digest& digest) { return hex(digest.data(), digest.size()); }
 
 // Compares in time that does not depend on where the first difference is, so that timing a
 // comparison does not reveal how much of a guessed proof was right.

@@ -65,6 +65,8 @@ class ZeroRedundancyOptimizer {
   std::vector<std::vector<at::Tensor>> params_;  // by group, as given
   std::vector<std::vector<int>> owners_;
   std::vector<int64_t> shard_numel_;             // by rank
+  at::TensorOptions buffer_options_;             // the parameters' dtype and device
+  int64_t gather_width_ = 0;                     // the largest shard's elements
   std::shared_ptr<torch::optim::Optimizer> local_;
 };
 
