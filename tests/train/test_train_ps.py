@@ -50,6 +50,7 @@ class SyncParameterServer(unittest.TestCase):
     def setUpClass(cls):
         cls.tmp = tempfile.mkdtemp(prefix="dpt-ps-")
         cls.ddp_out, _ = launched(2, *STEPS_20, "--output", cls.dir("ddp"))
+        cls.ps_runs = {}
 
     @classmethod
     def tearDownClass(cls):
@@ -59,12 +60,20 @@ class SyncParameterServer(unittest.TestCase):
     def dir(cls, name):
         return os.path.join(cls.tmp, name)
 
+    @classmethod
+    def ps_run(cls, servers):
+        """(stdout, stderr) of the synchronous job's 20 steps with `servers` servers, in
+        dir("ps<servers>"): run once, since both tests compare against the one-server run."""
+        if servers not in cls.ps_runs:
+            cls.ps_runs[servers] = launched(2 + servers, *STEPS_20, "--mode", "ps", "--ps-servers", str(servers),
+                                            "--output", cls.dir(f"ps{servers}"))
+        return cls.ps_runs[servers]
+
     def test_sync_ends_with_ddps_weights_and_momentum(self):
         ddp = small_training.results(self.ddp_out)
         for servers in (1, 2):
             with self.subTest(servers=servers):
-                out, err = launched(2 + servers, *STEPS_20, "--mode", "ps", "--ps-servers", str(servers),
-                                    "--output", self.dir(f"ps{servers}"))
+                out, err = self.ps_run(servers)
                 self.assertIn(small_training.world_line(2), out)
                 self.assertIn(f"parameter server ({servers} server(s), sync) over gloo", out)
                 for rank in range(2, 2 + servers):
@@ -81,8 +90,8 @@ class SyncParameterServer(unittest.TestCase):
                 self.assertEqual(len(ddp), 1)
 
     def test_sync_resumes_exactly(self):
-        whole, parts = self.dir("whole"), self.dir("parts")
-        launched(3, *STEPS_20, "--mode", "ps", "--max-steps", "20", "--output", whole)
+        self.ps_run(1)
+        whole, parts = self.dir("ps1"), self.dir("parts")
         launched(3, *STEPS_20, "--mode", "ps", "--max-steps", "10", "--output", parts)
         out, _ = launched(3, *STEPS_20, "--mode", "ps", "--resume", "auto", "--output", parts)
         self.assertIn("resuming from", out)
