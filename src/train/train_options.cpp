@@ -1,6 +1,7 @@
 #include "dptrain/train/train_options.h"
 
 #include "dptrain/common/error.h"
+#include "dptrain/train/checkpoint/auto_resume.h"
 
 namespace dpt::train {
 
@@ -25,6 +26,30 @@ std::string to_string(ParallelMode mode) {
       return "ps";
   }
   return "?";
+}
+
+void check_options(const TrainOptions& o) {
+  DPT_CHECK(o.batch_size() > 0, ConfigError, "--batch-size must be positive, got ", o.batch_size());
+  DPT_CHECK(o.accum_steps() >= 1, ConfigError, "--accum-steps must be at least 1, got ", o.accum_steps());
+  DPT_CHECK(o.epochs() > 0, ConfigError, "--epochs must be positive, got ", o.epochs());
+  DPT_CHECK(o.start_epoch() >= 0 && o.start_epoch() < o.epochs(), ConfigError, "--start-epoch must be in [0, ",
+            o.epochs(), "), got ", o.start_epoch());
+  DPT_CHECK(o.data().workers() > 0, ConfigError, "--workers must be at least 1, got ", o.data().workers());
+  DPT_CHECK(o.checkpoint().keep() >= 1, ConfigError, "--keep-checkpoints must be at least 1, got ",
+            o.checkpoint().keep());
+  if (o.logs()) checked_print_freq(o.logs()->print_freq());  // here, on every rank: only rank 0 logs
+  DPT_CHECK(!o.max_steps() || *o.max_steps() > 0, ConfigError, "--max-steps must be positive, got ",
+            o.max_steps().value_or(0));
+  const CheckpointOptions& c = o.checkpoint();
+  DPT_CHECK(!c.every_steps() || *c.every_steps() >= 1, ConfigError, "--checkpoint-every must be at least 1, got ",
+            c.every_steps().value_or(0));
+  DPT_CHECK(!c.every_minutes() || *c.every_minutes() > 0, ConfigError, "--checkpoint-minutes must be positive, got ",
+            c.every_minutes().value_or(0));
+  DPT_CHECK(!c.output_dir().empty() || (!c.every_steps() && !c.every_minutes() && c.resume() != kResumeAuto),
+            ConfigError, "--checkpoint-every, --checkpoint-minutes and --resume auto need --output, the folder ",
+            "where checkpoints are written and looked for");
+  DPT_CHECK(c.resume().empty() || c.pretrained().empty(), ConfigError,
+            "--resume and --pretrained exclude each other: a resumed run continues with its own weights");
 }
 
 }  // namespace dpt::train

@@ -41,6 +41,16 @@ class BadInput(unittest.TestCase):
         self.assertEqual(len(err.splitlines()), 1, err)
         self.assertTrue(err.startswith("dptrain: error: unknown model architecture 'resnet7'; choose one of: "), err)
 
+    def test_a_timeout_that_fits_no_clock(self):
+        # Found while writing fuzz/train_cli: these reached a conversion to integer milliseconds, which is
+        # undefined for them (UBSan), and went on with whatever timeout came out.
+        for flag, seconds in [("--dist-timeout", "1e300"), ("--rendezvous-timeout", "nan"), ("--dist-timeout", "-5")]:
+            with self.subTest(flag=flag, seconds=seconds):
+                code, out, err = train("--dummy", flag, seconds)
+                self.assertEqual(code, 2)
+                self.assertEqual(err.splitlines(), [f"dptrain: error: {flag} takes seconds from 0 to 1e+09, got "
+                                                    f"{float(seconds):g}"])
+
     def test_missing_resume_checkpoint(self):
         code, out, err = train("--dummy", "--resume", "/nonexistent/checkpoint.pt")
         self.assertEqual((code, err), (1, "dptrain: error: checkpoint /nonexistent/checkpoint.pt does not exist; "

@@ -115,8 +115,8 @@ int run_check(const CheckFlags& flags) {
                      .backend(flags.backend)
                      .init_method(flags.dist_url)
                      .world(world)
-                     .timeout(milliseconds(flags.timeout_s))
-                     .rendezvous_timeout(milliseconds(flags.rendezvous_timeout_s))
+                     .timeout(milliseconds(flags.timeout_s, "--timeout"))
+                     .rendezvous_timeout(milliseconds(flags.rendezvous_timeout_s, "--rendezvous-timeout"))
                      .verbose_rendezvous(flags.verbose_rendezvous)
                      .interface(flags.interface);
   auto comm = dist::init_process_group(options);

@@ -17,11 +17,8 @@ int run_commands(CLI::App& app, const std::vector<Command>& commands, int argc, 
     }
   }
   try {
+    // Flags whose text the library reads may throw its ConfigError while CLI11 parses.
     app.parse(own_args, argv);
-  } catch (const CLI::ParseError& e) {
-    return app.exit(e);
-  }
-  try {
     for (const auto& command : commands) {
       if (!command.app->parsed()) continue;
       if (own_args != argc && !command.takes_program) {
@@ -29,6 +26,8 @@ int run_commands(CLI::App& app, const std::vector<Command>& commands, int argc, 
       }
       return command.run(program);
     }
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
   } catch (const ConfigError& e) {
     std::cerr << "dptrain: error: " << e.what() << std::endl;
     return 2;

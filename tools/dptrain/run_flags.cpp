@@ -53,23 +53,27 @@ void add_run_flags(CLI::App& app, train::TrainOptions& o) {
   app.add_option("--dist-url", dist.init_method(), "env://, tcp://HOST:PORT or file:///PATH")->capture_default_str();
   app.add_option("--dist-backend", dist.backend(), "gloo, nccl or auto")->capture_default_str();
   app.add_option_function<double>(
-         "--dist-timeout", [&dist](double seconds) { dist.timeout(milliseconds(seconds)); },
+         "--dist-timeout", [&dist](double seconds) { dist.timeout(milliseconds(seconds, "--dist-timeout")); },
          "seconds any collective may take")
       ->default_str(std::to_string(std::chrono::duration_cast<std::chrono::seconds>(dist.timeout()).count()));
   app.add_option_function<double>(
-      "--rendezvous-timeout", [&dist](double seconds) { dist.rendezvous_timeout(milliseconds(seconds)); },
+      "--rendezvous-timeout",
+      [&dist](double seconds) { dist.rendezvous_timeout(milliseconds(seconds, "--rendezvous-timeout")); },
       "seconds to wait for every rank to join (default: DPTRAIN_RENDEZVOUS_TIMEOUT, else 300 or "
       "--dist-timeout if shorter)");
   app.add_flag("--verbose-rendezvous", dist.verbose_rendezvous(), "every rank reports who is missing, not only rank 0");
 }
 
-std::chrono::milliseconds milliseconds(double seconds) {
+std::chrono::milliseconds milliseconds(double seconds, const std::string& flag) {
+  // Also refuses NaN: converting a double that does not fit into an integer is undefined.
+  DPT_CHECK(seconds >= 0 && seconds <= kMaxSeconds, ConfigError, flag, " takes seconds from 0 to ", kMaxSeconds,
+            ", got ", seconds);
   return std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000));
 }
 
-std::optional<std::chrono::milliseconds> milliseconds(const std::optional<double>& seconds) {
+std::optional<std::chrono::milliseconds> milliseconds(const std::optional<double>& seconds, const std::string& flag) {
   if (!seconds) return std::nullopt;
-  return milliseconds(*seconds);
+  return milliseconds(*seconds, flag);
 }
 
 nlohmann::json metrics_json(const train::MetricSums& m) {

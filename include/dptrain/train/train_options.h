@@ -209,4 +209,8 @@ struct TrainOptions {
   TORCH_ARG(LogStream, log) = nullptr;
 };
 
+// Throws ConfigError naming the flag when no run can start with `options` (a batch, epoch or step
+// count out of range, checkpoint options that contradict each other); checks nothing on disk.
+void check_options(const TrainOptions& options);
+
 }  // namespace dpt::train
