@@ -114,8 +114,11 @@ class ExactRecovery(unittest.TestCase):
 
     def test_killed_in_validation(self):
         # The train summary is printed just before validation starts; the epoch's checkpoint comes
-        # after validation, so the restart redoes the steps since step 8.
-        self.recover("in_validation", r"Epoch: \[0\] train", r"resuming from .*checkpoint\.pt \(epoch 0, step 8 ")
+        # after validation, so the restart redoes the steps since step 8. Validation takes a third
+        # of a second: on a loaded machine the kill can land after it and after the epoch's
+        # checkpoint (CI once), and the restart then begins epoch 1; the weights must match either way.
+        self.recover("in_validation", r"Epoch: \[0\] train",
+                     r"resuming from .*checkpoint\.pt \((epoch 0, step 8|epoch 1, step 0) ")
 
 
     def test_sigterm_to_one_rank_stops_all_at_one_step(self):
