@@ -130,7 +130,13 @@ class MultiprocessingDistributed(unittest.TestCase):
                   "--multiprocessing-distributed rendezvous over tcp://HOST:PORT (or a free local port when "
                   "--dist-url is not given), not 'file:///tmp/x'"),
                  ([], "--multiprocessing-distributed starts one worker per visible GPU and none is visible; give the "
-                      "number of workers with --nprocs N")]
+                      "number of workers with --nprocs N"),
+                 # Read as init_process_group reads it (a port with letters was taken as its digits).
+                 (["--nprocs", "2", "--dist-url", "tcp://127.0.0.1:29511abc"],
+                  "init method 'tcp://127.0.0.1:29511abc': port '29511abc' is not a number; use env://, "
+                  "tcp://HOST:PORT or file:///ABSOLUTE/PATH"),
+                 (["--nprocs", "2", "--dist-url", "tcp://127.0.0.1:99999"],
+                  "init method 'tcp://127.0.0.1:99999': port 99999 is outside 1..65535")]
         for extra, message in cases:
             code, out, err = run(small_training.command("--multiprocessing-distributed", *extra), timeout=BOUND, env=ENV)
             self.assertEqual((code, err), (2, f"dptrain: error: {message}\n"), out)

@@ -3,6 +3,7 @@
 #include "train_flags.h"
 
 #include "dptrain/common/error.h"
+#include "dptrain/dist/init_method.h"
 #include "dptrain/train/optimizer.h"
 
 namespace dpt::cli {
@@ -229,21 +230,13 @@ void finish_train_flags(const CLI::App& app, TrainFlags& flags, SwitchedFlags& s
 
 launch::SpawnOptions spawn_options(const dist::InitOptions& dist) {
   auto options = launch::SpawnOptions().nnodes(dist.world().world_size.value_or(1)).node_rank(dist.world().rank.value_or(0));
-  const std::string tcp = "tcp://";
-  if (dist.init_method().rfind(tcp, 0) == 0) {
-    const std::string address = dist.init_method().substr(tcp.size());
-    const size_t colon = address.rfind(':');
-    DPT_CHECK(colon != std::string::npos && colon > 0, ConfigError, "--dist-url '", dist.init_method(),
-              "' has no port; use tcp://HOST:PORT");
-    options.master_addr(address.substr(0, colon));
-    try {
-      options.master_port(std::stoi(address.substr(colon + 1)));
-    } catch (const std::exception&) {
-      DPT_CHECK(false, ConfigError, "--dist-url '", dist.init_method(), "': '", address.substr(colon + 1), "' is not a port");
-    }
+  // The library's parse, as init_process_group reads --dist-url (IPv6, the port's range and digits).
+  const dist::InitMethod method = dist::parse_init_method(dist.init_method());
+  if (method.kind == dist::InitMethod::Kind::Tcp) {
+    options.master_addr(method.host).master_port(method.port);
   } else {
-    DPT_CHECK(dist.init_method() == "env://", ConfigError, "--multiprocessing-distributed rendezvous over tcp://HOST:PORT ",
-              "(or a free local port when --dist-url is not given), not '", dist.init_method(), "'");
+    DPT_CHECK(method.kind == dist::InitMethod::Kind::Env, ConfigError, "--multiprocessing-distributed rendezvous over ",
+              "tcp://HOST:PORT (or a free local port when --dist-url is not given), not '", dist.init_method(), "'");
   }
   DPT_CHECK(options.nnodes() == 1 || options.master_port(), ConfigError, "--world-size ", options.nnodes(),
             " nodes with --multiprocessing-distributed need --dist-url tcp://HOST:PORT of node 0");
