@@ -147,6 +147,14 @@ class TorchrunEnvironment(unittest.TestCase):
         self.assertEqual(code, 2)
         self.assertIn("--gpus lists 2 GPU(s) but --nproc-per-node is 3", err)
 
+    def test_seconds_that_fit_no_clock_are_refused(self):
+        # The same conversion to integer milliseconds as train's --dist-timeout, undefined for these.
+        for flag, seconds in [("--grace-period", "1e300"), ("--rdzv-last-call", "nan")]:
+            with self.subTest(flag=flag):
+                code, _, err = run(launch("--nproc-per-node", "1", flag, seconds, "--", "true"), timeout=30)
+                self.assertEqual(code, 2)
+                self.assertIn(f"dptrain: error: {flag} takes seconds from 0 to 1e+09, got {float(seconds):g}", err)
+
     def test_missing_program_is_named(self):
         code, _, err = run(launch("--nproc-per-node", "2", "--", "no-such-program-xyz"), timeout=30)
         self.assertEqual(code, 2)

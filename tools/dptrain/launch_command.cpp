@@ -4,6 +4,7 @@
 #include "dptrain/common/error.h"
 #include "dptrain/common/job_token.h"
 #include "dptrain/launch/launcher.h"
+#include "seconds_flag.h"
 
 namespace dpt::cli {
 
@@ -68,9 +69,9 @@ int run_launch(const LaunchFlags& flags, const std::vector<std::string>& program
                      .log_dir(flags.log_dir)
                      .gpus(parse_gpu_list(flags.gpus))
                      .run_id(flags.run_id)
-                     .grace_period(std::chrono::milliseconds(static_cast<int64_t>(flags.grace_period_s * 1000)))
+                     .grace_period(milliseconds(flags.grace_period_s, "--grace-period"))
                      .cpu_bind(flags.cpu_bind == "none" ? launch::CpuBind::None : launch::CpuBind::Cores)
-                     .last_call(std::chrono::milliseconds(static_cast<int64_t>(flags.last_call_s * 1000)));
+                     .last_call(milliseconds(flags.last_call_s, "--rdzv-last-call"));
   parse_nnodes(flags.nnodes, options);
   if (flags.job_token_file) options.job_token(read_job_token_file(*flags.job_token_file));
   if (flags.nproc_per_node != "auto") {

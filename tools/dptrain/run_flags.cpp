@@ -64,18 +64,6 @@ void add_run_flags(CLI::App& app, train::TrainOptions& o) {
   app.add_flag("--verbose-rendezvous", dist.verbose_rendezvous(), "every rank reports who is missing, not only rank 0");
 }
 
-std::chrono::milliseconds milliseconds(double seconds, const std::string& flag) {
-  // Also refuses NaN: converting a double that does not fit into an integer is undefined.
-  DPT_CHECK(seconds >= 0 && seconds <= kMaxSeconds, ConfigError, flag, " takes seconds from 0 to ", kMaxSeconds,
-            ", got ", seconds);
-  return std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000));
-}
-
-std::optional<std::chrono::milliseconds> milliseconds(const std::optional<double>& seconds, const std::string& flag) {
-  if (!seconds) return std::nullopt;
-  return milliseconds(*seconds, flag);
-}
-
 nlohmann::json metrics_json(const train::MetricSums& m) {
   return {{"loss", m.loss()},       {"acc1", m.top1_percent()}, {"acc5", m.top5_percent()},
           {"loss_sum", m.loss_sum}, {"correct1", m.correct1},   {"correct5", m.correct5},

@@ -14,6 +14,7 @@
 #include "dptrain/common/error.h"
 #include "dptrain/train/metrics.h"
 #include "dptrain/train/train_options.h"
+#include "seconds_flag.h"
 
 namespace dpt::cli {
 
@@ -68,12 +69,6 @@ class OptionalFlags {
   T values_;
   bool enabled_ = false;
 };
-
-// A flag's seconds as the library's durations; nullopt stays unset. Seconds outside [0,
-// kMaxSeconds] (NaN included) are a ConfigError naming `flag`.
-inline constexpr double kMaxSeconds = 1e9;  // about 31 years: far beyond any bound, far inside int64 ms
-std::chrono::milliseconds milliseconds(double seconds, const std::string& flag);
-std::optional<std::chrono::milliseconds> milliseconds(const std::optional<double>& seconds, const std::string& flag);
 
 // Means and exact sums (loss, acc1, acc5, loss_sum, correct1, correct5, count), for the JSON line
 // the commands end with.
