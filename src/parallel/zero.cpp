@@ -28,81 +28,112 @@ std::vector<std::vector<int>> assign_shards(const std::vector<std::vector<int64_
   return owners;
 }
 
-ZeroRedundancyOptimizer::ZeroRedundancyOptimizer(std::shared_ptr<dist::Communicator> comm,
-                                                 std::vector<torch::optim::OptimizerParamGroup> groups,
-                                                 const LocalOptimizerFactory& make_local)
-    : comm_(std::move(comm)), shard_numel_(comm_->size(), 0) {
+// What the constructor works out before its base class can be built: the base takes the local
+// optimizer's defaults, so the local optimizer comes first.
+struct ZeroRedundancyOptimizer::Sharding {
+  Sharding(std::shared_ptr<dist::Communicator> comm, std::vector<torch::optim::OptimizerParamGroup> groups,
+           const LocalOptimizerFactory& make_local);
+
+  std::shared_ptr<dist::Communicator> comm;
+  std::vector<torch::optim::OptimizerParamGroup> groups;
+  std::vector<std::vector<int>> owners;
+  std::vector<int64_t> shard_numel;  // by rank
+  at::TensorOptions buffer_options;
+  std::shared_ptr<torch::optim::Optimizer> local;
+};
+
+ZeroRedundancyOptimizer::Sharding::Sharding(std::shared_ptr<dist::Communicator> comm_,
+                                            std::vector<torch::optim::OptimizerParamGroup> groups_,
+                                            const LocalOptimizerFactory& make_local)
+    : comm(std::move(comm_)), groups(std::move(groups_)), shard_numel(comm->size(), 0) {
   std::vector<std::vector<int64_t>> numels;
   std::optional<at::TensorOptions> kind;
   for (const auto& group : groups) {
-    params_.push_back(group.params());
     numels.emplace_back();
     for (const auto& p : group.params()) {
       numels.back().push_back(p.numel());
       if (!kind) kind = p.options();
-      DPT_CHECK(p.dtype() == kind->dtype() && p.device() == kind->device(), ConfigError, "rank ", comm_->rank(),
+      DPT_CHECK(p.dtype() == kind->dtype() && p.device() == kind->device(), ConfigError, "rank ", comm->rank(),
                 ": ZeroRedundancyOptimizer gathers the shards in one buffer, so every parameter needs one dtype "
                 "and device; found ", kind->dtype(), " on ", kind->device(), " and ", p.dtype(), " on ", p.device());
     }
   }
-  owners_ = assign_shards(numels, comm_->size());
+  owners = assign_shards(numels, comm->size());
   std::vector<torch::optim::OptimizerParamGroup> shard;
   for (size_t g = 0; g < groups.size(); ++g) {
     std::vector<at::Tensor> mine;
-    for (size_t i = 0; i < params_[g].size(); ++i) {
-      shard_numel_[owners_[g][i]] += params_[g][i].numel();
-      if (owners_[g][i] == comm_->rank()) mine.push_back(params_[g][i]);
+    const auto& params = groups[g].params();
+    for (size_t i = 0; i < params.size(); ++i) {
+      shard_numel[owners[g][i]] += params[i].numel();
+      if (owners[g][i] == comm->rank()) mine.push_back(params[i]);
     }
     shard.emplace_back(std::move(mine));
     if (groups[g].has_options()) shard.back().set_options(groups[g].options().clone());
   }
-  if (kind) buffer_options_ = *kind;
-  gather_width_ = *std::max_element(shard_numel_.begin(), shard_numel_.end());
-  local_ = make_local(std::move(shard));
-  DPT_ASSERT(local_ && local_->param_groups().size() == groups.size(),
+  if (kind) buffer_options = *kind;
+  local = make_local(std::move(shard));
+  DPT_ASSERT(local && local->param_groups().size() == groups.size(),
              "the local optimizer must keep the groups it is given, one for each of the ", groups.size());
 }
 
-// Zeroed, not dropped (LibTorch 2's Optimizer::zero_grad drops them): DistributedDataParallel's
-// reducer keeps the gradients as views of its buckets.
-void ZeroRedundancyOptimizer::zero_grad() {
-  for (auto& group : params_) {
-    for (auto& p : group) {
-      if (p.grad().defined()) {
-        p.mutable_grad().detach_();
-        p.mutable_grad().zero_();
-      }
-    }
-  }
+ZeroRedundancyOptimizer::ZeroRedundancyOptimizer(std::shared_ptr<dist::Communicator> comm,
+                                                 std::vector<torch::optim::OptimizerParamGroup> groups,
+                                                 const LocalOptimizerFactory& make_local)
+    : ZeroRedundancyOptimizer(Sharding(std::move(comm), std::move(groups), make_local)) {}
+
+ZeroRedundancyOptimizer::ZeroRedundancyOptimizer(Sharding sharding)
+    : torch::optim::Optimizer(std::move(sharding.groups), sharding.local->defaults().clone()),
+      comm_(std::move(sharding.comm)),
+      owners_(std::move(sharding.owners)),
+      shard_numel_(std::move(sharding.shard_numel)),
+      buffer_options_(sharding.buffer_options),
+      gather_width_(*std::max_element(shard_numel_.begin(), shard_numel_.end())),
+      local_(std::move(sharding.local)) {}
+
+void ZeroRedundancyOptimizer::save(torch::serialize::OutputArchive& /*archive*/) const {
+  throw ConfigError(str("rank ", comm_->rank(), ": a ZeroRedundancyOptimizer holds only its rank's shard of the "
+                        "state; gather it with dpt::train::consolidated_optimizer_state_dict instead of saving it"));
 }
 
-void ZeroRedundancyOptimizer::step() {
+void ZeroRedundancyOptimizer::load(torch::serialize::InputArchive& /*archive*/) {
+  throw ConfigError(str("rank ", comm_->rank(), ": a ZeroRedundancyOptimizer loads the whole optimizer's state "
+                        "dict (dpt::train::load_optimizer_state_dict), not an archive"));
+}
+
+at::Tensor ZeroRedundancyOptimizer::step(LossClosure closure) {
+  DPT_CHECK(!closure, ConfigError, "rank ", comm_->rank(),
+            ": ZeroRedundancyOptimizer::step takes no closure (each rank steps its own shard)");
+  auto& local_groups = local_->param_groups();
+  for (size_t g = 0; g < local_groups.size(); ++g) local_groups[g].set_options(param_groups()[g].options().clone());
   local_->step();
   const int world = comm_->size();
-  if (world == 1 || gather_width_ == 0) return;
+  if (world == 1 || gather_width_ == 0) return {};
   // Every rank's shard in one buffer of the largest shard's size, its parameters in group order.
   at::Tensor mine = at::zeros({gather_width_}, buffer_options_);
   torch::NoGradGuard no_grad;
   int64_t offset = 0;
-  for (size_t g = 0; g < params_.size(); ++g) {
-    for (size_t i = 0; i < params_[g].size(); ++i) {
+  for (size_t g = 0; g < owners_.size(); ++g) {
+    const auto& params = param_groups()[g].params();
+    for (size_t i = 0; i < params.size(); ++i) {
       if (owners_[g][i] != comm_->rank()) continue;
-      const int64_t n = params_[g][i].numel();
-      mine.narrow(0, offset, n).copy_(params_[g][i].reshape({-1}));
+      const int64_t n = params[i].numel();
+      mine.narrow(0, offset, n).copy_(params[i].reshape({-1}));
       offset += n;
     }
   }
   const std::vector<at::Tensor> shards = comm_->all_gather(mine);
   std::vector<int64_t> read(world, 0);
-  for (size_t g = 0; g < params_.size(); ++g) {
-    for (size_t i = 0; i < params_[g].size(); ++i) {
+  for (size_t g = 0; g < owners_.size(); ++g) {
+    auto& params = param_groups()[g].params();
+    for (size_t i = 0; i < params.size(); ++i) {
       const int rank = owners_[g][i];
-      at::Tensor& p = params_[g][i];
+      at::Tensor& p = params[i];
       const int64_t n = p.numel();
       if (rank != comm_->rank()) p.copy_(shards[rank].narrow(0, read[rank], n).view(p.sizes()));
       read[rank] += n;
     }
   }
+  return {};
 }
 
 }  // namespace dpt

@@ -1,6 +1,8 @@
 #include "dptrain/train/optimizer.h"
 
 #include <algorithm>
+#include <memory>
+#include <type_traits>
 #include <utility>
 
 #include <torch/nn/modules/batchnorm.h>
@@ -56,17 +58,28 @@ void collect(const torch::nn::Module& module, const std::string& prefix, const O
   }
 }
 
-// An `Optim` over the weight-decay groups, each with `defaults` but its own decay.
-template <typename Optim, typename Options>
-std::shared_ptr<torch::optim::Optimizer> build(const torch::nn::Module& model, const OptimizerOptions& options,
-                                               const Options& defaults) {
-  std::vector<torch::optim::OptimizerParamGroup> groups;
-  for (auto& group : weight_decay_groups(model, options)) {
-    auto group_options = std::make_unique<Options>(defaults);
-    group_options->weight_decay(group.weight_decay);
-    groups.emplace_back(std::move(group.parameters), std::move(group_options));
+// Calls f(Optim*, defaults) with the LibTorch optimizer class `options` names (as a null pointer:
+// a tag) and its hyper-parameters at rate `lr`.
+template <typename F>
+auto with_kind(const OptimizerOptions& options, double lr, F&& f) {
+  DPT_CHECK(options.kind() != OptimizerKind::SgdNesterov || options.momentum() > 0, ConfigError,
+            "sgd_nesterov needs a momentum above 0 (--momentum), got ", options.momentum());
+  const double decay = options.weight_decay();
+  switch (options.kind()) {
+    case OptimizerKind::Sgd:
+    case OptimizerKind::SgdNesterov:
+      return f(static_cast<FusedSGD*>(nullptr), torch::optim::SGDOptions(lr)
+                                                    .momentum(options.momentum())
+                                                    .weight_decay(decay)
+                                                    .nesterov(options.kind() == OptimizerKind::SgdNesterov));
+    case OptimizerKind::RmsProp:
+      // torchvision's eps and alpha, close to TensorFlow's RMSProp (eps inside the root there).
+      return f(static_cast<torch::optim::RMSprop*>(nullptr),
+               torch::optim::RMSpropOptions(lr).momentum(options.momentum()).weight_decay(decay).eps(0.0316).alpha(0.9));
+    case OptimizerKind::AdamW:
+      return f(static_cast<torch::optim::AdamW*>(nullptr), torch::optim::AdamWOptions(lr).weight_decay(decay));
   }
-  return std::make_shared<Optim>(std::move(groups), defaults);
+  throw Error("unknown optimizer kind");
 }
 
 }  // namespace
@@ -96,28 +109,31 @@ std::vector<ParameterGroup> weight_decay_groups(const torch::nn::Module& model, 
   return groups;
 }
 
+std::vector<torch::optim::OptimizerParamGroup> optimizer_param_groups(const torch::nn::Module& model,
+                                                                      const OptimizerOptions& options, double lr) {
+  return with_kind(options, lr, [&](auto*, const auto& defaults) {
+    using Options = std::decay_t<decltype(defaults)>;
+    std::vector<torch::optim::OptimizerParamGroup> groups;
+    for (auto& group : weight_decay_groups(model, options)) {
+      auto group_options = std::make_unique<Options>(defaults);
+      group_options->weight_decay(group.weight_decay);
+      groups.emplace_back(std::move(group.parameters), std::move(group_options));
+    }
+    return groups;
+  });
+}
+
+std::shared_ptr<torch::optim::Optimizer> make_optimizer(std::vector<torch::optim::OptimizerParamGroup> groups,
+                                                        const OptimizerOptions& options, double lr) {
+  return with_kind(options, lr, [&](auto* kind, const auto& defaults) -> std::shared_ptr<torch::optim::Optimizer> {
+    using Optim = std::remove_pointer_t<decltype(kind)>;
+    return std::make_shared<Optim>(std::move(groups), defaults);
+  });
+}
+
 std::shared_ptr<torch::optim::Optimizer> make_optimizer(const torch::nn::Module& model,
                                                         const OptimizerOptions& options, double lr) {
-  DPT_CHECK(options.kind() != OptimizerKind::SgdNesterov || options.momentum() > 0, ConfigError,
-            "sgd_nesterov needs a momentum above 0 (--momentum), got ", options.momentum());
-  const double decay = options.weight_decay();
-  switch (options.kind()) {
-    case OptimizerKind::Sgd:
-    case OptimizerKind::SgdNesterov:
-      return build<FusedSGD>(model, options,
-                             torch::optim::SGDOptions(lr)
-                                 .momentum(options.momentum())
-                                 .weight_decay(decay)
-                                 .nesterov(options.kind() == OptimizerKind::SgdNesterov));
-    case OptimizerKind::RmsProp:
-      // torchvision's eps and alpha, close to TensorFlow's RMSProp (eps inside the root there).
-      return build<torch::optim::RMSprop>(
-          model, options,
-          torch::optim::RMSpropOptions(lr).momentum(options.momentum()).weight_decay(decay).eps(0.0316).alpha(0.9));
-    case OptimizerKind::AdamW:
-      return build<torch::optim::AdamW>(model, options, torch::optim::AdamWOptions(lr).weight_decay(decay));
-  }
-  throw Error("unknown optimizer kind");
+  return make_optimizer(optimizer_param_groups(model, options, lr), options, lr);
 }
 
 }  // namespace dpt::train

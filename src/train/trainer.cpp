@@ -22,6 +22,7 @@
 #include "dptrain/common/error.h"
 #include "dptrain/common/host_name.h"
 #include "dptrain/compat/compat.h"
+#include "dptrain/compat/pickle.h"
 #include "dptrain/data/loader.h"
 #include "dptrain/data/sampler.h"
 #include "dptrain/dist/all_gather_strings.h"
@@ -31,11 +32,13 @@
 #include "dptrain/models/registry.h"
 #include "dptrain/parallel/convert_sync_batchnorm.h"
 #include "dptrain/parallel/ps/options.h"
+#include "dptrain/parallel/zero.h"
 #include "dptrain/train/ps_server_role.h"
 #include "dptrain/train/checkpoint/auto_resume.h"
 #include "dptrain/train/checkpoint/checkpoint_file.h"
 #include "dptrain/train/checkpoint/checkpoint_writer.h"
 #include "dptrain/train/checkpoint/optimizer_state.h"
+#include "dptrain/train/checkpoint/sharded_optimizer_state.h"
 #include "dptrain/train/checkpoint/training_checkpoint.h"
 #include "dptrain/train/amp.h"
 #include "dptrain/train/bad_images.h"
@@ -77,6 +80,9 @@ struct Trainer::State {
   std::shared_ptr<dist::Communicator> job;   // every process of the job (--mode ps: the servers too)
   at::Device device{at::kCPU};
   std::shared_ptr<torch::optim::Optimizer> optimizer;
+  // --zero 1: `optimizer` itself, each rank stepping its shard; checkpoints gather its state.
+  std::shared_ptr<ZeroRedundancyOptimizer> zero;
+  c10::impl::GenericDict zero_state = compat::string_dict();  // rank 0: gathered for the checkpoint being written
   std::unique_ptr<ParallelStyle> style;
   std::unique_ptr<GradScaler> scaler;
   std::unique_ptr<data::DistributedSampler> sampler;
@@ -262,12 +268,19 @@ struct Trainer::State {
   // This rank's vote: 1 once it has caught a stop signal.
   int64_t stop_vote() const { return stop_signals && stop_signals->received() != 0 ? 1 : 0; }
   // Whether --checkpoint-every or --checkpoint-minutes asks for a checkpoint after this step. Not
-  // after an epoch's last step: the epoch's own checkpoint follows its validation.
-  bool periodic_checkpoint_due() const {
+  // after an epoch's last step: the epoch's own checkpoint follows its validation. Rank 0 decides;
+  // under ZeRO, whose checkpoints every rank takes part in, every rank must know: rank 0's clock is
+  // broadcast (one small collective a step, with --checkpoint-minutes only).
+  bool periodic_checkpoint_due() {
     const CheckpointOptions& c = options.checkpoint();
-    if (!leader() || step_in_epoch == steps_per_epoch()) return false;
+    if ((!leader() && !zero) || step_in_epoch == steps_per_epoch()) return false;
     const bool steps_due = c.every_steps() && global_step() % *c.every_steps() == 0;
-    const bool time_due = c.every_minutes() && seconds_since(last_checkpoint) >= *c.every_minutes() * 60;
+    bool time_due = leader() && c.every_minutes() && seconds_since(last_checkpoint) >= *c.every_minutes() * 60;
+    if (zero && c.every_minutes()) {
+      at::Tensor flag = at::full({1}, time_due ? 1 : 0, at::kInt).to(comm->device());
+      comm->broadcast(flag, 0);
+      time_due = flag.cpu().item<int>() != 0;
+    }
     return steps_due || time_due;
   }
   // After a backward that reduced: its buckets' all-reduces on the timeline's communication track,
@@ -369,7 +382,15 @@ void Trainer::State::join() {
 
 void Trainer::State::build_step() {
   const TrainOptions& o = options;
-  optimizer = make_optimizer(*model, o.optimizer(), o.schedule().base_lr());
+  const double lr = o.schedule().base_lr();
+  if (o.parallel().zero_stage() > 0) {
+    zero = std::make_shared<ZeroRedundancyOptimizer>(
+        comm, optimizer_param_groups(*model, o.optimizer(), lr),
+        [&](std::vector<torch::optim::OptimizerParamGroup> shard) { return make_optimizer(std::move(shard), o.optimizer(), lr); });
+    optimizer = zero;
+  } else {
+    optimizer = make_optimizer(*model, o.optimizer(), lr);
+  }
   style = make_parallel_style(o, model, optimizer, comm, job);
   accum_steps = o.accum_steps();
   DPT_CHECK(accum_steps == 1 || style->accumulates(), ConfigError,
@@ -496,6 +517,14 @@ void Trainer::State::print_banner() const {
   const LrScheduleOptions& lr = options.schedule();
   if (lr.reference_batch()) out << " (" << lr.base_lr() << " x " << global_batch() << "/" << *lr.reference_batch() << ")";
   out << ", " << to_string(options.optimizer().kind());
+  if (zero) {
+    int64_t elements = 0;
+    for (const auto& group : zero->param_groups()) {
+      for (const auto& p : group.params()) elements += p.numel();
+    }
+    out << " (ZeRO-1: each process keeps its shard's state, rank 0 that of " << zero->local_numel() << " of "
+        << elements << " weights)";
+  }
   out << ", " << (lr.warmup_method() == WarmupMethod::Constant ? "constant " : "") << "warm-up "
       << lr.warmup_epochs() << " epoch(s), " << to_string(lr.decay()) << " schedule"
       << (lr.per_epoch() ? " stepped per epoch" : "") << ", amp "
@@ -730,7 +759,9 @@ TrainingCheckpoint Trainer::State::checkpoint_state() {
   cp.seed = options.seed();
   cp.sampler = sampler->state();
   cp.state_dict = models::state_dict(*model);
-  cp.optimizer = optimizer_state_dict(*optimizer);
+  // Under ZeRO, what save_checkpoint gathered (before the first checkpoint: nothing, so the
+  // writer's prepared memory falls short by the optimizer state).
+  cp.optimizer = zero ? zero_state : optimizer_state_dict(*optimizer);
   cp.scaler = scaler->state_dict();
   if (ema) cp.model_ema = ema->state_dict();
   at::Generator generator = at::detail::getDefaultCPUGenerator();
@@ -746,7 +777,10 @@ void Trainer::State::prepare_checkpoints() {
 }
 
 void Trainer::State::save_checkpoint(CheckpointCause cause, bool is_best) {
-  if (!leader() || options.checkpoint().output_dir().empty()) return;
+  if (options.checkpoint().output_dir().empty()) return;
+  // Every rank sends its shard of the optimizer state; rank 0 writes the whole.
+  if (zero) zero_state = consolidated_optimizer_state_dict(*zero, /*to=*/0);
+  if (!leader()) return;
   CheckpointWriter& writer = checkpoint_writer();
   const auto snapshot = span_of(timeline.get(), "checkpoint", {{"step", global_step()}});
   style->gather_state();

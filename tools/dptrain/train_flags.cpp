@@ -158,6 +158,11 @@ void add_parallel_flags(CLI::App& app, TrainFlags& flags) {
                     "server, the last --ps-servers processes holding the weights and running SGD, the others "
                     "workers pushing gradients and pulling weights");
   app.add_flag("--sync-bn", parallel.sync_bn(), "batch-norm statistics over all processes (SyncBatchNorm)");
+  app.add_option("--zero", parallel.zero_stage(),
+                 "--mode ddp: 1 shards the optimizer state over the processes (ZeRO-1, PyTorch's "
+                 "ZeroRedundancyOptimizer): each keeps and steps its shard's, then the updated weights are "
+                 "gathered; checkpoints hold the whole state, resumable with or without it")
+      ->capture_default_str();
   ReducerOptions& reducer = parallel.reducer();
   app.add_option("--bucket-cap-mb", reducer.bucket_cap_mb(),
                  "--mode ddp and ps: gradient bucket size in MiB, each bucket reduced as soon as backward fills it")

@@ -15,6 +15,12 @@
 //   loss.backward();        // DDP averages the gradients
 //   optimizer.step();       // this rank's shard steps, then every rank gathers the others'
 //
+// It is a torch::optim::Optimizer over every parameter, so what works on an optimizer's groups
+// works on it: a schedule sets the lr of its groups (each step hands them to the shard's
+// optimizer), a GradScaler unscales and steps it, zero_grad() clears every gradient. Its own
+// state() stays empty: the state lives in local_optimizer(), and the trainer's checkpoints gather
+// it on one rank in the ordinary format (train/checkpoint/optimizer_state.h).
+//
 // The shards are balanced by size as PyTorch balances them (assign_shards).
 
 #include <functional>
@@ -32,7 +38,7 @@ namespace dpt {
 // fewest elements so far over all groups (ties to the lowest rank).
 std::vector<std::vector<int>> assign_shards(const std::vector<std::vector<int64_t>>& group_numels, int world_size);
 
-class ZeroRedundancyOptimizer {
+class ZeroRedundancyOptimizer : public torch::optim::Optimizer {
  public:
   // Builds this rank's optimizer over its shard: the groups it is given mirror the ones passed to
   // the constructor, in order, each with that group's options, holding only the parameters this
@@ -40,29 +46,38 @@ class ZeroRedundancyOptimizer {
   using LocalOptimizerFactory =
       std::function<std::shared_ptr<torch::optim::Optimizer>(std::vector<torch::optim::OptimizerParamGroup>)>;
 
-  // `groups`: every trained parameter, in the groups an optimizer over all of them would take.
-  // The parameters must share one dtype and device. Collective only in step().
+  // `groups`: every trained parameter, in the groups an optimizer over all of them would take (a
+  // group without options takes the local optimizer's defaults). The parameters must share one
+  // dtype and device. Collective only in step().
   ZeroRedundancyOptimizer(std::shared_ptr<dist::Communicator> comm, std::vector<torch::optim::OptimizerParamGroup> groups,
                           const LocalOptimizerFactory& make_local);
   ZeroRedundancyOptimizer(const ZeroRedundancyOptimizer&) = delete;
   ZeroRedundancyOptimizer& operator=(const ZeroRedundancyOptimizer&) = delete;
 
-  // Every parameter's gradient, the shard's and the others'.
-  void zero_grad();
-  // Collective: this rank's optimizer steps its shard, then one all_gather brings every rank the
-  // updated parameters of the others.
-  void step();
+  // Collective: this rank's optimizer steps its shard with this optimizer's group options (the lr
+  // a schedule set), then one all_gather brings every rank the updated parameters of the others.
+  // A closure is not supported (each rank would evaluate the loss for its shard alone).
+  at::Tensor step(LossClosure closure = nullptr) override;
+
+  // torch::serialize archives would hold this rank's shard only, which no optimizer could load:
+  // both throw ConfigError. Checkpoints gather the whole state instead.
+  void save(torch::serialize::OutputArchive& archive) const override;
+  void load(torch::serialize::InputArchive& archive) override;
 
   // This rank's optimizer. Its param groups mirror the given ones: a schedule sets their lr.
   torch::optim::Optimizer& local_optimizer() { return *local_; }
+  const torch::optim::Optimizer& local_optimizer() const { return *local_; }
   // The rank that owns parameter `index` of group `group`.
   int owner(size_t group, size_t index) const { return owners_.at(group).at(index); }
   // Elements of the parameters this rank owns.
   int64_t local_numel() const { return shard_numel_.at(comm_->rank()); }
+  dist::Communicator& communicator() const { return *comm_; }
 
  private:
+  struct Sharding;
+  explicit ZeroRedundancyOptimizer(Sharding sharding);
+
   std::shared_ptr<dist::Communicator> comm_;
-  std::vector<std::vector<at::Tensor>> params_;  // by group, as given
   std::vector<std::vector<int>> owners_;
   std::vector<int64_t> shard_numel_;             // by rank
   at::TensorOptions buffer_options_;             // the parameters' dtype and device

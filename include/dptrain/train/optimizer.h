@@ -63,4 +63,12 @@ std::vector<ParameterGroup> weight_decay_groups(const torch::nn::Module& model, 
 std::shared_ptr<torch::optim::Optimizer> make_optimizer(const torch::nn::Module& model,
                                                         const OptimizerOptions& options, double lr);
 
+// make_optimizer in two halves, for a wrapper that builds the optimizer over part of the groups
+// (ZeroRedundancyOptimizer, over a rank's shard): weight_decay_groups(model, options), each with
+// the kind's options at rate `lr` and its own decay; and the kind's optimizer over any groups.
+std::vector<torch::optim::OptimizerParamGroup> optimizer_param_groups(const torch::nn::Module& model,
+                                                                      const OptimizerOptions& options, double lr);
+std::shared_ptr<torch::optim::Optimizer> make_optimizer(std::vector<torch::optim::OptimizerParamGroup> groups,
+                                                        const OptimizerOptions& options, double lr);
+
 }  // namespace dpt::train

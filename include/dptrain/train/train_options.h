@@ -142,6 +142,9 @@ struct ParallelOptions {
   // Mode Ps: the servers and the consistency model (its buckets are `reducer`'s, its timeout
   // `dist`'s).
   TORCH_ARG(ps::PsOptions, ps) = {};
+  // Mode Ddp: ZeRO stage 1 (ZeroRedundancyOptimizer) shards the optimizer state over the ranks,
+  // each stepping its shard; 0 keeps a whole optimizer on every rank. Checkpoints stay whole.
+  TORCH_ARG(int, zero_stage) = 0;
 };
 
 struct TrainOptions {
