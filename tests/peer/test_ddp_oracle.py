@@ -91,6 +91,37 @@ class DistributedDataParallelOracle(unittest.TestCase):
             difference = (ours[name] - theirs[name]).abs().max().item()
             self.assertLessEqual(difference, 1e-5, f"{name}: dptrain and PyTorch DDP differ by {difference}")
 
+    def test_zero_trains_like_pytorch_zero_redundancy_optimizer(self):
+        # AdamW sharded over the two ranks on both sides (ZeroRedundancyOptimizer): the weights,
+        # and the whole optimizer state that each side gathers on rank 0, agree.
+        with tempfile.TemporaryDirectory() as out:
+            run_world([oracle_program(), out, "--zero"])
+            run_world([PYTHON, os.path.join(HERE, "workers", "torch_ddp.py"), out, "--zero"])
+            initial = torch.load(os.path.join(out, "initial.pt"))
+            ours, theirs = torch.load(os.path.join(out, "final.pt")), torch.load(os.path.join(out, "python_final.pt"))
+            our_state = torch.load(os.path.join(out, "optimizer.pt"))
+            their_state = torch.load(os.path.join(out, "python_optimizer.pt"))
+        self.assertEqual(sorted(ours), sorted(theirs))
+        for name in ours:
+            moved = (ours[name] - initial[name]).abs().max().item()
+            self.assertGreater(moved, 1e-3, f"{name} did not train")
+            difference = (ours[name] - theirs[name]).abs().max().item()
+            self.assertLessEqual(difference, 1e-5, f"{name}: dptrain and PyTorch's ZeRO differ by {difference}")
+        # The state of the 4 parameters, numbered as one AdamW over them numbers them; each moment
+        # within 1e-4 of its own size, far from where 20 steps moved it.
+        self.assertEqual(sorted(our_state["state"]), [0, 1, 2, 3])
+        self.assertEqual(sorted(their_state["state"]), [0, 1, 2, 3])
+        self.assertEqual([g["params"] for g in our_state["param_groups"]], [[0, 1, 2, 3]])
+        for index, entry in our_state["state"].items():
+            theirs_entry = their_state["state"][index]
+            self.assertEqual(float(entry["step"]), 20.0)
+            self.assertEqual(float(theirs_entry["step"]), 20.0)
+            for key in ("exp_avg", "exp_avg_sq"):
+                size = entry[key].abs().max().item()
+                self.assertGreater(size, 0.0, f"{index}.{key} never moved")
+                difference = (entry[key] - theirs_entry[key]).abs().max().item()
+                self.assertLessEqual(difference, 1e-4 * size, f"{index}.{key}: differs by {difference} of {size}")
+
     def test_different_models_fail_on_every_rank_with_the_difference(self):
         with tempfile.TemporaryDirectory() as out:
             results = run_world([oracle_program(), out, "--mismatch"], timeout=60, expected_code=2)

@@ -1,6 +1,8 @@
 """Python PyTorch's side of the DDP oracle test: one rank (env:// rendezvous, gloo), repeating
 dptrain_ddp_oracle's run from its initial weights and data. Rank 0 writes OUT_DIR/python_final.pt.
-With --batch-norm, the model of the TorchScript case (a batch norm after the convolution)."""
+With --batch-norm, the model of the TorchScript case (a batch norm after the convolution). With
+--zero, AdamW under torch.distributed.optim.ZeroRedundancyOptimizer, whose state rank 0 writes to
+OUT_DIR/python_optimizer.pt."""
 import datetime
 import sys
 
@@ -22,7 +24,12 @@ else:
 model.load_state_dict(torch.load(f"{out}/initial.pt"), strict=False)
 data = torch.load(f"{out}/data.pt")
 ddp = nn.parallel.DistributedDataParallel(model)
-optimizer = torch.optim.SGD(ddp.parameters(), lr=0.05, momentum=0.9, weight_decay=1e-3)
+zero = "--zero" in sys.argv
+if zero:
+    from torch.distributed.optim import ZeroRedundancyOptimizer
+    optimizer = ZeroRedundancyOptimizer(ddp.parameters(), optimizer_class=torch.optim.AdamW, lr=0.01, weight_decay=0.05)
+else:
+    optimizer = torch.optim.SGD(ddp.parameters(), lr=0.05, momentum=0.9, weight_decay=1e-3)
 per_rank = data["x"].shape[1] // dist.get_world_size()
 for s in range(data["x"].shape[0]):
     optimizer.zero_grad()
@@ -32,5 +39,9 @@ for s in range(data["x"].shape[0]):
     optimizer.step()
 if rank == 0:
     torch.save({k: v.detach().clone() for k, v in model.state_dict().items()}, f"{out}/python_final.pt")
+if zero:
+    optimizer.consolidate_state_dict(to=0)
+    if rank == 0:
+        torch.save(optimizer.state_dict(), f"{out}/python_optimizer.pt")
 # No dist.destroy_process_group(): Python torch 2.6's, over Gloo, sometimes never returns (see
 # tests/dist/workers/torch_gloo.py). The process group goes with the process.
