@@ -53,6 +53,9 @@ ZeroRedundancyOptimizer::Sharding::Sharding(std::shared_ptr<dist::Communicator> 
     for (const auto& p : group.params()) {
       numels.back().push_back(p.numel());
       if (!kind) kind = p.options();
+      DPT_CHECK(p.is_non_overlapping_and_dense(), ConfigError, "rank ", comm->rank(), ": ZeroRedundancyOptimizer "
+                "gathers parameters as flat memory; a parameter of shape ", p.sizes(), " and strides ", p.strides(),
+                " is not dense");
       DPT_CHECK(p.dtype() == kind->dtype() && p.device() == kind->device(), ConfigError, "rank ", comm->rank(),
                 ": ZeroRedundancyOptimizer gathers the shards in one buffer, so every parameter needs one dtype "
                 "and device; found ", kind->dtype(), " on ", kind->device(), " and ", p.dtype(), " on ", p.device());
@@ -106,34 +109,60 @@ at::Tensor ZeroRedundancyOptimizer::step(LossClosure closure) {
   auto& local_groups = local_->param_groups();
   for (size_t g = 0; g < local_groups.size(); ++g) local_groups[g].set_options(param_groups()[g].options().clone());
   local_->step();
-  const int world = comm_->size();
-  if (world == 1 || gather_width_ == 0) return {};
-  // Every rank's shard in one buffer of the largest shard's size, its parameters in group order.
-  at::Tensor mine = at::zeros({gather_width_}, buffer_options_);
+  if (comm_->size() > 1) gather_shards();
+  return {};
+}
+
+namespace {
+
+// A dense tensor's elements in memory order, as one flat tensor sharing its storage: a
+// channels_last weight is laid out alike on every rank, so its memory order travels as is.
+at::Tensor flat_storage(const at::Tensor& t) {
+  return at::empty({0}, t.options()).set_(t.storage(), t.storage_offset(), {t.numel()}, {1});
+}
+
+// Calls visit(flat, flat_offset, run_offset, length) for each part of [from, from + count) of the
+// tensors laid end to end.
+template <typename Visit>
+void for_each_run(const std::vector<at::Tensor>& flats, int64_t from, int64_t count, Visit&& visit) {
+  int64_t start = 0;
+  for (const at::Tensor& flat : flats) {
+    const int64_t n = flat.numel();
+    const int64_t lo = std::max(from, start), hi = std::min(from + count, start + n);
+    if (lo < hi) visit(flat, lo - start, lo - from, hi - lo);
+    start += n;
+    if (start >= from + count) break;
+  }
+}
+
+}  // namespace
+
+// Rank r's parameters, laid end to end in group order, travel in pieces of at most kGatherPiece
+// elements a rank: one all_gather a piece, so the buffers in flight are (world + 1) pieces, not
+// (world + 1) shards, which at 4 ranks would outweigh the optimizer state saved.
+void ZeroRedundancyOptimizer::gather_shards() {
   torch::NoGradGuard no_grad;
-  int64_t offset = 0;
+  const int world = comm_->size();
+  std::vector<std::vector<at::Tensor>> flats(world);
   for (size_t g = 0; g < owners_.size(); ++g) {
     const auto& params = param_groups()[g].params();
-    for (size_t i = 0; i < params.size(); ++i) {
-      if (owners_[g][i] != comm_->rank()) continue;
-      const int64_t n = params[i].numel();
-      mine.narrow(0, offset, n).copy_(params[i].reshape({-1}));
-      offset += n;
+    for (size_t i = 0; i < params.size(); ++i) flats[owners_[g][i]].push_back(flat_storage(params[i]));
+  }
+  const int64_t piece = std::min(gather_width_, kGatherPiece);
+  at::Tensor mine = at::zeros({piece}, buffer_options_);
+  for (int64_t from = 0; from < gather_width_; from += piece) {
+    for_each_run(flats[comm_->rank()], from, piece, [&](const at::Tensor& flat, int64_t at, int64_t into, int64_t n) {
+      mine.narrow(0, into, n).copy_(flat.narrow(0, at, n));
+    });
+    const dist::CollectiveLabel label(str("ZeRO shards, elements ", from, " of ", gather_width_));
+    const std::vector<at::Tensor> pieces = comm_->all_gather(mine);
+    for (int rank = 0; rank < world; ++rank) {
+      if (rank == comm_->rank()) continue;
+      for_each_run(flats[rank], from, piece, [&](const at::Tensor& flat, int64_t at, int64_t into, int64_t n) {
+        flat.narrow(0, at, n).copy_(pieces[rank].narrow(0, into, n));
+      });
     }
   }
-  const std::vector<at::Tensor> shards = comm_->all_gather(mine);
-  std::vector<int64_t> read(world, 0);
-  for (size_t g = 0; g < owners_.size(); ++g) {
-    auto& params = param_groups()[g].params();
-    for (size_t i = 0; i < params.size(); ++i) {
-      const int rank = owners_[g][i];
-      at::Tensor& p = params[i];
-      const int64_t n = p.numel();
-      if (rank != comm_->rank()) p.copy_(shards[rank].narrow(0, read[rank], n).view(p.sizes()));
-      read[rank] += n;
-    }
-  }
-  return {};
 }
 
 }  // namespace dpt

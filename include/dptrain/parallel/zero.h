@@ -55,7 +55,7 @@ class ZeroRedundancyOptimizer : public torch::optim::Optimizer {
   ZeroRedundancyOptimizer& operator=(const ZeroRedundancyOptimizer&) = delete;
 
   // Collective: this rank's optimizer steps its shard with this optimizer's group options (the lr
-  // a schedule set), then one all_gather brings every rank the updated parameters of the others.
+  // a schedule set), then all_gathers bring every rank the updated parameters of the others.
   // A closure is not supported (each rank would evaluate the loss for its shard alone).
   at::Tensor step(LossClosure closure = nullptr) override;
 
@@ -76,6 +76,12 @@ class ZeroRedundancyOptimizer : public torch::optim::Optimizer {
  private:
   struct Sharding;
   explicit ZeroRedundancyOptimizer(Sharding sharding);
+  // Every rank's updated parameters to every other rank.
+  void gather_shards();
+
+  // 4 MiB of float32 per rank and piece: large enough that a collective's fixed cost is small
+  // beside its bytes.
+  static constexpr int64_t kGatherPiece = int64_t{1} << 20;
 
   std::shared_ptr<dist::Communicator> comm_;
   std::vector<std::vector<int>> owners_;

@@ -2,6 +2,8 @@
 
 #include <chrono>
 #include <functional>
+#include <iterator>
+#include <limits>
 #include <thread>
 
 #include "dptrain/common/error.h"
@@ -101,6 +103,18 @@ TEST_P(CommunicatorTest, BroadcastGatherScatterReduceValue) {
     auto parts = comm.all_gather(torch::full({2, 2}, r, torch::kInt));
     ASSERT_EQ(static_cast<int>(parts.size()), n);
     for (int i = 0; i < n; ++i) EXPECT_TRUE(parts[i].equal(torch::full({2, 2}, i, torch::kInt)));
+
+    // Floats gather bit for bit, through shared memory too (where the gather is a sum over slots of
+    // -0.0): signed zeros, a denormal, infinities and a NaN keep their bits.
+    const float specials[] = {-0.0f, 0.0f, 1e-45f, -std::numeric_limits<float>::infinity(),
+                              std::numeric_limits<float>::quiet_NaN(), 1.5f};
+    auto mine = torch::tensor(std::vector<float>(std::begin(specials), std::end(specials))).roll(r);
+    auto floats = comm.all_gather(mine);
+    ASSERT_EQ(static_cast<int>(floats.size()), n);
+    for (int i = 0; i < n; ++i) {
+      auto sent = torch::tensor(std::vector<float>(std::begin(specials), std::end(specials))).roll(i);
+      EXPECT_TRUE(floats[i].view(torch::kInt).equal(sent.view(torch::kInt))) << "from rank " << i << ": " << floats[i];
+    }
 
     auto slice = comm.reduce_scatter(torch::arange(3 * n).to(torch::kFloat));
     EXPECT_TRUE(slice.equal(torch::arange(3 * r, 3 * r + 3).to(torch::kFloat) * n));
