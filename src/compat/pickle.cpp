@@ -97,9 +97,10 @@ std::optional<OpcodeArgument> argument_of(uint8_t opcode) {
   }
 }
 
-// Walks the pickle's opcodes up to STOP and refuses one whose argument runs past the end. LibTorch's
-// unpickler allocates what a length claims before reading it: a 1 KB checkpoint claiming a 4 GB
-// string made it allocate and clear 4 GB (7 s) before it found the bytes missing.
+// Walks the pickle's opcodes up to STOP and refuses one whose argument runs past the end, or that
+// names a memo slot no pickle of this size has. LibTorch's unpickler allocates what a length
+// claims before reading it: a 1 KB checkpoint claiming a 4 GB string made it allocate and clear
+// 4 GB (7 s) before it found the bytes missing.
 void check_pickle_framing(const uint8_t* data, size_t size) {
   size_t at = 0;
   while (true) {
@@ -125,6 +126,15 @@ void check_pickle_framing(const uint8_t* data, size_t size) {
     }
     TORCH_CHECK(length <= size - at, "the pickle's opcode 0x", std::hex, int{opcode}, std::dec, " at byte ", at,
                 " claims ", length, " bytes, and ", size - at, " are left");
+    if (opcode == 'r') {
+      // LONG_BINPUT: LibTorch's memo is a vector grown up to the slot named, so slot 1.6 billion
+      // made it allocate 25 GB. Picklers number their slots in order, one per PUT (two bytes or
+      // more each), so a slot past the pickle's size is no pickle's.
+      uint32_t slot = 0;
+      for (int i = 3; i >= 0; --i) slot = slot << 8 | data[at + i];
+      TORCH_CHECK(slot < size, "the pickle's LONG_BINPUT at byte ", at - 1, " names memo slot ", slot,
+                  ", more than a pickle of ", size, " bytes can have filled");
+    }
     at += static_cast<size_t>(length);
   }
 }

@@ -29,9 +29,15 @@ std::string model_rate(const ModelRate& rate) {
   return text;
 }
 
+// One decimal from 100 images/s up; four significant digits below, so that a large model's 1.1
+// img/s still tells 1.099 from 1.149.
+std::string images_per_second(double rate) {
+  return rate >= 100 ? fmt::format("{:.1f}", rate) : fmt::format("{:.4g}", rate);
+}
+
 std::string step_metrics(const StepReport& r) {
-  return fmt::format("Loss {:.4f}  Acc@1 {:.2f}  Acc@5 {:.2f}  lr {:#.4g}  img/s {:.1f}  ETA {}{}",
-                     r.loss, r.acc1, r.acc5, r.lr, r.images_per_s, hours_minutes_seconds(r.eta_s),
+  return fmt::format("Loss {:.4f}  Acc@1 {:.2f}  Acc@5 {:.2f}  lr {:#.4g}  img/s {}  ETA {}{}",
+                     r.loss, r.acc1, r.acc5, r.lr, images_per_second(r.images_per_s), hours_minutes_seconds(r.eta_s),
                      model_rate(r.model_rate));
 }
 
@@ -88,7 +94,7 @@ void ConsoleObserver::on_epoch(const EpochReport& r) {
   end_open_line();
   std::string line = fmt::format("Epoch: [{}] {:<5}  Loss {:.4f}  Acc@1 {:.2f}  Acc@5 {:.2f}",
                                  r.epoch, r.phase, r.loss, r.acc1, r.acc5);
-  line += fmt::format("  samples {}  img/s {:.1f}  time {:.1f}s{}", r.samples, r.images_per_s,
+  line += fmt::format("  samples {}  img/s {}  time {:.1f}s{}", r.samples, images_per_second(r.images_per_s),
                       r.seconds, model_rate(r.model_rate));
   if (r.skipped_images > 0) line += fmt::format("  bad images {}", r.skipped_images);
   put(line + "\n");

@@ -103,14 +103,15 @@ TEST_F(CheckpointFile, TruncatedOrCorruptFilesGiveACheckpointError) {
 }
 
 // What fuzz/checkpoint_fuzzer.cpp found: archives whose zip directory sends LibTorch's reader past
-// the end of the file (it read there and crashed), pickles that claim gigabytes.
+// the end of the file (it read there and crashed), pickles that claim gigabytes, a memo slot that
+// would have grown LibTorch's memo to 25 GB.
 TEST(CheckpointFuzzRegressions, EachIsACheckpointError) {
   int inputs = 0;
   for (const auto& entry : fs::directory_iterator(fs::path(DPTRAIN_FUZZ_REGRESSIONS) / "checkpoint")) {
     EXPECT_NE(load_error(entry.path()).find("is truncated or corrupt"), std::string::npos) << entry.path();
     ++inputs;
   }
-  EXPECT_GE(inputs, 2);
+  EXPECT_GE(inputs, 3);
 }
 
 // A pickle's lengths are checked before LibTorch allocates them: 4 GB claimed in a 12-byte pickle.
@@ -131,6 +132,16 @@ TEST(CheckpointPickle, LengthsPastTheEndAreRefusedBeforeTheyAreAllocated) {
     ADD_FAILURE() << "a 4 GB string in 11 bytes was read";
   } catch (const c10::Error& e) {
     EXPECT_NE(std::string(e.what()).find("claims 4294967280 bytes, and 4 are left"), std::string::npos) << e.what();
+  }
+  // A memo slot is checked too: LibTorch grows its memo up to the slot a LONG_BINPUT names (1.6
+  // billion slots, 25 GB, in what the fuzzer found).
+  EXPECT_EQ(dpt::compat::pickle_load(archive_of(std::string("\x80\x02K\x07r\x00\x00\x00\x00.", 10))).toInt(), 7);
+  try {
+    dpt::compat::pickle_load(archive_of(std::string("\x80\x02K\x07rcl._.", 10)));
+    ADD_FAILURE() << "memo slot 1596877923 was filled";
+  } catch (const c10::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("names memo slot 1596877923, more than a pickle of 10 bytes"),
+              std::string::npos) << e.what();
   }
   for (const std::string& broken : {std::string("\x80\x02K", 3), std::string("\x80\x02\xff.", 4),
                                     std::string("\x80\x02" "cbuiltins\nlen", 14)}) {

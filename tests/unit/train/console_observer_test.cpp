@@ -76,10 +76,20 @@ TEST(ConsoleObserver, LearningRateAndEtaFormats) {
   step.eta_s = std::numeric_limits<double>::quiet_NaN();
   step.loss = std::numeric_limits<double>::infinity();
   console.on_step(step);
+  // Below 100 images/s, four significant digits: a large model's rate keeps its precision.
+  step.loss = 2;
+  step.eta_s = 17;
+  for (double rate : {99.994, 1.09874, 0.0123456}) {
+    step.images_per_s = rate;
+    console.on_step(step);
+  }
   EXPECT_EQ(out.text(),
             "Epoch: [3][   1/1000]  Loss 2.0000  Acc@1 3.33  Acc@5 51.00  lr 0.0002500  img/s 345.6  ETA 1:02:05\n"
             "Epoch: [3][   1/1000]  Loss 2.0000  Acc@1 3.33  Acc@5 51.00  lr 1.000e-05  img/s 345.6  ETA 27:46:40\n"
-            "Epoch: [3][   1/1000]  Loss inf  Acc@1 3.33  Acc@5 51.00  lr 0.4000  img/s 345.6  ETA -:--:--\n");
+            "Epoch: [3][   1/1000]  Loss inf  Acc@1 3.33  Acc@5 51.00  lr 0.4000  img/s 345.6  ETA -:--:--\n"
+            "Epoch: [3][   1/1000]  Loss 2.0000  Acc@1 3.33  Acc@5 51.00  lr 0.4000  img/s 99.99  ETA 0:00:17\n"
+            "Epoch: [3][   1/1000]  Loss 2.0000  Acc@1 3.33  Acc@5 51.00  lr 0.4000  img/s 1.099  ETA 0:00:17\n"
+            "Epoch: [3][   1/1000]  Loss 2.0000  Acc@1 3.33  Acc@5 51.00  lr 0.4000  img/s 0.01235  ETA 0:00:17\n");
 }
 
 // The model's FLOP/s follow the throughput they come from, in GFLOP/s below 1000 and TFLOP/s from
