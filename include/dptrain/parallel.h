@@ -16,3 +16,4 @@
 #include "dptrain/parallel/replicas.h"
 #include "dptrain/parallel/sync_batch_norm.h"
 #include "dptrain/parallel/zero.h"
+#include "dptrain/parallel/zero_stage2.h"

@@ -70,6 +70,19 @@ void fused_sgd_unless_found_inf(at::TensorList, at::TensorList, at::TensorList, 
 }
 #endif
 
+void zero_grad(const std::vector<at::Tensor>& params) {
+  for (const at::Tensor& p : params) {
+    at::Tensor& grad = const_cast<at::Tensor&>(p).mutable_grad();
+    if (!grad.defined()) continue;
+#if TORCH_VERSION_MAJOR >= 2
+    grad = at::Tensor();
+#else
+    grad.detach_();
+    grad.zero_();
+#endif
+  }
+}
+
 namespace {
 
 #if DPT_TORCH_AT_LEAST(2, 4)

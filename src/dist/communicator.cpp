@@ -150,7 +150,7 @@ at::Tensor wire_tensor(const at::Tensor& tensor, const compat::Backend& backend)
 
 }  // namespace
 
-Work Communicator::start_all_reduce(at::Tensor tensor, ReduceOp op) {
+Work Communicator::start_all_reduce(at::Tensor tensor, ReduceOp op, std::function<void()> then) {
   const std::string what = "all_reduce(" + to_string(op) + ")";
   DPT_CHECK(op != ReduceOp::Mean || at::isFloatingType(tensor.scalar_type()), ConfigError, "rank ", rank(),
             ": ", what, " with mean needs a floating-point tensor, got ", tensor.scalar_type());
@@ -163,8 +163,13 @@ Work Communicator::start_all_reduce(at::Tensor tensor, ReduceOp op) {
   } catch (...) {
     fail(id, what, std::current_exception(), timeout_);
   }
-  std::function<void()> finish;
-  if (!wire.is_same(tensor)) finish = [tensor, wire]() mutable { tensor.copy_(wire); };
+  std::function<void()> finish = std::move(then);
+  if (!wire.is_same(tensor)) {
+    finish = [tensor, wire, then = std::move(finish)]() mutable {
+      tensor.copy_(wire);
+      if (then) then();
+    };
+  }
   // A transport that bounds its operations itself says which peer it waited for; a wait that
   // ended first would only say that it took too long.
   Work started(std::move(work), std::move(finish), this, id, what, timeout_ + transport_->failure_report_delay());
@@ -231,7 +236,7 @@ void Communicator::send(const at::Tensor& tensor, int peer, int tag) { send_asyn
 void Communicator::recv(at::Tensor& tensor, int peer, int tag) { recv_async(tensor, peer, tag).wait(); }
 
 std::vector<at::Tensor> Communicator::all_gather(const at::Tensor& tensor) {
-  if (transport_->gathers_by_summing(tensor)) {
+  if (transport_->reduces_in_shared_memory(tensor)) {
     // The other ranks' slots hold -0.0, and x + -0.0 is x for every float x (+0.0, -0.0 and NaN
     // included; the sum runs without flushing denormals), so the sum is the gather, bit for bit.
     const int64_t n = tensor.numel();
@@ -259,21 +264,45 @@ std::vector<at::Tensor> Communicator::all_gather(const at::Tensor& tensor) {
 at::Tensor Communicator::reduce_scatter(const at::Tensor& tensor, ReduceOp op) {
   DPT_CHECK(tensor.dim() >= 1 && tensor.size(0) % size() == 0, ConfigError, "rank ", rank(),
             ": reduce_scatter needs dim 0 divisible by the world size ", size(), ", got shape ", tensor.sizes());
+  std::vector<int64_t> shape = tensor.sizes().vec();
+  shape[0] /= size();
+  at::Tensor output = at::empty(shape, tensor.options().memory_format(at::MemoryFormat::Contiguous));
+  reduce_scatter_async(tensor.contiguous().clone(), output, op).wait();
+  return output;
+}
+
+Work Communicator::reduce_scatter_async(at::Tensor tensor, at::Tensor output, ReduceOp op) {
+  DPT_CHECK(tensor.dim() >= 1 && tensor.size(0) % size() == 0 && tensor.is_contiguous() && output.is_contiguous() &&
+                output.numel() * size() == tensor.numel(),
+            ConfigError, "rank ", rank(), ": reduce_scatter needs a contiguous tensor whose dim 0 the world size ",
+            size(), " divides, and a contiguous output of its slice's size; got shapes ", tensor.sizes(), " and ",
+            output.sizes());
   const int64_t rows = tensor.size(0) / size();
-  if (!compat::backend_supports_reduce_scatter(*backend_) || (op == ReduceOp::Mean && !compat::backend_supports_avg(*backend_))) {
-    // Gloo: reduce everything, keep our slice. Twice the traffic of a true reduce_scatter.
-    at::Tensor full = tensor.clone();
-    all_reduce(full, op);
-    return full.narrow(0, rank() * rows, rows).clone();
+  const bool native = compat::backend_supports_reduce_scatter(*backend_) &&
+                      (op != ReduceOp::Mean || compat::backend_supports_avg(*backend_)) &&
+                      !transport_->reduces_in_shared_memory(tensor);
+  if (!native) {
+    // Reduce everything in place, keep our slice: twice the traffic of a true reduce_scatter.
+    const int64_t first = rank() * rows;
+    return start_all_reduce(tensor, op, [tensor, output, first, rows]() mutable {
+      output.copy_(tensor.narrow(0, first, rows).view(output.sizes()));
+    });
   }
-  at::Tensor wire = tensor.contiguous();
-  std::vector<std::vector<at::Tensor>> inputs{wire.split(rows, 0)};
-  std::vector<at::Tensor> outputs{at::empty_like(inputs[0][0])};
+  std::vector<std::vector<at::Tensor>> inputs{tensor.split(rows, 0)};
+  std::vector<at::Tensor> outputs{output.view(inputs[0][0].sizes())};
   c10d::ReduceScatterOptions options;
   options.reduceOp = to_c10d(op);
   options.timeout = timeout_;
-  run_recorded("reduce_scatter", tensor, [&] { backend_->reduce_scatter(outputs, inputs, options)->wait(timeout_); });
-  return outputs[0];
+  CollectiveRecord record;
+  const uint64_t id = recorder_.start("reduce_scatter", tensor, -1, &record);
+  compat::WorkPtr work;
+  try {
+    agree(record);
+    work = backend_->reduce_scatter(outputs, inputs, options);
+  } catch (...) {
+    fail(id, "reduce_scatter", std::current_exception(), timeout_);
+  }
+  return Work(std::move(work), nullptr, this, id, "reduce_scatter", timeout_);
 }
 
 void Communicator::barrier() {

@@ -116,6 +116,9 @@ Reducer::Reducer(std::vector<NamedParameter> params, std::shared_ptr<dist::Commu
             options_.last_bucket_cap_mb());
   DPT_CHECK(options_.backward_passes() >= 1, ConfigError, "backward passes per reduction must be at least 1, got ",
             options_.backward_passes());
+  DPT_CHECK(!options_.shard_gradients() || !options_.find_unused_parameters(), ConfigError, "rank ", comm_->rank(),
+            ": sharded gradients (ZeRO-2) cannot find unused parameters: a shard has no unset gradient for the "
+            "optimizer to skip");
   std::vector<at::Tensor> tensors;
   for (const auto& p : params_) {
     DPT_CHECK(p.tensor.requires_grad(), ConfigError, "rank ", comm_->rank(), ": parameter '", p.name,
@@ -129,18 +132,23 @@ Reducer::Reducer(std::vector<NamedParameter> params, std::shared_ptr<dist::Commu
   torch::NoGradGuard no_grad;
   slots_.resize(params_.size());
   buckets_.resize(bucket_indices_.size());
+  const int world = comm_->size();
   for (size_t b = 0; b < bucket_indices_.size(); ++b) {
     Bucket& bucket = buckets_[b];
     bucket.params = bucket_indices_[b];
-    int64_t numel = 0;
-    for (size_t i : bucket.params) numel += params_[i].tensor.numel();
-    const at::Tensor& first = params_[bucket.params.front()].tensor;
-    bucket.buffer = at::zeros({numel}, at::TensorOptions().dtype(first.scalar_type()).device(first.device()));
-    int64_t offset = 0;
     for (size_t i : bucket.params) {
       slots_[i].bucket = b;
-      slots_[i].grad = alias_of(bucket.buffer, offset, params_[i].tensor);
-      offset += params_[i].tensor.numel();
+      slots_[i].offset = bucket.numel;
+      bucket.numel += params_[i].tensor.numel();
+    }
+    const at::Tensor& first = params_[bucket.params.front()].tensor;
+    const auto options = at::TensorOptions().dtype(first.scalar_type()).device(first.device());
+    if (options_.shard_gradients()) {
+      bucket.numel = (bucket.numel + world - 1) / world * world;
+      bucket.shard = at::zeros({bucket.numel / world}, options);
+    } else {
+      bucket.buffer = at::zeros({bucket.numel}, options);
+      for (size_t i : bucket.params) slots_[i].grad = alias_of(bucket.buffer, slots_[i].offset, params_[i].tensor);
     }
   }
   for (size_t i = 0; i < params_.size(); ++i) {
@@ -157,12 +165,50 @@ Reducer::~Reducer() {
 
 void Reducer::set_comm_hook(CommHook hook) {
   DPT_CHECK(hook, ConfigError, "rank ", comm_->rank(), ": the communication hook is empty");
+  DPT_CHECK(!options_.shard_gradients(), ConfigError, "rank ", comm_->rank(),
+            ": sharded gradients (ZeRO-2) are reduce-scattered; a communication hook cannot replace that");
   std::lock_guard<std::mutex> lock(mutex_);
   hook_ = std::move(hook);
 }
 
+void Reducer::allocate_bucket(size_t b) {
+  Bucket& bucket = buckets_[b];
+  const at::Tensor& first = params_[bucket.params.front()].tensor;
+  bucket.buffer = at::empty({bucket.numel}, at::TensorOptions().dtype(first.scalar_type()).device(first.device()));
+  int64_t end = 0;
+  for (size_t i : bucket.params) {
+    slots_[i].grad = alias_of(bucket.buffer, slots_[i].offset, params_[i].tensor);
+    end = slots_[i].offset + params_[i].tensor.numel();
+  }
+  bucket.buffer.narrow(0, end, bucket.numel - end).zero_();  // the padding
+}
+
+// shard_gradients: a bucket whose reduce_scatter has completed gives its buffer back now rather
+// than at the end of backward, so that the buffers alive at once are those in flight.
+void Reducer::release_completed_buckets() {
+  for (size_t b = 0; b < next_launch_; ++b) {
+    Bucket& bucket = buckets_[b];
+    if (bucket.buffer.defined() && bucket.reduction.completed_at() != std::chrono::steady_clock::time_point{}) {
+      bucket.reduction.wait();
+    }
+  }
+}
+
 void Reducer::adopt_gradient(size_t index) {
   at::Tensor& grad = params_[index].tensor.mutable_grad();
+  if (options_.shard_gradients()) {
+    // Into the bucket, which then holds the only copy: the parameter's own .grad goes.
+    const size_t b = slots_[index].bucket;
+    if (!buckets_[b].buffer.defined()) allocate_bucket(b);
+    torch::NoGradGuard no_grad;
+    if (grad.defined()) {
+      slots_[index].grad.copy_(grad);
+    } else {
+      slots_[index].grad.zero_();
+    }
+    grad = at::Tensor();
+    return;
+  }
   const at::Tensor& slot = slots_[index].grad;
   if (grad.defined() && grad.is_same(slot)) return;
   torch::NoGradGuard no_grad;
@@ -175,6 +221,7 @@ void Reducer::adopt_gradient(size_t index) {
 }
 
 void Reducer::rebind_gradients() {
+  if (options_.shard_gradients()) return;  // gradients join their bucket when backward makes them
   for (size_t i = 0; i < params_.size(); ++i) adopt_gradient(i);
 }
 
@@ -200,6 +247,11 @@ void Reducer::prepare_for_backward() {
 bool Reducer::armed() const {
   std::lock_guard<std::mutex> lock(mutex_);
   return armed_;
+}
+
+void Reducer::disarm() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  armed_ = false;
 }
 
 int Reducer::accumulated_passes() const {
@@ -246,7 +298,17 @@ void Reducer::launch_ready_buckets() {
     Bucket& bucket = buckets_[next_launch_];
     bucket.launched_at = std::chrono::steady_clock::now();
     const dist::CollectiveLabel label(str("bucket ", next_launch_));  // for the flight recorder
-    bucket.reduction = hook_(*comm_, bucket.buffer);
+    if (options_.shard_gradients()) {
+      release_completed_buckets();
+      const size_t b = next_launch_;
+      bucket.reduction = PendingReduction(comm_->reduce_scatter_async(bucket.buffer, bucket.shard, dist::ReduceOp::Mean),
+                                          [this, b] {
+                                            buckets_[b].buffer = at::Tensor();
+                                            for (size_t i : buckets_[b].params) slots_[i].grad = at::Tensor();
+                                          });
+    } else {
+      bucket.reduction = hook_(*comm_, bucket.buffer);
+    }
     ++next_launch_;
   }
 }
@@ -256,7 +318,7 @@ ReductionTimes Reducer::last_reduction() const {
   ReductionTimes times = last_;
   for (const auto& bucket : buckets_) {
     times.buckets.push_back({bucket.launched_at, bucket.reduction.completed_at(),
-                             static_cast<int64_t>(bucket.buffer.nbytes())});
+                             bucket.numel * static_cast<int64_t>(params_[bucket.params.front()].tensor.element_size())});
   }
   return times;
 }

@@ -5,6 +5,7 @@
 #include <optional>
 
 #include "dptrain/common/error.h"
+#include "shard_gather.h"
 
 namespace dpt {
 
@@ -38,7 +39,6 @@ struct ZeroRedundancyOptimizer::Sharding {
   std::vector<torch::optim::OptimizerParamGroup> groups;
   std::vector<std::vector<int>> owners;
   std::vector<int64_t> shard_numel;  // by rank
-  at::TensorOptions buffer_options;
   std::shared_ptr<torch::optim::Optimizer> local;
 };
 
@@ -73,7 +73,6 @@ ZeroRedundancyOptimizer::Sharding::Sharding(std::shared_ptr<dist::Communicator> 
     shard.emplace_back(std::move(mine));
     if (groups[g].has_options()) shard.back().set_options(groups[g].options().clone());
   }
-  if (kind) buffer_options = *kind;
   local = make_local(std::move(shard));
   DPT_ASSERT(local && local->param_groups().size() == groups.size(),
              "the local optimizer must keep the groups it is given, one for each of the ", groups.size());
@@ -89,80 +88,31 @@ ZeroRedundancyOptimizer::ZeroRedundancyOptimizer(Sharding sharding)
       comm_(std::move(sharding.comm)),
       owners_(std::move(sharding.owners)),
       shard_numel_(std::move(sharding.shard_numel)),
-      buffer_options_(sharding.buffer_options),
-      gather_width_(*std::max_element(shard_numel_.begin(), shard_numel_.end())),
       local_(std::move(sharding.local)) {}
 
 void ZeroRedundancyOptimizer::save(torch::serialize::OutputArchive& /*archive*/) const {
-  throw ConfigError(str("rank ", comm_->rank(), ": a ZeroRedundancyOptimizer holds only its rank's shard of the "
-                        "state; gather it with dpt::train::consolidated_optimizer_state_dict instead of saving it"));
+  detail::refuse_archive(comm_->rank(), "ZeroRedundancyOptimizer", /*saving=*/true);
 }
 
 void ZeroRedundancyOptimizer::load(torch::serialize::InputArchive& /*archive*/) {
-  throw ConfigError(str("rank ", comm_->rank(), ": a ZeroRedundancyOptimizer loads the whole optimizer's state "
-                        "dict (dpt::train::load_optimizer_state_dict), not an archive"));
+  detail::refuse_archive(comm_->rank(), "ZeroRedundancyOptimizer", /*saving=*/false);
 }
 
 at::Tensor ZeroRedundancyOptimizer::step(LossClosure closure) {
   DPT_CHECK(!closure, ConfigError, "rank ", comm_->rank(),
             ": ZeroRedundancyOptimizer::step takes no closure (each rank steps its own shard)");
-  auto& local_groups = local_->param_groups();
-  for (size_t g = 0; g < local_groups.size(); ++g) local_groups[g].set_options(param_groups()[g].options().clone());
-  local_->step();
+  detail::step_shard(param_groups(), *local_);
   if (comm_->size() > 1) gather_shards();
   return {};
 }
 
-namespace {
-
-// A dense tensor's elements in memory order, as one flat tensor sharing its storage: a
-// channels_last weight is laid out alike on every rank, so its memory order travels as is.
-at::Tensor flat_storage(const at::Tensor& t) {
-  return at::empty({0}, t.options()).set_(t.storage(), t.storage_offset(), {t.numel()}, {1});
-}
-
-// Calls visit(flat, flat_offset, run_offset, length) for each part of [from, from + count) of the
-// tensors laid end to end.
-template <typename Visit>
-void for_each_run(const std::vector<at::Tensor>& flats, int64_t from, int64_t count, Visit&& visit) {
-  int64_t start = 0;
-  for (const at::Tensor& flat : flats) {
-    const int64_t n = flat.numel();
-    const int64_t lo = std::max(from, start), hi = std::min(from + count, start + n);
-    if (lo < hi) visit(flat, lo - start, lo - from, hi - lo);
-    start += n;
-    if (start >= from + count) break;
-  }
-}
-
-}  // namespace
-
-// Rank r's parameters, laid end to end in group order, travel in pieces of at most kGatherPiece
-// elements a rank: one all_gather a piece, so the buffers in flight are (world + 1) pieces, not
-// (world + 1) shards, which at 4 ranks would outweigh the optimizer state saved.
 void ZeroRedundancyOptimizer::gather_shards() {
-  torch::NoGradGuard no_grad;
-  const int world = comm_->size();
-  std::vector<std::vector<at::Tensor>> flats(world);
+  std::vector<std::vector<at::Tensor>> parts(comm_->size());
   for (size_t g = 0; g < owners_.size(); ++g) {
     const auto& params = param_groups()[g].params();
-    for (size_t i = 0; i < params.size(); ++i) flats[owners_[g][i]].push_back(flat_storage(params[i]));
+    for (size_t i = 0; i < params.size(); ++i) parts[owners_[g][i]].push_back(detail::flat_storage(params[i]));
   }
-  const int64_t piece = std::min(gather_width_, kGatherPiece);
-  at::Tensor mine = at::zeros({piece}, buffer_options_);
-  for (int64_t from = 0; from < gather_width_; from += piece) {
-    for_each_run(flats[comm_->rank()], from, piece, [&](const at::Tensor& flat, int64_t at, int64_t into, int64_t n) {
-      mine.narrow(0, into, n).copy_(flat.narrow(0, at, n));
-    });
-    const dist::CollectiveLabel label(str("ZeRO shards, elements ", from, " of ", gather_width_));
-    const std::vector<at::Tensor> pieces = comm_->all_gather(mine);
-    for (int rank = 0; rank < world; ++rank) {
-      if (rank == comm_->rank()) continue;
-      for_each_run(flats[rank], from, piece, [&](const at::Tensor& flat, int64_t at, int64_t into, int64_t n) {
-        flat.narrow(0, at, n).copy_(pieces[rank].narrow(0, into, n));
-      });
-    }
-  }
+  detail::gather_shards(*comm_, parts);
 }
 
 }  // namespace dpt

@@ -30,14 +30,13 @@ namespace {
 // --mode ddp: DistributedDataParallel, gradients averaged over the ranks during backward.
 class DdpStyle : public ParallelStyle {
  public:
-  DdpStyle(models::Classifier model, std::shared_ptr<torch::optim::Optimizer> optimizer,
-           std::shared_ptr<dist::Communicator> comm, const ReducerOptions& reducer)
-      : ParallelStyle(model, comm, /*together=*/true),
-        ddp_(model, comm, DDPOptions().reducer(reducer)),
-        optimizer_(std::move(optimizer)) {}
+  DdpStyle(models::Classifier model, std::shared_ptr<dist::Communicator> comm, const ReducerOptions& reducer)
+      : ParallelStyle(model, comm, /*together=*/true), ddp_(model, comm, DDPOptions().reducer(reducer)) {}
 
   at::Tensor forward(const at::Tensor& images) override { return ddp_.forward(images); }
-  void zero_grad() override { optimizer_->zero_grad(); }
+  // As an optimizer over the reduced parameters clears them (ZeRO-2's optimizer is built over
+  // this style's reducer, after it).
+  void zero_grad() override { compat::zero_grad(ddp_.parameters()); }
   void backward(const at::Tensor& loss, bool reduce) override {
     if (reduce) {
       loss.backward();
@@ -51,7 +50,6 @@ class DdpStyle : public ParallelStyle {
 
  private:
   DistributedDataParallel<models::Classifier> ddp_;
-  std::shared_ptr<torch::optim::Optimizer> optimizer_;
 };
 
 // --mode dp: one process, torch.nn.DataParallel's way. The batch of a step is split over the
@@ -251,8 +249,10 @@ std::unique_ptr<ParallelStyle> make_parallel_style(const TrainOptions& options, 
                                                    std::shared_ptr<dist::Communicator> job) {
   switch (options.parallel().mode()) {
     case ParallelMode::Ddp:
-      return std::make_unique<DdpStyle>(std::move(model), std::move(optimizer), std::move(comm),
-                                        options.parallel().reducer());
+      // ZeRO-2: the reducer reduce-scatters, each rank keeping its part of every bucket.
+      return std::make_unique<DdpStyle>(
+          std::move(model), std::move(comm),
+          ReducerOptions(options.parallel().reducer()).shard_gradients(options.parallel().zero_stage() == 2));
     case ParallelMode::Dp:
       return make_dp_style(options, std::move(model), std::move(optimizer), std::move(comm));
     case ParallelMode::Hvd:

@@ -51,7 +51,8 @@ void check_options(const TrainOptions& o) {
   DPT_CHECK(c.resume().empty() || c.pretrained().empty(), ConfigError,
             "--resume and --pretrained exclude each other: a resumed run continues with its own weights");
   const int zero = o.parallel().zero_stage();
-  DPT_CHECK(zero == 0 || zero == 1, ConfigError, "--zero takes 0 (off) or 1 (optimizer state sharded), got ", zero);
+  DPT_CHECK(zero >= 0 && zero <= 2, ConfigError, "--zero takes 0 (off), 1 (optimizer state sharded) or 2 (and the "
+            "reduced gradients), got ", zero);
   DPT_CHECK(zero == 0 || o.parallel().mode() == ParallelMode::Ddp, ConfigError,
             "--zero needs --mode ddp: the other styles keep their optimizer whole (hvd, dp) or on the servers (ps)");
 }

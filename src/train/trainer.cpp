@@ -33,6 +33,7 @@
 #include "dptrain/parallel/convert_sync_batchnorm.h"
 #include "dptrain/parallel/ps/options.h"
 #include "dptrain/parallel/zero.h"
+#include "dptrain/parallel/zero_stage2.h"
 #include "dptrain/train/ps_server_role.h"
 #include "dptrain/train/checkpoint/auto_resume.h"
 #include "dptrain/train/checkpoint/checkpoint_file.h"
@@ -80,8 +81,10 @@ struct Trainer::State {
   std::shared_ptr<dist::Communicator> job;   // every process of the job (--mode ps: the servers too)
   at::Device device{at::kCPU};
   std::shared_ptr<torch::optim::Optimizer> optimizer;
-  // --zero 1: `optimizer` itself, each rank stepping its shard; checkpoints gather its state.
-  std::shared_ptr<ZeroRedundancyOptimizer> zero;
+  // --zero 1 and 2: `optimizer` itself, each rank stepping its shard; checkpoints gather its state.
+  std::shared_ptr<ZeroRedundancyOptimizer> zero1;
+  std::shared_ptr<ZeroStage2Optimizer> zero2;
+  bool sharded() const { return zero1 || zero2; }
   c10::impl::GenericDict zero_state = compat::string_dict();  // rank 0: gathered for the checkpoint being written
   std::unique_ptr<ParallelStyle> style;
   std::unique_ptr<GradScaler> scaler;
@@ -273,10 +276,10 @@ struct Trainer::State {
   // broadcast (one small collective a step, with --checkpoint-minutes only).
   bool periodic_checkpoint_due() {
     const CheckpointOptions& c = options.checkpoint();
-    if ((!leader() && !zero) || step_in_epoch == steps_per_epoch()) return false;
+    if ((!leader() && !sharded()) || step_in_epoch == steps_per_epoch()) return false;
     const bool steps_due = c.every_steps() && global_step() % *c.every_steps() == 0;
     bool time_due = leader() && c.every_minutes() && seconds_since(last_checkpoint) >= *c.every_minutes() * 60;
-    if (zero && c.every_minutes()) {
+    if (sharded() && c.every_minutes()) {
       at::Tensor flag = at::full({1}, time_due ? 1 : 0, at::kInt).to(comm->device());
       comm->broadcast(flag, 0);
       time_due = flag.cpu().item<int>() != 0;
@@ -383,20 +386,29 @@ void Trainer::State::join() {
 void Trainer::State::build_step() {
   const TrainOptions& o = options;
   const double lr = o.schedule().base_lr();
-  if (o.parallel().zero_stage() > 0) {
-    zero = std::make_shared<ZeroRedundancyOptimizer>(
-        comm, optimizer_param_groups(*model, o.optimizer(), lr),
-        [&](std::vector<torch::optim::OptimizerParamGroup> shard) { return make_optimizer(std::move(shard), o.optimizer(), lr); });
-    optimizer = zero;
-  } else {
+  const auto make_local = [&](std::vector<torch::optim::OptimizerParamGroup> shard) {
+    return make_optimizer(std::move(shard), o.optimizer(), lr);
+  };
+  if (o.parallel().zero_stage() == 1) {
+    zero1 = std::make_shared<ZeroRedundancyOptimizer>(comm, optimizer_param_groups(*model, o.optimizer(), lr), make_local);
+    optimizer = zero1;
+  } else if (o.parallel().zero_stage() == 0) {
     optimizer = make_optimizer(*model, o.optimizer(), lr);
   }
   style = make_parallel_style(o, model, optimizer, comm, job);
+  if (o.parallel().zero_stage() == 2) {
+    // It steps the parts of the gradients the style's reducer keeps, so it comes after the style.
+    zero2 = std::make_shared<ZeroStage2Optimizer>(comm, *style->reducer(),
+                                                  optimizer_param_groups(*model, o.optimizer(), lr), make_local);
+    optimizer = zero2;
+  }
   accum_steps = o.accum_steps();
   DPT_CHECK(accum_steps == 1 || style->accumulates(), ConfigError,
             "--accum-steps needs --mode ddp or dp: the Horovod style reduces the gradients in every backward");
   // Loss scaling keeps fp16 gradients from underflowing; bf16 has float32's range and needs none.
   scaler = std::make_unique<GradScaler>(GradScalerOptions().enabled(o.amp() && amp_needs_loss_scaling(device)), comm);
+  DPT_CHECK(!zero2 || !scaler->is_enabled(), ConfigError, "--zero 2 cannot scale fp16 losses yet: the scaler "
+            "unscales whole gradients, and ZeRO-2 keeps parts of them. Use --zero 1 with --amp on this device");
   sampler = std::make_unique<data::DistributedSampler>(
       data.train->size(),
       data::SamplerOptions(comm->size(), comm->rank()).seed(o.seed()).repetitions(o.data().repeated_augmentations()));
@@ -517,13 +529,14 @@ void Trainer::State::print_banner() const {
   const LrScheduleOptions& lr = options.schedule();
   if (lr.reference_batch()) out << " (" << lr.base_lr() << " x " << global_batch() << "/" << *lr.reference_batch() << ")";
   out << ", " << to_string(options.optimizer().kind());
-  if (zero) {
+  if (sharded()) {
     int64_t elements = 0;
-    for (const auto& group : zero->param_groups()) {
+    for (const auto& group : optimizer->param_groups()) {
       for (const auto& p : group.params()) elements += p.numel();
     }
-    out << " (ZeRO-1: each process keeps its shard's state, rank 0 that of " << zero->local_numel() << " of "
-        << elements << " weights)";
+    out << " (ZeRO-" << options.parallel().zero_stage() << ": each process keeps its shard's state"
+        << (zero2 ? " and reduced gradients" : "") << ", rank 0 that of " << (zero1 ? zero1->local_numel() : zero2->local_numel())
+        << " of " << elements << " weights)";
   }
   out << ", " << (lr.warmup_method() == WarmupMethod::Constant ? "constant " : "") << "warm-up "
       << lr.warmup_epochs() << " epoch(s), " << to_string(lr.decay()) << " schedule"
@@ -640,7 +653,11 @@ std::optional<MetricSums> Trainer::State::step(data::Loader& loader) {
     if (const auto max_norm = options.optimizer().clip_grad_norm()) {
       // On the reduced gradients, so every rank clips alike; unscaled first, as torchvision does.
       scaler->unscale_(*optimizer);
-      torch::nn::utils::clip_grad_norm_(model->parameters(), *max_norm);
+      if (zero2) {
+        zero2->clip_grad_norm(*max_norm);  // the parameters' .grad are unset: ZeRO-2 holds the parts
+      } else {
+        torch::nn::utils::clip_grad_norm_(model->parameters(), *max_norm);
+      }
     }
     scaler->step(*optimizer);
     scaler->update();
@@ -761,7 +778,7 @@ TrainingCheckpoint Trainer::State::checkpoint_state() {
   cp.state_dict = models::state_dict(*model);
   // Under ZeRO, what save_checkpoint gathered (before the first checkpoint: nothing, so the
   // writer's prepared memory falls short by the optimizer state).
-  cp.optimizer = zero ? zero_state : optimizer_state_dict(*optimizer);
+  cp.optimizer = sharded() ? zero_state : optimizer_state_dict(*optimizer);
   cp.scaler = scaler->state_dict();
   if (ema) cp.model_ema = ema->state_dict();
   at::Generator generator = at::detail::getDefaultCPUGenerator();
@@ -779,7 +796,8 @@ void Trainer::State::prepare_checkpoints() {
 void Trainer::State::save_checkpoint(CheckpointCause cause, bool is_best) {
   if (options.checkpoint().output_dir().empty()) return;
   // Every rank sends its shard of the optimizer state; rank 0 writes the whole.
-  if (zero) zero_state = consolidated_optimizer_state_dict(*zero, /*to=*/0);
+  if (zero1) zero_state = consolidated_optimizer_state_dict(*zero1, /*to=*/0);
+  if (zero2) zero_state = consolidated_optimizer_state_dict(*zero2, /*to=*/0);
   if (!leader()) return;
   CheckpointWriter& writer = checkpoint_writer();
   const auto snapshot = span_of(timeline.get(), "checkpoint", {{"step", global_step()}});

@@ -161,7 +161,8 @@ void add_parallel_flags(CLI::App& app, TrainFlags& flags) {
   app.add_option("--zero", parallel.zero_stage(),
                  "--mode ddp: 1 shards the optimizer state over the processes (ZeRO-1, PyTorch's "
                  "ZeroRedundancyOptimizer): each keeps and steps its shard's, then the updated weights are "
-                 "gathered; checkpoints hold the whole state, resumable with or without it")
+                 "gathered; 2 also the averaged gradients (ZeRO-2: each bucket reduce-scattered as backward "
+                 "fills it); checkpoints hold the whole state, resumable with or without it")
       ->capture_default_str();
   ReducerOptions& reducer = parallel.reducer();
   app.add_option("--bucket-cap-mb", reducer.bucket_cap_mb(),

@@ -116,6 +116,11 @@ struct FusedSgdHyper {
   bool nesterov;
 };
 
+// What torch::optim::Optimizer::zero_grad() does to `params` in this LibTorch: 1.x zeroes each
+// gradient (detached first), 2.x unsets it (set_to_none). For clearing gradients without an
+// optimizer over them (ZeRO-2's steps parts of the parameters).
+void zero_grad(const std::vector<at::Tensor>& params);
+
 // Whether this LibTorch has PyTorch's fused SGD kernel (2.x; 1.13 has none).
 bool has_fused_sgd();
 

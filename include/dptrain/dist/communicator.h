@@ -134,6 +134,11 @@ class Communicator {
 
   // This rank's slice (along dim 0, size/world rows) of op(tensor over ranks).
   at::Tensor reduce_scatter(const at::Tensor& tensor, ReduceOp op = ReduceOp::Sum);
+  // The same into `output` (a contiguous tensor of that slice's shape), started. Where the backend
+  // has no reduce_scatter (Gloo before 2.x, and every float CPU tensor when the ranks share memory,
+  // whose transport all-reduces faster than Gloo scatters), `tensor` is all-reduced in place, so it
+  // must be contiguous and is left holding the whole result.
+  Work reduce_scatter_async(at::Tensor tensor, at::Tensor output, ReduceOp op = ReduceOp::Sum);
 
   // Returns once every rank has reached it.
   void barrier();
@@ -161,7 +166,8 @@ class Communicator {
  private:
   friend class Work;
 
-  Work start_all_reduce(at::Tensor tensor, ReduceOp op);
+  // `then` runs once the result is in `tensor`.
+  Work start_all_reduce(at::Tensor tensor, ReduceOp op, std::function<void()> then = {});
   Work start_point_to_point(const std::string& operation, at::Tensor tensor, int peer, int tag);
   // Records a blocking collective named `what` on `tensor` and runs it; failures go through fail().
   void run_recorded(const std::string& what, const at::Tensor& tensor, const std::function<void()>& body);

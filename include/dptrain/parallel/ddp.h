@@ -64,11 +64,16 @@ class DistributedDataParallelBase : public Joinable {
   DistributedDataParallelBase(const DistributedDataParallelBase&) = delete;
   DistributedDataParallelBase& operator=(const DistributedDataParallelBase&) = delete;
 
-  // Backward passes inside the guard's lifetime accumulate gradients locally; the first backward
-  // after it reduces the accumulated sum. The decision is taken at forward time, as in PyTorch.
+  // Backward passes inside the guard's lifetime accumulate gradients locally, that of a forward
+  // taken just before the guard too (PyTorch would reduce that one: it decides at forward time);
+  // the backward of the first forward after it reduces the accumulated sum.
   class NoSyncGuard {
    public:
-    explicit NoSyncGuard(DistributedDataParallelBase& ddp) : ddp_(&ddp), previous_(ddp.sync_) { ddp.sync_ = false; }
+    // A forward before the guard armed the reducer for its backward: that backward stays local too.
+    explicit NoSyncGuard(DistributedDataParallelBase& ddp) : ddp_(&ddp), previous_(ddp.sync_) {
+      ddp.sync_ = false;
+      ddp.reducer_.disarm();
+    }
     ~NoSyncGuard() {
       if (ddp_) ddp_->sync_ = previous_;
     }

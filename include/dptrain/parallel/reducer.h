@@ -45,6 +45,12 @@ struct ReducerOptions {
   // Backward passes per reduction: once armed, the first n-1 backward passes accumulate into
   // .grad locally and the n-th reduces the accumulated sum (Horovod's backward_passes_per_step).
   TORCH_ARG(int, backward_passes) = 1;
+  // ZeRO-2 (ZeroStage2Optimizer): every bucket is reduce-scattered (averaged) instead of
+  // all-reduced, and this rank keeps only its 1/world of it (gradient_shard()). A bucket's buffer
+  // exists from the first gradient of a reducing backward that fills it until its reduction
+  // completes, and the parameters' .grad are unset after that backward: the whole gradient is never
+  // held at once. Excludes a comm hook and find_unused_parameters.
+  TORCH_ARG(bool, shard_gradients) = false;
 };
 
 // Where the last reduction's time went, for timelines: each bucket from launch to completion,
@@ -104,13 +110,23 @@ class Reducer {
 
   // Whether the hooks will reduce in a coming backward (false once that reduction is done).
   bool armed() const;
+  // Takes back prepare_for_backward(): the coming backward accumulates locally (a no_sync()
+  // entered between a forward and its backward). Before that backward starts.
+  void disarm();
 
   // Backward passes that accumulated locally since the reducer was armed.
   int accumulated_passes() const;
 
   const std::vector<std::vector<size_t>>& bucket_indices() const { return bucket_indices_; }
-  // Bucket `b`'s flat gradient buffer (what the comm hook is handed for it).
+  // Bucket `b`'s flat gradient buffer (what the comm hook is handed for it; with
+  // shard_gradients, undefined outside a reduction).
   const at::Tensor& bucket_buffer(size_t b) const { return buckets_[b].buffer; }
+  // shard_gradients: this rank's part of bucket `b` after a reducing backward, the averaged
+  // gradient of its elements [rank x n, (rank + 1) x n), n = this tensor's size, of the bucket's
+  // parameters laid end to end (each in its memory order) and padded with zeros to world x n.
+  const at::Tensor& gradient_shard(size_t b) const { return buckets_[b].shard; }
+  // The parameters, in the order given (bucket_indices() numbers them).
+  const std::vector<NamedParameter>& parameters() const { return params_; }
 
   // Time the last reduction spent waiting for communication after backward had finished
   // computing (the part not hidden behind backward), and when that reduction ended.
@@ -123,7 +139,9 @@ class Reducer {
 
  private:
   struct Bucket {
-    at::Tensor buffer;                 // flat, contiguous
+    at::Tensor buffer;                 // flat, contiguous (shard_gradients: only while in use)
+    at::Tensor shard;                  // shard_gradients: this rank's part of the reduced buffer
+    int64_t numel = 0;                 // the buffer's, padded to a multiple of the world size when sharded
     std::vector<size_t> params;        // indices into params_
     size_t pending = 0;                // parameters not yet ready in this backward
     PendingReduction reduction;
@@ -131,6 +149,7 @@ class Reducer {
   };
   struct Slot {
     size_t bucket;
+    int64_t offset = 0;                // in the bucket
     at::Tensor grad;                   // alias of the bucket slice, shaped like the parameter
     bool ready = false;
     bool used = false;                 // got a gradient from this backward (not only made ready)
@@ -141,6 +160,8 @@ class Reducer {
   void mark_ready(size_t index);
   bool accumulating_locally();
   void adopt_gradient(size_t index);
+  void allocate_bucket(size_t b);
+  void release_completed_buckets();
   void rebind_gradients();
   void launch_ready_buckets();
   void finish_backward();

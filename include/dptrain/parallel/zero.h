@@ -79,15 +79,9 @@ class ZeroRedundancyOptimizer : public torch::optim::Optimizer {
   // Every rank's updated parameters to every other rank.
   void gather_shards();
 
-  // 4 MiB of float32 per rank and piece: large enough that a collective's fixed cost is small
-  // beside its bytes.
-  static constexpr int64_t kGatherPiece = int64_t{1} << 20;
-
   std::shared_ptr<dist::Communicator> comm_;
   std::vector<std::vector<int>> owners_;
   std::vector<int64_t> shard_numel_;             // by rank
-  at::TensorOptions buffer_options_;             // the parameters' dtype and device
-  int64_t gather_width_ = 0;                     // the largest shard's elements
   std::shared_ptr<torch::optim::Optimizer> local_;
 };
 

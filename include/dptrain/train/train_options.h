@@ -143,7 +143,8 @@ struct ParallelOptions {
   // `dist`'s).
   TORCH_ARG(ps::PsOptions, ps) = {};
   // Mode Ddp: ZeRO stage 1 (ZeroRedundancyOptimizer) shards the optimizer state over the ranks,
-  // each stepping its shard; 0 keeps a whole optimizer on every rank. Checkpoints stay whole.
+  // each stepping its shard; stage 2 (ZeroStage2Optimizer) also the reduced gradients, each bucket
+  // reduce-scattered; 0 keeps a whole optimizer on every rank. Checkpoints stay whole.
   TORCH_ARG(int, zero_stage) = 0;
 };
 

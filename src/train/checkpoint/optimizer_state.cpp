@@ -240,8 +240,10 @@ void load_into(torch::optim::Optimizer& optimizer, const Dict& saved) {
 }  // namespace
 
 Dict optimizer_state_dict(const torch::optim::Optimizer& optimizer) {
-  DPT_CHECK(!dynamic_cast<const ZeroRedundancyOptimizer*>(&optimizer), Error,
-            "optimizer_state_dict: a ZeroRedundancyOptimizer's state is spread over its ranks; "
+  DPT_CHECK(!dynamic_cast<const ZeroRedundancyOptimizer*>(&optimizer) &&
+                !dynamic_cast<const ZeroStage2Optimizer*>(&optimizer),
+            Error,
+            "optimizer_state_dict: a ZeRO optimizer's state is spread over its ranks; "
             "consolidated_optimizer_state_dict gathers it (collective)");
   if (dynamic_cast<const torch::optim::SGD*>(&optimizer)) {
     return state_dict_of<SgdFormat>(optimizer);
@@ -258,6 +260,9 @@ Dict optimizer_state_dict(const torch::optim::Optimizer& optimizer) {
 
 void load_optimizer_state_dict(torch::optim::Optimizer& optimizer, const Dict& saved) {
   if (auto* zero = dynamic_cast<ZeroRedundancyOptimizer*>(&optimizer)) {
+    return load_sharded_optimizer_state_dict(*zero, saved);
+  }
+  if (auto* zero = dynamic_cast<ZeroStage2Optimizer*>(&optimizer)) {
     return load_sharded_optimizer_state_dict(*zero, saved);
   }
   if (dynamic_cast<torch::optim::SGD*>(&optimizer)) {

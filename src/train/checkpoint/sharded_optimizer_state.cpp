@@ -1,6 +1,7 @@
 #include "dptrain/train/checkpoint/sharded_optimizer_state.h"
 
 #include <algorithm>
+#include <map>
 #include <utility>
 #include <vector>
 
@@ -61,52 +62,33 @@ std::vector<char> receive_bytes(dist::Communicator& comm, int from) {
   return std::vector<char>(data, data + payload.numel());
 }
 
-}  // namespace
-
-Dict consolidated_optimizer_state_dict(const ZeroRedundancyOptimizer& zero, int to) {
-  dist::Communicator& comm = zero.communicator();
-  const Dict local = optimizer_state_dict(zero.local_optimizer());
-  if (comm.rank() != to) {
-    send_bytes(comm, compat::pickle_save(local.at("state")), to);
-    return compat::string_dict();
-  }
-  // Each rank's entries under the whole optimizer's numbers, in that order (as Python's are).
-  std::vector<std::pair<int64_t, c10::IValue>> entries;
-  for (int rank = 0; rank < comm.size(); ++rank) {
-    const Dict shard =
-        rank == to ? local.at("state").toGenericDict() : compat::pickle_load(receive_bytes(comm, rank)).toGenericDict();
-    const std::vector<int64_t> indices = owned_indices(zero, rank);
-    for (const auto& item : shard) {
-      entries.emplace_back(indices.at(static_cast<size_t>(item.key().toInt())), item.value());
-    }
-  }
-  std::sort(entries.begin(), entries.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
-  Dict state(c10::IntType::get(), c10::AnyType::get());
-  for (auto& [index, value] : entries) state.insert(index, std::move(value));
-  // The groups' hyper-parameters are the same on every rank; their parameters are all of them.
+// The whole optimizer's dict from one rank's `local` one: `state` under the whole optimizer's
+// numbers, and the groups' hyper-parameters (the same on every rank) over all their parameters.
+Dict whole_dict(const Dict& local, const Dict& state, const std::vector<torch::optim::OptimizerParamGroup>& groups) {
   const auto local_groups = local.at("param_groups").toList();
-  c10::List<c10::IValue> groups(c10::AnyType::get());
+  c10::List<c10::IValue> whole_groups(c10::AnyType::get());
   int64_t index = 0;
   for (size_t g = 0; g < local_groups.size(); ++g) {
     Dict group = local_groups.get(g).toGenericDict().copy();
     c10::List<int64_t> params;
-    for (size_t i = 0; i < zero.param_groups()[g].params().size(); ++i) params.push_back(index++);
+    for (size_t i = 0; i < groups[g].params().size(); ++i) params.push_back(index++);
     group.insert_or_assign("params", params);
-    groups.push_back(group);
+    whole_groups.push_back(group);
   }
   Dict whole = local.copy();
   whole.insert_or_assign("state", state);
-  whole.insert_or_assign("param_groups", groups);
+  whole.insert_or_assign("param_groups", whole_groups);
   return whole;
 }
 
-void load_sharded_optimizer_state_dict(ZeroRedundancyOptimizer& zero, const Dict& whole) {
+// Loads `local_state` (under the local optimizer's numbers) and the saved groups' hyper-parameters
+// into a sharded optimizer's local one, then gives its own groups those options (the next step
+// hands them to the local optimizer). A saved group count that differs is left for
+// load_optimizer_state_dict to report.
+void load_local(torch::optim::Optimizer& sharded, torch::optim::Optimizer& local, const Dict& whole,
+                const Dict& local_state) {
   const auto groups = entry_list(whole, "param_groups");
-  const Dict state = entry_dict(whole, "state");
-  const auto& own_groups = zero.param_groups();
-  const std::vector<int64_t> indices = owned_indices(zero, zero.communicator().rank());
-  // The shard's dict: the same groups holding the owned parameters, under the local numbers. (A
-  // group count that differs is left for load_optimizer_state_dict to report.)
+  const auto& own_groups = sharded.param_groups();
   c10::List<c10::IValue> local_groups(c10::AnyType::get());
   int64_t local_index = 0;
   for (size_t g = 0; g < groups.size(); ++g) {
@@ -117,26 +99,148 @@ void load_sharded_optimizer_state_dict(ZeroRedundancyOptimizer& zero, const Dict
                 " has ", saved, " parameters, the model ", own_groups[g].params().size(),
                 "; the checkpoint is for a different model or other weight-decay flags");
       c10::List<int64_t> params;
-      for (size_t n = zero.local_optimizer().param_groups()[g].params().size(); n > 0; --n) {
-        params.push_back(local_index++);
-      }
+      for (size_t n = local.param_groups()[g].params().size(); n > 0; --n) params.push_back(local_index++);
       group.insert_or_assign("params", params);
     }
     local_groups.push_back(group);
   }
+  Dict local_dict = compat::string_dict();
+  local_dict.insert("state", local_state);
+  local_dict.insert("param_groups", local_groups);
+  load_optimizer_state_dict(local, local_dict);
+  for (size_t g = 0; g < own_groups.size(); ++g) {
+    sharded.param_groups()[g].set_options(local.param_groups()[g].options().clone());
+  }
+}
+
+// Every rank's message, in rank order: `to`'s own, the others' received (one each).
+std::vector<Dict> gather_messages(dist::Communicator& comm, const Dict& own, int to) {
+  std::vector<Dict> messages;
+  for (int rank = 0; rank < comm.size(); ++rank) {
+    messages.push_back(rank == to ? own : compat::pickle_load(receive_bytes(comm, rank)).toGenericDict());
+  }
+  return messages;
+}
+
+// ZeRO-2: elements [offset, offset + length) in memory order of a tensor laid out as `param`.
+at::Tensor memory_slice(const at::Tensor& laid_out, int64_t offset, int64_t length) {
+  return laid_out.as_strided({laid_out.numel()}, {1}, laid_out.storage_offset()).narrow(0, offset, length);
+}
+
+std::vector<at::Tensor> parameters_in_order(const torch::optim::Optimizer& optimizer) {
+  std::vector<at::Tensor> params;
+  for (const auto& group : optimizer.param_groups()) params.insert(params.end(), group.params().begin(), group.params().end());
+  return params;
+}
+
+}  // namespace
+
+Dict consolidated_optimizer_state_dict(const ZeroRedundancyOptimizer& zero, int to) {
+  dist::Communicator& comm = zero.communicator();
+  const Dict local = optimizer_state_dict(zero.local_optimizer());
+  Dict message = compat::string_dict();
+  message.insert("state", local.at("state"));
+  if (comm.rank() != to) {
+    send_bytes(comm, compat::pickle_save(message), to);
+    return compat::string_dict();
+  }
+  // Each rank's entries under the whole optimizer's numbers, in that order (as Python's are).
+  std::vector<std::pair<int64_t, c10::IValue>> entries;
+  const std::vector<Dict> messages = gather_messages(comm, message, to);
+  for (int rank = 0; rank < comm.size(); ++rank) {
+    const std::vector<int64_t> indices = owned_indices(zero, rank);
+    for (const auto& item : messages[rank].at("state").toGenericDict()) {
+      entries.emplace_back(indices.at(static_cast<size_t>(item.key().toInt())), item.value());
+    }
+  }
+  std::sort(entries.begin(), entries.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  Dict state(c10::IntType::get(), c10::AnyType::get());
+  for (auto& [index, value] : entries) state.insert(index, std::move(value));
+  return whole_dict(local, state, zero.param_groups());
+}
+
+// Each rank sends its parts' state and what they are parts of; `to` lays every part's tensors into
+// a tensor shaped and strided as its parameter (the other entries, step counts, are the same in
+// every part of a parameter).
+Dict consolidated_optimizer_state_dict(const ZeroStage2Optimizer& zero, int to) {
+  dist::Communicator& comm = zero.communicator();
+  const Dict local = optimizer_state_dict(zero.local_optimizer());
+  at::Tensor segments = at::empty({static_cast<int64_t>(zero.local_segments().size()), 3}, at::kLong);
+  for (size_t k = 0; k < zero.local_segments().size(); ++k) {
+    const auto& segment = zero.local_segments()[k];
+    segments[static_cast<int64_t>(k)] = at::tensor({segment.index, segment.offset, segment.length}, at::kLong);
+  }
+  Dict message = compat::string_dict();
+  message.insert("state", local.at("state"));
+  message.insert("segments", segments);
+  if (comm.rank() != to) {
+    send_bytes(comm, compat::pickle_save(message), to);
+    return compat::string_dict();
+  }
+  const std::vector<at::Tensor> params = parameters_in_order(zero);
+  std::map<int64_t, Dict> whole_entries;  // by the whole optimizer's number, in order
+  for (const Dict& shard : gather_messages(comm, message, to)) {
+    const at::Tensor table = shard.at("segments").toTensor();
+    for (const auto& item : shard.at("state").toGenericDict()) {
+      const auto row = table[item.key().toInt()];
+      const int64_t index = row[0].item<int64_t>(), offset = row[1].item<int64_t>(), length = row[2].item<int64_t>();
+      auto [found, fresh] = whole_entries.try_emplace(index, compat::string_dict());
+      Dict& entry = found->second;
+      for (const auto& field : item.value().toGenericDict()) {
+        const c10::IValue& value = field.value();
+        if (!value.isTensor() || value.toTensor().dim() == 0) {
+          if (fresh) entry.insert_or_assign(field.key(), value);
+          continue;
+        }
+        if (entry.find(field.key()) == entry.end()) {
+          entry.insert(field.key(), at::zeros_like(params.at(static_cast<size_t>(index)), value.toTensor().options()));
+        }
+        memory_slice(entry.at(field.key()).toTensor(), offset, length).copy_(value.toTensor());
+      }
+    }
+  }
+  Dict state(c10::IntType::get(), c10::AnyType::get());
+  for (auto& [index, entry] : whole_entries) state.insert(index, entry);
+  return whole_dict(local, state, zero.param_groups());
+}
+
+void load_sharded_optimizer_state_dict(ZeroRedundancyOptimizer& zero, const Dict& whole) {
+  const Dict state = entry_dict(whole, "state");
+  const std::vector<int64_t> indices = owned_indices(zero, zero.communicator().rank());
   Dict local_state(c10::IntType::get(), c10::AnyType::get());
   for (size_t k = 0; k < indices.size(); ++k) {
     const auto found = state.find(indices[k]);
     if (found != state.end()) local_state.insert(static_cast<int64_t>(k), found->value());
   }
-  Dict local = compat::string_dict();
-  local.insert("state", local_state);
-  local.insert("param_groups", local_groups);
-  load_optimizer_state_dict(zero.local_optimizer(), local);
-  // The next step hands this optimizer's group options to the local one: they must be the loaded.
-  for (size_t g = 0; g < own_groups.size(); ++g) {
-    zero.param_groups()[g].set_options(zero.local_optimizer().param_groups()[g].options().clone());
+  load_local(zero, zero.local_optimizer(), whole, local_state);
+}
+
+// Each part takes its elements of its parameter's saved tensors, laid out as the parameter first.
+void load_sharded_optimizer_state_dict(ZeroStage2Optimizer& zero, const Dict& whole) {
+  const Dict state = entry_dict(whole, "state");
+  const std::vector<at::Tensor> params = parameters_in_order(zero);
+  Dict local_state(c10::IntType::get(), c10::AnyType::get());
+  for (size_t k = 0; k < zero.local_segments().size(); ++k) {
+    const auto& segment = zero.local_segments()[k];
+    const auto found = state.find(segment.index);
+    if (found == state.end()) continue;
+    const at::Tensor& param = params.at(static_cast<size_t>(segment.index));
+    Dict part = compat::string_dict();
+    for (const auto& field : found->value().toGenericDict()) {
+      const c10::IValue& value = field.value();
+      if (!value.isTensor() || value.toTensor().dim() == 0) {
+        part.insert(field.key(), value);
+        continue;
+      }
+      const at::Tensor& saved = value.toTensor();
+      DPT_CHECK(saved.sizes() == param.sizes(), CheckpointError, "optimizer state: '", field.key().toStringRef(),
+                "' has shape ", saved.sizes(), ", its parameter ", param.sizes());
+      const at::Tensor laid_out = at::empty_like(param, saved.options()).copy_(saved);
+      part.insert(field.key(), memory_slice(laid_out, segment.offset, segment.length).clone());
+    }
+    local_state.insert(static_cast<int64_t>(k), part);
   }
+  load_local(zero, zero.local_optimizer(), whole, local_state);
 }
 
 }  // namespace dpt::train

@@ -99,6 +99,38 @@ TEST(DistributedDataParallel, NoSyncAccumulatesThenReducesTheSum) {
   });
 }
 
+// A forward, then no_sync(), then its backward (the trainer's order for the micro-batches it
+// accumulates): that backward stays local, each rank's gradient its own batch's, bitwise a plain
+// model's, and unequal between the ranks; reducing it anyway would lose the micro-batch under
+// ZeRO-2, whose reduction keeps no local sum.
+TEST(DistributedDataParallel, NoSyncEnteredAfterTheForwardKeepsItsBackwardLocal) {
+  const Batches data = make_batches(1, 8);
+  std::vector<at::Tensor> first_grads(2);
+  dpt::testing::run_ranks(2, [&](Communicator& comm) {
+    auto model = make_mlp();
+    fill(*model, 100);
+    auto alone = make_mlp();
+    fill(*alone, 100);
+    DistributedDataParallel ddp(model, borrow(comm));
+    auto x = data.x[0].narrow(0, comm.rank() * 4, 4);
+    auto y = data.y[0].narrow(0, comm.rank() * 4, 4);
+    auto loss = F::cross_entropy(ddp->forward(x), y);
+    {
+      auto guard = ddp.no_sync();
+      loss.backward();
+    }
+    F::cross_entropy(alone->forward(x), y).backward();
+    auto grads = [](torch::nn::Module& m) {
+      std::vector<at::Tensor> out;
+      for (const auto& p : m.parameters()) out.push_back(p.grad());
+      return out;
+    };
+    EXPECT_EQ(max_difference(grads(*model), grads(*alone)), 0.0) << "rank " << comm.rank();
+    first_grads[comm.rank()] = model->parameters().front().grad().clone();
+  });
+  EXPECT_FALSE(first_grads[0].equal(first_grads[1])) << "the gradients were averaged";
+}
+
 // A trunk and two heads; each step uses one head, so the other gets no gradient.
 struct TwoHeadsImpl : torch::nn::Module {
   TwoHeadsImpl()

@@ -1,4 +1,5 @@
 #include "dptrain/parallel/zero.h"
+#include "dptrain/parallel/zero_stage2.h"
 
 #include <gtest/gtest.h>
 
@@ -58,43 +59,61 @@ std::vector<OptimizerParamGroup> weights_and_biases(const torch::nn::Module& mod
 
 struct Trained {
   std::vector<at::Tensor> weights;
-  int64_t local_numel = 0;    // ZeRO only: elements of the parameters this rank owns
-  size_t local_states = 0;    // parameters the (local) optimizer keeps state for
+  int64_t local_numel = 0;    // ZeRO only: elements of the parameters this rank steps
+  size_t local_states = 0;    // parameters (ZeRO-2: parts) the local optimizer keeps state for
 };
 
+enum class Stage { Plain, Zero1, Zero2 };
+
 // Each rank its slice of every batch through DistributedDataParallel, stepping with the recipe's
-// optimizer over every parameter, or with ZeRO over it.
-Trained train(Communicator& comm, const Batches& data, const Recipe& recipe, bool zero) {
+// optimizer over every parameter, or with ZeRO-1 or ZeRO-2 over it. Small buckets (closed past
+// 60 floats: the MLP's 275 weights in a few), so that ZeRO-2's parts cut through parameters.
+Trained train(Communicator& comm, const Batches& data, const Recipe& recipe, Stage stage) {
   auto model = dpt::testing::make_mlp();
   dpt::testing::fill(*model, 100);
-  DistributedDataParallel ddp(model, borrow(comm));
-  std::unique_ptr<ZeroRedundancyOptimizer> sharded;
-  std::shared_ptr<torch::optim::Optimizer> plain;
-  if (zero) {
-    sharded = std::make_unique<ZeroRedundancyOptimizer>(borrow(comm), weights_and_biases(*model, recipe), recipe.make);
-  } else {
-    plain = recipe.make(weights_and_biases(*model, recipe));
+  const double cap_mb = 240.0 / (1 << 20);
+  DistributedDataParallel ddp(model, borrow(comm),
+                              dpt::DDPOptions().reducer(dpt::ReducerOptions()
+                                                            .bucket_cap_mb(cap_mb)
+                                                            .first_bucket_cap_mb(cap_mb)
+                                                            .last_bucket_cap_mb(cap_mb)
+                                                            .shard_gradients(stage == Stage::Zero2)));
+  std::shared_ptr<torch::optim::Optimizer> optimizer;
+  std::shared_ptr<ZeroRedundancyOptimizer> zero1;
+  std::shared_ptr<dpt::ZeroStage2Optimizer> zero2;
+  switch (stage) {
+    case Stage::Plain: optimizer = recipe.make(weights_and_biases(*model, recipe)); break;
+    case Stage::Zero1:
+      optimizer = zero1 =
+          std::make_shared<ZeroRedundancyOptimizer>(borrow(comm), weights_and_biases(*model, recipe), recipe.make);
+      break;
+    case Stage::Zero2:
+      optimizer = zero2 = std::make_shared<dpt::ZeroStage2Optimizer>(borrow(comm), ddp.reducer(),
+                                                                     weights_and_biases(*model, recipe), recipe.make);
+      break;
   }
   const int64_t per_rank = data.x.size(1) / comm.size();
   for (int64_t s = 0; s < data.x.size(0); ++s) {
-    if (zero) {
-      sharded->zero_grad();
-    } else {
-      plain->zero_grad();
-    }
+    optimizer->zero_grad();
     auto x = data.x[s].narrow(0, comm.rank() * per_rank, per_rank);
     auto y = data.y[s].narrow(0, comm.rank() * per_rank, per_rank);
     torch::nn::functional::cross_entropy(ddp->forward(x), y).backward();
-    if (zero) {
-      sharded->step();
-    } else {
-      plain->step();
+    if (zero2) {
+      for (const auto& p : model->parameters()) EXPECT_FALSE(p.grad().defined()) << "ZeRO-2 left a whole gradient";
     }
+    optimizer->step();
   }
   Trained trained;
   for (const auto& p : model->parameters()) trained.weights.push_back(p.detach().clone());
-  trained.local_states = (zero ? sharded->local_optimizer() : *plain).state().size();
-  if (zero) trained.local_numel = sharded->local_numel();
+  if (zero1) {
+    trained.local_states = zero1->local_optimizer().state().size();
+    trained.local_numel = zero1->local_numel();
+  } else if (zero2) {
+    trained.local_states = zero2->local_optimizer().state().size();
+    trained.local_numel = zero2->local_numel();
+  } else {
+    trained.local_states = optimizer->state().size();
+  }
   return trained;
 }
 
@@ -129,8 +148,8 @@ TEST(ZeroRedundancyOptimizer, EqualsDdpBitForBitWhileEachRankKeepsItsShardsState
       std::vector<size_t> states(world, 0);
       int64_t total = 0;
       dpt::testing::run_ranks(world, [&](Communicator& comm) {
-        const Trained plain = train(comm, data, recipe, /*zero=*/false);
-        const Trained sharded = train(comm, data, recipe, /*zero=*/true);
+        const Trained plain = train(comm, data, recipe, Stage::Plain);
+        const Trained sharded = train(comm, data, recipe, Stage::Zero1);
         EXPECT_EQ(dpt::testing::max_difference(sharded.weights, plain.weights), 0.0) << "rank " << comm.rank();
         owned[comm.rank()] = sharded.local_numel;
         states[comm.rank()] = sharded.local_states;
@@ -151,4 +170,52 @@ TEST(ZeroRedundancyOptimizer, EqualsDdpBitForBitWhileEachRankKeepsItsShardsState
       EXPECT_EQ(state_sum, 6u) << "the model's 6 parameters' state, each on one rank";
     }
   }
+}
+
+// ZeRO-2: the reducer reduce-scatters each bucket, every rank steps its part of each bucket (parts
+// cut through parameters), and the parts are gathered back: the same elementwise arithmetic on the
+// same averaged gradients, so the weights equal plain DDP's bit for bit, while a rank keeps state
+// for about 1/world of the elements and never a whole gradient.
+TEST(ZeroStage2Optimizer, EqualsDdpBitForBitWhileEachRankKeepsItsPartsOnly) {
+  for (int world : {2, 3}) {
+    for (const Recipe& recipe : recipes()) {
+      SCOPED_TRACE(recipe.name + " on " + std::to_string(world) + " ranks");
+      const Batches data = dpt::testing::make_batches(/*steps=*/12, /*batch=*/12);
+      std::vector<int64_t> stepped(world, 0);
+      std::vector<size_t> parts(world, 0);
+      int64_t total = 0;
+      dpt::testing::run_ranks(world, [&](Communicator& comm) {
+        const Trained plain = train(comm, data, recipe, Stage::Plain);
+        const Trained sharded = train(comm, data, recipe, Stage::Zero2);
+        EXPECT_EQ(dpt::testing::max_difference(sharded.weights, plain.weights), 0.0) << "rank " << comm.rank();
+        stepped[comm.rank()] = sharded.local_numel;
+        parts[comm.rank()] = sharded.local_states;
+        if (comm.rank() == 0) total = numel(plain.weights);
+      });
+      int64_t sum = 0;
+      for (int r = 0; r < world; ++r) {
+        // Each bucket is split evenly (its padding to a multiple of the world in the last part).
+        EXPECT_NEAR(static_cast<double>(stepped[r]), static_cast<double>(total) / world, 12.0) << "rank " << r;
+        EXPECT_GT(parts[r], 0u);
+        sum += stepped[r];
+      }
+      EXPECT_EQ(sum, total) << "every element in exactly one part";
+    }
+  }
+}
+
+TEST(ZeroStage2Optimizer, NeedsAReducerThatShardsGradients) {
+  dpt::testing::run_ranks(2, [&](Communicator& comm) {
+    auto model = dpt::testing::make_mlp();
+    DistributedDataParallel ddp(model, borrow(comm));
+    const Recipe recipe = recipes().front();
+    try {
+      dpt::ZeroStage2Optimizer optimizer(borrow(comm), ddp.reducer(), weights_and_biases(*model, recipe), recipe.make);
+      ADD_FAILURE() << "built over a reducer that all-reduces";
+    } catch (const dpt::ConfigError& e) {
+      EXPECT_NE(std::string(e.what()).find("needs a reducer built with ReducerOptions::shard_gradients"),
+                std::string::npos)
+          << e.what();
+    }
+  });
 }

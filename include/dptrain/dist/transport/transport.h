@@ -40,11 +40,11 @@ class Transport {
   // step, the shape) before it reduces anything.
   virtual compat::WorkPtr all_reduce(at::Tensor tensor, ReduceOp op, const CollectiveRecord& record) = 0;
 
-  // Whether an all_gather of tensors like `like` runs faster as this transport's all_reduce (Sum)
-  // of a buffer that holds each rank's tensor in its own slot: through shared memory each rank
-  // copies its bytes in and the result out once; over a network the sum would carry world times
-  // the bytes of a gather.
-  virtual bool gathers_by_summing(const at::Tensor& /*like*/) const { return false; }
+  // Whether all_reduce of tensors like `like` runs through memory the ranks share. Then the
+  // communicator gathers and scatters them by summing too (a gather: a sum of slots, each rank's
+  // own filled; a reduce_scatter: the whole sum, then a slice), which there costs about a copy in
+  // and out per rank; over a network those sums would carry world times the bytes.
+  virtual bool reduces_in_shared_memory(const at::Tensor& /*like*/) const { return false; }
 
   // An operation that runs out of time fails within this long after its timeout, with an error
   // that names the peer it waited for; whoever waits on it gives it that much more.

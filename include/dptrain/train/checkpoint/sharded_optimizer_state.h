@@ -13,6 +13,7 @@
 #include <ATen/core/Dict.h>
 
 #include "dptrain/parallel/zero.h"
+#include "dptrain/parallel/zero_stage2.h"
 
 namespace dpt::train {
 
@@ -20,9 +21,13 @@ namespace dpt::train {
 // message from each rank, point to point, so no other rank ever holds more than its own), which
 // returns the whole dict; the other ranks return an empty one. Group hyper-parameters are `to`'s.
 c10::impl::GenericDict consolidated_optimizer_state_dict(const ZeroRedundancyOptimizer& zero, int to);
+// The same for ZeRO-2, whose ranks hold parts of parameters: rank `to` lays each part's state into
+// its parameter's (shaped and strided as the parameter).
+c10::impl::GenericDict consolidated_optimizer_state_dict(const ZeroStage2Optimizer& zero, int to);
 
 // Local: this rank's optimizer takes the state of the parameters it owns from a whole optimizer's
 // dict, and every group its hyper-parameters. CheckpointError as load_optimizer_state_dict.
 void load_sharded_optimizer_state_dict(ZeroRedundancyOptimizer& zero, const c10::impl::GenericDict& whole);
+void load_sharded_optimizer_state_dict(ZeroStage2Optimizer& zero, const c10::impl::GenericDict& whole);
 
 }  // namespace dpt::train

@@ -18,8 +18,8 @@ class Transport : public transport::Transport {
 
   std::string describe() const override;
   compat::WorkPtr all_reduce(at::Tensor tensor, ReduceOp op, const CollectiveRecord& record) override;
-  // What the shared memory sums (float32 and float64 on the CPU) it gathers by summing too.
-  bool gathers_by_summing(const at::Tensor& like) const override { return local_->accepts(like, ReduceOp::Sum); }
+  // What the shared memory reduces: float32 and float64 on the CPU.
+  bool reduces_in_shared_memory(const at::Tensor& like) const override { return local_->accepts(like, ReduceOp::Sum); }
   std::chrono::milliseconds failure_report_delay() const override { return Allreduce::kFailureReportDelay; }
 
  private:
