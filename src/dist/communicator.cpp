@@ -237,13 +237,17 @@ void Communicator::recv(at::Tensor& tensor, int peer, int tag) { recv_async(tens
 
 std::vector<at::Tensor> Communicator::all_gather(const at::Tensor& tensor) {
   if (transport_->reduces_in_shared_memory(tensor)) {
-    // The other ranks' slots hold -0.0, and x + -0.0 is x for every float x (+0.0, -0.0 and NaN
-    // included; the sum runs without flushing denormals), so the sum is the gather, bit for bit.
     const int64_t n = tensor.numel();
-    at::Tensor slots = at::full({size() * n}, -0.0, tensor.options().memory_format(at::MemoryFormat::Contiguous));
-    slots.narrow(0, rank() * n, n).copy_(tensor.reshape({-1}));
-    const CollectiveLabel label("all_gather, summed");
-    all_reduce(slots, ReduceOp::Sum);
+    at::Tensor slots = at::empty({size() * n}, tensor.options().memory_format(at::MemoryFormat::Contiguous));
+    CollectiveRecord record;
+    const uint64_t id = recorder_.start("all_gather", tensor, -1, &record);
+    compat::WorkPtr work;
+    try {
+      work = transport_->all_gather(tensor.contiguous(), slots, record);
+    } catch (...) {
+      fail(id, "all_gather", std::current_exception(), timeout_);
+    }
+    Work(std::move(work), nullptr, this, id, "all_gather", timeout_ + transport_->failure_report_delay()).wait();
     std::vector<at::Tensor> parts;
     for (int r = 0; r < size(); ++r) parts.push_back(slots.narrow(0, r * n, n).view(tensor.sizes()));
     return parts;

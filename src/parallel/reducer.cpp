@@ -184,13 +184,24 @@ void Reducer::allocate_bucket(size_t b) {
 }
 
 // shard_gradients: a bucket whose reduce_scatter has completed gives its buffer back now rather
-// than at the end of backward, so that the buffers alive at once are those in flight.
+// than at the end of backward; and backward waits for the oldest reductions while more than
+// kShardedBucketsInFlight are under way, so that the gradient memory stays a few buckets however
+// far communication falls behind (it waits at the end of backward otherwise).
 void Reducer::release_completed_buckets() {
+  size_t in_flight = 0;
   for (size_t b = 0; b < next_launch_; ++b) {
     Bucket& bucket = buckets_[b];
-    if (bucket.buffer.defined() && bucket.reduction.completed_at() != std::chrono::steady_clock::time_point{}) {
+    if (!bucket.buffer.defined()) continue;
+    if (bucket.reduction.completed_at() != std::chrono::steady_clock::time_point{}) {
       bucket.reduction.wait();
+    } else {
+      ++in_flight;
     }
+  }
+  for (size_t b = 0; b < next_launch_ && in_flight > kShardedBucketsInFlight; ++b) {
+    if (!buckets_[b].buffer.defined()) continue;
+    buckets_[b].reduction.wait();
+    --in_flight;
   }
 }
 
@@ -299,16 +310,17 @@ void Reducer::launch_ready_buckets() {
     bucket.launched_at = std::chrono::steady_clock::now();
     const dist::CollectiveLabel label(str("bucket ", next_launch_));  // for the flight recorder
     if (options_.shard_gradients()) {
-      release_completed_buckets();
       const size_t b = next_launch_;
       bucket.reduction = PendingReduction(comm_->reduce_scatter_async(bucket.buffer, bucket.shard, dist::ReduceOp::Mean),
                                           [this, b] {
                                             buckets_[b].buffer = at::Tensor();
                                             for (size_t i : buckets_[b].params) slots_[i].grad = at::Tensor();
                                           });
-    } else {
-      bucket.reduction = hook_(*comm_, bucket.buffer);
+      ++next_launch_;
+      release_completed_buckets();
+      continue;
     }
+    bucket.reduction = hook_(*comm_, bucket.buffer);
     ++next_launch_;
   }
 }

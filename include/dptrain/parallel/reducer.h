@@ -162,6 +162,7 @@ class Reducer {
   void adopt_gradient(size_t index);
   void allocate_bucket(size_t b);
   void release_completed_buckets();
+  static constexpr size_t kShardedBucketsInFlight = 2;
   void rebind_gradients();
   void launch_ready_buckets();
   void finish_backward();

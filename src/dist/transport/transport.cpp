@@ -8,6 +8,11 @@
 
 namespace dpt::dist::transport {
 
+compat::WorkPtr Transport::all_gather(at::Tensor /*input*/, at::Tensor /*output*/, const CollectiveRecord& /*record*/) {
+  throw InternalError(str("the ", describe(), " transport gathers nothing: the communicator asks only a transport that "
+                          "reduces in shared memory"));
+}
+
 std::unique_ptr<Transport> make_transport(compat::BackendPtr backend, const WorldInfo& world,
                                           const TransportOptions& options) {
   DPT_ASSERT(backend, "a transport needs a backend");

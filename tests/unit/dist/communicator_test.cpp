@@ -104,8 +104,8 @@ TEST_P(CommunicatorTest, BroadcastGatherScatterReduceValue) {
     ASSERT_EQ(static_cast<int>(parts.size()), n);
     for (int i = 0; i < n; ++i) EXPECT_TRUE(parts[i].equal(torch::full({2, 2}, i, torch::kInt)));
 
-    // Floats gather bit for bit, through shared memory too (where the gather is a sum over slots of
-    // -0.0): signed zeros, a denormal, infinities and a NaN keep their bits.
+    // Floats gather bit for bit, through shared memory too (its own gather, by copies): signed
+    // zeros, a denormal, infinities and a NaN keep their bits.
     const float specials[] = {-0.0f, 0.0f, 1e-45f, -std::numeric_limits<float>::infinity(),
                               std::numeric_limits<float>::quiet_NaN(), 1.5f};
     auto mine = torch::tensor(std::vector<float>(std::begin(specials), std::end(specials))).roll(r);

@@ -91,6 +91,35 @@ TEST(SharedMemoryAllreduce, EveryOpOverManyChunksEqualsTheReference) {
   }
 }
 
+// all_gather over many chunks (4 KiB slots), queued between all-reduces that use the same slots
+// and counters: every rank's input lands in every rank's output, and the reductions around it
+// stay right.
+TEST(SharedMemoryAllreduce, AllGatherOverManyChunksBetweenReductions) {
+  for (int size : {2, 3}) {
+    run_group(size, SharedMemoryOptions().slot_bytes(4096), [=](int rank, SharedMemoryAllreduce* group) {
+      ASSERT_NE(group, nullptr);
+      for (int64_t numel : {int64_t{0}, int64_t{1}, int64_t{1023}, int64_t{1025}, int64_t{5000}}) {
+        at::Tensor before = input_of(rank, numel, at::kFloat), after = input_of(rank, numel, at::kFloat);
+        at::Tensor gathered = torch::empty({size * numel}, at::kFloat);
+        auto first = group->all_reduce(before, ReduceOp::Sum);
+        auto gather = group->all_gather(input_of(rank, numel, at::kDouble).to(at::kFloat), gathered);
+        auto last = group->all_reduce(after, ReduceOp::Max);
+        first->wait();
+        gather->wait();
+        last->wait();
+        at::Tensor sum = torch::zeros({numel}, at::kFloat);
+        for (int r = 0; r < size; ++r) {
+          sum += input_of(r, numel, at::kFloat);
+          EXPECT_TRUE(gathered.narrow(0, r * numel, numel).equal(input_of(r, numel, at::kFloat)))
+              << "rank " << r << "'s part, " << numel << " elements";
+        }
+        EXPECT_TRUE(before.equal(sum)) << numel;
+        EXPECT_TRUE(after.equal(input_of(size - 1, numel, at::kFloat))) << numel;
+      }
+    });
+  }
+}
+
 TEST(SharedMemoryAllreduce, SlotsShrinkWithLargeWorldsToKeepTheSegmentSmall) {
   EXPECT_EQ(dpt::dist::transport::shm::default_slot_bytes(2), size_t{4} << 20);
   EXPECT_EQ(dpt::dist::transport::shm::default_slot_bytes(4), size_t{4} << 20);

@@ -41,10 +41,14 @@ class Transport {
   virtual compat::WorkPtr all_reduce(at::Tensor tensor, ReduceOp op, const CollectiveRecord& record) = 0;
 
   // Whether all_reduce of tensors like `like` runs through memory the ranks share. Then the
-  // communicator gathers and scatters them by summing too (a gather: a sum of slots, each rank's
-  // own filled; a reduce_scatter: the whole sum, then a slice), which there costs about a copy in
-  // and out per rank; over a network those sums would carry world times the bytes.
+  // communicator gathers them through it too (all_gather below) and reduce-scatters them as a
+  // whole sum and a slice, which there costs about a copy in and out per rank; over a network that
+  // sum would carry world times the bytes of a true reduce_scatter.
   virtual bool reduces_in_shared_memory(const at::Tensor& /*like*/) const { return false; }
+
+  // Where reduces_in_shared_memory(input): every rank's `input` (contiguous) into `output` (world x
+  // its size, rank r's at r x size). Other transports leave gathers to the c10d backend.
+  virtual compat::WorkPtr all_gather(at::Tensor input, at::Tensor output, const CollectiveRecord& record);
 
   // An operation that runs out of time fails within this long after its timeout, with an error
   // that names the peer it waited for; whoever waits on it gives it that much more.

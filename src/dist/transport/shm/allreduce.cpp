@@ -36,6 +36,9 @@ constexpr int kSpins = 64;
 
 static_assert(std::atomic<uint32_t>::is_always_lock_free, "shared-memory counters must be lock-free");
 
+// ChunkLabel::op of an all_gather's chunks (the ReduceOp values are 0 and up).
+constexpr int32_t kGatherOp = -1;
+
 // One counter per cache line: each rank writes its own, every rank reads them all.
 struct alignas(64) Counter {
   std::atomic<uint32_t> value{0};
@@ -225,6 +228,7 @@ struct Allreduce::State {
     ReduceOp op = ReduceOp::Sum;
     int64_t step = -1;
     c10::intrusive_ptr<LocalWork> work;
+    at::Tensor gathered;  // all_gather: where every rank's `tensor` goes; undefined for all_reduce
   };
 
   State(std::unique_ptr<Segment> segment, const WorldInfo& world, const Options& options,
@@ -251,6 +255,7 @@ struct Allreduce::State {
 
   void serve();
   void run(const Operation& operation);
+  void run_gather(const Operation& operation);
   // Returns once every other rank's `counter` has reached `chunk`; throws on timeout, on a peer
   // that exited and on shutdown.
   void wait_for_peers(Counter RankControl::*counter, uint32_t chunk, const char* step, Clock::time_point deadline);
@@ -284,7 +289,7 @@ void Allreduce::State::serve() {
     }
     if (!broken) {
       try {
-        run(operation);
+        operation.gathered.defined() ? run_gather(operation) : run(operation);
       } catch (...) {
         broken = std::current_exception();
       }
@@ -349,6 +354,39 @@ void Allreduce::State::run(const Operation& operation) {
   }
 }
 
+void Allreduce::State::run_gather(const Operation& operation) {
+  const auto deadline = Clock::now() + options.timeout();
+  const at::Tensor& input = operation.tensor;
+  const size_t element = input.element_size();
+  const int64_t numel = input.numel();
+  const int64_t chunk_elements = static_cast<int64_t>(segment->slot_bytes / element);
+  const char* own = static_cast<const char*>(input.data_ptr());
+  char* gathered = static_cast<char*>(operation.gathered.data_ptr());
+  RankControl& mine = segment->control(rank);
+  for (int64_t offset = 0; offset < numel; offset += chunk_elements) {
+    const size_t bytes = static_cast<size_t>(std::min(chunk_elements, numel - offset)) * element;
+    const uint64_t chunk = ++chunks;
+    const uint32_t number = static_cast<uint32_t>(chunk);
+    const int slot = static_cast<int>(chunk & 1);
+    // 1. Copy this rank's part in, once every rank has finished the chunk that used this slot.
+    if (chunk > 2) wait_for_peers(&RankControl::finished, number - 2, "finish the chunk before last", deadline);
+    std::memcpy(segment->slot(rank, slot), own + offset * element, bytes);
+    mine.labels[slot] = ChunkLabel{static_cast<uint64_t>(numel), static_cast<uint64_t>(offset), operation.step,
+                                   static_cast<int32_t>(input.scalar_type()), kGatherOp};
+    publish(mine.arrived, number);
+    wait_for_peers(&RankControl::arrived, number, "start the same all_gather", deadline);
+    check_labels(slot);
+    // 2. Copy every rank's part out (this rank's from its input). `reduced` moves on too, so that
+    //    every counter keeps the chunk count whichever operations follow.
+    for (int r = 0; r < world_size; ++r) {
+      const char* from = r == rank ? own + offset * element : segment->slot(r, slot);
+      std::memcpy(gathered + (r * numel + offset) * element, from, bytes);
+    }
+    publish(mine.reduced, number);
+    publish(mine.finished, number);
+  }
+}
+
 void Allreduce::State::wait_for_peers(Counter RankControl::*counter, uint32_t chunk, const char* step,
                                                   Clock::time_point deadline) {
   for (int peer = 0; peer < world_size; ++peer) {
@@ -387,8 +425,9 @@ void Allreduce::State::check_labels(int slot) {
     const ChunkLabel& theirs = segment->control(peer).labels[slot];
     if (theirs == own) continue;
     const auto describe = [](int r, const ChunkLabel& label) {
-      return str("\n    rank ", r, ": all_reduce(", to_string(ReduceOp(label.op)), ") of ", label.numel, " ",
-                 at::ScalarType(label.dtype), label.step >= 0 ? str(" step ", label.step) : "");
+      const std::string what = label.op == kGatherOp ? "all_gather" : str("all_reduce(", to_string(ReduceOp(label.op)), ")");
+      return str("\n    rank ", r, ": ", what, " of ", label.numel, " ", at::ScalarType(label.dtype),
+                 label.step >= 0 ? str(" step ", label.step) : "");
     };
     throw DistError(str("rank ", rank, ": all_reduce over shared memory: the ranks disagree on what they reduce: ",
                         detail::kDisagreementAdvice, " Each rank's:",
@@ -424,7 +463,20 @@ compat::WorkPtr Allreduce::all_reduce(at::Tensor tensor, ReduceOp op, int64_t st
   auto work = c10::make_intrusive<LocalWork>();
   {
     std::lock_guard<std::mutex> lock(state_->mutex);
-    state_->queue.push_back(State::Operation{std::move(tensor), op, step, work});
+    state_->queue.push_back(State::Operation{std::move(tensor), op, step, work, at::Tensor()});
+  }
+  state_->queued.notify_one();
+  return work;
+}
+
+compat::WorkPtr Allreduce::all_gather(at::Tensor input, at::Tensor output, int64_t step) {
+  DPT_ASSERT(accepts(input, ReduceOp::Sum) && output.is_contiguous() && output.scalar_type() == input.scalar_type() &&
+                 output.numel() == input.numel() * state_->world_size,
+             "shared-memory all_gather given tensors it does not take");
+  auto work = c10::make_intrusive<LocalWork>();
+  {
+    std::lock_guard<std::mutex> lock(state_->mutex);
+    state_->queue.push_back(State::Operation{std::move(input), ReduceOp::Sum, step, work, std::move(output)});
   }
   state_->queued.notify_one();
   return work;

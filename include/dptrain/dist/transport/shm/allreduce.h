@@ -14,7 +14,8 @@
 // Chunks are at most `slot_bytes`; each rank has two slots, so one chunk's copy-out overlaps the
 // next one's copy-in. Ranks wait for each other on futexes in the segment, never by spinning (the
 // CPUs are busy with backward), with the communicator's timeout, and notice a peer that exited.
-// Operations run in order on one thread per rank, as Gloo's do.
+// Operations run in order on one thread per rank, as Gloo's do. all_gather runs through the same
+// slots without a reduction (each rank copies its part in, then the others' out).
 //
 //   std::string why_not;
 //   auto local = dpt::dist::transport::shm::Allreduce::attach(store, world, {}, &why_not);  // collective
@@ -66,6 +67,11 @@ class Allreduce {
   // must give the same `step` (the caller's position, -1 for none) with the same size, type and
   // op, or all of them fail naming each one's.
   compat::WorkPtr all_reduce(at::Tensor tensor, ReduceOp op, int64_t step = -1);
+
+  // Every rank's `input` into `output` (world x its size, rank r's at r x size), queued as above.
+  // A chunk takes two steps: each rank copies its part into its slot, then copies every other
+  // rank's out of theirs. Tensors as accepts() takes them for Sum.
+  compat::WorkPtr all_gather(at::Tensor input, at::Tensor output, int64_t step = -1);
 
   // An operation that runs out of time fails within this long after its timeout, with an error
   // that names the rank it waited for; whoever waits on it gives it that much more.

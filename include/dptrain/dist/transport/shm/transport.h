@@ -20,6 +20,9 @@ class Transport : public transport::Transport {
   compat::WorkPtr all_reduce(at::Tensor tensor, ReduceOp op, const CollectiveRecord& record) override;
   // What the shared memory reduces: float32 and float64 on the CPU.
   bool reduces_in_shared_memory(const at::Tensor& like) const override { return local_->accepts(like, ReduceOp::Sum); }
+  compat::WorkPtr all_gather(at::Tensor input, at::Tensor output, const CollectiveRecord& record) override {
+    return local_->all_gather(std::move(input), std::move(output), record.step);
+  }
   std::chrono::milliseconds failure_report_delay() const override { return Allreduce::kFailureReportDelay; }
 
  private:
