@@ -25,6 +25,9 @@ ADAMW = ["--opt", "adamw", "--lr", "0.002", "--wd", "0.05", "--norm-weight-decay
 SGD = ["--lr", "0.2", "--accum-steps", "2", "--sync-bn"]
 # The AdamW recipe without clipping: bitwise under --zero 2 too.
 ADAMW_UNCLIPPED = [flag for flag in ADAMW if flag not in ("--clip-grad-norm", "1")]
+# Mixed precision (bf16 autocast on the CPU) with channels_last weights, which the ZeRO gathers
+# move as flat memory.
+AMP = ADAMW_UNCLIPPED + ["--amp", "--channels-last"]
 
 # Python's torch.optim class takes the consolidated state and steps on from it.
 LOADS_IN_PYTHON = r"""
@@ -58,10 +61,10 @@ class ZeroTraining(unittest.TestCase):
 
     def test_equals_ddp_bitwise(self):
         """Weights and the whole optimizer state after 8 steps: stage 1 on 2 ranks with the AdamW
-        recipe, stages 1 and 2 on 2 and 3 ranks with SGD over accumulation and SyncBatchNorm, and
-        stage 2 on 2 ranks with AdamW unclipped."""
+        recipe, stages 1 and 2 on 2 and 3 ranks with SGD over accumulation and SyncBatchNorm, stage
+        2 on 2 ranks with AdamW unclipped, and both stages with bf16 autocast and channels_last."""
         for nproc, recipe, stages in ((2, ADAMW, ("1",)), (2, SGD, ("1", "2")), (3, SGD, ("1", "2")),
-                                      (2, ADAMW_UNCLIPPED, ("2",))):
+                                      (2, ADAMW_UNCLIPPED, ("2",)), (2, AMP, ("1", "2"))):
             with self.subTest(nproc=nproc, recipe=" ".join(recipe)), \
                     tempfile.TemporaryDirectory(prefix="dpt_zero_") as tmp:
                 plain = os.path.join(tmp, "plain")
