@@ -1,5 +1,7 @@
 #include "dptrain/dist/communicator.h"
 
+#include <signal.h>
+
 #include "dptrain/common/error.h"
 #include "agreement.h"
 #include "failure.h"
@@ -53,6 +55,19 @@ void Work::wait() {
   if (finish_) finish_();
 }
 
+namespace {
+
+// A peer that exits closes its sockets, and Gloo's next write to one raises SIGPIPE, whose default
+// action ended this process before Gloo could report which peer left (the unit test of a peer that
+// exits died so, now and then). Python ignores SIGPIPE from its start, so PyTorch never meets it; a
+// C++ program must. Only the default action is replaced: a handler the program set stays.
+void survive_closed_sockets() {
+  struct sigaction current {};
+  if (sigaction(SIGPIPE, nullptr, &current) == 0 && current.sa_handler == SIG_DFL) signal(SIGPIPE, SIG_IGN);
+}
+
+}  // namespace
+
 Communicator::Communicator(compat::BackendPtr backend, WorldInfo world, const CommunicatorOptions& options)
     : backend_(std::move(backend)),
       world_(std::move(world)),
@@ -63,6 +78,7 @@ Communicator::Communicator(compat::BackendPtr backend, WorldInfo world, const Co
       recorder_(options.flight_recorder_size()),
       failure_log_(options.failure_log()) {
   DPT_ASSERT(backend_, "a communicator needs a backend");
+  survive_closed_sockets();
   DPT_ASSERT(backend_->getRank() == world_.rank && backend_->getSize() == world_.world_size,
              "backend rank/size ", backend_->getRank(), "/", backend_->getSize(), " disagree with world ",
              world_.rank, "/", world_.world_size);

@@ -177,6 +177,7 @@ void WorkerGroup::start_all() {
       setpgid(0, 0);
       prctl(PR_SET_PDEATHSIG, SIGKILL);
       if (getppid() != launcher) _exit(127);  // the launcher died before prctl took effect
+      signal(SIGPIPE, SIG_DFL);  // a launcher that communicated ignores it; the worker starts as any program
       dup2(dev_null, STDIN_FILENO);
       dup2(out_pipe[1], STDOUT_FILENO);
       dup2(err_pipe[1], STDERR_FILENO);
