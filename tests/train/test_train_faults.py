@@ -148,10 +148,13 @@ class ExactRecovery(unittest.TestCase):
                                                     extra=["--dist-timeout", "5"])
         self.assertIsNotNone(stopped_at, out + err)
         self.assertEqual(code, 0, out + err)
-        # Through shared memory the waiting transport names the peer itself; through Gloo (the
-        # buffer broadcast) the survey of the ranks that timed out does.
-        self.assertRegex(err, r"rank 0: all_reduce over shared memory timed out: rank 1 did not start the same "
-                              r"all_reduce within 5 s\. .*\(in all_reduce\(\w+\)( of bucket \d)? \[collective #\d+, "
+        # Through shared memory the waiting transport names the peer itself, and the part of the
+        # chunk it stopped before (most often the start; the reduction when the SIGSTOP lands
+        # inside a collective); through Gloo (the buffer broadcast) the survey of the ranks that
+        # timed out does.
+        self.assertRegex(err, r"rank 0: all_reduce over shared memory timed out: rank 1 did not (start the same "
+                              r"all_reduce|reduce its part|finish the chunk before last) within 5 s\. .*\(in "
+                              r"all_reduce\(\w+\)( of bucket \d)? \[collective #\d+, "
                               r"step [67]\]\)|rank 0: \w+.* \[collective #\d+, step [67]\] failed: it did not complete "
                               r"within 5 s\. Rank 1 did not arrive")
         self.assertIn("its last collectives, oldest first (flight recorder)", err)
