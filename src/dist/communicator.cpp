@@ -287,8 +287,17 @@ at::Tensor Communicator::reduce_scatter(const at::Tensor& tensor, ReduceOp op) {
   std::vector<int64_t> shape = tensor.sizes().vec();
   shape[0] /= size();
   at::Tensor output = at::empty(shape, tensor.options().memory_format(at::MemoryFormat::Contiguous));
-  reduce_scatter_async(tensor.contiguous().clone(), output, op).wait();
+  // The caller's tensor stays as it was: a copy where the reduction runs in place.
+  at::Tensor input = tensor.contiguous();
+  if (!scatters_natively(input, op) && input.is_same(tensor)) input = input.clone();
+  reduce_scatter_async(input, output, op).wait();
   return output;
+}
+
+bool Communicator::scatters_natively(const at::Tensor& tensor, ReduceOp op) const {
+  return compat::backend_supports_reduce_scatter(*backend_) &&
+         (op != ReduceOp::Mean || compat::backend_supports_avg(*backend_)) &&
+         !transport_->reduces_in_shared_memory(tensor);
 }
 
 Work Communicator::reduce_scatter_async(at::Tensor tensor, at::Tensor output, ReduceOp op) {
@@ -298,10 +307,7 @@ Work Communicator::reduce_scatter_async(at::Tensor tensor, at::Tensor output, Re
             size(), " divides, and a contiguous output of its slice's size; got shapes ", tensor.sizes(), " and ",
             output.sizes());
   const int64_t rows = tensor.size(0) / size();
-  const bool native = compat::backend_supports_reduce_scatter(*backend_) &&
-                      (op != ReduceOp::Mean || compat::backend_supports_avg(*backend_)) &&
-                      !transport_->reduces_in_shared_memory(tensor);
-  if (!native) {
+  if (!scatters_natively(tensor, op)) {
     // Reduce everything in place, keep our slice: twice the traffic of a true reduce_scatter.
     const int64_t first = rank() * rows;
     return start_all_reduce(tensor, op, [tensor, output, first, rows]() mutable {

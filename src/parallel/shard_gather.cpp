@@ -1,6 +1,7 @@
 #include "shard_gather.h"
 
 #include <algorithm>
+#include <optional>
 
 #include <torch/csrc/autograd/grad_mode.h>
 
@@ -39,6 +40,20 @@ at::Tensor flat_slice(const at::Tensor& dense, int64_t from, int64_t length) {
   DPT_ASSERT(from >= 0 && length >= 0 && from + length <= dense.numel(), "elements [", from, ", ", from + length,
              ") are not all in a tensor of ", dense.numel());
   return at::empty({0}, dense.options()).set_(dense.storage(), dense.storage_offset() + from, {length}, {1});
+}
+
+void check_gatherable(const std::vector<torch::optim::OptimizerParamGroup>& groups, int rank, const char* kind) {
+  std::optional<at::TensorOptions> first;
+  for (const auto& group : groups) {
+    for (const auto& p : group.params()) {
+      if (!first) first = p.options();
+      DPT_CHECK(p.is_non_overlapping_and_dense(), ConfigError, "rank ", rank, ": ", kind, " gathers parameters as "
+                "flat memory; a parameter of shape ", p.sizes(), " and strides ", p.strides(), " is not dense");
+      DPT_CHECK(p.dtype() == first->dtype() && p.device() == first->device(), ConfigError, "rank ", rank, ": ", kind,
+                " gathers the shards in one buffer, so every parameter needs one dtype and device; found ",
+                first->dtype(), " on ", first->device(), " and ", p.dtype(), " on ", p.device());
+    }
+  }
 }
 
 void step_shard(const std::vector<torch::optim::OptimizerParamGroup>& groups, torch::optim::Optimizer& local) {

@@ -29,6 +29,10 @@ at::Tensor flat_slice(const at::Tensor& dense, int64_t from, int64_t length);
 // outweigh the optimizer state that sharding saves.
 void gather_shards(dist::Communicator& comm, const std::vector<std::vector<at::Tensor>>& parts);
 
+// ConfigError naming `kind` (the optimizer's class) unless every parameter is dense (gathered as
+// flat memory) and all share one dtype and device (gathered through one buffer).
+void check_gatherable(const std::vector<torch::optim::OptimizerParamGroup>& groups, int rank, const char* kind);
+
 // Steps `local`, the optimizer over this rank's shard whose groups mirror `groups`, with the
 // options of `groups` (the lr a schedule set there).
 void step_shard(const std::vector<torch::optim::OptimizerParamGroup>& groups, torch::optim::Optimizer& local);

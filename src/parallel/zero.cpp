@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <numeric>
-#include <optional>
 
 #include "dptrain/common/error.h"
 #include "shard_gather.h"
@@ -46,20 +45,11 @@ ZeroRedundancyOptimizer::Sharding::Sharding(std::shared_ptr<dist::Communicator> 
                                             std::vector<torch::optim::OptimizerParamGroup> groups_,
                                             const LocalOptimizerFactory& make_local)
     : comm(std::move(comm_)), groups(std::move(groups_)), shard_numel(comm->size(), 0) {
+  detail::check_gatherable(groups, comm->rank(), "ZeroRedundancyOptimizer");
   std::vector<std::vector<int64_t>> numels;
-  std::optional<at::TensorOptions> kind;
   for (const auto& group : groups) {
     numels.emplace_back();
-    for (const auto& p : group.params()) {
-      numels.back().push_back(p.numel());
-      if (!kind) kind = p.options();
-      DPT_CHECK(p.is_non_overlapping_and_dense(), ConfigError, "rank ", comm->rank(), ": ZeroRedundancyOptimizer "
-                "gathers parameters as flat memory; a parameter of shape ", p.sizes(), " and strides ", p.strides(),
-                " is not dense");
-      DPT_CHECK(p.dtype() == kind->dtype() && p.device() == kind->device(), ConfigError, "rank ", comm->rank(),
-                ": ZeroRedundancyOptimizer gathers the shards in one buffer, so every parameter needs one dtype "
-                "and device; found ", kind->dtype(), " on ", kind->device(), " and ", p.dtype(), " on ", p.device());
-    }
+    for (const auto& p : group.params()) numels.back().push_back(p.numel());
   }
   owners = assign_shards(numels, comm->size());
   std::vector<torch::optim::OptimizerParamGroup> shard;

@@ -32,6 +32,7 @@ ZeroStage2Optimizer::Parts::Parts(std::shared_ptr<dist::Communicator> comm_, con
                                   std::vector<torch::optim::OptimizerParamGroup> groups_,
                                   const LocalOptimizerFactory& make_local)
     : comm(std::move(comm_)), groups(std::move(groups_)), by_rank(comm->size()) {
+  detail::check_gatherable(groups, comm->rank(), "ZeroStage2Optimizer");
   struct Place {
     int64_t index;
     size_t group;

@@ -166,6 +166,8 @@ class Communicator {
  private:
   friend class Work;
 
+  // Whether reduce_scatter of `tensor` runs as the backend's own (else an in-place all_reduce).
+  bool scatters_natively(const at::Tensor& tensor, ReduceOp op) const;
   // `then` runs once the result is in `tensor`.
   Work start_all_reduce(at::Tensor tensor, ReduceOp op, std::function<void()> then = {});
   Work start_point_to_point(const std::string& operation, at::Tensor tensor, int peer, int tag);
