@@ -1,5 +1,5 @@
 """What the benchmarks share: the dptrain they measure (${DPT_BUILD:-build}/bin/dptrain, from the
-repository's root) and the reading of its output."""
+repository's root, and its Python module beside it) and the reading of its output."""
 import json
 import os
 import sys
@@ -13,6 +13,16 @@ def dptrain():
     if not os.access(path, os.X_OK):
         sys.exit(f"{os.path.basename(sys.argv[0])}: {path} not found: build the dptrain_cli target, or set DPT_BUILD")
     return path
+
+
+def python_module_env(base):
+    """`base` with the build's Python module (import dptrain, ${DPT_BUILD:-build}/python) importable;
+    exits saying how to build it when it is missing."""
+    package_root = os.path.join(os.path.dirname(os.path.dirname(dptrain())), "python")
+    if not os.path.isdir(os.path.join(package_root, "dptrain")):
+        sys.exit(f"{os.path.basename(sys.argv[0])}: no Python module in {package_root}: build the dptrain_python "
+                 "target (needs pybind11-dev)")
+    return dict(base, PYTHONPATH=os.pathsep.join(p for p in (package_root, base.get("PYTHONPATH")) if p))
 
 
 def last_json(text):

@@ -4,7 +4,8 @@ transforms, a DataLoader with worker processes over a DistributedSampler, DDP ov
 momentum, validation split over the ranks by a DistributedSampler with its counts all-reduced, and
 rank 0 saving a checkpoint after every epoch. One rank per process, started with the torchrun
 environment (`dptrain launch` sets it). Rank 0 prints one JSON line per epoch and a last one for
-the run."""
+the run. `--loader dptrain` swaps the dataset, sampler and loader for dptrain's Python module (the
+same torchvision transform objects, the loader's threads building batches in C++)."""
 import argparse
 import datetime
 import json
@@ -31,6 +32,8 @@ parser.add_argument("--output", required=True)
 parser.add_argument("--seed", type=int, default=0)
 parser.add_argument("--amp", action="store_true", help="bf16 autocast for forward passes (loss in fp32), as dptrain's --amp")
 parser.add_argument("--channels-last", action="store_true", help="NHWC model and inputs, as PyTorch's guide advises")
+parser.add_argument("--loader", choices=["torchvision", "dptrain"], default="torchvision",
+                    help="torchvision's ImageFolder and DataLoader, or dptrain's (workers are then threads)")
 args = parser.parse_args()
 memory_format = torch.channels_last if args.channels_last else torch.contiguous_format
 
@@ -41,17 +44,30 @@ rank, world = dist.get_rank(), dist.get_world_size()
 torch.manual_seed(args.seed)
 
 normalize = transforms.Normalize(mean=[0.485, 0.456, 0.406], std=[0.229, 0.224, 0.225])
-train_set = datasets.ImageFolder(os.path.join(args.data, "train"), transforms.Compose([
+train_transform = transforms.Compose([
     transforms.RandomResizedCrop(args.image_size), transforms.RandomHorizontalFlip(), transforms.ToTensor(),
-    normalize]))
-val_set = datasets.ImageFolder(os.path.join(args.data, "val"), transforms.Compose([
+    normalize])
+val_transform = transforms.Compose([
     transforms.Resize(args.image_size * 256 // 224), transforms.CenterCrop(args.image_size), transforms.ToTensor(),
-    normalize]))
-train_sampler = torch.utils.data.distributed.DistributedSampler(train_set, seed=args.seed)
-val_sampler = torch.utils.data.distributed.DistributedSampler(val_set, shuffle=False)
-loader_args = dict(batch_size=args.batch_size, num_workers=args.workers, persistent_workers=args.workers > 0)
-train_loader = torch.utils.data.DataLoader(train_set, sampler=train_sampler, **loader_args)
-val_loader = torch.utils.data.DataLoader(val_set, sampler=val_sampler, **loader_args)
+    normalize])
+train_dir, val_dir = os.path.join(args.data, "train"), os.path.join(args.data, "val")
+if args.loader == "dptrain":
+    import dptrain
+    train_set = dptrain.datasets.ImageFolder(train_dir, train_transform, seed=args.seed)
+    val_set = dptrain.datasets.ImageFolder(val_dir, val_transform)
+    train_sampler = dptrain.DistributedSampler(train_set, seed=args.seed)
+    val_sampler = dptrain.DistributedSampler(val_set, shuffle=False)
+    loader_args = dict(batch_size=args.batch_size, num_workers=args.workers, memory_format=memory_format)
+    train_loader = dptrain.Loader(train_set, sampler=train_sampler, **loader_args)
+    val_loader = dptrain.Loader(val_set, sampler=val_sampler, **loader_args)
+else:
+    train_set = datasets.ImageFolder(train_dir, train_transform)
+    val_set = datasets.ImageFolder(val_dir, val_transform)
+    train_sampler = torch.utils.data.distributed.DistributedSampler(train_set, seed=args.seed)
+    val_sampler = torch.utils.data.distributed.DistributedSampler(val_set, shuffle=False)
+    loader_args = dict(batch_size=args.batch_size, num_workers=args.workers, persistent_workers=args.workers > 0)
+    train_loader = torch.utils.data.DataLoader(train_set, sampler=train_sampler, **loader_args)
+    val_loader = torch.utils.data.DataLoader(val_set, sampler=val_sampler, **loader_args)
 
 model = torchvision.models.__dict__[args.arch](num_classes=len(train_set.classes)).to(memory_format=memory_format)
 ddp = torch.nn.parallel.DistributedDataParallel(model)

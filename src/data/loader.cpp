@@ -66,25 +66,26 @@ void Loader::work() {
   }
 }
 
-at::Tensor BufferPool::acquire(const std::vector<int64_t>& shape, bool pinned, size_t capacity) {
+at::Tensor BufferPool::acquire(const BufferSpec& spec, size_t capacity) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     for (const auto& buffer : buffers_) {
       // Only the pool still holds the tensor and its storage (no batch, no view of one): its last
       // user is done with it, and nobody can obtain it again but through the pool.
-      if (buffer.pinned == pinned && buffer.tensor.use_count() == 1 && buffer.tensor.storage().use_count() == 1 &&
-          buffer.tensor.sizes() == shape) {
+      const BufferSpec& held = buffer.spec;
+      if (held.pinned == spec.pinned && held.dtype == spec.dtype && held.memory_format == spec.memory_format &&
+          held.shape == spec.shape && buffer.tensor.use_count() == 1 && buffer.tensor.storage().use_count() == 1) {
         return buffer.tensor;
       }
     }
   }
-  auto options = at::TensorOptions().dtype(at::kFloat);
+  auto options = at::TensorOptions().dtype(spec.dtype);
 #if defined(DPTRAIN_WITH_CUDA)
-  if (pinned) options = options.pinned_memory(true);
+  if (spec.pinned) options = options.pinned_memory(true);
 #endif
-  at::Tensor tensor = at::empty(shape, options);
+  at::Tensor tensor = at::empty(spec.shape, options, spec.memory_format);
   std::lock_guard<std::mutex> lock(mutex_);
-  if (buffers_.size() < capacity) buffers_.push_back({tensor, pinned});
+  if (buffers_.size() < capacity) buffers_.push_back({tensor, spec});
   return tensor;
 }
 
@@ -98,8 +99,12 @@ Loader::Built Loader::build(int64_t number) {
   Built built;
   Batch& batch = built.batch;
   batch.number = number;
-  const size_t capacity = static_cast<size_t>(options_.prefetch_batches() + options_.threads() + 2);
-  batch.images = pool_->acquire(shape, options_.pin_memory(), capacity);
+  // The samples are written as float CHW; a batch leaving in another type or layout is built in
+  // a float buffer and converted into a second one, so both kinds of buffer are pooled.
+  const bool converts = options_.dtype() != at::kFloat || options_.memory_format() != at::MemoryFormat::Contiguous;
+  const size_t capacity = static_cast<size_t>(options_.prefetch_batches() + options_.threads() + 2) * (converts ? 2 : 1);
+  batch.images = pool_->acquire({shape, at::kFloat, at::MemoryFormat::Contiguous, options_.pin_memory() && !converts},
+                                capacity);
   batch.labels = at::empty({count}, at::kLong);
   float* images = batch.images.data_ptr<float>();
   int64_t* labels = batch.labels.data_ptr<int64_t>();
@@ -122,6 +127,12 @@ Loader::Built Loader::build(int64_t number) {
   if (kept < count) {
     batch.images = batch.images.narrow(0, 0, kept);
     batch.labels = batch.labels.narrow(0, 0, kept);
+  }
+  if (converts && kept > 0) {
+    at::Tensor converted = pool_->acquire(
+        {batch.images.sizes().vec(), options_.dtype(), options_.memory_format(), options_.pin_memory()}, capacity);
+    converted.copy_(batch.images);
+    batch.images = converted;
   }
   return built;
 }

@@ -40,18 +40,26 @@
 
 namespace dpt::data {
 
+// What a batch buffer is: its shape, element type, layout, and whether it is page-locked.
+struct BufferSpec {
+  std::vector<int64_t> shape;
+  at::ScalarType dtype = at::kFloat;
+  at::MemoryFormat memory_format = at::MemoryFormat::Contiguous;
+  bool pinned = false;
+};
+
 // Batch buffers kept for reuse: a fresh 20 MB allocation costs more in page faults than decoding
 // its images. Thread-safe; may be shared by loaders, also ones alive at the same time.
 class BufferPool {
  public:
-  // A float tensor of `shape` (page-locked when `pinned`) that nobody else holds: a pooled one,
-  // else a new one, kept for reuse while the pool holds fewer than `capacity`.
-  at::Tensor acquire(const std::vector<int64_t>& shape, bool pinned, size_t capacity);
+  // A tensor as `spec` says that nobody else holds: a pooled one, else a new one, kept for reuse
+  // while the pool holds fewer than `capacity`.
+  at::Tensor acquire(const BufferSpec& spec, size_t capacity);
 
  private:
   struct Buffer {
     at::Tensor tensor;
-    bool pinned = false;
+    BufferSpec spec;
   };
   std::mutex mutex_;
   std::vector<Buffer> buffers_;
@@ -72,11 +80,15 @@ struct LoaderOptions {
   TORCH_ARG(bool, pin_memory) = false;
   // Where batch buffers come from and return to; unset: a pool of the loader's own.
   TORCH_ARG(std::shared_ptr<BufferPool>, buffer_pool) = nullptr;
+  // The images' element type and layout as batches leave the loader (bf16 and channels_last for
+  // mixed precision): the worker that built a batch converts it, off the consumer's thread.
+  TORCH_ARG(at::ScalarType, dtype) = at::kFloat;
+  TORCH_ARG(at::MemoryFormat, memory_format) = at::MemoryFormat::Contiguous;
 };
 
 struct Batch {
   int64_t number = 0;            // position in the epoch, from 0
-  at::Tensor images;             // float32 [n, C, H, W]
+  at::Tensor images;             // [n, C, H, W], float32 unless LoaderOptions::dtype says otherwise
   at::Tensor labels;             // int64 [n]
   std::vector<int64_t> indices;  // dataset indices of the n samples
 };

@@ -200,3 +200,32 @@ TEST(Loader, SharedBufferPoolReusesReleasedBuffersOnly) {
   }
   EXPECT_EQ(count, 3);
 }
+
+// Batches asked for in bf16 and channels_last are the float batches converted (by the workers),
+// and converted buffers are reused once released like float ones.
+TEST(Loader, ConvertsBatchesToTheAskedTypeAndLayout) {
+  auto ds = synthetic(10);
+  Loader plain(ds, iota(10), 2, LoaderOptions().batch_size(4).threads(1));
+  auto expected = drain(plain);
+  auto pool = std::make_shared<BufferPool>();
+  Loader converting(ds, iota(10), 2,
+                    LoaderOptions().batch_size(4).threads(2).dtype(at::kBFloat16).memory_format(
+                        at::MemoryFormat::ChannelsLast).buffer_pool(pool));
+  auto converted = drain(converting);
+  ASSERT_EQ(converted.size(), expected.size());
+  for (size_t k = 0; k < converted.size(); ++k) {
+    const at::Tensor& images = converted[k].images;
+    EXPECT_EQ(images.scalar_type(), at::kBFloat16);
+    EXPECT_TRUE(images.is_contiguous(at::MemoryFormat::ChannelsLast)) << "batch " << k;
+    EXPECT_FALSE(images.is_contiguous()) << "batch " << k;
+    EXPECT_TRUE(images.equal(expected[k].images.to(at::kBFloat16))) << "batch " << k;
+    // bf16 keeps 8 bits of mantissa: a float batch that was not converted would not compare equal.
+    EXPECT_FALSE(images.to(at::kFloat).equal(expected[k].images)) << "batch " << k;
+  }
+  converted.clear();
+  Loader again(ds, iota(10), 2,
+               LoaderOptions().batch_size(4).threads(1).prefetch_batches(1).dtype(at::kBFloat16).memory_format(
+                   at::MemoryFormat::ChannelsLast).buffer_pool(pool));
+  auto second = drain(again);
+  EXPECT_TRUE(second[0].images.equal(expected[0].images.to(at::kBFloat16)));
+}

@@ -1,0 +1,43 @@
+"""dptrain's datasets for Python: an item is (float image tensor, label), already transformed.
+
+Each takes a torchvision transform pipeline (see dptrain.transforms) and runs it fused in C++.
+`dataset[i]` is sample i as augmented at epoch 0, `dataset.get(i, epoch)` at any epoch; the
+loader calls the C++ side directly, never these Python methods.
+"""
+
+import os
+
+from . import _C
+from .transforms import fuse
+
+
+class ImageFolder(_C.ImageFolder):
+    """torchvision.datasets.ImageFolder's layout, classes, sample order and labels: root/<class>/**/<image>.
+
+    JPEG and PNG files are decoded by content. `bad_images`: "fail" raises DataError naming a file
+    that cannot be decoded (and refuses a class folder without images, as torchvision does);
+    "skip" lets the loader leave such samples out and count them (Loader.skipped).
+    """
+
+    def __init__(self, root, transform, *, bad_images="fail", seed=0, dct_scaling=True):
+        super().__init__(os.fspath(root), fuse(transform, seed=seed, dct_scaling=dct_scaling), bad_images)
+
+
+class CIFAR10(_C.Cifar10):
+    """CIFAR-10 from its binary distribution (root holds data_batch_1.bin .. test_batch.bin).
+
+    Without a transform an item is torchvision's ToTensor() of the 32x32 image.
+    """
+
+    def __init__(self, root, train=True, transform=None, *, seed=0):
+        super().__init__(os.fspath(root), train, fuse(transform, seed=seed, image_size=32))
+
+
+class Synthetic(_C.SyntheticDataset):
+    """A learnable synthetic set drawn from (seed, index): each class a shape in its own hue, on
+    image_size x image_size pictures; class of sample i is i % num_classes. No files needed.
+    `seed` seeds the augmentation, as for the other datasets; `image_seed` the pictures.
+    """
+
+    def __init__(self, size=1000, num_classes=10, image_size=64, transform=None, *, seed=0, image_seed=0):
+        super().__init__(size, num_classes, image_size, image_seed, fuse(transform, seed=seed, image_size=image_size))
