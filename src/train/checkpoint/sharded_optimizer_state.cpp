@@ -113,18 +113,43 @@ void load_local(torch::optim::Optimizer& sharded, torch::optim::Optimizer& local
   }
 }
 
-// Every rank's message, in rank order: `to`'s own, the others' received (one each).
-std::vector<Dict> gather_messages(dist::Communicator& comm, const Dict& own, int to) {
-  std::vector<Dict> messages;
-  for (int rank = 0; rank < comm.size(); ++rank) {
-    messages.push_back(rank == to ? own : compat::pickle_load(receive_bytes(comm, rank)).toGenericDict());
-  }
-  return messages;
+// Rank `rank`'s message at `to`: its own, or the one it sent.
+Dict message_of(dist::Communicator& comm, const Dict& own, int rank, int to) {
+  return rank == to ? own : compat::pickle_load(receive_bytes(comm, rank)).toGenericDict();
 }
 
 // ZeRO-2: elements [offset, offset + length) in memory order of a tensor laid out as `param`.
 at::Tensor memory_slice(const at::Tensor& laid_out, int64_t offset, int64_t length) {
   return laid_out.as_strided({laid_out.numel()}, {1}, laid_out.storage_offset()).narrow(0, offset, length);
+}
+
+// Lays one rank's parts into `entries` (by the whole optimizer's number). A part that is a whole
+// parameter (most are: only those where a bucket's shards meet are split) lends its tensors,
+// viewed as the parameter; a split one is copied into a tensor laid out as the parameter, made by
+// its first part.
+void lay_parts(const Dict& shard, const std::vector<at::Tensor>& params, std::map<int64_t, Dict>& entries) {
+  const at::Tensor table = shard.at("segments").toTensor();
+  for (const auto& item : shard.at("state").toGenericDict()) {
+    const auto row = table[item.key().toInt()];
+    const int64_t index = row[0].item<int64_t>(), offset = row[1].item<int64_t>(), length = row[2].item<int64_t>();
+    const at::Tensor& param = params.at(static_cast<size_t>(index));
+    auto [found, fresh] = entries.try_emplace(index, compat::string_dict());
+    Dict& entry = found->second;
+    for (const auto& field : item.value().toGenericDict()) {
+      const c10::IValue& value = field.value();
+      if (!value.isTensor() || value.toTensor().dim() == 0) {
+        if (fresh) entry.insert_or_assign(field.key(), value);
+        continue;
+      }
+      const at::Tensor& part = value.toTensor();
+      if (length == param.numel()) {
+        entry.insert_or_assign(field.key(), part.as_strided(param.sizes(), param.strides()));
+        continue;
+      }
+      if (entry.find(field.key()) == entry.end()) entry.insert(field.key(), at::zeros_like(param, part.options()));
+      memory_slice(entry.at(field.key()).toTensor(), offset, length).copy_(part);
+    }
+  }
 }
 
 std::vector<at::Tensor> parameters_in_order(const torch::optim::Optimizer& optimizer) {
@@ -146,10 +171,9 @@ Dict consolidated_optimizer_state_dict(const ZeroRedundancyOptimizer& zero, int 
   }
   // Each rank's entries under the whole optimizer's numbers, in that order (as Python's are).
   std::vector<std::pair<int64_t, c10::IValue>> entries;
-  const std::vector<Dict> messages = gather_messages(comm, message, to);
   for (int rank = 0; rank < comm.size(); ++rank) {
     const std::vector<int64_t> indices = owned_indices(zero, rank);
-    for (const auto& item : messages[rank].at("state").toGenericDict()) {
+    for (const auto& item : message_of(comm, message, rank, to).at("state").toGenericDict()) {
       entries.emplace_back(indices.at(static_cast<size_t>(item.key().toInt())), item.value());
     }
   }
@@ -177,28 +201,10 @@ Dict consolidated_optimizer_state_dict(const ZeroStage2Optimizer& zero, int to) 
     send_bytes(comm, compat::pickle_save(message), to);
     return compat::string_dict();
   }
+  // One rank's message at a time, each dropped once laid out: the whole state, not twice it.
   const std::vector<at::Tensor> params = parameters_in_order(zero);
   std::map<int64_t, Dict> whole_entries;  // by the whole optimizer's number, in order
-  for (const Dict& shard : gather_messages(comm, message, to)) {
-    const at::Tensor table = shard.at("segments").toTensor();
-    for (const auto& item : shard.at("state").toGenericDict()) {
-      const auto row = table[item.key().toInt()];
-      const int64_t index = row[0].item<int64_t>(), offset = row[1].item<int64_t>(), length = row[2].item<int64_t>();
-      auto [found, fresh] = whole_entries.try_emplace(index, compat::string_dict());
-      Dict& entry = found->second;
-      for (const auto& field : item.value().toGenericDict()) {
-        const c10::IValue& value = field.value();
-        if (!value.isTensor() || value.toTensor().dim() == 0) {
-          if (fresh) entry.insert_or_assign(field.key(), value);
-          continue;
-        }
-        if (entry.find(field.key()) == entry.end()) {
-          entry.insert(field.key(), at::zeros_like(params.at(static_cast<size_t>(index)), value.toTensor().options()));
-        }
-        memory_slice(entry.at(field.key()).toTensor(), offset, length).copy_(value.toTensor());
-      }
-    }
-  }
+  for (int rank = 0; rank < comm.size(); ++rank) lay_parts(message_of(comm, message, rank, to), params, whole_entries);
   Dict state(c10::IntType::get(), c10::AnyType::get());
   for (auto& [index, entry] : whole_entries) state.insert(index, entry);
   return whole_dict(local, state, zero.param_groups());
