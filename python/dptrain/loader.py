@@ -5,6 +5,7 @@ import warnings
 import torch
 
 from . import _C
+from .sampler import _Shard
 
 _DTYPES = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float16: "float16"}
 
@@ -53,7 +54,7 @@ class Loader:
         """This pass's epoch and sample indices."""
         if self.sampler is not None:
             epoch = getattr(self.sampler, "epoch", self._passes)
-            indices = self.sampler.indices() if hasattr(self.sampler, "indices") else list(self.sampler)
+            indices = self.sampler.indices() if isinstance(self.sampler, _Shard) else list(self.sampler)
             return epoch, [int(i) for i in indices]
         if self.shuffle:
             generator = torch.Generator().manual_seed(self._shuffle_seed + self._passes)

@@ -259,6 +259,10 @@ class LoaderBatches(unittest.TestCase):
         self.assertEqual(len(batches), len(loader))
         self.assertEqual(len(batches), 3)
         self.assertEqual(torch.cat([l for _, l in batches]).tolist(), [i % 5 for i in list(sampler)[:15]])
+        # Any iterable of indices serves, also one with an `indices` attribute of its own.
+        subset = torch.utils.data.SubsetRandomSampler([3, 1, 4], generator=torch.Generator().manual_seed(0))
+        labels = next(iter(dptrain.Loader(self.train, batch_size=3, sampler=subset)))[1]
+        self.assertEqual(sorted(labels.tolist()), [1, 3, 4])
 
     def test_shuffle_follows_torch_manual_seed_and_changes_every_pass(self):
         def passes(seed):
