@@ -15,13 +15,19 @@ def dptrain():
     return path
 
 
-def python_module_env(base):
-    """`base` with the build's Python module (import dptrain, ${DPT_BUILD:-build}/python) importable;
-    exits saying how to build it when it is missing."""
+def python_module_root():
+    """Where the build's Python module (import dptrain) is, or None when the build has none."""
     package_root = os.path.join(os.path.dirname(os.path.dirname(dptrain())), "python")
-    if not os.path.isdir(os.path.join(package_root, "dptrain")):
-        sys.exit(f"{os.path.basename(sys.argv[0])}: no Python module in {package_root}: build the dptrain_python "
-                 "target (needs pybind11-dev)")
+    return package_root if os.path.isdir(os.path.join(package_root, "dptrain")) else None
+
+
+def python_module_env(base):
+    """`base` with the build's Python module importable; exits saying how to build it when it is
+    missing."""
+    package_root = python_module_root()
+    if package_root is None:
+        sys.exit(f"{os.path.basename(sys.argv[0])}: the build has no Python module: build the dptrain_python target "
+                 "(needs pybind11-dev and Python's headers)")
     return dict(base, PYTHONPATH=os.pathsep.join(p for p in (package_root, base.get("PYTHONPATH")) if p))
 
 
