@@ -143,8 +143,12 @@ def main():
             print(f" * Epoch {epoch}: Acc@1 {top1:.3f} over {counted} images, {rates[-1]:.1f} img/s", flush=True)
     if rank == 0:
         print(json.dumps({"arch": args.arch, "loader": args.loader, "world_size": world, "top1": top1,
-                          "validated": counted, "images_per_second": rates[-1]}))
-    dist.destroy_process_group()
+                          "validated": counted, "images_per_second": rates[-1]}), flush=True)
+    # Python torch's Gloo teardown cannot be trusted: dist.destroy_process_group() sometimes never
+    # returns (seen with 1.13 and 2.6), and an exit without it sometimes aborts on a joinable thread.
+    # The work is done and printed: leave once every rank is, without the teardown.
+    dist.barrier()
+    os._exit(0)
 
 
 if __name__ == "__main__":
