@@ -12,6 +12,18 @@ std::pair<at::Tensor, int64_t> read_sample(const data::Dataset& dataset, int64_t
   return {sample, label};
 }
 
+namespace {
+
+// torchvision's `targets`: every sample's label, in order.
+template <typename Labelled>
+std::vector<int64_t> targets_of(const Labelled& dataset) {
+  std::vector<int64_t> targets(dataset.size());
+  for (int64_t i = 0; i < dataset.size(); ++i) targets[i] = dataset.label(i);
+  return targets;
+}
+
+}  // namespace
+
 void bind_datasets(py::module_& module) {
   // Shared holders: a loader keeps its dataset alive after Python drops it.
   py::class_<data::Dataset, std::shared_ptr<data::Dataset>>(module, "Dataset")
@@ -40,12 +52,7 @@ void bind_datasets(py::module_& module) {
            }),
            py::arg("root"), py::arg("transform"), py::arg("bad_images") = "fail")
       .def_property_readonly("classes", &data::ImageFolder::classes)
-      .def_property_readonly("targets",
-                             [](const data::ImageFolder& folder) {
-                               std::vector<int64_t> targets(folder.size());
-                               for (int64_t i = 0; i < folder.size(); ++i) targets[i] = folder.label(i);
-                               return targets;
-                             })
+      .def_property_readonly("targets", &targets_of<data::ImageFolder>)
       .def_property_readonly("samples",
                              [](const data::ImageFolder& folder) {
                                py::list samples;
@@ -62,11 +69,7 @@ void bind_datasets(py::module_& module) {
              return std::make_shared<data::Cifar10>(root, train, std::move(transform));
            }),
            py::arg("root"), py::arg("train"), py::arg("transform"))
-      .def_property_readonly("targets", [](const data::Cifar10& cifar) {
-        std::vector<int64_t> targets(cifar.size());
-        for (int64_t i = 0; i < cifar.size(); ++i) targets[i] = cifar.label(i);
-        return targets;
-      });
+      .def_property_readonly("targets", &targets_of<data::Cifar10>);
 
   py::class_<data::SyntheticDataset, data::Dataset, std::shared_ptr<data::SyntheticDataset>>(module,
                                                                                              "SyntheticDataset")
