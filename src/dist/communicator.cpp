@@ -52,7 +52,9 @@ void Work::wait() {
   }
   stamp(*completed_);
   comm_->recorder_.end(id_, CollectiveRecord::State::Completed);
-  if (finish_) finish_();
+  // Run once and let go: what the write-back holds (the caller's tensor) must not outlive the
+  // wait, since a Work may be kept for its completion time after its tensor is given back.
+  if (finish_) std::exchange(finish_, nullptr)();
 }
 
 namespace {

@@ -57,6 +57,33 @@ TEST_P(CommunicatorTest, BFloat16AndNonContiguousTensorsAreReducedInPlace) {
   });
 }
 
+// A Work kept after its wait (the reducer keeps each bucket's for its completion time) must not
+// keep the tensors it reduced: ZeRO-2 gives a bucket's buffer back as soon as its reduction is
+// waited for, and a write-back still holding it kept every bucket of a backward pass alive.
+TEST_P(CommunicatorTest, AWaitedWorkLetsGoOfItsTensors) {
+  const int n = std::get<0>(GetParam());
+  run_ranks([n](Communicator& comm) {
+    auto sole_owner = [](const at::Tensor& t) {
+      // The backend's thread may drop its reference just after the wait returns: bounded poll.
+      auto shared = [&t] { return t.use_count() > 1 || t.storage().use_count() > 1; };  // the tensor or a view
+      for (int i = 0; i < 500 && shared(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      return !shared();
+    };
+    auto input = torch::ones({4 * n});
+    auto slice = torch::empty({4});
+    auto scatter = comm.reduce_scatter_async(input, slice, ReduceOp::Mean);
+    scatter.wait();
+    EXPECT_TRUE(slice.equal(torch::ones({4})));
+    EXPECT_TRUE(sole_owner(input)) << "the reduce_scatter input is still held";
+    EXPECT_TRUE(sole_owner(slice)) << "the reduce_scatter output is still held";
+    auto summed = torch::ones({8});
+    auto all_reduce = comm.all_reduce_async(summed, ReduceOp::Sum);
+    all_reduce.wait();
+    EXPECT_TRUE(summed.equal(torch::full({8}, static_cast<float>(n))));
+    EXPECT_TRUE(sole_owner(summed)) << "the all_reduce tensor is still held";
+  });
+}
+
 TEST_P(CommunicatorTest, AsyncAllReduceOverlaps) {
   const int n = std::get<0>(GetParam());
   run_ranks([n](Communicator& comm) {
