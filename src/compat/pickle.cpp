@@ -151,8 +151,8 @@ c10::IValue pickle_load(const std::vector<char>& bytes) {
                                            /*device=*/c10::nullopt, reader);
 }
 
-std::vector<char> pickle_save(const c10::IValue& value) {
-  std::vector<char> pickled;
+void pickle_save(const c10::IValue& value, const ByteSink& sink) {
+  std::vector<char> pickled;  // data.pkl: the structure, small; the tensors' bytes are not in it
   torch::jit::Pickler pickler([&](const char* bytes, size_t size) { pickled.insert(pickled.end(), bytes, bytes + size); },
                               /*tensor_table=*/nullptr, /*type_renamer=*/nullptr, /*memoized_class_types=*/nullptr,
                               /*get_tensor_id=*/nullptr, /*tag_aggregates=*/false);
@@ -160,15 +160,18 @@ std::vector<char> pickle_save(const c10::IValue& value) {
   pickler.pushIValue(untyped(value));
   pickler.stop();
 
-  std::vector<char> archive;
   caffe2::serialize::PyTorchStreamWriter writer([&](const void* data, size_t size) {
-    const char* bytes = static_cast<const char*>(data);
-    archive.insert(archive.end(), bytes, bytes + size);
+    sink(static_cast<const char*>(data), size);
     return size;
   });
   // The archive layout torch.save uses: data.pkl, the tensors' storages under data/, a version.
   torch::jit::writeArchiveAndTensors("data", pickled.data(), pickled.size(), pickler.tensorData(), writer);
   writer.writeEndOfFile();
+}
+
+std::vector<char> pickle_save(const c10::IValue& value) {
+  std::vector<char> archive;
+  pickle_save(value, [&](const char* bytes, size_t size) { archive.insert(archive.end(), bytes, bytes + size); });
   return archive;
 }
 

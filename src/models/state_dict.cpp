@@ -85,12 +85,11 @@ void load_state_dict(torch::nn::Module& module, const StateDict& values) {
 void write_state_dict(const StateDict& values, const std::string& path) {
   c10::Dict<std::string, torch::Tensor> dict;
   for (const auto& entry : values) dict.insert(entry.key(), entry.value().detach().cpu());
-  const std::vector<char> bytes = compat::pickle_save(dict);
   // Written beside the target and renamed into place, so a crash never leaves half a file.
   const std::string partial = path + ".partial";
   {
     std::ofstream file(partial, std::ios::binary | std::ios::trunc);
-    file.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+    compat::pickle_save(dict, [&](const char* bytes, size_t size) { file.write(bytes, static_cast<std::streamsize>(size)); });
     DPT_CHECK(file.good(), CheckpointError, "cannot write state dict file '", partial,
               "': ", std::strerror(errno), "; check that the directory exists and has space");
   }

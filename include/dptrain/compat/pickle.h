@@ -2,6 +2,7 @@
 // Pickling for Python's torch.load, as it is in every version.
 //
 //   std::vector<char> bytes = dpt::compat::pickle_save(state);   // torch.load(path) reads it
+//   dpt::compat::pickle_save(state, [&](const char* b, size_t n) { file.write(b, n); });  // streamed
 //
 // torch::pickle_save writes the zip that torch.save writes, but wraps every dict and list in a
 // call of torch.jit._pickle.restore_type_tag (TorchScript's static types), and typed lists in
@@ -10,12 +11,22 @@
 // fails. This writes the same archive with plain dicts and lists, as Python's torch.save does: they
 // come back in C++ as generic containers, which is how dptrain reads them (and files from Python).
 
+#include <cstddef>
+#include <functional>
 #include <vector>
 
 #include <ATen/core/ivalue.h>
 
 namespace dpt::compat {
 
+// Takes an archive's bytes in order, a piece at a time.
+using ByteSink = std::function<void(const char* bytes, size_t size)>;
+
+// Hands the archive to `sink` as it is made: the tensors' bytes go straight from their storages,
+// so a checkpoint never exists a second time in memory (for ViT-B/16 with AdamW, 1 GB).
+void pickle_save(const c10::IValue& value, const ByteSink& sink);
+
+// The whole archive in memory (messages between ranks, tests).
 std::vector<char> pickle_save(const c10::IValue& value);
 
 // torch::pickle_load(bytes), reading the archive through a reader that stays inside `bytes`.

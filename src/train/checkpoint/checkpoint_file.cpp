@@ -44,22 +44,27 @@ class FileDescriptor {
   int fd_;
 };
 
-void write_all(int fd, const std::vector<char>& bytes, const fs::path& file) {
+void write_all(int fd, const char* bytes, size_t size, const fs::path& file) {
   size_t done = 0;
-  while (done < bytes.size()) {
-    const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
+  while (done < size) {
+    const ssize_t n = ::write(fd, bytes + done, size - done);
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) fail("write", file, errno);
     done += static_cast<size_t>(n);
   }
 }
 
-void write_and_sync(const fs::path& file, const std::vector<char>& bytes) {
+int64_t write_and_sync(const fs::path& file, const FileContents& contents) {
   FileDescriptor fd(::open(file.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
   if (fd.get() < 0) fail("create", file, errno);
-  write_all(fd.get(), bytes, file);
+  int64_t size = 0;
+  contents([&](const char* bytes, size_t n) {
+    write_all(fd.get(), bytes, n, file);
+    size += static_cast<int64_t>(n);
+  });
   if (::fsync(fd.get()) != 0) fail("flush to disk", file, errno);
   if (fd.release_and_close() != 0) fail("close", file, errno);
+  return size;
 }
 
 // Makes the rename itself durable: the folder entry is what a crash would otherwise lose.
@@ -83,11 +88,12 @@ std::string first_line(const std::string& text) { return text.substr(0, text.fin
 
 }  // namespace
 
-void write_file_atomically(const fs::path& path, const std::vector<char>& bytes) {
+int64_t write_file_atomically(const fs::path& path, const FileContents& contents) {
   const fs::path folder = path.has_parent_path() ? path.parent_path() : fs::path(".");
   const fs::path temporary = fs::path(path.string() + ".tmp." + std::to_string(::getpid()));
+  int64_t size = 0;
   try {
-    write_and_sync(temporary, bytes);
+    size = write_and_sync(temporary, contents);
     if (::rename(temporary.c_str(), path.c_str()) != 0) fail("rename the new file over", path, errno);
   } catch (...) {
     std::error_code ignored;  // the first error is the one to report
@@ -95,14 +101,26 @@ void write_file_atomically(const fs::path& path, const std::vector<char>& bytes)
     throw;
   }
   sync_folder(folder);
+  return size;
 }
 
 void copy_file_atomically(const fs::path& from, const fs::path& to) {
-  write_file_atomically(to, read_all(from));
+  std::ifstream in(from, std::ios::binary);
+  DPT_CHECK(in, CheckpointError, "cannot open ", from.string(), " to copy it to ", to.string(), ": ",
+            std::strerror(errno));
+  write_file_atomically(to, [&](const compat::ByteSink& write) {
+    std::vector<char> chunk(size_t{4} << 20);
+    while (in) {
+      in.read(chunk.data(), static_cast<std::streamsize>(chunk.size()));
+      if (in.gcount() > 0) write(chunk.data(), static_cast<size_t>(in.gcount()));
+    }
+    DPT_CHECK(!in.bad(), CheckpointError, "cannot read ", from.string(), " to copy it to ", to.string(), ": ",
+              std::strerror(errno));
+  });
 }
 
-void save_checkpoint(const c10::IValue& state, const fs::path& path) {
-  write_file_atomically(path, compat::pickle_save(state));
+int64_t save_checkpoint(const c10::IValue& state, const fs::path& path) {
+  return write_file_atomically(path, [&](const compat::ByteSink& write) { compat::pickle_save(state, write); });
 }
 
 c10::IValue load_checkpoint(const fs::path& path) {

@@ -11,7 +11,6 @@
 #include <unistd.h>
 #endif
 
-#include "dptrain/compat/pickle.h"
 #include "dptrain/train/checkpoint/checkpoint_file.h"
 
 namespace dpt::train {
@@ -90,20 +89,19 @@ class HostSnapshot {
   size_t next_ = 0;
 };
 
-// checkpoint.pt, then the epoch's file and model_best.pt from the same bytes, each atomically.
+// checkpoint.pt, pickled straight into the file, then the epoch's file and model_best.pt copied
+// from it, each atomically.
 CheckpointWrite write_files(const CheckpointRequest& request, CheckpointWrite write) {
   write.began = Clock::now();
   write.file = request.dir / kLatestCheckpointName;
   try {
-    const std::vector<char> bytes = compat::pickle_save(request.state);
-    write.bytes = static_cast<int64_t>(bytes.size());
-    write_file_atomically(write.file, bytes);
+    write.bytes = save_checkpoint(request.state, write.file);
     if (request.epoch_done) {
-      write_file_atomically(epoch_checkpoint_path(request.dir, *request.epoch_done), bytes);
+      copy_file_atomically(write.file, epoch_checkpoint_path(request.dir, *request.epoch_done));
       rotate_checkpoints(request.dir, request.keep);
     }
     const fs::path best = request.dir / kBestCheckpointName;
-    if (request.best || !fs::exists(best)) write_file_atomically(best, bytes);
+    if (request.best || !fs::exists(best)) copy_file_atomically(write.file, best);
   } catch (const std::exception& e) {
     write.error = e.what();
   }

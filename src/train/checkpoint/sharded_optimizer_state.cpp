@@ -43,23 +43,32 @@ c10::List<c10::IValue> entry_list(const Dict& dict, const char* key) {
   return found->value().toList();
 }
 
+// A tensor over `bytes`' memory: a message as large as a rank's optimizer state is sent and
+// received where it lies, not copied into a tensor first.
+at::Tensor byte_view(std::vector<char>& bytes) {
+  return at::from_blob(bytes.data(), {static_cast<int64_t>(bytes.size())}, at::kByte);
+}
+
 // Bytes between two ranks: their length first, so the receiver can size its buffer.
-void send_bytes(dist::Communicator& comm, const std::vector<char>& bytes, int to) {
+void send_bytes(dist::Communicator& comm, std::vector<char> bytes, int to) {
   at::Tensor length = at::full({1}, static_cast<int64_t>(bytes.size()), at::kLong).to(comm.device());
   comm.send(length, to);
-  at::Tensor payload = at::empty({static_cast<int64_t>(bytes.size())}, at::kByte);
-  std::copy(bytes.begin(), bytes.end(), reinterpret_cast<char*>(payload.data_ptr<uint8_t>()));
-  comm.send(payload.to(comm.device()), to);
+  comm.send(byte_view(bytes).to(comm.device()), to);
 }
 
 std::vector<char> receive_bytes(dist::Communicator& comm, int from) {
   at::Tensor length = at::empty({1}, at::TensorOptions(at::kLong).device(comm.device()));
   comm.recv(length, from);
-  at::Tensor payload = at::empty({length.cpu().item<int64_t>()}, at::TensorOptions(at::kByte).device(comm.device()));
-  comm.recv(payload, from);
-  payload = payload.cpu();
-  const char* data = reinterpret_cast<const char*>(payload.data_ptr<uint8_t>());
-  return std::vector<char>(data, data + payload.numel());
+  std::vector<char> bytes(static_cast<size_t>(length.cpu().item<int64_t>()));
+  at::Tensor view = byte_view(bytes);
+  if (comm.device().is_cpu()) {
+    comm.recv(view, from);
+  } else {
+    at::Tensor payload = at::empty({view.numel()}, at::TensorOptions(at::kByte).device(comm.device()));
+    comm.recv(payload, from);
+    view.copy_(payload);
+  }
+  return bytes;
 }
 
 // The whole optimizer's dict from one rank's `local` one: `state` under the whole optimizer's

@@ -81,6 +81,33 @@ TEST_F(CheckpointFile, RoundTripReplacesTheOldFileAndLeavesNoTemporaries) {
   EXPECT_EQ(contents(dir / kBestCheckpointName), contents(file));
 }
 
+// The file is pickled as it is written, never whole in memory: the same bytes as the archive in
+// memory; a write that fails half-way leaves the old file and no temporary; a copy of more than
+// one chunk is exact.
+TEST_F(CheckpointFile, StreamedWritesAreTheArchiveAndFailWithoutHarm) {
+  c10::impl::GenericDict big = state(4);
+  big.insert("moments", torch::randn({3, 1000, 1000}));  // 12 MB: three of the copy's chunks
+  const fs::path file = dir / kLatestCheckpointName;
+  const int64_t size = save_checkpoint(big, file);
+  const std::vector<char> archive = dpt::compat::pickle_save(big);
+  EXPECT_EQ(size, static_cast<int64_t>(archive.size()));
+  EXPECT_EQ(contents(file), std::string(archive.begin(), archive.end()));
+
+  EXPECT_THROW(write_file_atomically(file,
+                                     [](const dpt::compat::ByteSink& write) {
+                                       write("half", 4);
+                                       throw dpt::CheckpointError("the state could not be read");
+                                     }),
+               dpt::CheckpointError);
+  EXPECT_EQ(contents(file), std::string(archive.begin(), archive.end())) << "the old file was touched";
+  EXPECT_EQ(names(), (std::vector<std::string>{kLatestCheckpointName})) << "a temporary file was left";
+
+  copy_file_atomically(file, dir / kBestCheckpointName);
+  EXPECT_EQ(contents(dir / kBestCheckpointName), contents(file));
+  EXPECT_TRUE(load_checkpoint(dir / kBestCheckpointName).toGenericDict().at("moments").toTensor().equal(
+      big.at("moments").toTensor()));
+}
+
 TEST_F(CheckpointFile, TruncatedOrCorruptFilesGiveACheckpointError) {
   const fs::path file = dir / "checkpoint_epoch1.pt";
   save_checkpoint(state(1), file);

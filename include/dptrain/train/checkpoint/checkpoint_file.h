@@ -11,9 +11,12 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <vector>
 
 #include <ATen/core/ivalue.h>
+
+#include "dptrain/compat/pickle.h"
 
 namespace dpt::train {
 
@@ -21,17 +24,22 @@ inline constexpr const char* kBestCheckpointName = "model_best.pt";
 // The newest checkpoint of a run, rewritten at every save.
 inline constexpr const char* kLatestCheckpointName = "checkpoint.pt";
 
-// Replaces `path` with `bytes`: writes `<path>.tmp.<pid>` in the same folder, fsyncs it, renames
-// it over `path` and fsyncs the folder. Throws CheckpointError naming the file, the failing
-// operation and the system's reason; the old file, if any, is then untouched and the temporary
-// file removed.
-void write_file_atomically(const std::filesystem::path& path, const std::vector<char>& bytes);
+// Writes a file's bytes, in order, into the sink it is given (compat::pickle_save streams so).
+using FileContents = std::function<void(const compat::ByteSink& write)>;
 
-// Copies `from` to `to` with the same guarantee for `to` (e.g. to model_best.pt).
+// Replaces `path` with what `contents` writes: writes `<path>.tmp.<pid>` in the same folder as it
+// comes, fsyncs it, renames it over `path` and fsyncs the folder. Returns the file's size. Throws
+// CheckpointError naming the file, the failing operation and the system's reason (an exception of
+// `contents` passes through); the old file, if any, is then untouched and the temporary file
+// removed.
+int64_t write_file_atomically(const std::filesystem::path& path, const FileContents& contents);
+
+// Copies `from` to `to` with the same guarantee for `to` (e.g. to model_best.pt), a few MB at a time.
 void copy_file_atomically(const std::filesystem::path& from, const std::filesystem::path& to);
 
-// Pickles `state` (torch::pickle_save, the format torch.load reads) and writes it atomically.
-void save_checkpoint(const c10::IValue& state, const std::filesystem::path& path);
+// Pickles `state` (the format torch.load reads) into the file as it goes, atomically. Returns the
+// file's size.
+int64_t save_checkpoint(const c10::IValue& state, const std::filesystem::path& path);
 
 // Reads what save_checkpoint wrote. A missing, truncated or corrupt file throws CheckpointError
 // naming the file and what to do.
