@@ -2,6 +2,7 @@
 repository's root, and its Python module beside it) and the reading of its output."""
 import json
 import os
+import re
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -37,3 +38,21 @@ def last_json(text):
     if not lines:
         raise ValueError("no output")
     return json.loads(lines[-1])
+
+
+# Runs the command after it and prints, last on its stderr, the largest resident set of any process
+# it started (waited-for descendants included, so a launcher's workers count): a peak without sampling.
+_PEAK_RSS = "import resource, subprocess, sys; code = subprocess.call(sys.argv[1:]); " \
+            "print('peak_rss_kb', resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, file=sys.stderr); " \
+            "sys.exit(code)"
+
+
+def measuring_peak_rss(command):
+    """`command` run so that its stderr ends with its largest process's peak RSS (see peak_rss_mb)."""
+    return [sys.executable, "-c", _PEAK_RSS, *command]
+
+
+def peak_rss_mb(stderr):
+    """The peak RSS in MB that a measuring_peak_rss command printed, 0.0 when it printed none."""
+    peaks = re.findall(r"peak_rss_kb (\d+)", stderr)
+    return int(peaks[-1]) / 1024 if peaks else 0.0

@@ -11,6 +11,8 @@
 #include <memory>
 #include <optional>
 
+#include "zip_directory.h"
+
 namespace dpt::compat {
 
 namespace {
@@ -142,6 +144,7 @@ void check_pickle_framing(const uint8_t* data, size_t size) {
 }  // namespace
 
 c10::IValue pickle_load(const std::vector<char>& bytes) {
+  check_zip_entry_sizes(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size());
   caffe2::serialize::PyTorchStreamReader reader(std::make_shared<BoundedReader>(bytes));
   const auto [pickle, pickle_size] = reader.getRecord("data.pkl");
   check_pickle_framing(static_cast<const uint8_t*>(pickle.get()), pickle_size);

@@ -33,7 +33,8 @@ std::vector<char> pickle_save(const c10::IValue& value);
 // LibTorch's own (VectorReader) copies whatever range the zip's directory names: a corrupt or
 // hostile checkpoint made it read past the buffer (a crash found by fuzz/checkpoint_fuzzer.cpp).
 // Here such a read comes up short and LibTorch refuses the archive with a c10::Error; so is a
-// pickle whose opcodes claim more bytes than it has, before LibTorch allocates what they claim.
+// pickle whose opcodes claim more bytes than it has, or a zip entry claiming more bytes than the
+// archive can hold, before LibTorch allocates what they claim.
 c10::IValue pickle_load(const std::vector<char>& bytes);
 
 // An empty dict of string keys and values of any type: what a Python dict (a state dict, a

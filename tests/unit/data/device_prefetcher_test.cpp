@@ -13,15 +13,12 @@
 
 #include "dptrain/common/error.h"
 #include "dptrain/data/synthetic.h"
+#include "support/small_synthetic.h"
 
 using namespace dpt::data;
+using dpt::testing::small_synthetic;
 
 namespace {
-
-std::shared_ptr<const Dataset> synthetic(int64_t size) {
-  return std::make_shared<SyntheticDataset>(SyntheticOptions().size(size).num_classes(5).image_size(16),
-                                            Transform(TransformOptions().mode(TransformMode::Train).size(8).seed(4)));
-}
 
 std::vector<int64_t> order(int64_t n) {
   std::vector<int64_t> v(n);
@@ -51,7 +48,7 @@ void expect_same_batches(DevicePrefetcher& prefetcher, Loader& plain, at::Device
 }  // namespace
 
 TEST(DevicePrefetcher, CpuPassesBatchesThroughInOrder) {
-  auto ds = synthetic(23);
+  auto ds = small_synthetic(23, 4);
   const auto options = LoaderOptions().batch_size(4).threads(2);
   Loader plain(ds, order(23), 1, options), loader(ds, order(23), 1, options);
   DevicePrefetcher prefetcher(loader, DevicePrefetcherOptions(at::kCPU));
@@ -59,7 +56,7 @@ TEST(DevicePrefetcher, CpuPassesBatchesThroughInOrder) {
 }
 
 TEST(DevicePrefetcher, StopsCleanlyMidEpoch) {
-  auto ds = synthetic(200);
+  auto ds = small_synthetic(200, 4);
   Loader loader(ds, order(200), 0, LoaderOptions().batch_size(2).threads(2).prefetch_batches(2));
   DevicePrefetcher prefetcher(loader, DevicePrefetcherOptions(at::kCPU));
   ASSERT_TRUE(prefetcher.next().has_value());
@@ -71,7 +68,7 @@ TEST(DevicePrefetcher, StopsCleanlyMidEpoch) {
 
 TEST(DevicePrefetcher, RejectsDeviceTypeWithoutSupport) {
   if (at::hasCUDA()) GTEST_SKIP() << "this LibTorch supports CUDA";
-  auto ds = synthetic(4);
+  auto ds = small_synthetic(4, 4);
   Loader loader(ds, order(4), 0, LoaderOptions().batch_size(2));
   try {
     DevicePrefetcher prefetcher(loader, DevicePrefetcherOptions(at::kCUDA));
@@ -85,7 +82,7 @@ TEST(DevicePrefetcher, RejectsDeviceTypeWithoutSupport) {
 
 TEST(DevicePrefetcher, CopiesBatchesToTheGpu_CUDA) {
   if (!at::hasCUDA()) GTEST_SKIP() << "no CUDA device";
-  auto ds = synthetic(23);
+  auto ds = small_synthetic(23, 4);
   const auto options = LoaderOptions().batch_size(4).threads(2);
   Loader plain(ds, order(23), 1, options), loader(ds, order(23), 1, LoaderOptions(options).pin_memory(true));
   DevicePrefetcher prefetcher(loader, DevicePrefetcherOptions(at::Device(at::kCUDA, 0)));
@@ -99,7 +96,7 @@ TEST(DevicePrefetcher, CopiesBatchesToTheGpu_CUDA) {
 TEST(DevicePrefetcher, CopiesTheNextBatchWhileTheGpuWorks_CUDA) {
   if (!at::hasCUDA()) GTEST_SKIP() << "no CUDA device";
   const at::Device gpu(at::kCUDA, 0);
-  auto ds = synthetic(23);
+  auto ds = small_synthetic(23, 4);
   const auto options = LoaderOptions().batch_size(4).threads(2).pin_memory(true);
   Loader pinned(ds, order(23), 1, options);
   EXPECT_TRUE(pinned.next()->images.is_pinned()) << "the loader's batches are not page-locked";

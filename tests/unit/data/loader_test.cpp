@@ -10,18 +10,15 @@
 #include "dptrain/common/error.h"
 #include "dptrain/data/image_folder.h"
 #include "dptrain/data/synthetic.h"
+#include "support/small_synthetic.h"
 #include "support/temp_dir.h"
 #include "support/test_images.h"
 
 using namespace dpt::data;
+using dpt::testing::small_synthetic;
 namespace fs = std::filesystem;
 
 namespace {
-
-std::shared_ptr<const Dataset> synthetic(int64_t size) {
-  return std::make_shared<SyntheticDataset>(SyntheticOptions().size(size).num_classes(5).image_size(16),
-                                            Transform(TransformOptions().mode(TransformMode::Train).size(8).seed(9)));
-}
 
 std::vector<int64_t> iota(int64_t n) {
   std::vector<int64_t> v(n);
@@ -38,7 +35,7 @@ std::vector<Batch> drain(Loader& loader) {
 // Fails on sample `bad` with a DataError, or, when `crash` is set, with a plain runtime_error.
 class Faulty : public Dataset {
  public:
-  Faulty(int64_t bad, bool crash) : inner_(synthetic(10)), bad_(bad), crash_(crash) {}
+  Faulty(int64_t bad, bool crash) : inner_(small_synthetic(10, 9)), bad_(bad), crash_(crash) {}
   int64_t size() const override { return inner_->size(); }
   int64_t num_classes() const override { return inner_->num_classes(); }
   std::vector<int64_t> sample_shape() const override { return inner_->sample_shape(); }
@@ -58,7 +55,7 @@ class Faulty : public Dataset {
 }  // namespace
 
 TEST(Loader, OutputDoesNotDependOnThreadCount) {
-  auto ds = synthetic(23);
+  auto ds = small_synthetic(23, 9);
   Loader one(ds, iota(23), 1, LoaderOptions().batch_size(4).threads(1));
   Loader three(ds, iota(23), 1, LoaderOptions().batch_size(4).threads(3).prefetch_batches(2));
   auto a = drain(one), b = drain(three);
@@ -82,7 +79,7 @@ TEST(Loader, OutputDoesNotDependOnThreadCount) {
 
 // Buffers of batches the consumer has dropped are reused; batches still held never are.
 TEST(Loader, ReusesOnlyReleasedBuffers) {
-  auto ds = synthetic(24);
+  auto ds = small_synthetic(24, 9);
   Loader held(ds, iota(24), 0, LoaderOptions().batch_size(2).threads(1));
   auto kept = drain(held);
   Loader reusing(ds, iota(24), 0, LoaderOptions().batch_size(2).threads(2).prefetch_batches(1));
@@ -95,7 +92,7 @@ TEST(Loader, ReusesOnlyReleasedBuffers) {
 }
 
 TEST(Loader, DropLast) {
-  Loader loader(synthetic(10), iota(10), 0, LoaderOptions().batch_size(4).drop_last(true));
+  Loader loader(small_synthetic(10, 9), iota(10), 0, LoaderOptions().batch_size(4).drop_last(true));
   EXPECT_EQ(loader.num_batches(), 2);
   EXPECT_EQ(drain(loader).size(), 2u);
 }
@@ -139,7 +136,7 @@ TEST(Loader, RethrowsWorkerErrorsWithTheirText) {
 
 TEST(Loader, StopsCleanlyMidEpoch) {
   for (int threads : {1, 4}) {
-    Loader loader(synthetic(200), iota(200), 0, LoaderOptions().batch_size(2).threads(threads).prefetch_batches(3));
+    Loader loader(small_synthetic(200, 9), iota(200), 0, LoaderOptions().batch_size(2).threads(threads).prefetch_batches(3));
     EXPECT_TRUE(loader.next().has_value());
   }  // the destructor joins the workers while batches are still pending
 }
@@ -176,7 +173,7 @@ TEST(Loader, SkipsCorruptFilesInAnImageFolder) {
 // Loaders sharing a pool (one per epoch) reuse the buffers of batches their consumer let go of,
 // never one a batch still holds.
 TEST(Loader, SharedBufferPoolReusesReleasedBuffersOnly) {
-  auto ds = synthetic(12);
+  auto ds = small_synthetic(12, 9);
   auto pool = std::make_shared<BufferPool>();
   const auto options = LoaderOptions().batch_size(4).threads(1).prefetch_batches(1).buffer_pool(pool);
   std::set<const void*> first_epoch;
@@ -204,7 +201,7 @@ TEST(Loader, SharedBufferPoolReusesReleasedBuffersOnly) {
 // Batches asked for in bf16 and channels_last are the float batches converted (by the workers),
 // and converted buffers are reused once released like float ones.
 TEST(Loader, ConvertsBatchesToTheAskedTypeAndLayout) {
-  auto ds = synthetic(10);
+  auto ds = small_synthetic(10, 9);
   Loader plain(ds, iota(10), 2, LoaderOptions().batch_size(4).threads(1));
   auto expected = drain(plain);
   auto pool = std::make_shared<BufferPool>();
