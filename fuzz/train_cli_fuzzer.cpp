@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "command.h"
 #include "dptrain/common/error.h"
 #include "train_flags.h"
 
@@ -30,7 +31,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   dpt::cli::SwitchedFlags switched(flags.options);
   dpt::cli::add_train_flags(app, flags, switched);
   try {
-    app.parse(static_cast<int>(argv.size()), argv.data());
+    dpt::cli::parse_command_line(app, static_cast<int>(argv.size()), argv.data());
     dpt::cli::finish_train_flags(app, flags, switched);
     dpt::train::check_options(flags.options);
     if (flags.multiprocessing_distributed) dpt::cli::spawn_options(flags.options.parallel().dist());

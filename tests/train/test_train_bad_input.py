@@ -51,6 +51,14 @@ class BadInput(unittest.TestCase):
                 self.assertEqual(err.splitlines(), [f"dptrain: error: {flag} takes seconds from 0 to 1e+09, got "
                                                     f"{float(seconds):g}"])
 
+    def test_a_flag_count_too_large_for_a_number(self):
+        # Found by fuzz/train_cli: CLI11 reads a negated flag's `=N` with stoll, whose std::out_of_range
+        # escaped the parse: "dptrain: error: stoll", exit 1.
+        code, out, err = train("--dummy", "--no-checkpoint-async=77777777777777777777777")
+        self.assertEqual(code, 2)
+        self.assertEqual(err.splitlines(), ["dptrain: error: a number on the command line is too large for its flag "
+                                            "(stoll): a flag takes true or false, or a count such as --flag=2"])
+
     def test_missing_resume_checkpoint(self):
         code, out, err = train("--dummy", "--resume", "/nonexistent/checkpoint.pt")
         self.assertEqual((code, err), (1, "dptrain: error: checkpoint /nonexistent/checkpoint.pt does not exist; "
