@@ -51,13 +51,24 @@ class BadInput(unittest.TestCase):
                 self.assertEqual(err.splitlines(), [f"dptrain: error: {flag} takes seconds from 0 to 1e+09, got "
                                                     f"{float(seconds):g}"])
 
-    def test_a_flag_count_too_large_for_a_number(self):
-        # Found by fuzz/train_cli: CLI11 reads a negated flag's `=N` with stoll, whose std::out_of_range
-        # escaped the parse: "dptrain: error: stoll", exit 1.
-        code, out, err = train("--dummy", "--no-checkpoint-async=77777777777777777777777")
-        self.assertEqual(code, 2)
-        self.assertEqual(err.splitlines(), ["dptrain: error: a number on the command line is too large for its flag "
-                                            "(stoll): a flag takes true or false, or a count such as --flag=2"])
+    def test_a_flag_value_is_a_word_or_a_count_that_fits_a_number(self):
+        # Found by fuzz/train_cli: CLI11 2.1 let stoll's std::out_of_range escape ("dptrain: error:
+        # stoll", exit 1); CLI11 2.4 read the count as true, so the negated flag switched its feature on.
+        for arg in ("--no-checkpoint-async=77777777777777777777777", "--checkpoint-async=-9223372036854775809",
+                    "--amp=maybe", "--amp=0x10"):
+            with self.subTest(arg=arg):
+                code, out, err = train("--dummy", arg)
+                self.assertEqual(code, 2)
+                name = arg.split("=")[0]
+                self.assertEqual(err.splitlines(), [f"dptrain: error: {arg}: a flag takes true or false (on/off, yes/no, "
+                                                    f"1/0) or a count such as {name}=2 that fits a 64-bit number"])
+        # the edge of the range and the words, any case, are flags' values still
+        with tempfile.TemporaryDirectory() as output:
+            code, out, err = train("--dummy", "-a", "resnet20", "--image-size", "32", "-b", "8", "--max-steps", "1",
+                                   "--dummy-train-size", "16", "--dummy-val-size", "8", "--output", output,
+                                   "--no-checkpoint-async=9223372036854775807", "--amp=Off")
+            self.assertEqual((code, err), (0, ""))
+            self.assertTrue(os.path.exists(os.path.join(output, "checkpoint.pt")))
 
     def test_missing_resume_checkpoint(self):
         code, out, err = train("--dummy", "--resume", "/nonexistent/checkpoint.pt")

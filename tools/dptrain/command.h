@@ -25,10 +25,8 @@ struct Command {
 
 int run_commands(CLI::App& app, const std::vector<Command>& commands, int argc, char** argv);
 
-// CLI11's parse, with what escapes CLI11's own conversions turned into a ConfigError: a flag given
-// a count too large for a number (`--no-checkpoint-async=77777777777777777777`) made its stoll
-// throw std::out_of_range, which the command reported as "dptrain: error: stoll" (found by
-// fuzz/train_cli).
+// CLI11's parse, after dptrain's own check of every flag's `=VALUE` (true or false, or a count that
+// fits a number): CLI11's releases read the rest differently (command.cpp).
 void parse_command_line(CLI::App& app, int argc, const char* const* argv);
 
 // What runs a launch once its flags are parsed. A fixed job: launch::launch. An elastic one
