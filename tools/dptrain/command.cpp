@@ -7,18 +7,18 @@
 #include <set>
 
 #include "dptrain/common/error.h"
+#include "dptrain/common/text.h"
 
 namespace dpt::cli {
 
 namespace {
 
 // The words CLI11 reads as a flag's value in every release dptrain builds against, case aside.
-bool is_flag_word(std::string value) {
+bool is_flag_word(const std::string& value) {
   if (value.empty()) return true;  // `--flag=` is the flag alone
-  for (auto& c : value) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   static const std::set<std::string> words = {"true", "false", "on", "off", "yes", "no", "enable", "disable",
                                               "t", "f", "y", "n", "+", "-"};
-  return words.count(value) > 0;
+  return words.count(ascii_lower(value)) > 0;
 }
 
 // A decimal count that fits a 64-bit number, as CLI11 adds a flag's `=N` up.
