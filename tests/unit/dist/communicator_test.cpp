@@ -1,6 +1,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <functional>
 #include <iterator>
 #include <limits>
@@ -195,6 +196,16 @@ TEST_P(CommunicatorTest, SendAndRecvAroundARingWithTagsInFlightTogether) {
     EXPECT_EQ(records[3].operation, "recv");
     EXPECT_EQ(records[3].state, dpt::dist::CollectiveRecord::State::Completed);
   });
+}
+
+// Thread ranks each start a Gloo group's first collective at once, which PyTorch's flight recorder
+// does not survive on 2.11 (support/torch_flight_recorder_off.cpp): it must be off in this process.
+TEST(ThreadRanks, PyTorchsFlightRecorderIsOffInTheTestProcess) {
+  for (const char* name : {"TORCH_FR_BUFFER_SIZE", "TORCH_NCCL_TRACE_BUFFER_SIZE"}) {
+    const char* value = std::getenv(name);
+    ASSERT_NE(value, nullptr) << name;
+    EXPECT_STREQ(value, "0") << name;
+  }
 }
 
 TEST(Communicator, MeanOfIntegersIsAConfigError) {
