@@ -70,7 +70,7 @@ class Loader:
         self._passes += 1
         threads = max(1, self.num_workers)
         loader = _C.EpochLoader(dataset=self.dataset, indices=indices, epoch=epoch, batch_size=self.batch_size,
-                                threads=threads, prefetch_batches=max(1, self.prefetch_factor * threads),
+                                threads=threads, prefetch_factor=max(1, self.prefetch_factor or 1),
                                 drop_last=self.drop_last, bad_images=self.bad_images, pin_memory=self.pin_memory,
                                 dtype=_DTYPES[self.dtype], memory_format=self.memory_format)
         return _Pass(self, loader)

@@ -60,14 +60,14 @@ class EpochLoader {
 void bind_loader(py::module_& module) {
   py::class_<EpochLoader>(module, "EpochLoader")
       .def(py::init([](std::shared_ptr<const data::Dataset> dataset, std::vector<int64_t> indices, int64_t epoch,
-                       int64_t batch_size, int threads, int prefetch_batches, bool drop_last,
+                       int64_t batch_size, int threads, int prefetch_factor, bool drop_last,
                        const std::string& bad_images, bool pin_memory, const std::string& dtype,
                        at::MemoryFormat memory_format) {
              return std::make_unique<EpochLoader>(std::move(dataset), std::move(indices), epoch,
                                                   data::LoaderOptions()
                                                       .batch_size(batch_size)
                                                       .threads(threads)
-                                                      .prefetch_batches(prefetch_batches)
+                                                      .prefetch_factor(prefetch_factor)
                                                       .drop_last(drop_last)
                                                       .bad_image_policy(data::parse_bad_image_policy(bad_images))
                                                       .pin_memory(pin_memory)
@@ -75,7 +75,7 @@ void bind_loader(py::module_& module) {
                                                       .memory_format(memory_format));
            }),
            py::kw_only(), py::arg("dataset"), py::arg("indices"), py::arg("epoch"), py::arg("batch_size"),
-           py::arg("threads"), py::arg("prefetch_batches"), py::arg("drop_last"), py::arg("bad_images"),
+           py::arg("threads"), py::arg("prefetch_factor"), py::arg("drop_last"), py::arg("bad_images"),
            py::arg("pin_memory"), py::arg("dtype"), py::arg("memory_format"))
       .def("next", &EpochLoader::next, "the next (images, labels), or None at the end of the epoch")
       .def("close", &EpochLoader::close, "stops the workers now")

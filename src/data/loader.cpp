@@ -13,8 +13,8 @@ Loader::Loader(std::shared_ptr<const Dataset> dataset, std::vector<int64_t> indi
   DPT_CHECK(dataset_, ConfigError, "loader: no dataset");
   DPT_CHECK(options.batch_size() > 0, ConfigError, "loader: batch size must be positive, got ", options.batch_size());
   DPT_CHECK(options.threads() > 0, ConfigError, "loader: thread count must be positive, got ", options.threads());
-  DPT_CHECK(options.prefetch_batches() > 0, ConfigError, "loader: prefetch must be at least one batch, got ",
-            options.prefetch_batches());
+  DPT_CHECK(options.prefetch_factor() > 0, ConfigError, "loader: prefetch must be at least one batch per thread, got ",
+            options.prefetch_factor());
 #if !defined(DPTRAIN_WITH_CUDA)
   DPT_CHECK(!options.pin_memory(), ConfigError,
             "loader: pin_memory needs a CUDA build of dptrain; this one is CPU-only");
@@ -47,7 +47,7 @@ void Loader::work() {
       std::unique_lock<std::mutex> lock(mutex_);
       space_.wait(lock, [&] {
         return stopping_ || next_to_build_ >= num_batches_ ||
-               next_to_build_ < next_to_return_ + options_.prefetch_batches();
+               next_to_build_ < next_to_return_ + ahead();
       });
       if (stopping_ || next_to_build_ >= num_batches_) return;
       number = next_to_build_++;
@@ -102,7 +102,7 @@ Loader::Built Loader::build(int64_t number) {
   // The samples are written as float CHW; a batch leaving in another type or layout is built in
   // a float buffer and converted into a second one, so both kinds of buffer are pooled.
   const bool converts = options_.dtype() != at::kFloat || options_.memory_format() != at::MemoryFormat::Contiguous;
-  const size_t capacity = static_cast<size_t>(options_.prefetch_batches() + options_.threads() + 2) * (converts ? 2 : 1);
+  const size_t capacity = static_cast<size_t>(ahead() + options_.threads() + 2) * (converts ? 2 : 1);
   batch.images = pool_->acquire({shape, at::kFloat, at::MemoryFormat::Contiguous, options_.pin_memory() && !converts},
                                 capacity);
   batch.labels = at::empty({count}, at::kLong);

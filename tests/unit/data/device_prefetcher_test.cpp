@@ -57,7 +57,7 @@ TEST(DevicePrefetcher, CpuPassesBatchesThroughInOrder) {
 
 TEST(DevicePrefetcher, StopsCleanlyMidEpoch) {
   auto ds = small_synthetic(200, 4);
-  Loader loader(ds, order(200), 0, LoaderOptions().batch_size(2).threads(2).prefetch_batches(2));
+  Loader loader(ds, order(200), 0, LoaderOptions().batch_size(2).threads(2).prefetch_factor(1));
   DevicePrefetcher prefetcher(loader, DevicePrefetcherOptions(at::kCPU));
   ASSERT_TRUE(prefetcher.next().has_value());
   auto second = prefetcher.next();

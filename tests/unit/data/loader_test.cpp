@@ -3,6 +3,9 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
 #include <filesystem>
 #include <fstream>
 #include <set>
@@ -52,12 +55,47 @@ class Faulty : public Dataset {
   bool crash_;
 };
 
+// Counts the samples being read at once. Each read waits (up to a second, once) until `wanted`
+// reads are under way together, so that a loader that lets fewer threads work shows it.
+class Concurrency : public Dataset {
+ public:
+  explicit Concurrency(int wanted) : inner_(small_synthetic(64, 9)), wanted_(wanted) {}
+  int64_t size() const override { return inner_->size(); }
+  int64_t num_classes() const override { return inner_->num_classes(); }
+  std::vector<int64_t> sample_shape() const override { return inner_->sample_shape(); }
+  int64_t get(int64_t index, int64_t epoch, float* out) const override {
+    {
+      std::unique_lock<std::mutex> lock(mutex_);
+      most_ = std::max(most_, ++reading_);
+      changed_.notify_all();
+      if (!waited_) waited_ = !changed_.wait_for(lock, std::chrono::seconds(1), [&] { return most_ >= wanted_; });
+    }
+    const int64_t label = inner_->get(index, epoch, out);
+    std::lock_guard<std::mutex> lock(mutex_);
+    --reading_;
+    return label;
+  }
+  std::string describe(int64_t index) const override { return inner_->describe(index); }
+  int most() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return most_;
+  }
+
+ private:
+  std::shared_ptr<const Dataset> inner_;
+  int wanted_;
+  mutable std::mutex mutex_;
+  mutable std::condition_variable changed_;
+  mutable int reading_ = 0, most_ = 0;
+  mutable bool waited_ = false;  // the wait timed out: no more waiting
+};
+
 }  // namespace
 
 TEST(Loader, OutputDoesNotDependOnThreadCount) {
   auto ds = small_synthetic(23, 9);
   Loader one(ds, iota(23), 1, LoaderOptions().batch_size(4).threads(1));
-  Loader three(ds, iota(23), 1, LoaderOptions().batch_size(4).threads(3).prefetch_batches(2));
+  Loader three(ds, iota(23), 1, LoaderOptions().batch_size(4).threads(3).prefetch_factor(1));
   auto a = drain(one), b = drain(three);
   ASSERT_EQ(a.size(), 6u);
   ASSERT_EQ(b.size(), 6u);
@@ -77,12 +115,24 @@ TEST(Loader, OutputDoesNotDependOnThreadCount) {
   EXPECT_TRUE(a[0].images[2].flatten().equal(at::from_blob(alone.data(), {ds->sample_numel()})));
 }
 
+// Every thread has a batch to build at once, however many there are: with a fixed prefetch of 4
+// batches, 8 threads built 4 batches at a time, and a GPU machine's loader ran at 4 threads' rate.
+TEST(Loader, EveryThreadBuildsABatchAtOnce) {
+  for (int threads : {1, 8}) {
+    auto ds = std::make_shared<Concurrency>(threads);
+    Loader loader(ds, iota(64), 0, LoaderOptions().batch_size(1).threads(threads));
+    EXPECT_EQ(drain(loader).size(), 64u);
+    EXPECT_EQ(ds->most(), threads) << threads << " threads";
+  }
+  EXPECT_THROW(Loader(small_synthetic(4, 9), iota(4), 0, LoaderOptions().prefetch_factor(0)), dpt::ConfigError);
+}
+
 // Buffers of batches the consumer has dropped are reused; batches still held never are.
 TEST(Loader, ReusesOnlyReleasedBuffers) {
   auto ds = small_synthetic(24, 9);
   Loader held(ds, iota(24), 0, LoaderOptions().batch_size(2).threads(1));
   auto kept = drain(held);
-  Loader reusing(ds, iota(24), 0, LoaderOptions().batch_size(2).threads(2).prefetch_batches(1));
+  Loader reusing(ds, iota(24), 0, LoaderOptions().batch_size(2).threads(2).prefetch_factor(1));
   std::vector<Batch> every_third;
   for (size_t k = 0; auto batch = reusing.next(); ++k) {
     EXPECT_TRUE(batch->images.equal(kept[k].images)) << "batch " << k;
@@ -136,7 +186,7 @@ TEST(Loader, RethrowsWorkerErrorsWithTheirText) {
 
 TEST(Loader, StopsCleanlyMidEpoch) {
   for (int threads : {1, 4}) {
-    Loader loader(small_synthetic(200, 9), iota(200), 0, LoaderOptions().batch_size(2).threads(threads).prefetch_batches(3));
+    Loader loader(small_synthetic(200, 9), iota(200), 0, LoaderOptions().batch_size(2).threads(threads).prefetch_factor(1));
     EXPECT_TRUE(loader.next().has_value());
   }  // the destructor joins the workers while batches are still pending
 }
@@ -175,7 +225,7 @@ TEST(Loader, SkipsCorruptFilesInAnImageFolder) {
 TEST(Loader, SharedBufferPoolReusesReleasedBuffersOnly) {
   auto ds = small_synthetic(12, 9);
   auto pool = std::make_shared<BufferPool>();
-  const auto options = LoaderOptions().batch_size(4).threads(1).prefetch_batches(1).buffer_pool(pool);
+  const auto options = LoaderOptions().batch_size(4).threads(1).prefetch_factor(1).buffer_pool(pool);
   std::set<const void*> first_epoch;
   std::optional<Batch> kept;
   {
@@ -221,7 +271,7 @@ TEST(Loader, ConvertsBatchesToTheAskedTypeAndLayout) {
   }
   converted.clear();
   Loader again(ds, iota(10), 2,
-               LoaderOptions().batch_size(4).threads(1).prefetch_batches(1).dtype(at::kBFloat16).memory_format(
+               LoaderOptions().batch_size(4).threads(1).prefetch_factor(1).dtype(at::kBFloat16).memory_format(
                    at::MemoryFormat::ChannelsLast).buffer_pool(pool));
   auto second = drain(again);
   EXPECT_TRUE(second[0].images.equal(expected[0].images.to(at::kBFloat16)));
