@@ -1,9 +1,10 @@
 #pragma once
-// Runs a Python snippet under /usr/bin/python3 (which has torch and torchvision) and returns what
-// it printed, for unit tests whose expected values come from PyTorch itself.
+// Runs a Python snippet under the oracle Python (the build's DPTRAIN_PYTHON: /usr/bin/python3,
+// which has torch and torchvision, or a GPU machine's own) and returns what it printed, for unit
+// tests whose expected values come from PyTorch itself.
 //
 //   auto out = dpt::testing::run_python("import torch; print(torch.randperm(4).tolist())");
-//   if (!out) DPT_MISSING_DEPENDENCY("no /usr/bin/python3 with torch");
+//   if (!out) DPT_MISSING_DEPENDENCY(dpt::testing::oracle_missing("torch"));
 
 #include <sys/wait.h>
 #include <unistd.h>
@@ -36,8 +37,13 @@ inline bool in_ci() {
     GTEST_SKIP() << (why);                                                                  \
   } while (0)
 
-// stdout of the script, or nullopt when /usr/bin/python3 lacks torch or torchvision (the test
-// then calls DPT_MISSING_DEPENDENCY). A script that fails for any other reason throws, so the test fails.
+inline std::string oracle_missing(const std::string& module) {
+  return std::string(DPTRAIN_ORACLE_PYTHON) + " with " + module + " is not available";
+}
+
+// stdout of the script, or nullopt when the oracle Python is missing or lacks torch or torchvision
+// (the test then calls DPT_MISSING_DEPENDENCY). A script that fails for any other reason throws,
+// so the test fails.
 inline std::optional<std::string> run_python(const std::string& script) {
   char path[] = "/tmp/dptrain_oracle_XXXXXX.py";
   int fd = mkstemps(path, 3);
@@ -50,7 +56,7 @@ inline std::optional<std::string> run_python(const std::string& script) {
                          "    print('DPT_ORACLE_MISSING')\n"
                          "    sys.exit(0)\n"
                       << script;
-  FILE* pipe = popen((std::string("/usr/bin/python3 ") + path + " 2>&1").c_str(), "r");
+  FILE* pipe = popen((std::string(DPTRAIN_ORACLE_PYTHON) + " " + path + " 2>&1").c_str(), "r");
   std::string out;
   if (pipe) {
     char buffer[4096];
@@ -59,7 +65,7 @@ inline std::optional<std::string> run_python(const std::string& script) {
   }
   const int rc = pipe ? pclose(pipe) : -1;
   std::remove(path);
-  if (!pipe || (WIFEXITED(rc) && WEXITSTATUS(rc) == 127)) return std::nullopt;  // no /usr/bin/python3
+  if (!pipe || (WIFEXITED(rc) && WEXITSTATUS(rc) == 127)) return std::nullopt;  // no such Python
   if (out.rfind("DPT_ORACLE_MISSING", 0) == 0) return std::nullopt;
   if (rc != 0) throw std::runtime_error("Python oracle script failed:\n" + out);
   return out;

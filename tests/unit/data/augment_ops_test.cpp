@@ -97,7 +97,7 @@ TEST(AugmentOps, EqualTorchvisionOnPilImagesByteForByte) {
               "    print(' '.join(map(str, _apply_op(img, op, m, interpolation=mode, fill=None).tobytes())))\n";
   }
   const auto out = dpt::testing::run_python(script.str());
-  if (!out) DPT_MISSING_DEPENDENCY("/usr/bin/python3 with torchvision is not available");
+  if (!out) DPT_MISSING_DEPENDENCY(dpt::testing::oracle_missing("torchvision"));
   const auto expected = dpt::testing::parse_lines<int>(*out);
   ASSERT_EQ(expected.size(), images.size() * cases.size());
   size_t line = 0;
@@ -136,7 +136,7 @@ TEST(AutoAugment, AugmentationSpacesEqualTorchvision) {
               "print('end')\n";
   }
   const auto out = dpt::testing::run_python(script);
-  if (!out) DPT_MISSING_DEPENDENCY("/usr/bin/python3 with torchvision is not available");
+  if (!out) DPT_MISSING_DEPENDENCY(dpt::testing::oracle_missing("torchvision"));
   std::istringstream lines(*out);
   for (const auto& [policy, call] : policies) {
     const auto space = AutoAugment(AutoAugmentOptions().policy(policy)).augmentation_space(37, 29);

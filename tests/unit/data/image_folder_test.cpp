@@ -46,7 +46,7 @@ TEST(ImageFolder, ListsLikeTorchvision) {
       "')\n"
       "print(' '.join(ds.classes))\n"
       "for path, label in ds.samples: print(path, label)\n");
-  if (!expected) DPT_MISSING_DEPENDENCY("/usr/bin/python3 with torchvision is not available");
+  if (!expected) DPT_MISSING_DEPENDENCY(dpt::testing::oracle_missing("torchvision"));
   std::string ours = "Ant cat zebra\n";
   for (int64_t i = 0; i < folder.size(); ++i) ours += dpt::str(folder.path(i), " ", folder.label(i), "\n");
   EXPECT_EQ(ours, *expected);
@@ -61,7 +61,7 @@ TEST(ImageFolder, ReadsJpegAndPng) {
       "from PIL import Image\n"
       "Image.new('RGB', (20, 16), (10, 200, 30)).save('" +
       png + "')\n");
-  if (!made) DPT_MISSING_DEPENDENCY("/usr/bin/python3 with PIL is not available");
+  if (!made) DPT_MISSING_DEPENDENCY(dpt::testing::oracle_missing("PIL"));
   ImageFolder folder(dir.path(), small_eval());
   std::vector<float> out(folder.sample_numel());
   EXPECT_EQ(folder.get(0, 0, out.data()), 0);

@@ -50,7 +50,7 @@ TEST(DistributedSampler, MatchesPyTorchIndexLists) {
          << "    s.set_epoch(epoch)\n"
          << "    print(' '.join(map(str, list(s))))\n";
   auto out = dpt::testing::run_python(script.str());
-  if (!out) DPT_MISSING_DEPENDENCY("/usr/bin/python3 with torch is not available");
+  if (!out) DPT_MISSING_DEPENDENCY(dpt::testing::oracle_missing("torch"));
   auto expected = dpt::testing::parse_lines(*out);
   ASSERT_EQ(expected.size(), kCases.size());
   for (size_t i = 0; i < kCases.size(); ++i) {
@@ -194,7 +194,7 @@ TEST(DistributedSampler, RepeatedAugmentationMatchesRaSampler) {
     }
   }
   auto out = dpt::testing::run_python(script.str());
-  if (!out) DPT_MISSING_DEPENDENCY("/usr/bin/python3 with torch is not available");
+  if (!out) DPT_MISSING_DEPENDENCY(dpt::testing::oracle_missing("torch"));
   const auto expected = dpt::testing::parse_lines(*out);
   size_t line = 0;
   for (const auto& c : cases) {

@@ -77,7 +77,7 @@ TEST(Transform, EvalMatchesTorchvision) {
   write_file(path, bytes);
   auto expected = torchvision_outputs(
       path, "T.Compose([T.Resize(40), T.CenterCrop(32)]), T.Compose([T.Resize(24), T.CenterCrop(20)])");
-  if (!expected) DPT_MISSING_DEPENDENCY("/usr/bin/python3 with torchvision is not available");
+  if (!expected) DPT_MISSING_DEPENDENCY(dpt::testing::oracle_missing("torchvision"));
   ASSERT_EQ(expected->size(), 2u);
 
   Transform exact(TransformOptions().resize(40).size(32).dct_scaling(false));
@@ -109,7 +109,7 @@ TEST(Transform, TrainCropMatchesTorchvisionResizedCrop) {
   }
   auto expected = torchvision_outputs(path, dpt::str("lambda im: F.hflip(F.resized_crop(im, ", plan.top, ", ",
                                                      plan.left, ", ", plan.height, ", ", plan.width, ", [24, 24]))"));
-  if (!expected) DPT_MISSING_DEPENDENCY("/usr/bin/python3 with torchvision is not available");
+  if (!expected) DPT_MISSING_DEPENDENCY(dpt::testing::oracle_missing("torchvision"));
   std::vector<float> out(train.sample_numel());
   train.apply(decode_image(bytes, path), plan, out.data());
   EXPECT_LT(max_abs_diff(out, (*expected)[0]), 1e-6);
@@ -146,7 +146,7 @@ TEST_P(Filters, ManyTrainCropsMatchTorchvision) {
                       ")), ");
   }
   auto expected = torchvision_outputs(path, crops);
-  if (!expected) DPT_MISSING_DEPENDENCY("/usr/bin/python3 with torchvision is not available");
+  if (!expected) DPT_MISSING_DEPENDENCY(dpt::testing::oracle_missing("torchvision"));
   ASSERT_EQ(expected->size(), static_cast<size_t>(kCrops));
   const Image full = decode_image(bytes, path);
   OffsetBuffer aligned(train.sample_numel(), 0), misaligned(train.sample_numel(), 1);
@@ -171,7 +171,7 @@ TEST_P(Filters, EvalResizeMatchesTorchvision) {
   const std::string mode = transforms_mode(GetParam());
   auto expected = torchvision_outputs(path, dpt::str("T.Compose([T.Resize(40, ", mode, "), T.CenterCrop(32)]), ",
                                                      "T.Compose([T.Resize(90, ", mode, "), T.CenterCrop(80)])"));
-  if (!expected) DPT_MISSING_DEPENDENCY("/usr/bin/python3 with torchvision is not available");
+  if (!expected) DPT_MISSING_DEPENDENCY(dpt::testing::oracle_missing("torchvision"));
   ASSERT_EQ(expected->size(), 2u);
   const int sizes[2][2] = {{40, 32}, {90, 80}};
   for (int i = 0; i < 2; ++i) {
@@ -266,7 +266,7 @@ TEST(Transform, RandomErasingZeroesThePlannedBox) {
   auto expected = torchvision_outputs(
       path, dpt::str("lambda im: F.hflip(F.resized_crop(im, ", plan.top, ", ", plan.left, ", ", plan.height, ", ",
                      plan.width, ", [24, 24]))"));
-  if (!expected) DPT_MISSING_DEPENDENCY("/usr/bin/python3 with torchvision is not available");
+  if (!expected) DPT_MISSING_DEPENDENCY(dpt::testing::oracle_missing("torchvision"));
   const auto& box = *plan.erase;
   auto& values = (*expected)[0];
   for (int c = 0; c < 3; ++c) {

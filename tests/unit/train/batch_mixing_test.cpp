@@ -85,7 +85,7 @@ std::vector<double> values(const at::Tensor& t) {
 // torchvision's mixed images and targets, and its loss with label smoothing.
 TEST(BatchMixing, MatchesTorchvisionsReferenceForTheSameDraws) {
   auto out = dpt::testing::run_python(python_cases() + kReference);
-  if (!out) DPT_MISSING_DEPENDENCY("/usr/bin/python3 with torch is not available");
+  if (!out) DPT_MISSING_DEPENDENCY(dpt::testing::oracle_missing("torch"));
   const auto expected = dpt::testing::parse_lines<double>(*out);
   ASSERT_EQ(expected.size(), 3 * cases().size());
   BatchMixing mixing(BatchMixingOptions().mixup_alpha(0.2).cutmix_alpha(1.0), kClasses);

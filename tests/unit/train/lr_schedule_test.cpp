@@ -185,7 +185,7 @@ LrScheduleOptions torchvision(LrDecay decay, int64_t warmup, dpt::train::WarmupM
 // every step of each epoch runs at the rate Python's schedulers give that epoch.
 TEST(LrSchedule, PerEpochMatchesTorchvisionsSchedulers) {
   auto out = dpt::testing::run_python(kTorchvisionSchedules);
-  if (!out) DPT_MISSING_DEPENDENCY("/usr/bin/python3 with torch is not available");
+  if (!out) DPT_MISSING_DEPENDENCY(dpt::testing::oracle_missing("torch"));
   const auto expected = dpt::testing::parse_lines<double>(*out);
   using dpt::train::WarmupMethod;
   const std::vector<LrScheduleOptions> ours = {

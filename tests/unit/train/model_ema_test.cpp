@@ -68,7 +68,7 @@ TEST(ModelEma, MatchesPythonsAveragedModel) {
   const auto out = dpt::testing::run_python(dpt::str("sys.argv = ['', '", dir.path(), "/initial.pt', '", dir.path(),
                                                      "/python.pt', '", kUpdates, "', '", kDecay, "']\n") +
                                             kAveragedModel);
-  if (!out) DPT_MISSING_DEPENDENCY("/usr/bin/python3 with torchvision is not available");
+  if (!out) DPT_MISSING_DEPENDENCY(dpt::testing::oracle_missing("torchvision"));
   ASSERT_EQ(*out, "done\n");
   const models::StateDict expected = models::read_state_dict(dir.path() + "/python.pt");
 
