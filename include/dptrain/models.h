@@ -2,6 +2,7 @@
 // The models layer: torchvision's classification families with torchvision's names, the CIFAR
 // ResNets, TorchScript models from Python, one Classifier type over all of them, a registry,
 // state dicts.
+#include "dptrain/models/batch_norm_relu.h"
 #include "dptrain/models/blocks.h"
 #include "dptrain/models/classic.h"
 #include "dptrain/models/classifier.h"

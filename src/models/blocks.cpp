@@ -6,6 +6,7 @@
 #include <torch/nn/modules/batchnorm.h>
 
 #include "dptrain/common/error.h"
+#include "dptrain/models/batch_norm_relu.h"
 
 namespace dpt::models {
 namespace {
@@ -96,11 +97,9 @@ void ResidualBlockImpl<Kind>::reset() {
 template <BlockKind Kind>
 torch::Tensor ResidualBlockImpl<Kind>::forward(const torch::Tensor& x) {
   torch::Tensor out = x;
-  for (size_t i = 0; i < convs_.size(); ++i) {
-    out = norms_[i].forward(convs_[i](out));
-    if (i + 1 < convs_.size()) out = torch::relu(out);
-  }
-  return torch::relu(out + (downsample_ ? downsample_->forward(x) : x));
+  for (size_t i = 0; i + 1 < convs_.size(); ++i) out = norm_relu(norms_[i], convs_[i](out));
+  out = convs_.back()(out);
+  return norm_add_relu(norms_.back(), out, downsample_ ? downsample_->forward(x) : x);
 }
 
 template <BlockKind Kind>

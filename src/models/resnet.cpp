@@ -5,6 +5,7 @@
 #include <torch/nn/init.h>
 
 #include "dptrain/common/error.h"
+#include "dptrain/models/batch_norm_relu.h"
 
 namespace dpt::models {
 
@@ -86,7 +87,7 @@ void ResNetImpl::replace_norm_layer(const std::string& name, torch::nn::AnyModul
 }
 
 torch::Tensor ResNetImpl::forward(torch::Tensor x) {
-  x = torch::relu(bn1_.forward(conv1_(x)));
+  x = norm_relu(bn1_, conv1_(x));
   if (layout.stem() == Stem::ImageNet) {
     x = torch::max_pool2d(x, /*kernel_size=*/{3, 3}, /*stride=*/{2, 2}, /*padding=*/{1, 1});
   }

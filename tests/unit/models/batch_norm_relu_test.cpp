@@ -1,0 +1,187 @@
+#include <gtest/gtest.h>
+
+#include <ATen/Parallel.h>
+#include <torch/torch.h>
+
+#include <vector>
+
+#include "dptrain/models/batch_norm_relu.h"
+
+namespace models = dpt::models;
+
+namespace {
+
+torch::Tensor bf16_channels_last(torch::Tensor t) {
+  return t.to(torch::kBFloat16).contiguous(torch::MemoryFormat::ChannelsLast);
+}
+
+// A BatchNorm2d with weights, biases and running statistics away from their defaults.
+torch::nn::AnyModule batch_norm(int64_t channels, int64_t seed) {
+  torch::manual_seed(seed);
+  torch::nn::BatchNorm2d bn(channels);
+  torch::NoGradGuard no_grad;
+  bn->weight.uniform_(0.5, 1.5);
+  bn->bias.uniform_(-0.5, 0.5);
+  bn->running_mean.uniform_(-1, 1);
+  bn->running_var.uniform_(0.5, 2);
+  return torch::nn::AnyModule(bn);
+}
+
+struct Result {
+  torch::Tensor y, grad_x, grad_residual, grad_weight, grad_bias, running_mean, running_var, batches;
+};
+
+// One forward and backward through `run`, on double copies when `precise` (the definition,
+// computed by LibTorch in float64) or as given.
+template <typename Run>
+Result step(torch::nn::AnyModule norm, torch::Tensor x, torch::Tensor residual, const torch::Tensor& grad, Run run) {
+  auto* bn = norm.ptr()->as<torch::nn::BatchNorm2d>();
+  x = x.detach().requires_grad_();
+  if (residual.defined()) residual = residual.detach().requires_grad_();
+  auto y = run(norm, x, residual);
+  y.backward(grad.to(y.scalar_type()));
+  return {y.detach(),
+          x.grad(),
+          residual.defined() ? residual.grad() : torch::Tensor(),
+          bn->weight.grad(),
+          bn->bias.grad(),
+          bn->running_mean.clone(),
+          bn->running_var.clone(),
+          bn->num_batches_tracked.clone()};
+}
+
+Result fused(const torch::nn::AnyModule& norm, const torch::Tensor& x, const torch::Tensor& residual,
+             const torch::Tensor& grad) {
+  return step(norm.clone(), x, residual, grad, [](torch::nn::AnyModule& n, torch::Tensor in, torch::Tensor r) {
+    return r.defined() ? models::norm_add_relu(n, in, r) : models::norm_relu(n, in);
+  });
+}
+
+// The definition in float64, from the same bf16 values.
+Result definition(const torch::nn::AnyModule& norm, const torch::Tensor& x, const torch::Tensor& residual,
+                  const torch::Tensor& grad) {
+  auto copy = norm.clone();
+  copy.ptr()->to(torch::kDouble);
+  return step(copy, x.to(torch::kDouble), residual.defined() ? residual.to(torch::kDouble) : residual, grad,
+              [](torch::nn::AnyModule& n, torch::Tensor in, torch::Tensor r) {
+                auto out = n.forward(in);
+                return torch::relu(r.defined() ? out + r : out);
+              });
+}
+
+// Within what one rounding to bf16 (2^-9 relative) of the exact value allows, with some room for
+// float arithmetic: the largest error over the tensor, relative to its largest value.
+double error(const torch::Tensor& got, const torch::Tensor& want) {
+  return ((got.to(torch::kDouble) - want).abs() / (want.abs() + want.abs().max() * 1e-3)).max().item<double>();
+}
+constexpr double kBf16Tolerance = 1.0 / 256;
+
+void expect_definition(const Result& got, const Result& want) {
+  EXPECT_LT(error(got.y, want.y), kBf16Tolerance);
+  EXPECT_LT(error(got.grad_x, want.grad_x), kBf16Tolerance);
+  if (want.grad_residual.defined()) {
+    EXPECT_LT(error(got.grad_residual, want.grad_residual), kBf16Tolerance);
+  }
+  // Sums of float products, a chunk of rows at a time: about 2^-24 per term added.
+  EXPECT_LT(error(got.grad_weight, want.grad_weight), 1e-4);
+  EXPECT_LT(error(got.grad_bias, want.grad_bias), 1e-4);
+  EXPECT_LT(error(got.running_mean, want.running_mean), 1e-6);
+  EXPECT_LT(error(got.running_var, want.running_var), 1e-6);
+  EXPECT_TRUE(got.batches.to(torch::kDouble).equal(want.batches.to(torch::kDouble)));
+}
+
+}  // namespace
+
+TEST(BatchNormReLU, IsTheDefinitionForEveryShapeWithAndWithoutResidual) {
+  // Channel counts that fill vector registers and ones that leave remainders; rows spanning one
+  // chunk and many; data with a mean far from zero (where sum-of-squares variance cancels).
+  const std::vector<std::vector<int64_t>> shapes = {{8, 64, 16, 16}, {4, 3, 5, 7}, {2, 70, 9, 9}, {32, 24, 32, 32}};
+  int64_t seed = 0;
+  for (const auto& shape : shapes) {
+    for (const bool with_residual : {false, true}) {
+      SCOPED_TRACE(::testing::Message() << "shape " << shape[0] << "x" << shape[1] << "x" << shape[2] << "x"
+                                        << shape[3] << (with_residual ? " with residual" : ""));
+      torch::manual_seed(++seed);
+      const auto x = bf16_channels_last(torch::randn(shape) * 3 + 20);
+      const auto residual = with_residual ? bf16_channels_last(torch::randn(shape)) : torch::Tensor();
+      const auto grad = bf16_channels_last(torch::randn(shape));
+      const auto norm = batch_norm(shape[1], seed);
+      const auto got = fused(norm, x, residual, grad);
+      const auto want = definition(norm, x, residual, grad);
+      ASSERT_EQ(got.y.scalar_type(), torch::kBFloat16);
+      EXPECT_TRUE(got.y.is_contiguous(torch::MemoryFormat::ChannelsLast));
+      expect_definition(got, want);
+      // Many outputs are clipped and many are not, so a missing ReLU or mask could not pass.
+      const double clipped = want.y.eq(0).to(torch::kDouble).mean().item<double>();
+      EXPECT_GT(clipped, 0.2);
+      EXPECT_LT(clipped, 0.8);
+    }
+  }
+}
+
+TEST(BatchNormReLU, TheToleranceRejectsNearMisses) {
+  // What a slip would give (variance with n - 1, ReLU's gradient unmasked, the residual added
+  // after the ReLU) lands outside the tolerance the test above holds the fused layer to.
+  const std::vector<int64_t> shape = {4, 16, 6, 6};
+  torch::manual_seed(7);
+  const auto x = bf16_channels_last(torch::randn(shape));
+  const auto residual = bf16_channels_last(torch::randn(shape));
+  const auto grad = bf16_channels_last(torch::randn(shape));
+  const auto norm = batch_norm(16, 7);
+  const auto want = definition(norm, x, residual, grad);
+
+  auto xd = x.to(torch::kDouble);
+  const auto mean = xd.mean({0, 2, 3}, true);
+  auto* bn = norm.ptr()->as<torch::nn::BatchNorm2d>();
+  const auto w = bn->weight.to(torch::kDouble).view({1, -1, 1, 1});
+  const auto b = bn->bias.to(torch::kDouble).view({1, -1, 1, 1});
+  const auto unbiased = (xd - mean) / (xd.var({0, 2, 3}, /*unbiased=*/true, true) + 1e-5).sqrt() * w + b;
+  EXPECT_GT(error(torch::relu(unbiased + residual.to(torch::kDouble)), want.y), kBf16Tolerance);
+  const auto biased = (xd - mean) / (xd.var({0, 2, 3}, /*unbiased=*/false, true) + 1e-5).sqrt() * w + b;
+  EXPECT_LT(error(torch::relu(biased + residual.to(torch::kDouble)), want.y), 1e-9);  // the formula itself
+  EXPECT_GT(error(torch::relu(biased) + residual.to(torch::kDouble), want.y), kBf16Tolerance);
+  EXPECT_GT(error(grad.to(torch::kDouble), want.grad_residual), kBf16Tolerance);
+}
+
+TEST(BatchNormReLU, DoesNotDependOnTheNumberOfThreads) {
+  const std::vector<int64_t> shape = {16, 32, 24, 24};
+  torch::manual_seed(3);
+  const auto x = bf16_channels_last(torch::randn(shape));
+  const auto residual = bf16_channels_last(torch::randn(shape));
+  const auto grad = bf16_channels_last(torch::randn(shape));
+  const auto norm = batch_norm(32, 3);
+  const int threads = at::get_num_threads();
+  at::set_num_threads(1);
+  const auto one = fused(norm, x, residual, grad);
+  at::set_num_threads(4);
+  const auto four = fused(norm, x, residual, grad);
+  at::set_num_threads(threads);
+  for (const auto& [a, b] : {std::pair{one.y, four.y}, {one.grad_x, four.grad_x}, {one.grad_weight, four.grad_weight},
+                             {one.grad_bias, four.grad_bias}, {one.running_var, four.running_var}}) {
+    EXPECT_TRUE(a.equal(b));
+  }
+}
+
+TEST(BatchNormReLU, OtherCasesRunTheLayersAsTheyAre) {
+  // float32, NCHW bf16 and eval mode: the result is LibTorch's relu(bn(x)), bit for bit.
+  torch::manual_seed(5);
+  const auto norm = batch_norm(8, 5);
+  const auto grad = torch::randn({4, 8, 5, 5});
+  const auto layers = [](torch::nn::AnyModule& n, torch::Tensor in, torch::Tensor) {
+    return torch::relu(n.forward(in));
+  };
+  const auto via_norm_relu = [](torch::nn::AnyModule& n, torch::Tensor in, torch::Tensor) {
+    return models::norm_relu(n, in);
+  };
+  for (const auto& x : {torch::randn({4, 8, 5, 5}), torch::randn({4, 8, 5, 5}).to(torch::kBFloat16)}) {
+    const auto got = step(norm.clone(), x, torch::Tensor(), grad, via_norm_relu);
+    const auto want = step(norm.clone(), x, torch::Tensor(), grad, layers);
+    EXPECT_TRUE(got.y.equal(want.y));
+    EXPECT_TRUE(got.grad_x.equal(want.grad_x));
+    EXPECT_TRUE(got.running_var.equal(want.running_var));
+  }
+  auto evaluating = norm.clone();
+  evaluating.ptr()->eval();
+  const auto x = bf16_channels_last(torch::randn({4, 8, 5, 5}));
+  EXPECT_TRUE(models::norm_relu(evaluating, x).equal(torch::relu(evaluating.forward(x))));
+}
