@@ -86,11 +86,18 @@ std::vector<char> read_all(const fs::path& path) {
 
 std::string first_line(const std::string& text) { return text.substr(0, text.find('\n')); }
 
+
+fs::path folder_of(const fs::path& path) { return path.has_parent_path() ? path.parent_path() : fs::path("."); }
+
+// Where a new version of `path` is made before it is renamed over it (remove_unfinished_writes
+// knows the name).
+fs::path temporary_for(const fs::path& path) { return fs::path(path.string() + ".tmp." + std::to_string(::getpid())); }
+
 }  // namespace
 
 int64_t write_file_atomically(const fs::path& path, const FileContents& contents) {
-  const fs::path folder = path.has_parent_path() ? path.parent_path() : fs::path(".");
-  const fs::path temporary = fs::path(path.string() + ".tmp." + std::to_string(::getpid()));
+  const fs::path folder = folder_of(path);
+  const fs::path temporary = temporary_for(path);
   int64_t size = 0;
   try {
     size = write_and_sync(temporary, contents);
@@ -117,6 +124,18 @@ void copy_file_atomically(const fs::path& from, const fs::path& to) {
     DPT_CHECK(!in.bad(), CheckpointError, "cannot read ", from.string(), " to copy it to ", to.string(), ": ",
               std::strerror(errno));
   });
+}
+
+void link_or_copy_file_atomically(const fs::path& from, const fs::path& to) {
+  const fs::path temporary = temporary_for(to);
+  ::unlink(temporary.c_str());  // what a killed process of the same pid left
+  if (::link(from.c_str(), temporary.c_str()) != 0) return copy_file_atomically(from, to);
+  const int renamed = ::rename(temporary.c_str(), to.c_str());
+  const int rename_error = errno;
+  // Where `to` already names the same file, rename does nothing and the temporary name stays.
+  ::unlink(temporary.c_str());
+  if (renamed != 0) fail("rename the new file over", to, rename_error);
+  sync_folder(folder_of(to));
 }
 
 int64_t save_checkpoint(const c10::IValue& state, const fs::path& path) {

@@ -89,19 +89,19 @@ class HostSnapshot {
   size_t next_ = 0;
 };
 
-// checkpoint.pt, pickled straight into the file, then the epoch's file and model_best.pt copied
-// from it, each atomically.
+// checkpoint.pt, pickled straight into the file, then the epoch's file and model_best.pt as further
+// names of it (copies where links are refused), each atomically.
 CheckpointWrite write_files(const CheckpointRequest& request, CheckpointWrite write) {
   write.began = Clock::now();
   write.file = request.dir / kLatestCheckpointName;
   try {
     write.bytes = save_checkpoint(request.state, write.file);
     if (request.epoch_done) {
-      copy_file_atomically(write.file, epoch_checkpoint_path(request.dir, *request.epoch_done));
+      link_or_copy_file_atomically(write.file, epoch_checkpoint_path(request.dir, *request.epoch_done));
       rotate_checkpoints(request.dir, request.keep);
     }
     const fs::path best = request.dir / kBestCheckpointName;
-    if (request.best || !fs::exists(best)) copy_file_atomically(write.file, best);
+    if (request.best || !fs::exists(best)) link_or_copy_file_atomically(write.file, best);
   } catch (const std::exception& e) {
     write.error = e.what();
   }

@@ -1,5 +1,6 @@
 #include <gtest/gtest.h>
 
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -174,6 +175,46 @@ TEST(CheckpointPickle, LengthsPastTheEndAreRefusedBeforeTheyAreAllocated) {
                                     std::string("\x80\x02" "cbuiltins\nlen", 14)}) {
     EXPECT_THROW(dpt::compat::pickle_load(archive_of(broken)), c10::Error) << broken;
   }
+}
+
+// The epoch's file and model_best.pt are further names of checkpoint.pt: one file on disk, and
+// each keeps its version when checkpoint.pt is replaced by the next save.
+TEST_F(CheckpointFile, LinkedNamesShareTheFileAndKeepTheirVersion) {
+  const fs::path latest = dir / kLatestCheckpointName;
+  const fs::path epoch1 = epoch_checkpoint_path(dir, 1);
+  const fs::path best = dir / kBestCheckpointName;
+  save_checkpoint(state(1), latest);
+  const std::string first = contents(latest);
+  link_or_copy_file_atomically(latest, epoch1);
+  link_or_copy_file_atomically(latest, best);
+  link_or_copy_file_atomically(latest, best);  // already that file: nothing changes, nothing is left
+  EXPECT_TRUE(fs::equivalent(latest, epoch1));
+  EXPECT_TRUE(fs::equivalent(latest, best));
+  EXPECT_EQ(fs::hard_link_count(latest), 3u);
+  EXPECT_EQ(names(), (std::vector<std::string>{"checkpoint.pt", "checkpoint_epoch1.pt", "model_best.pt"}));
+
+  save_checkpoint(state(2), latest);
+  EXPECT_FALSE(fs::equivalent(latest, epoch1));
+  EXPECT_EQ(fs::hard_link_count(epoch1), 2u);
+  EXPECT_EQ(contents(epoch1), first);
+  EXPECT_EQ(contents(best), first);
+  EXPECT_EQ(load_checkpoint(epoch1).toGenericDict().at("epoch").toInt(), 1);
+  EXPECT_EQ(load_checkpoint(latest).toGenericDict().at("epoch").toInt(), 2);
+}
+
+// Across file systems (here /dev/shm's tmpfs and the test's folder) a link is refused: a copy.
+TEST_F(CheckpointFile, WhereLinksAreRefusedTheNameIsACopy) {
+  const fs::path elsewhere = fs::path("/dev/shm") / ("dptrain_checkpoint_" + std::to_string(::getpid()) + ".pt");
+  save_checkpoint(state(5), elsewhere);
+  struct stat source {}, folder {};
+  ASSERT_EQ(::stat(elsewhere.c_str(), &source), 0);
+  ASSERT_EQ(::stat(dir.c_str(), &folder), 0);
+  ASSERT_NE(source.st_dev, folder.st_dev) << "/dev/shm and " << dir << " are one file system: no refused link to test";
+  link_or_copy_file_atomically(elsewhere, dir / kBestCheckpointName);
+  EXPECT_EQ(contents(dir / kBestCheckpointName), contents(elsewhere));
+  EXPECT_EQ(fs::hard_link_count(elsewhere), 1u);
+  EXPECT_EQ(names(), (std::vector<std::string>{"model_best.pt"}));
+  fs::remove(elsewhere);
 }
 
 TEST_F(CheckpointFile, RotationKeepsExactlyTheLastK) {

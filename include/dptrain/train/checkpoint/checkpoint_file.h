@@ -5,7 +5,7 @@
 //   namespace fs = std::filesystem;
 //   const fs::path file = dpt::train::epoch_checkpoint_path(dir, epoch);   // checkpoint_epoch7.pt
 //   dpt::train::save_checkpoint(state, file);                              // state: e.g. a GenericDict
-//   if (is_best) dpt::train::copy_file_atomically(file, dir / dpt::train::kBestCheckpointName);
+//   if (is_best) dpt::train::link_or_copy_file_atomically(file, dir / dpt::train::kBestCheckpointName);
 //   dpt::train::rotate_checkpoints(dir, /*keep_last=*/3);
 //   c10::IValue state = dpt::train::load_checkpoint(file);                 // CheckpointError if bad
 
@@ -36,6 +36,14 @@ int64_t write_file_atomically(const std::filesystem::path& path, const FileConte
 
 // Copies `from` to `to` with the same guarantee for `to` (e.g. to model_best.pt), a few MB at a time.
 void copy_file_atomically(const std::filesystem::path& from, const std::filesystem::path& to);
+
+// Gives `to` the contents of `from` with the same guarantee, as a second name of the same file (a
+// hard link) where the file system allows it: no bytes written, no disk space taken twice (a run's
+// checkpoint.pt, checkpoint_epoch<N>.pt and model_best.pt are often one file). Only for a `from`
+// that is replaced, never changed in place, as every file write_file_atomically writes: replacing
+// `from` later leaves `to` as it was. Where links are refused (FAT, some network shares, too many
+// links) it copies.
+void link_or_copy_file_atomically(const std::filesystem::path& from, const std::filesystem::path& to);
 
 // Pickles `state` (the format torch.load reads) into the file as it goes, atomically. Returns the
 // file's size.
