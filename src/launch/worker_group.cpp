@@ -9,13 +9,13 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cctype>
 #include <cerrno>
 #include <csignal>
 #include <cstring>
 #include <memory>
 
 #include "dptrain/common/error.h"
+#include "dptrain/common/text.h"
 #include "dptrain/launch/signal_capture.h"
 #include "dptrain/launch/worker_output.h"
 
@@ -76,9 +76,9 @@ void close_fd(int& fd) {
 // message, as dptrain's, or Python's final "RuntimeError: ..."), else the last line.
 std::string cause_of(const std::vector<std::string>& tail) {
   constexpr size_t kLongest = 300;
-  auto says_error = [](std::string line) {
-    std::transform(line.begin(), line.end(), line.begin(), [](unsigned char c) { return std::tolower(c); });
-    return line.find("error") != std::string::npos || line.find("what():") != std::string::npos;
+  auto says_error = [](const std::string& line) {
+    const std::string lower = ascii_lower(line);
+    return lower.find("error") != std::string::npos || lower.find("what():") != std::string::npos;
   };
   const auto found = std::find_if(tail.rbegin(), tail.rend(), says_error);
   std::string line = found != tail.rend() ? *found : tail.back();

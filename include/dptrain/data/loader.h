@@ -72,8 +72,8 @@ struct LoaderOptions {
   // Worker threads decoding and transforming.
   TORCH_ARG(int, threads) = 2;
   // Batches built ahead of the consumer per thread, at most (DataLoader's prefetch_factor). Per
-  // thread, so that every thread has a batch to build while the consumer is busy: a fixed count
-  // (4, before) left 12 of 16 threads idle, and a 16-core GPU machine's loader at 4 threads' rate.
+  // thread, so that every thread has a batch to build while the consumer is busy: one count for
+  // all threads would leave the threads beyond it idle.
   TORCH_ARG(int, prefetch_factor) = 2;
   // Leave out the last batch when it is smaller than batch_size.
   TORCH_ARG(bool, drop_last) = false;

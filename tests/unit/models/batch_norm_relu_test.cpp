@@ -90,6 +90,23 @@ void expect_definition(const Result& got, const Result& want) {
   EXPECT_TRUE(got.batches.to(torch::kDouble).equal(want.batches.to(torch::kDouble)));
 }
 
+// Standard normal bf16 channels_last input, residual and output gradient of `shape`, and a batch
+// norm over its channels, all from `seed`.
+struct Inputs {
+  torch::Tensor x, residual, grad;
+  torch::nn::AnyModule norm;
+};
+
+Inputs random_inputs(const std::vector<int64_t>& shape, int64_t seed) {
+  torch::manual_seed(seed);
+  Inputs in;
+  in.x = bf16_channels_last(torch::randn(shape));
+  in.residual = bf16_channels_last(torch::randn(shape));
+  in.grad = bf16_channels_last(torch::randn(shape));
+  in.norm = batch_norm(shape[1], seed);
+  return in;
+}
+
 }  // namespace
 
 TEST(BatchNormReLU, IsTheDefinitionForEveryShapeWithAndWithoutResidual) {
@@ -122,12 +139,7 @@ TEST(BatchNormReLU, IsTheDefinitionForEveryShapeWithAndWithoutResidual) {
 TEST(BatchNormReLU, TheToleranceRejectsNearMisses) {
   // What a slip would give (variance with n - 1, ReLU's gradient unmasked, the residual added
   // after the ReLU) lands outside the tolerance the test above holds the fused layer to.
-  const std::vector<int64_t> shape = {4, 16, 6, 6};
-  torch::manual_seed(7);
-  const auto x = bf16_channels_last(torch::randn(shape));
-  const auto residual = bf16_channels_last(torch::randn(shape));
-  const auto grad = bf16_channels_last(torch::randn(shape));
-  const auto norm = batch_norm(16, 7);
+  const auto [x, residual, grad, norm] = random_inputs({4, 16, 6, 6}, 7);
   const auto want = definition(norm, x, residual, grad);
 
   auto xd = x.to(torch::kDouble);
@@ -144,12 +156,7 @@ TEST(BatchNormReLU, TheToleranceRejectsNearMisses) {
 }
 
 TEST(BatchNormReLU, DoesNotDependOnTheNumberOfThreads) {
-  const std::vector<int64_t> shape = {16, 32, 24, 24};
-  torch::manual_seed(3);
-  const auto x = bf16_channels_last(torch::randn(shape));
-  const auto residual = bf16_channels_last(torch::randn(shape));
-  const auto grad = bf16_channels_last(torch::randn(shape));
-  const auto norm = batch_norm(32, 3);
+  const auto [x, residual, grad, norm] = random_inputs({16, 32, 24, 24}, 3);
   const int threads = at::get_num_threads();
   at::set_num_threads(1);
   const auto one = fused(norm, x, residual, grad);
