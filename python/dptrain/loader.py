@@ -37,6 +37,11 @@ class Loader:
             raise ValueError("dptrain.Loader: sampler option is mutually exclusive with shuffle")
         if dtype not in _DTYPES:
             raise ValueError(f"dptrain.Loader: images come as {list(_DTYPES)}, not {dtype}")
+        if prefetch_factor is None:  # DataLoader's None: its default, 2 per worker
+            prefetch_factor = 2
+        if prefetch_factor < 1:
+            raise ValueError(f"dptrain.Loader: prefetch_factor is batches built ahead per thread, at least 1, "
+                             f"not {prefetch_factor}")
         if pin_memory and not torch.cuda.is_available():
             warnings.warn("dptrain.Loader: pin_memory is set, but no GPU is available: not pinning")
             pin_memory = False
@@ -70,7 +75,7 @@ class Loader:
         self._passes += 1
         threads = max(1, self.num_workers)
         loader = _C.EpochLoader(dataset=self.dataset, indices=indices, epoch=epoch, batch_size=self.batch_size,
-                                threads=threads, prefetch_factor=max(1, self.prefetch_factor or 1),
+                                threads=threads, prefetch_factor=self.prefetch_factor,
                                 drop_last=self.drop_last, bad_images=self.bad_images, pin_memory=self.pin_memory,
                                 dtype=_DTYPES[self.dtype], memory_format=self.memory_format)
         return _Pass(self, loader)

@@ -331,6 +331,10 @@ class LoaderBatches(unittest.TestCase):
             dptrain.Loader(list(range(4)))
         with self.assertRaises(ValueError):
             dptrain.Loader(self.train, sampler=range(4), shuffle=True)
+        with self.assertRaises(ValueError) as caught:
+            dptrain.Loader(self.train, num_workers=2, prefetch_factor=0)
+        self.assertIn("at least 1, not 0", str(caught.exception))
+        self.assertEqual(dptrain.Loader(self.train, num_workers=2, prefetch_factor=None).prefetch_factor, 2)
         with self.assertRaises(dptrain.ConfigError) as caught:
             list(dptrain.Loader(self.train, batch_size=0))
         self.assertIn("batch size", str(caught.exception))
