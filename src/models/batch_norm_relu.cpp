@@ -81,13 +81,17 @@ struct FusedNormReLU {
     auto mean_rounding = torch::empty({channels}, options.dtype(torch::kDouble));
     const auto w = weight.contiguous();
     const auto b = bias.contiguous();
+    const float* weight_of = w.data_ptr<float>();
+    const float* bias_of = b.data_ptr<float>();
     for (int64_t c = 0; c < channels; ++c) {
       const float inv = static_cast<float>(1.0 / std::sqrt(variance[c] + eps));
-      mean_f.data_ptr<float>()[c] = static_cast<float>(mean[c]);
-      mean_rounding.data_ptr<double>()[c] = static_cast<float>(mean[c]) - mean[c];
+      const float mean_c = static_cast<float>(mean[c]);
+      const float scale_c = inv * weight_of[c];
+      mean_f.data_ptr<float>()[c] = mean_c;
+      mean_rounding.data_ptr<double>()[c] = mean_c - mean[c];
       invstd.data_ptr<float>()[c] = inv;
-      scale.data_ptr<float>()[c] = inv * w.data_ptr<float>()[c];
-      shift.data_ptr<float>()[c] = b.data_ptr<float>()[c] - static_cast<float>(mean[c]) * scale.data_ptr<float>()[c];
+      scale.data_ptr<float>()[c] = scale_c;
+      shift.data_ptr<float>()[c] = bias_of[c] - mean_c * scale_c;
       unbiased.data_ptr<float>()[c] = static_cast<float>(variance[c] * rows / (rows - 1));
     }
     running_mean.mul_(1 - momentum).add_(mean_f, momentum);

@@ -37,22 +37,21 @@ inline uint16_t float_to_bf16(float value) {
   return value != value ? uint16_t{0x7fc0} : static_cast<uint16_t>(rounded);
 }
 
+int64_t chunk_count(int64_t rows, int64_t channels) {
+  const int64_t per_chunk = chunk_rows(channels);
+  return (rows + per_chunk - 1) / per_chunk;
+}
+
 // Runs `chunk(first_row, row_count, index)` for every chunk of rows, in parallel.
 template <typename Chunk>
 void for_each_chunk(int64_t rows, int64_t channels, const Chunk& chunk) {
   const int64_t per_chunk = chunk_rows(channels);
-  const int64_t chunks = (rows + per_chunk - 1) / per_chunk;
-  at::parallel_for(0, chunks, /*grain_size=*/4, [&](int64_t begin, int64_t end) {
+  at::parallel_for(0, chunk_count(rows, channels), /*grain_size=*/4, [&](int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; ++i) {
       const int64_t first = i * per_chunk;
       chunk(first, std::min(per_chunk, rows - first), i);
     }
   });
-}
-
-int64_t chunk_count(int64_t rows, int64_t channels) {
-  const int64_t per_chunk = chunk_rows(channels);
-  return (rows + per_chunk - 1) / per_chunk;
 }
 
 }  // namespace
@@ -125,8 +124,7 @@ void scale_shift_relu(const uint16_t* x, const uint16_t* residual, const float* 
   const auto loop = have_avx512() ? scale_shift_relu_rows_avx512 : scale_shift_relu_rows_portable;
   for_each_chunk(rows, channels, [&](int64_t first, int64_t count, int64_t) {
     const int64_t offset = first * channels;
-    loop(x + offset, residual == nullptr ? nullptr : residual + offset, scale, shift, count, channels,
-                          y + offset);
+    loop(x + offset, residual == nullptr ? nullptr : residual + offset, scale, shift, count, channels, y + offset);
   });
 }
 
@@ -159,7 +157,7 @@ void relu_grad_sums(const uint16_t* grad, const uint16_t* y, const uint16_t* x, 
   for_each_chunk(rows, channels, [&](int64_t first, int64_t count, int64_t i) {
     const int64_t offset = first * channels;
     sums(grad + offset, y + offset, x + offset, mean, count, channels, &partial_grad[i * channels],
-                            &partial_centred[i * channels]);
+         &partial_centred[i * channels]);
   });
   std::fill(sum_grad, sum_grad + channels, 0.0);
   std::fill(sum_grad_centred, sum_grad_centred + channels, 0.0);
@@ -198,7 +196,7 @@ void relu_norm_input_grad(const uint16_t* grad, const uint16_t* y, const uint16_
   for_each_chunk(rows, channels, [&](int64_t first, int64_t count, int64_t) {
     const int64_t offset = first * channels;
     loop(grad + offset, y + offset, x + offset, terms, count, channels, grad_x + offset,
-                              grad_residual == nullptr ? nullptr : grad_residual + offset);
+         grad_residual == nullptr ? nullptr : grad_residual + offset);
   });
 }
 

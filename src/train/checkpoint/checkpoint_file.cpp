@@ -86,7 +86,6 @@ std::vector<char> read_all(const fs::path& path) {
 
 std::string first_line(const std::string& text) { return text.substr(0, text.find('\n')); }
 
-
 fs::path folder_of(const fs::path& path) { return path.has_parent_path() ? path.parent_path() : fs::path("."); }
 
 // Where a new version of `path` is made before it is renamed over it (remove_unfinished_writes
