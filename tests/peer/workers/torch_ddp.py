@@ -11,6 +11,8 @@ import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
 
+from proc import leave_torch_world
+
 out = sys.argv[1]
 torch.set_num_threads(1)
 dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=60))
@@ -43,5 +45,4 @@ if zero:
     optimizer.consolidate_state_dict(to=0)
     if rank == 0:
         torch.save(optimizer.state_dict(), f"{out}/python_optimizer.pt")
-# No dist.destroy_process_group(): Python torch 2.6's, over Gloo, sometimes never returns (see
-# tests/dist/workers/torch_gloo.py). The process group goes with the process.
+leave_torch_world(dist)
