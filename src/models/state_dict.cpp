@@ -10,6 +10,7 @@
 #include <ATen/core/Dict.h>
 #include <torch/serialize.h>
 
+#include "dptrain/common/atomic_file.h"
 #include "dptrain/common/error.h"
 #include "dptrain/compat/pickle.h"
 
@@ -85,17 +86,7 @@ void load_state_dict(torch::nn::Module& module, const StateDict& values) {
 void write_state_dict(const StateDict& values, const std::string& path) {
   c10::Dict<std::string, torch::Tensor> dict;
   for (const auto& entry : values) dict.insert(entry.key(), entry.value().detach().cpu());
-  // Written beside the target and renamed into place, so a crash never leaves half a file.
-  const std::string partial = path + ".partial";
-  {
-    std::ofstream file(partial, std::ios::binary | std::ios::trunc);
-    compat::pickle_save(dict, [&](const char* bytes, size_t size) { file.write(bytes, static_cast<std::streamsize>(size)); });
-    DPT_CHECK(file.good(), CheckpointError, "cannot write state dict file '", partial,
-              "': ", std::strerror(errno), "; check that the directory exists and has space");
-  }
-  std::error_code error;
-  std::filesystem::rename(partial, path, error);
-  DPT_CHECK(!error, CheckpointError, "cannot move '", partial, "' to '", path, "': ", error.message());
+  write_file_atomically(path, [&](const ByteWriter& write) { compat::pickle_save(dict, write); });
 }
 
 StateDict read_state_dict(const std::string& path) {

@@ -30,7 +30,9 @@ StateDict state_dict(const torch::nn::Module& module);
 // device.
 void load_state_dict(torch::nn::Module& module, const StateDict& values);
 
-// Writes `values` as a plain dict of tensors in torch.save's zip format (torch.load reads it).
+// Writes `values` as a plain dict of tensors in torch.save's zip format (torch.load reads it),
+// atomically (dpt::write_file_atomically): a crash leaves the old file or the new one. Throws
+// CheckpointError naming the file and the failing operation.
 void write_state_dict(const StateDict& values, const std::string& path);
 
 // Reads a dict of name -> tensor written by torch.save (e.g. `dict(model.state_dict())`) or by

@@ -125,7 +125,12 @@ TEST(StateDict, FileRoundTrip) {
     EXPECT_TRUE(torch::equal(read[entry.key()], entry.value())) << entry.key();
     EXPECT_EQ(read[entry.key()].scalar_type(), entry.value().scalar_type()) << entry.key();
   }
-  EXPECT_FALSE(std::filesystem::exists(dir.file("state.pt.partial")));
+  // Written beside and renamed into place (common/atomic_file.h): nothing else is left.
+  std::vector<std::string> names;
+  for (const auto& entry : std::filesystem::directory_iterator(dir.file(""))) {
+    names.push_back(entry.path().filename().string());
+  }
+  EXPECT_EQ(names, std::vector<std::string>{"state.pt"});
 }
 
 TEST(StateDict, ReadErrorsNameTheFile) {

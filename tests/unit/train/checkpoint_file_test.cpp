@@ -19,6 +19,7 @@
 #include "dptrain/train/checkpoint/checkpoint_file.h"
 
 namespace fs = std::filesystem;
+using namespace dpt;
 using namespace dpt::train;
 
 namespace {
