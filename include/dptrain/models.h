@@ -3,6 +3,7 @@
 // ResNets, TorchScript models from Python, one Classifier type over all of them, a registry,
 // state dicts.
 #include "dptrain/models/batch_norm_relu.h"
+#include "dptrain/models/max_pool.h"
 #include "dptrain/models/blocks.h"
 #include "dptrain/models/classic.h"
 #include "dptrain/models/classifier.h"

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "batch_norm_relu_kernel.h"
+#include "bf16_bits.h"
 
 namespace dpt::models {
 
@@ -15,13 +16,8 @@ namespace {
 
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
-
-const uint16_t* bits(const torch::Tensor& t) {
-  return reinterpret_cast<const uint16_t*>(t.data_ptr<at::BFloat16>());
-}
-uint16_t* mutable_bits(torch::Tensor& t) {
-  return reinterpret_cast<uint16_t*>(t.data_ptr<at::BFloat16>());
-}
+using kernel::bf16_bits;
+using kernel::mutable_bf16_bits;
 
 bool is_fusable_activation(const torch::Tensor& t) {
   return t.device().is_cpu() && t.scalar_type() == torch::kBFloat16 && t.dim() == 4 &&
@@ -70,7 +66,7 @@ struct FusedNormReLU {
     const int64_t rows = x.numel() / channels;
     std::vector<double> mean(static_cast<size_t>(channels));
     std::vector<double> variance(mean.size());
-    kernel::channel_moments(bits(x), rows, channels, mean.data(), variance.data());
+    kernel::channel_moments(bf16_bits(x), rows, channels, mean.data(), variance.data());
 
     const auto options = torch::TensorOptions().dtype(torch::kFloat);
     auto mean_f = torch::empty({channels}, options);
@@ -100,8 +96,8 @@ struct FusedNormReLU {
     auto y = torch::empty_like(x, torch::MemoryFormat::ChannelsLast);
     const auto residual =
         residual_input.defined() ? residual_input.contiguous(torch::MemoryFormat::ChannelsLast) : torch::Tensor();
-    kernel::scale_shift_relu(bits(x), residual.defined() ? bits(residual) : nullptr, scale.data_ptr<float>(),
-                             shift.data_ptr<float>(), rows, channels, mutable_bits(y));
+    kernel::scale_shift_relu(bf16_bits(x), residual.defined() ? bf16_bits(residual) : nullptr, scale.data_ptr<float>(),
+                             shift.data_ptr<float>(), rows, channels, mutable_bf16_bits(y));
     ctx->save_for_backward({x, w, mean_f, invstd, y, mean_rounding});
     ctx->saved_data["residual"] = residual.defined();
     return y;
@@ -122,8 +118,8 @@ struct FusedNormReLU {
 
     std::vector<double> sum_grad(static_cast<size_t>(channels));
     std::vector<double> sum_centred(sum_grad.size());
-    kernel::relu_grad_sums(bits(grad), bits(y), bits(x), mean.data_ptr<float>(), rows, channels, sum_grad.data(),
-                           sum_centred.data());
+    kernel::relu_grad_sums(bf16_bits(grad), bf16_bits(y), bf16_bits(x), mean.data_ptr<float>(), rows, channels,
+                           sum_grad.data(), sum_centred.data());
 
     const auto options = torch::TensorOptions().dtype(torch::kFloat);
     auto grad_weight = torch::empty({channels}, options);
@@ -143,9 +139,10 @@ struct FusedNormReLU {
     auto grad_x = torch::empty_like(x, torch::MemoryFormat::ChannelsLast);
     torch::Tensor grad_residual;
     if (ctx->saved_data["residual"].toBool()) grad_residual = torch::empty_like(x, torch::MemoryFormat::ChannelsLast);
-    kernel::relu_norm_input_grad(bits(grad), bits(y), bits(x), {mean.data_ptr<float>(), a.data(), b.data(), c.data()},
-                                 rows, channels, mutable_bits(grad_x),
-                                 grad_residual.defined() ? mutable_bits(grad_residual) : nullptr);
+    kernel::relu_norm_input_grad(bf16_bits(grad), bf16_bits(y), bf16_bits(x),
+                                 {mean.data_ptr<float>(), a.data(), b.data(), c.data()}, rows, channels,
+                                 mutable_bf16_bits(grad_x),
+                                 grad_residual.defined() ? mutable_bf16_bits(grad_residual) : nullptr);
     return {grad_x, grad_residual, grad_weight, grad_bias};
   }
 };

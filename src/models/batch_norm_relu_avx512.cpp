@@ -1,52 +1,15 @@
 #include "batch_norm_relu_avx512.h"
 
-#if defined(__x86_64__)
-#include <immintrin.h>
-#define DPT_BN_RELU_X86 1
-#endif
+#include "bf16_avx512.h"
 
 namespace dpt::models::kernel {
 
-#if defined(DPT_BN_RELU_X86)
-
-#define DPT_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl")))
-
-bool have_avx512() {
-  static const bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-                             __builtin_cpu_supports("avx512vl");
-  return avx512;
-}
+#if defined(DPT_MODELS_X86)
 
 namespace {
 
-// 16 channels at a time; the last block of a row masked to what is left.
-constexpr int64_t kLanes = 16;
-
-DPT_AVX512 inline __mmask16 lanes_from(int64_t c, int64_t channels) {
-  const int64_t left = channels - c;
-  return left >= kLanes ? __mmask16(0xffff) : static_cast<__mmask16>((1u << left) - 1);
-}
-
-DPT_AVX512 inline __m512 load_bf16(const uint16_t* p, __mmask16 lanes) {
-  const __m256i half = _mm256_maskz_loadu_epi16(lanes, p);
-  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(half), 16));
-}
-
 DPT_AVX512 inline __m512 load_float(const float* p, __mmask16 lanes) {
   return _mm512_maskz_loadu_ps(lanes, p);
-}
-
-// Round to nearest, ties to even, NaN to a quiet NaN: c10::BFloat16's rounding, 16 at a time.
-DPT_AVX512 inline void store_bf16(uint16_t* p, __mmask16 lanes, __m512 value) {
-  const __m512i bits = _mm512_castps_si512(value);
-  const __m512i odd = _mm512_and_si512(_mm512_srli_epi32(bits, 16), _mm512_set1_epi32(1));
-  __m512i rounded = _mm512_srli_epi32(_mm512_add_epi32(bits, _mm512_add_epi32(odd, _mm512_set1_epi32(0x7fff))), 16);
-  rounded = _mm512_mask_blend_epi32(_mm512_cmp_ps_mask(value, value, _CMP_UNORD_Q), rounded, _mm512_set1_epi32(0x7fc0));
-  __m256i packed = _mm512_cvtepi32_epi16(rounded);
-  // Narrowing in a register, then storing: the compiler would otherwise fold the two into
-  // VPMOVDW to memory, which AMD's Zen 4 runs microcoded, many times slower.
-  asm("" : "+x"(packed));
-  _mm256_mask_storeu_epi16(p, lanes, packed);
 }
 
 // ReLU's backward: the gradient where the output is positive.
@@ -57,17 +20,7 @@ DPT_AVX512 inline __m512 relu_grad(const uint16_t* grad, const uint16_t* output,
 
 }  // namespace
 
-// The sums take 4 blocks of 16 channels at a time down the rows, their accumulators in registers
-// (a block past the last channel has no lanes: its loads read nothing, its stores write nothing).
-constexpr int kBlocks = 4;
-
-DPT_AVX512 inline void block_lanes(int64_t c0, int64_t channels, __mmask16* lanes) {
-  for (int b = 0; b < kBlocks; ++b) {
-    const int64_t c = c0 + b * kLanes;
-    lanes[b] = c < channels ? lanes_from(c, channels) : __mmask16(0);
-  }
-}
-
+// The sums take kBlocks blocks of channels at a time down the rows, their accumulators in registers.
 DPT_AVX512 void chunk_moments_avx512(const uint16_t* x, int64_t rows, int64_t channels, float* mean, float* m2) {
   const __m512 inverse = _mm512_set1_ps(1.0f / static_cast<float>(rows));
   for (int64_t c0 = 0; c0 < channels; c0 += kLanes * kBlocks) {
@@ -160,7 +113,6 @@ DPT_AVX512 void input_grad_rows_avx512(const uint16_t* grad, const uint16_t* y, 
 
 #else
 
-bool have_avx512() { return false; }
 void chunk_moments_avx512(const uint16_t*, int64_t, int64_t, float*, float*) {}
 void scale_shift_relu_rows_avx512(const uint16_t*, const uint16_t*, const float*, const float*, int64_t, int64_t,
                                   uint16_t*) {}

@@ -11,11 +11,9 @@
 #include <cstdint>
 
 #include "batch_norm_relu_kernel.h"
+#include "bf16_avx512.h"
 
 namespace dpt::models::kernel {
-
-// Whether this CPU runs AVX-512 F, BW and VL (checked once).
-bool have_avx512();
 
 // A chunk's per-channel mean and sum of squared deviations from it.
 void chunk_moments_avx512(const uint16_t* x, int64_t rows, int64_t channels, float* mean, float* m2);

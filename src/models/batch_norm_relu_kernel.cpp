@@ -1,11 +1,11 @@
 #include "batch_norm_relu_kernel.h"
 
 #include "batch_norm_relu_avx512.h"
+#include "bf16_bits.h"
 
 #include <ATen/Parallel.h>
 
 #include <algorithm>
-#include <cstring>
 #include <vector>
 
 // The portable loops below run along the channels of one row, which lie next to each other: the
@@ -20,21 +20,6 @@ namespace {
 // Rows per chunk: about 16K values (32 KB of bf16), so a chunk read twice is read from cache.
 int64_t chunk_rows(int64_t channels) {
   return std::max<int64_t>(1, 16384 / channels);
-}
-
-inline float bf16_to_float(uint16_t value) {
-  const uint32_t bits = static_cast<uint32_t>(value) << 16;
-  float result;
-  std::memcpy(&result, &bits, sizeof(result));
-  return result;
-}
-
-// Round to nearest, ties to even, as c10::BFloat16 rounds; NaN stays a (quiet) NaN.
-inline uint16_t float_to_bf16(float value) {
-  uint32_t bits;
-  std::memcpy(&bits, &value, sizeof(bits));
-  const uint32_t rounded = (bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16;
-  return value != value ? uint16_t{0x7fc0} : static_cast<uint16_t>(rounded);
 }
 
 int64_t chunk_count(int64_t rows, int64_t channels) {

@@ -6,6 +6,7 @@
 
 #include "dptrain/common/error.h"
 #include "dptrain/models/batch_norm_relu.h"
+#include "dptrain/models/max_pool.h"
 
 namespace dpt::models {
 
@@ -89,7 +90,7 @@ void ResNetImpl::replace_norm_layer(const std::string& name, torch::nn::AnyModul
 torch::Tensor ResNetImpl::forward(torch::Tensor x) {
   x = norm_relu(bn1_, conv1_(x));
   if (layout.stem() == Stem::ImageNet) {
-    x = torch::max_pool2d(x, /*kernel_size=*/{3, 3}, /*stride=*/{2, 2}, /*padding=*/{1, 1});
+    x = max_pool(x, /*kernel_size=*/{3, 3}, /*stride=*/{2, 2}, /*padding=*/{1, 1});
   }
   for (auto& stage : stages_) x = stage->forward(x);
   x = torch::adaptive_avg_pool2d(x, {1, 1}).flatten(1);
