@@ -5,6 +5,7 @@
 #include <cmath>
 #include <fstream>
 #include <iterator>
+#include <limits>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -31,6 +32,24 @@ std::string read_text(const fs::path& path) {
   std::ifstream in(path, std::ios::binary);
   DPT_CHECK(in, DataError, "cannot read ", path.string(), "; check the run folder given to `dptrain report`");
   return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+// The integer `object[key]`, or `fallback` where there is none. nlohmann converts a number to an
+// integer type with a cast, undefined where it does not fit (fuzz/report gave a timeline event a
+// tid of 8.7e10): such a value is a json::exception, as a field of the wrong type is, which the
+// readers below turn into a DataError naming the file and line.
+template <typename Integer>
+Integer integer_field(const json& object, const char* key, Integer fallback) {
+  const auto found = object.find(key);
+  if (found == object.end()) return fallback;
+  const json& value = *found;
+  // [min, -min): -min, a power of two, is exact in a double, where max may round up to it.
+  constexpr auto lowest = static_cast<double>(std::numeric_limits<Integer>::min());
+  const double number = value.is_number() ? value.get<double>() : std::nan("");
+  if (!(number >= lowest && number < -lowest && number == std::floor(number))) {
+    throw json::out_of_range::create(406, str("'", key, "' is ", value.dump(), ", not an integer of its type"), &value);
+  }
+  return value.is_number_float() ? static_cast<Integer>(number) : value.get<Integer>();
 }
 
 // One record of metrics.jsonl into the run's points. Throws json::exception for a field of the
@@ -71,11 +90,11 @@ void add_record(const json& record, RunRecords& run) {
     }
   } else if (phase == "straggler") {
     train::StragglerReport slow;
-    slow.global_step = record.value("global_step", int64_t{0});
-    slow.rank = record.value("rank", 0);
+    slow.global_step = integer_field(record, "global_step", int64_t{0});
+    slow.rank = integer_field(record, "rank", 0);
     slow.host = record.value("host", "");
-    slow.windows = record.value("windows", int64_t{0});
-    slow.steps = record.value("steps", int64_t{0});
+    slow.windows = integer_field(record, "windows", int64_t{0});
+    slow.steps = integer_field(record, "steps", int64_t{0});
     slow.busy_ms = record.value("busy_ms", 0.0);
     slow.others_busy_ms = record.value("others_busy_ms", 0.0);
     slow.part = record.value("part", "");
@@ -141,7 +160,7 @@ StepBreakdown breakdown(const json& trace, int rank) {
     if (event.value("ph", "") != "X") continue;
     const std::string name = event.value("name", "");
     const double ms = event.value("dur", 0.0) / 1e3;
-    const int track = event.value("tid", 0);
+    const int track = integer_field(event, "tid", 0);
     if (track == static_cast<int>(Timeline::Track::Communication)) {
       bucket_sum += ms;
       ++ranked.buckets;

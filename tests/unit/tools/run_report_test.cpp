@@ -133,18 +133,24 @@ TEST(RunReport, MissingOrBrokenFilesAreDataErrorsThatSayWhatToDo) {
   EXPECT_NE(broken.find("metrics.jsonl line 5 is not JSON"), std::string::npos) << broken;
   // JSON, but not a record (found by fuzz/report: a field of another type ended the program).
   for (const std::string line : {"{\"phase\":\"train_step\",\"global_step\":null,\"loss\":1}", "[1]",
-                                 "{\"phase\":7}", "{\"phase\":\"rank_busy\",\"global_step\":3,\"busy_ms_by_rank\":2}"}) {
+                                 "{\"phase\":7}", "{\"phase\":\"rank_busy\",\"global_step\":3,\"busy_ms_by_rank\":2}",
+                                 // An integer field out of its type's range (converting it is undefined).
+                                 "{\"phase\":\"straggler\",\"rank\":8.7e10}", "{\"phase\":\"straggler\",\"steps\":1e300}",
+                                 "{\"phase\":\"straggler\",\"rank\":1.5}"}) {
     write(fs::path(dir.path()) / "metrics.jsonl", std::string(kMetrics) + line + "\n");
     const auto wrong = dpt::testing::error_of<dpt::DataError>([&] { dpt::report::read_run(RunFiles(dir.path())); });
     EXPECT_NE(wrong.find("metrics.jsonl line 5 is not a record as `dptrain train` writes them ("), std::string::npos)
         << line << ": " << wrong;
   }
   write(fs::path(dir.path()) / "metrics.jsonl", kMetrics);
-  write(fs::path(dir.path()) / "timeline.rank0.json", "[{\"ph\":\"X\",\"name\":\"step\",\"dur\":\"long\"}]");
-  const auto event = dpt::testing::error_of<dpt::DataError>([&] { dpt::report::read_run(RunFiles(dir.path())); });
-  EXPECT_NE(event.find("timeline.rank0.json holds an event that is not one `dptrain train --timeline` writes"),
-            std::string::npos)
-      << event;
+  for (const std::string trace : {"[{\"ph\":\"X\",\"name\":\"step\",\"dur\":\"long\"}]",
+                                  "[{\"ph\":\"X\",\"name\":\"step\",\"dur\":1,\"tid\":87366867829.834}]"}) {
+    write(fs::path(dir.path()) / "timeline.rank0.json", trace);
+    const auto event = dpt::testing::error_of<dpt::DataError>([&] { dpt::report::read_run(RunFiles(dir.path())); });
+    EXPECT_NE(event.find("timeline.rank0.json holds an event that is not one `dptrain train --timeline` writes"),
+              std::string::npos)
+        << trace << ": " << event;
+  }
   fs::remove(fs::path(dir.path()) / "timeline.rank0.json");
 
   write(fs::path(dir.path()) / "metrics.jsonl", kMetrics);
