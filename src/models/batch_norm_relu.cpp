@@ -19,11 +19,6 @@ using torch::autograd::variable_list;
 using kernel::bf16_bits;
 using kernel::mutable_bf16_bits;
 
-bool is_fusable_activation(const torch::Tensor& t) {
-  return t.device().is_cpu() && t.scalar_type() == torch::kBFloat16 && t.dim() == 4 &&
-         t.is_contiguous(torch::MemoryFormat::ChannelsLast);
-}
-
 // The batch norm the fused path stands for: BatchNorm2d itself (not a subclass), training with
 // batch statistics, affine float32 parameters and running statistics on the CPU.
 torch::nn::BatchNorm2dImpl* fusable_batch_norm(torch::nn::AnyModule& norm) {
@@ -38,9 +33,9 @@ torch::nn::BatchNorm2dImpl* fusable_batch_norm(torch::nn::AnyModule& norm) {
 }
 
 bool fusable(torch::nn::BatchNorm2dImpl* bn, const torch::Tensor& x, const torch::Tensor& residual) {
-  if (bn == nullptr || !is_fusable_activation(x) || x.size(1) != bn->weight.numel()) return false;
+  if (bn == nullptr || !kernel::is_bf16_channels_last_cpu(x) || x.size(1) != bn->weight.numel()) return false;
   if (x.numel() / x.size(1) < 2) return false;  // BatchNorm2d's own error: one value per channel
-  return !residual.defined() || (is_fusable_activation(residual) && residual.sizes() == x.sizes());
+  return !residual.defined() || (kernel::is_bf16_channels_last_cpu(residual) && residual.sizes() == x.sizes());
 }
 
 // BatchNormImplBase::forward's bookkeeping: the batch counted, and the factor of the running

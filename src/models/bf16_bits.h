@@ -32,6 +32,13 @@ inline uint16_t bf16_of_widened(float value) {
   return static_cast<uint16_t>(bits >> 16);
 }
 
+// What the fused CPU layers take: bf16 images on the CPU, laid out channels_last (each pixel's
+// channels next to each other).
+inline bool is_bf16_channels_last_cpu(const at::Tensor& t) {
+  return t.device().is_cpu() && t.scalar_type() == at::kBFloat16 && t.dim() == 4 &&
+         t.is_contiguous(at::MemoryFormat::ChannelsLast);
+}
+
 // A bf16 tensor's values as their bits.
 inline const uint16_t* bf16_bits(const at::Tensor& t) {
   return reinterpret_cast<const uint16_t*>(t.data_ptr<at::BFloat16>());

@@ -19,10 +19,7 @@ using torch::autograd::variable_list;
 // errors for sizes it refuses).
 std::optional<kernel::PoolShape> fusable_shape(const torch::Tensor& x, torch::IntArrayRef kernel_size,
                                                torch::IntArrayRef stride, torch::IntArrayRef padding) {
-  if (!x.device().is_cpu() || x.scalar_type() != torch::kBFloat16 || x.dim() != 4 ||
-      !x.is_contiguous(torch::MemoryFormat::ChannelsLast) || x.numel() == 0) {
-    return std::nullopt;
-  }
+  if (!kernel::is_bf16_channels_last_cpu(x) || x.numel() == 0) return std::nullopt;
   if (kernel_size.size() != 2 || stride.size() != 2 || padding.size() != 2) return std::nullopt;
   kernel::PoolShape s;
   s.batch = x.size(0);
