@@ -1,4 +1,4 @@
-"""The small training run the Slurm and MPI tests start under each launcher, and how to read its
+"""The small training run the Slurm, MPI and torchrun tests start under each launcher, and how to read its
 result. The program and its arguments are named here only, so another trainer can take its place."""
 
 import json
@@ -42,6 +42,17 @@ def results(output):
 def val_images(result):
     """How many validation samples a result line counted over all ranks."""
     return json.loads(result)["val"]["count"]
+
+
+def assert_same_training(test, reference, code, out, err, tagged_results):
+    """That a 2-process run under a launcher that tags its workers' output ended as the reference did:
+    `tagged_results` is (rank 0's result lines, the other rank's) as that launcher tagged them."""
+    test.assertEqual(code, 0, out + err)
+    test.assertEqual(out.count(world_line(2)), 1, out)
+    ours, others = tagged_results
+    test.assertEqual(ours, reference, out)
+    test.assertEqual(others, [], out)  # only rank 0 reports
+    test.assertEqual(val_images(ours[0]), VAL_IMAGES)
 
 
 def launch_reference():

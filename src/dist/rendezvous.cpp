@@ -10,6 +10,7 @@
 #include <vector>
 
 #include <torch/csrc/distributed/c10d/FileStore.hpp>
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 #include "dptrain/common/error.h"
@@ -90,6 +91,11 @@ std::string describe_ranks(const std::vector<int>& ranks, const WorldInfo& world
   return text;
 }
 
+// Who listens at the master address: rank 0, or torchrun's agent.
+const char* store_host(const WorldInfo& world) {
+  return world.store_hosted_by_agent ? "torchrun's agent store" : "the master (rank 0)";
+}
+
 // Returns once something accepts TCP connections on host:port, or at the deadline. LibTorch's
 // store client retries a refused connection only after about a second; probing first lets the
 // common case, a master that comes up a few milliseconds after its peers, cost milliseconds.
@@ -116,7 +122,7 @@ bool wait_for_listener(const std::string& host, int port, const WorldInfo& world
       if (connected) return true;
     }
     schedule.tick([&] {
-      return str("rank ", world.rank, ": waiting for the master (rank 0) at ", host, ":", port,
+      return str("rank ", world.rank, ": waiting for ", store_host(world), " at ", host, ":", port,
                  ": nothing accepts connections there yet; ", wait_so_far(start, deadline));
     });
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
@@ -126,29 +132,36 @@ bool wait_for_listener(const std::string& host, int port, const WorldInfo& world
 
 TimeoutError unreachable_master(const WorldInfo& world, const std::string& host, int port,
                                 const RendezvousOptions& options, const std::string& cause) {
-  return TimeoutError(str("rank ", world.rank, ": could not reach the master at ", host, ":", port, " within ",
-                          seconds(options.timeout),
-                          ". Check that rank 0 is running, that MASTER_ADDR/--master-addr names its host as seen "
-                          "from here, and that the port is open. (",
+  return TimeoutError(str("rank ", world.rank, ": could not reach ", store_host(world), " at ", host, ":", port,
+                          " within ", seconds(options.timeout), ". Check that ",
+                          world.store_hosted_by_agent ? "torchrun" : "rank 0",
+                          " is running, that MASTER_ADDR/--master-addr names its host as seen from here, and that "
+                          "the port is open. (",
                           cause, ")"));
 }
 
+// Under torchrun's agent store every rank is a client, and each restart round keys its own
+// namespace (the one PyTorch's workers use): the store outlives the rounds, so a round must not
+// read what the one before it left there.
 compat::StorePtr make_tcp_store(const std::string& host, int port, const WorldInfo& world,
                                 const RendezvousOptions& options) {
-  if (world.rank != 0 && !wait_for_listener(host, port, world, options)) {
+  const bool serves = world.rank == 0 && !world.store_hosted_by_agent;
+  if (!serves && !wait_for_listener(host, port, world, options)) {
     throw unreachable_master(world, host, port, options, "nothing accepted connections on that port");
   }
   c10d::TCPStoreOptions tcp = compat::tcp_store_options();
   tcp.port = static_cast<std::uint16_t>(port);
-  tcp.isServer = world.rank == 0;
+  tcp.isServer = serves;
   tcp.waitWorkers = false;  // the join protocol below waits, with names and a bound
   tcp.timeout = options.timeout;
   try {
-    return compat::make_tcp_store(host, tcp);
+    compat::StorePtr store = compat::make_tcp_store(host, tcp);
+    if (!world.store_hosted_by_agent) return store;
+    return c10::make_intrusive<c10d::PrefixStore>(str("/worker/attempt_", world.restart_count), std::move(store));
   } catch (const std::exception& e) {
     const std::string cause = compat::short_message(e);
     const compat::FailureCause kind = compat::failure_cause(cause);
-    if (world.rank == 0 && kind == compat::FailureCause::AddressInUse) {
+    if (serves && kind == compat::FailureCause::AddressInUse) {
       throw DistError(str("rank 0: cannot start the rendezvous store on port ", port,
                           ": the port is busy (another job, or a leftover process from an earlier run, "
                           "holds it). Pick a free --master-port / MASTER_PORT or stop that process. (",
@@ -162,20 +175,21 @@ compat::StorePtr make_tcp_store(const std::string& host, int port, const WorldIn
   }
 }
 
-DistError lost_store(int rank, const std::exception& e) {
-  return DistError(str("rank ", rank, ": lost the rendezvous store while joining (", compat::short_message(e),
-                       "). The rank hosting it (rank 0) has probably exited; its output says why."));
+DistError lost_store(const WorldInfo& world, const std::exception& e) {
+  return DistError(str("rank ", world.rank, ": lost the rendezvous store while joining (", compat::short_message(e),
+                       "). ", world.store_hosted_by_agent ? "torchrun, whose agent hosts it," : "rank 0, which hosts it,",
+                       " has probably exited; its output says why."));
 }
 
 // Runs `step`, turning a store that went away under it into lost_store's error.
 template <typename Step>
-auto translating_store_errors(int rank, const Step& step) -> decltype(step()) {
+auto translating_store_errors(const WorldInfo& world, const Step& step) -> decltype(step()) {
   try {
     return step();
   } catch (const Error&) {
     throw;
   } catch (const std::exception& e) {
-    throw lost_store(rank, e);
+    throw lost_store(world, e);
   }
 }
 
@@ -213,7 +227,7 @@ void join(c10d::Store& store, const WorldInfo& world, const RendezvousOptions& o
   const std::string where = options.address.empty() ? std::string() : " at " + options.address;
   ReportSchedule schedule(options, me == 0 || options.all_ranks_report);
   // Rank 0 opens the admission as it arrives; the others take no place before it has.
-  Admission admission = translating_store_errors(me, [&] {
+  Admission admission = translating_store_errors(world, [&] {
     const std::string prefix = "dpt/";
     while (me != 0 && !Admission::is_open(store, prefix)) {
       DPT_CHECK(Clock::now() < deadline, TimeoutError, "rank ", me, ": rendezvous timed out after ",
@@ -238,7 +252,7 @@ void join(c10d::Store& store, const WorldInfo& world, const RendezvousOptions& o
     return admitted;
   });
   const std::string size_text = std::to_string(n);
-  translating_store_errors(me, [&] { write_text(store, world_key(me), size_text); });
+  translating_store_errors(world, [&] { write_text(store, world_key(me), size_text); });
 
   // Poll rather than block in store.wait(): a blocked wait can say neither which ranks are missing
   // nor that one of them disagrees about the world size.
@@ -289,7 +303,7 @@ void join(c10d::Store& store, const WorldInfo& world, const RendezvousOptions& o
   } catch (const Error&) {
     throw;
   } catch (const std::exception& e) {
-    throw lost_store(me, e);
+    throw lost_store(world, e);
   }
 
   throw TimeoutError(str("rank ", me, ": rendezvous timed out after ", seconds(options.timeout), ": ", joined, " of ",
@@ -305,11 +319,14 @@ compat::StorePtr rendezvous(const InitMethod& method, const WorldInfo& world, co
   const std::string host = method.kind == InitMethod::Kind::Tcp ? method.host : world.master_addr;
   const int port = method.kind == InitMethod::Kind::Tcp ? method.port : world.master_port;
   if (options.address.empty()) options.address = tcp ? str(host, ":", port) : "file://" + method.path;
+  // A tcp:// address other than the one torchrun gave is a store of the job's own, on rank 0.
+  WorldInfo joining = world;
+  if (host != world.master_addr || port != world.master_port) joining.store_hosted_by_agent = false;
   compat::StorePtr store;
   switch (method.kind) {
     case InitMethod::Kind::Env:
     case InitMethod::Kind::Tcp:
-      store = make_tcp_store(host, port, world, options);
+      store = make_tcp_store(host, port, joining, options);
       break;
     case InitMethod::Kind::File:
       try {

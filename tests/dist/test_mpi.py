@@ -47,12 +47,7 @@ class Mpi(unittest.TestCase):
         assert len(cls.reference) == 1, out
 
     def assert_same_training(self, code, out, err):
-        self.assertEqual(code, 0, out + err)
-        self.assertEqual(out.count(small_training.world_line(2)), 1, out)
-        ours, others = rank0_results(out)
-        self.assertEqual(ours, self.reference, out)
-        self.assertEqual(others, [], out)  # only rank 0 reports
-        self.assertEqual(small_training.val_images(ours[0]), small_training.VAL_IMAGES)
+        small_training.assert_same_training(self, self.reference, code, out, err, rank0_results(out))
 
     def test_master_port_from_the_environment_and_address_defaulting_to_this_host(self):
         code, out, err = run(mpirun("-np", "2", *small_training.command()), timeout=BOUND,

@@ -35,6 +35,11 @@ struct WorldInfo {
   std::string master_addr = "127.0.0.1";  // host of rank 0's rendezvous store
   int master_port = kDefaultMasterPort;   // port of that store
   WorldSource source = WorldSource::Single;  // where the values above came from
+  // torchrun's agent already hosts a store at master_addr:master_port (TORCHELASTIC_USE_AGENT_STORE,
+  // its default since PyTorch 1.9): every rank joins it as a client, under a key prefix of its own
+  // restart round, instead of rank 0 listening on a port the agent holds.
+  bool store_hosted_by_agent = false;
+  int restart_count = 0;  // TORCHELASTIC_RESTART_COUNT: rounds of workers before this one
 
   bool is_distributed() const { return world_size > 1; }
   // "rank 1/4 (local 1/2, node 1) from torchrun, master 10.0.0.1:29500"

@@ -6,8 +6,11 @@
 #include <vector>
 
 #include <torch/csrc/distributed/c10d/HashStore.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 #include "dptrain/common/error.h"
+#include "dptrain/compat/tcp_store.h"
+#include "dptrain/dist/init_method.h"
 #include "dptrain/dist/rendezvous.h"
 #include "support/error_of.h"
 #include "support/thread_ranks.h"
@@ -219,4 +222,65 @@ TEST(Join, ARankTakenWithoutTheTokenStopsTheJob) {
   open_store.add("dpt/claim/1", 1);
   open_store.set("dpt/world_size/1", std::vector<uint8_t>(two.begin(), two.end()));
   join(open_store, local_world(0, 2), holding(std::nullopt));
+}
+
+namespace {
+
+// A store listening on a free port of 127.0.0.1, as torchrun's agent hosts one.
+c10::intrusive_ptr<c10d::TCPStore> agent_store() {
+  c10d::TCPStoreOptions options = dpt::compat::tcp_store_options();
+  options.port = 0;
+  options.isServer = true;
+  options.waitWorkers = false;
+  options.timeout = std::chrono::seconds(10);
+  return c10::make_intrusive<c10d::TCPStore>("127.0.0.1", options);
+}
+
+// Every rank of `world_size` rendezvous through env:// as torchrun's round `restart` starts them;
+// "" per rank that joined, else its error.
+std::vector<std::string> torchrun_round(int port, int world_size, int restart) {
+  std::vector<std::future<std::string>> ranks;
+  for (int r = 0; r < world_size; ++r) {
+    WorldInfo w = local_world(r, world_size);
+    w.master_port = port;
+    w.store_hosted_by_agent = true;
+    w.restart_count = restart;
+    ranks.push_back(std::async(std::launch::async, [w]() -> std::string {
+      try {
+        dpt::dist::rendezvous(dpt::dist::InitMethod{}, w, RendezvousOptions(5s));
+        return "";
+      } catch (const dpt::Error& e) {
+        return e.what();
+      }
+    }));
+  }
+  std::vector<std::string> errors;
+  for (auto& f : ranks) errors.push_back(f.get());
+  return errors;
+}
+
+}  // namespace
+
+// torchrun's agent holds the port (TORCHELASTIC_USE_AGENT_STORE=True): no rank may listen on it,
+// and each restart round keys its own namespace in the store that outlives it, as PyTorch's
+// workers do; a second round in the same namespace would find the first's ranks already joined.
+TEST(Rendezvous, UnderTorchrunsAgentStoreEveryRankIsAClientOfItsRound) {
+  auto agent = agent_store();
+  const int port = agent->getPort();
+  EXPECT_EQ(torchrun_round(port, 2, 0), std::vector<std::string>(2, ""));
+  EXPECT_TRUE(agent->check({"/worker/attempt_0/dpt/world_size/1"}));
+  EXPECT_FALSE(agent->check({"dpt/world_size/1"}));
+  EXPECT_EQ(torchrun_round(port, 2, 1), std::vector<std::string>(2, ""));
+  EXPECT_TRUE(agent->check({"/worker/attempt_1/dpt/world_size/0"}));
+}
+
+// Outside torchrun's agent store, rank 0 still hosts the store itself: on a port something else
+// holds it says so.
+TEST(Rendezvous, RankZeroOnABusyPortSaysSo) {
+  auto agent = agent_store();
+  WorldInfo w = local_world(0, 2);
+  w.master_port = agent->getPort();
+  const std::string error = dpt::testing::error_of<dpt::DistError>(
+      [&] { dpt::dist::rendezvous(dpt::dist::InitMethod{}, w, RendezvousOptions(2s)); });
+  expect_contains(error, "the port is busy");
 }

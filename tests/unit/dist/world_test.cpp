@@ -36,6 +36,28 @@ TEST(DetectWorld, TorchrunContract) {
   EXPECT_EQ(w.master_port, 23456);
 }
 
+TEST(DetectWorld, TorchrunsAgentStoreAndRestartRound) {
+  std::map<std::string, std::string> vars{{"RANK", "1"},
+                                          {"WORLD_SIZE", "2"},
+                                          {"MASTER_PORT", "23456"},
+                                          {"TORCHELASTIC_USE_AGENT_STORE", "True"},
+                                          {"TORCHELASTIC_RESTART_COUNT", "3"}};
+  auto w = detect_world(env(vars));
+  EXPECT_TRUE(w.store_hosted_by_agent);
+  EXPECT_EQ(w.restart_count, 3);
+  EXPECT_NE(w.describe().find("torchrun's agent store"), std::string::npos) << w.describe();
+  // A port given on the command line is a store of the job's own.
+  WorldOverrides port;
+  port.master_port = 24000;
+  EXPECT_FALSE(detect_world(env(vars), port).store_hosted_by_agent);
+  // PyTorch reads exactly "True"; `dptrain launch` sets "False".
+  vars["TORCHELASTIC_USE_AGENT_STORE"] = "False";
+  EXPECT_FALSE(detect_world(env(vars)).store_hosted_by_agent);
+  vars["TORCHELASTIC_USE_AGENT_STORE"] = "true";
+  EXPECT_FALSE(detect_world(env(vars)).store_hosted_by_agent);
+  EXPECT_FALSE(detect_world(env({{"RANK", "0"}, {"WORLD_SIZE", "2"}})).store_hosted_by_agent);
+}
+
 TEST(DetectWorld, PlainRankAndWorldSizeDefaultTheRest) {
   auto w = detect_world(env({{"RANK", "1"}, {"WORLD_SIZE", "2"}}));
   EXPECT_EQ(w.local_rank, 1);
