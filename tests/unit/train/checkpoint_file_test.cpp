@@ -1,7 +1,5 @@
 #include <gtest/gtest.h>
 
-#include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -78,36 +76,19 @@ TEST_F(CheckpointFile, RoundTripReplacesTheOldFileAndLeavesNoTemporaries) {
   EXPECT_EQ(loaded.at("epoch").toInt(), 3);
   EXPECT_TRUE(loaded.at("weights").toTensor().equal(torch::arange(6, torch::kFloat).reshape({2, 3}) * 3));
   EXPECT_EQ(names(), (std::vector<std::string>{"checkpoint_epoch3.pt"}));
-
-  copy_file_atomically(file, dir / kBestCheckpointName);
-  EXPECT_EQ(contents(dir / kBestCheckpointName), contents(file));
+  EXPECT_THROW(save_checkpoint(state(4), dir / "no_such_folder" / "checkpoint.pt"), dpt::CheckpointError);
 }
 
 // The file is pickled as it is written, never whole in memory: the same bytes as the archive in
-// memory; a write that fails half-way leaves the old file and no temporary; a copy of more than
-// one chunk is exact.
-TEST_F(CheckpointFile, StreamedWritesAreTheArchiveAndFailWithoutHarm) {
+// memory. (How it is written: tests/unit/common/atomic_file_test.cpp.)
+TEST_F(CheckpointFile, StreamedWritesAreTheArchive) {
   c10::impl::GenericDict big = state(4);
-  big.insert("moments", torch::randn({3, 1000, 1000}));  // 12 MB: three of the copy's chunks
+  big.insert("moments", torch::randn({3, 1000, 1000}));  // 12 MB
   const fs::path file = dir / kLatestCheckpointName;
   const int64_t size = save_checkpoint(big, file);
   const std::vector<char> archive = dpt::compat::pickle_save(big);
   EXPECT_EQ(size, static_cast<int64_t>(archive.size()));
   EXPECT_EQ(contents(file), std::string(archive.begin(), archive.end()));
-
-  EXPECT_THROW(write_file_atomically(file,
-                                     [](const dpt::compat::ByteSink& write) {
-                                       write("half", 4);
-                                       throw dpt::CheckpointError("the state could not be read");
-                                     }),
-               dpt::CheckpointError);
-  EXPECT_EQ(contents(file), std::string(archive.begin(), archive.end())) << "the old file was touched";
-  EXPECT_EQ(names(), (std::vector<std::string>{kLatestCheckpointName})) << "a temporary file was left";
-
-  copy_file_atomically(file, dir / kBestCheckpointName);
-  EXPECT_EQ(contents(dir / kBestCheckpointName), contents(file));
-  EXPECT_TRUE(load_checkpoint(dir / kBestCheckpointName).toGenericDict().at("moments").toTensor().equal(
-      big.at("moments").toTensor()));
 }
 
 TEST_F(CheckpointFile, TruncatedOrCorruptFilesGiveACheckpointError) {
@@ -178,46 +159,6 @@ TEST(CheckpointPickle, LengthsPastTheEndAreRefusedBeforeTheyAreAllocated) {
   }
 }
 
-// The epoch's file and model_best.pt are further names of checkpoint.pt: one file on disk, and
-// each keeps its version when checkpoint.pt is replaced by the next save.
-TEST_F(CheckpointFile, LinkedNamesShareTheFileAndKeepTheirVersion) {
-  const fs::path latest = dir / kLatestCheckpointName;
-  const fs::path epoch1 = epoch_checkpoint_path(dir, 1);
-  const fs::path best = dir / kBestCheckpointName;
-  save_checkpoint(state(1), latest);
-  const std::string first = contents(latest);
-  link_or_copy_file_atomically(latest, epoch1);
-  link_or_copy_file_atomically(latest, best);
-  link_or_copy_file_atomically(latest, best);  // already that file: nothing changes, nothing is left
-  EXPECT_TRUE(fs::equivalent(latest, epoch1));
-  EXPECT_TRUE(fs::equivalent(latest, best));
-  EXPECT_EQ(fs::hard_link_count(latest), 3u);
-  EXPECT_EQ(names(), (std::vector<std::string>{"checkpoint.pt", "checkpoint_epoch1.pt", "model_best.pt"}));
-
-  save_checkpoint(state(2), latest);
-  EXPECT_FALSE(fs::equivalent(latest, epoch1));
-  EXPECT_EQ(fs::hard_link_count(epoch1), 2u);
-  EXPECT_EQ(contents(epoch1), first);
-  EXPECT_EQ(contents(best), first);
-  EXPECT_EQ(load_checkpoint(epoch1).toGenericDict().at("epoch").toInt(), 1);
-  EXPECT_EQ(load_checkpoint(latest).toGenericDict().at("epoch").toInt(), 2);
-}
-
-// Across file systems (here /dev/shm's tmpfs and the test's folder) a link is refused: a copy.
-TEST_F(CheckpointFile, WhereLinksAreRefusedTheNameIsACopy) {
-  const fs::path elsewhere = fs::path("/dev/shm") / ("dptrain_checkpoint_" + std::to_string(::getpid()) + ".pt");
-  save_checkpoint(state(5), elsewhere);
-  struct stat source {}, folder {};
-  ASSERT_EQ(::stat(elsewhere.c_str(), &source), 0);
-  ASSERT_EQ(::stat(dir.c_str(), &folder), 0);
-  ASSERT_NE(source.st_dev, folder.st_dev) << "/dev/shm and " << dir << " are one file system: no refused link to test";
-  link_or_copy_file_atomically(elsewhere, dir / kBestCheckpointName);
-  EXPECT_EQ(contents(dir / kBestCheckpointName), contents(elsewhere));
-  EXPECT_EQ(fs::hard_link_count(elsewhere), 1u);
-  EXPECT_EQ(names(), (std::vector<std::string>{"model_best.pt"}));
-  fs::remove(elsewhere);
-}
-
 TEST_F(CheckpointFile, RotationKeepsExactlyTheLastK) {
   for (int64_t epoch : {1, 2, 9, 10, 11}) save_checkpoint(state(epoch), epoch_checkpoint_path(dir, epoch));
   save_checkpoint(state(9), dir / kBestCheckpointName);
@@ -232,49 +173,4 @@ TEST_F(CheckpointFile, RotationKeepsExactlyTheLastK) {
   rotate_checkpoints(dir, 1);
   EXPECT_EQ(names(), (std::vector<std::string>{"checkpoint_epoch11.pt", "model_best.pt", "notes.txt"}));
   EXPECT_THROW(rotate_checkpoints(dir, 0), dpt::ConfigError);
-}
-
-// A writer killed before its rename leaves <name>.tmp.<pid>: removed once that process is gone,
-// never while it may still be writing, and nothing else with .tmp. in its name.
-TEST_F(CheckpointFile, UnfinishedWritesOfDeadProcessesAreRemoved) {
-  const pid_t child = ::fork();
-  if (child == 0) ::_exit(0);
-  ASSERT_GT(child, 0);
-  ASSERT_EQ(::waitpid(child, nullptr, 0), child);  // reaped: its pid names no process now
-  const std::string dead = "checkpoint.pt.tmp." + std::to_string(child);
-  const std::string running = "model_best.pt.tmp." + std::to_string(::getpid());
-  for (const auto& name : {dead, running, std::string("notes.tmp.txt")}) std::ofstream(dir / name) << "partial";
-  save_checkpoint(state(1), dir / kLatestCheckpointName);
-  std::vector<std::string> deleted;
-  for (const auto& file : remove_unfinished_writes(dir)) deleted.push_back(file.filename());
-  EXPECT_EQ(deleted, std::vector<std::string>{dead});
-  EXPECT_EQ(names(), (std::vector<std::string>{"checkpoint.pt", running, "notes.tmp.txt"}));
-}
-
-TEST_F(CheckpointFile, AFailedWriteLeavesTheOldFileIntact) {
-  const fs::path file = dir / "checkpoint_epoch1.pt";
-  save_checkpoint(state(1), file);
-  const std::string before = contents(file);
-  // A folder where the temporary file should go makes the write fail after the old file exists.
-  const fs::path blocker(file.string() + ".tmp." + std::to_string(::getpid()));
-  fs::create_directory(blocker);
-  try {
-    save_checkpoint(state(2), file);
-    FAIL() << "no error";
-  } catch (const dpt::CheckpointError& e) {
-    EXPECT_EQ(std::string(e.what()),
-              "cannot create " + blocker.string() +
-                  ": Is a directory; check that the folder exists, is writable and has free space");
-  }
-  EXPECT_EQ(contents(file), before);
-  EXPECT_TRUE(fs::is_directory(blocker));
-  fs::remove(blocker);
-
-  EXPECT_THROW(save_checkpoint(state(2), dir / "no_such_folder" / "checkpoint.pt"), dpt::CheckpointError);
-  if (::geteuid() != 0) {  // root writes anywhere
-    fs::permissions(dir, fs::perms::owner_read | fs::perms::owner_exec);
-    EXPECT_THROW(save_checkpoint(state(2), file), dpt::CheckpointError);
-    fs::permissions(dir, fs::perms::owner_all);
-    EXPECT_EQ(contents(file), before);
-  }
 }
