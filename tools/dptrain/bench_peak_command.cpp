@@ -3,7 +3,6 @@
 // `dptrain train` looks for it, so that runs report their fraction of it (MFU). Prints a line per
 // precision, then the file's JSON as its last line.
 
-#include <fstream>
 #include <iostream>
 #include <memory>
 
@@ -11,6 +10,7 @@
 
 #include "command.h"
 #include "compute_peak.h"
+#include "dptrain/common/atomic_file.h"
 #include "dptrain/common/error.h"
 
 namespace dpt::cli {
@@ -37,9 +37,13 @@ int run_bench_peak(const BenchPeakFlags& flags) {
                                                                 : std::filesystem::path(flags.output);
   std::error_code error;
   std::filesystem::create_directories(file.parent_path(), error);
-  std::ofstream out(file);
-  DPT_CHECK(out << peak.dump(2) << "\n", ConfigError, "bench-peak: cannot write ", file.string(),
-            "; pass --output FILE somewhere writable");
+  // Replaced whole: a `dptrain train` starting meanwhile reads the old rates or the new, never half a file.
+  const std::string text = peak.dump(2) + "\n";
+  try {
+    write_file_atomically(file, [&](const ByteWriter& write) { write(text.data(), text.size()); });
+  } catch (const CheckpointError& e) {
+    throw ConfigError(str("bench-peak: ", e.what(), "; pass --output FILE somewhere writable"));
+  }
   std::cout << "written to " << file.string() << "\n" << peak.dump() << std::endl;
   return 0;
 }

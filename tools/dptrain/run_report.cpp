@@ -43,13 +43,23 @@ Integer integer_field(const json& object, const char* key, Integer fallback) {
   const auto found = object.find(key);
   if (found == object.end()) return fallback;
   const json& value = *found;
-  // [min, -min): -min, a power of two, is exact in a double, where max may round up to it.
-  constexpr auto lowest = static_cast<double>(std::numeric_limits<Integer>::min());
-  const double number = value.is_number() ? value.get<double>() : std::nan("");
-  if (!(number >= lowest && number < -lowest && number == std::floor(number))) {
+  using Limits = std::numeric_limits<Integer>;
+  bool fits = false;
+  if (value.is_number_unsigned()) {  // how the parser keeps every integer from 0 up
+    fits = value.get<uint64_t>() <= static_cast<uint64_t>(Limits::max());
+  } else if (value.is_number_integer()) {
+    const auto number = value.get<int64_t>();
+    fits = number >= static_cast<int64_t>(Limits::min()) && number <= static_cast<int64_t>(Limits::max());
+  } else if (value.is_number_float()) {
+    // [min, -min): -min, a power of two, is exact in a double, where max may round up to it.
+    constexpr auto lowest = static_cast<double>(Limits::min());
+    const double number = value.get<double>();
+    fits = number >= lowest && number < -lowest && number == std::floor(number);
+  }
+  if (!fits) {
     throw json::out_of_range::create(406, str("'", key, "' is ", value.dump(), ", not an integer of its type"), &value);
   }
-  return value.is_number_float() ? static_cast<Integer>(number) : value.get<Integer>();
+  return value.is_number_float() ? static_cast<Integer>(value.get<double>()) : value.get<Integer>();
 }
 
 // One record of metrics.jsonl into the run's points. Throws json::exception for a field of the

@@ -3,6 +3,7 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <string>
 
 #include "dptrain/common/error.h"
@@ -122,6 +123,19 @@ TEST(RunReport, BreaksEachRanksMeanStepIntoItsParts) {
   EXPECT_NE(dpt::report::render_report(uneven).find(R"(<td data-rank="1" data-value="0">)"), std::string::npos);
 }
 
+TEST(RunReport, IntegerFieldsAreReadExactlyToTheEndsOfTheirTypes) {
+  dpt::testing::TempDir dir;
+  write(fs::path(dir.path()) / "metrics.jsonl",
+        std::string(kMetrics) + "{\"phase\":\"straggler\",\"rank\":-2147483648,\"steps\":9223372036854775807,"
+                                "\"windows\":-9223372036854775808,\"global_step\":4e3}\n");
+  const auto run = dpt::report::read_run(RunFiles(dir.path()));
+  ASSERT_EQ(run.stragglers.size(), 1u);
+  EXPECT_EQ(run.stragglers[0].rank, std::numeric_limits<int>::min());
+  EXPECT_EQ(run.stragglers[0].steps, std::numeric_limits<int64_t>::max());  // 2^63 - 1 is no double
+  EXPECT_EQ(run.stragglers[0].windows, std::numeric_limits<int64_t>::min());
+  EXPECT_EQ(run.stragglers[0].global_step, 4000);
+}
+
 TEST(RunReport, MissingOrBrokenFilesAreDataErrorsThatSayWhatToDo) {
   dpt::testing::TempDir dir;
   const auto missing = dpt::testing::error_of<dpt::DataError>([&] { dpt::report::read_run(RunFiles(dir.path())); });
@@ -136,7 +150,9 @@ TEST(RunReport, MissingOrBrokenFilesAreDataErrorsThatSayWhatToDo) {
                                  "{\"phase\":7}", "{\"phase\":\"rank_busy\",\"global_step\":3,\"busy_ms_by_rank\":2}",
                                  // An integer field out of its type's range (converting it is undefined).
                                  "{\"phase\":\"straggler\",\"rank\":8.7e10}", "{\"phase\":\"straggler\",\"steps\":1e300}",
-                                 "{\"phase\":\"straggler\",\"rank\":1.5}"}) {
+                                 "{\"phase\":\"straggler\",\"rank\":1.5}",
+                                 "{\"phase\":\"straggler\",\"steps\":9223372036854775808}",
+                                 "{\"phase\":\"straggler\",\"rank\":-2147483649}"}) {
     write(fs::path(dir.path()) / "metrics.jsonl", std::string(kMetrics) + line + "\n");
     const auto wrong = dpt::testing::error_of<dpt::DataError>([&] { dpt::report::read_run(RunFiles(dir.path())); });
     EXPECT_NE(wrong.find("metrics.jsonl line 5 is not a record as `dptrain train` writes them ("), std::string::npos)
