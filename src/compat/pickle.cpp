@@ -11,6 +11,7 @@
 #include <memory>
 #include <optional>
 
+#include "little_endian.h"
 #include "zip_directory.h"
 
 namespace dpt::compat {
@@ -114,8 +115,7 @@ void check_pickle_framing(const uint8_t* data, size_t size) {
     uint64_t length = static_cast<uint64_t>(argument->bytes);
     if (argument->kind == OpcodeArgument::Kind::kLengthPrefixed) {
       TORCH_CHECK(size - at >= length, "the pickle ends inside a length at byte ", at);
-      uint64_t claimed = 0;
-      for (int i = argument->bytes - 1; i >= 0; --i) claimed = claimed << 8 | data[at + i];
+      const uint64_t claimed = little_endian(data + at, argument->bytes);
       at += length;
       length = claimed;
     } else if (argument->kind == OpcodeArgument::Kind::kLines) {
@@ -132,8 +132,7 @@ void check_pickle_framing(const uint8_t* data, size_t size) {
       // LONG_BINPUT: LibTorch's memo is a vector grown up to the slot named, so slot 1.6 billion
       // made it allocate 25 GB. Picklers number their slots in order, one per PUT (two bytes or
       // more each), so a slot past the pickle's size is no pickle's.
-      uint32_t slot = 0;
-      for (int i = 3; i >= 0; --i) slot = slot << 8 | data[at + i];
+      const uint64_t slot = little_endian(data + at, 4);
       TORCH_CHECK(slot < size, "the pickle's LONG_BINPUT at byte ", at - 1, " names memo slot ", slot,
                   ", more than a pickle of ", size, " bytes can have filled");
     }

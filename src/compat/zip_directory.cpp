@@ -4,6 +4,8 @@
 
 #include <c10/util/Exception.h>
 
+#include "little_endian.h"
+
 namespace dpt::compat {
 namespace {
 
@@ -18,12 +20,6 @@ constexpr uint16_t kZip64ExtraField = 0x0001;
 constexpr uint16_t kStored = 0;
 // Deflate's largest expansion: 1032 bytes out of every byte in, and a little for the stream's end.
 constexpr uint64_t kDeflateExpansion = 1032, kDeflateSlack = 1024;
-
-uint64_t little_endian(const uint8_t* at, int bytes) {
-  uint64_t value = 0;
-  for (int i = bytes - 1; i >= 0; --i) value = value << 8 | at[i];
-  return value;
-}
 
 // The end-of-directory record's offset: the last of its signature within a comment's length of
 // the end, as readers look for it; `size` when there is none.

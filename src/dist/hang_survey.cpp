@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "dptrain/common/error.h"
+#include "dptrain/dist/store_text.h"
 
 namespace dpt::dist::detail {
 
@@ -32,13 +33,10 @@ struct Findings {
 
 std::string key_of(int rank) { return str("dptrain/hang/", rank); }
 
-std::vector<uint8_t> encode(const SurveyOptions& o) {
-  const std::string text = str(o.seq, " ", o.operation);
-  return std::vector<uint8_t>(text.begin(), text.end());
-}
+std::string encode(const SurveyOptions& o) { return str(o.seq, " ", o.operation); }
 
-Report decode(const std::vector<uint8_t>& value) {
-  std::istringstream in(std::string(value.begin(), value.end()));
+Report decode(const std::string& text) {
+  std::istringstream in(text);
   Report report;
   in >> report.seq;
   std::getline(in >> std::ws, report.operation);
@@ -46,12 +44,12 @@ Report decode(const std::vector<uint8_t>& value) {
 }
 
 void exchange(const compat::StorePtr& store, const SurveyOptions& options, Findings& findings) {
-  store->set(key_of(options.rank), encode(options));
+  write_text(*store, key_of(options.rank), encode(options));
   const auto deadline = Clock::now() + options.grace;
   std::map<int, Report> found;
   while (true) {
     for (int r = 0; r < options.world_size; ++r) {
-      if (found.count(r) == 0 && store->check({key_of(r)})) found[r] = decode(store->get(key_of(r)));
+      if (found.count(r) == 0 && store->check({key_of(r)})) found[r] = decode(read_text(*store, key_of(r)));
     }
     {
       std::lock_guard<std::mutex> lock(findings.mutex);

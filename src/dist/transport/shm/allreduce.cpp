@@ -22,6 +22,7 @@
 
 #include "../../agreement.h"
 #include "dptrain/common/error.h"
+#include "dptrain/dist/store_text.h"
 
 namespace dpt::dist::transport::shm {
 namespace {
@@ -487,8 +488,6 @@ namespace {
 constexpr const char* kNameKey = "name";
 std::string rank_key(int rank) { return "attached/" + std::to_string(rank); }
 
-std::vector<uint8_t> bytes_of(const std::string& text) { return std::vector<uint8_t>(text.begin(), text.end()); }
-std::string text_of(const std::vector<uint8_t>& bytes) { return std::string(bytes.begin(), bytes.end()); }
 
 // Rank 0: creates, sizes and maps the segment. Returns null with the reason in `why`.
 std::unique_ptr<Segment> create_segment(const std::string& name, const Layout& layout, const WorldInfo& world,
@@ -564,10 +563,10 @@ std::unique_ptr<Allreduce> Allreduce::attach(c10d::Store& store, const WorldInfo
     if (world.rank == 0) {
       name = random_name();
       segment = create_segment(name, layout, world, slot_bytes, why);
-      store.set(kNameKey, bytes_of(segment ? name : std::string()));
+      write_text(store, kNameKey, segment ? name : std::string());
     } else {
       store.wait({kNameKey}, options.timeout());
-      name = text_of(store.get(kNameKey));
+      name = read_text(store, kNameKey);
       if (name.empty()) {
         why = "rank 0 could not create the segment";
       } else {
@@ -575,7 +574,7 @@ std::unique_ptr<Allreduce> Allreduce::attach(c10d::Store& store, const WorldInfo
       }
     }
     if (segment) segment->control(world.rank).pid = static_cast<int32_t>(getpid());
-    store.set(rank_key(world.rank), bytes_of(segment ? "ok" : why));
+    write_text(store, rank_key(world.rank), segment ? "ok" : why);
 
     // Every rank reads every answer, so all of them take the same transport.
     std::vector<std::string> keys;
@@ -583,7 +582,7 @@ std::unique_ptr<Allreduce> Allreduce::attach(c10d::Store& store, const WorldInfo
     store.wait(keys, options.timeout());
     why.clear();  // the first rank's failure, this one's included, read back like the others
     for (int r = 0; r < world.world_size && why.empty(); ++r) {
-      const std::string answer = text_of(store.get(keys[r]));
+      const std::string answer = read_text(store, keys[r]);
       if (answer != "ok") why = str("rank ", r, ": ", answer);
     }
   } catch (const std::exception& e) {
