@@ -132,9 +132,10 @@ bool wait_for_listener(const std::string& host, int port, const WorldInfo& world
 
 TimeoutError unreachable_master(const WorldInfo& world, const std::string& host, int port,
                                 const RendezvousOptions& options, const std::string& cause) {
-  return TimeoutError(str("rank ", world.rank, ": could not reach ", store_host(world), " at ", host, ":", port,
-                          " within ", seconds(options.timeout), ". Check that ",
-                          world.store_hosted_by_agent ? "torchrun" : "rank 0",
+  const bool agent = world.store_hosted_by_agent;
+  return TimeoutError(str("rank ", world.rank, ": could not reach ", agent ? "torchrun's agent store" : "the master",
+                          " at ", host, ":", port, " within ", seconds(options.timeout), ". Check that ",
+                          agent ? "torchrun" : "rank 0",
                           " is running, that MASTER_ADDR/--master-addr names its host as seen from here, and that "
                           "the port is open. (",
                           cause, ")"));
@@ -176,9 +177,9 @@ compat::StorePtr make_tcp_store(const std::string& host, int port, const WorldIn
 }
 
 DistError lost_store(const WorldInfo& world, const std::exception& e) {
+  const char* host = world.store_hosted_by_agent ? "torchrun, whose agent hosts it," : "rank 0, which hosts it,";
   return DistError(str("rank ", world.rank, ": lost the rendezvous store while joining (", compat::short_message(e),
-                       "). ", world.store_hosted_by_agent ? "torchrun, whose agent hosts it," : "rank 0, which hosts it,",
-                       " has probably exited; its output says why."));
+                       "). ", host, " has probably exited; its output says why."));
 }
 
 // Runs `step`, turning a store that went away under it into lost_store's error.
@@ -319,9 +320,9 @@ compat::StorePtr rendezvous(const InitMethod& method, const WorldInfo& world, co
   const std::string host = method.kind == InitMethod::Kind::Tcp ? method.host : world.master_addr;
   const int port = method.kind == InitMethod::Kind::Tcp ? method.port : world.master_port;
   if (options.address.empty()) options.address = tcp ? str(host, ":", port) : "file://" + method.path;
-  // A tcp:// address other than the one torchrun gave is a store of the job's own, on rank 0.
+  // A file, or a tcp:// address other than the one torchrun gave, is a store of the job's own.
   WorldInfo joining = world;
-  if (host != world.master_addr || port != world.master_port) joining.store_hosted_by_agent = false;
+  if (!tcp || host != world.master_addr || port != world.master_port) joining.store_hosted_by_agent = false;
   compat::StorePtr store;
   switch (method.kind) {
     case InitMethod::Kind::Env:
@@ -338,7 +339,7 @@ compat::StorePtr rendezvous(const InitMethod& method, const WorldInfo& world, co
       store->setTimeout(options.timeout);
       break;
   }
-  join(*store, world, options);
+  join(*store, joining, options);
   return store;
 }
 
