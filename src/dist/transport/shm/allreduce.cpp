@@ -488,7 +488,6 @@ namespace {
 constexpr const char* kNameKey = "name";
 std::string rank_key(int rank) { return "attached/" + std::to_string(rank); }
 
-
 // Rank 0: creates, sizes and maps the segment. Returns null with the reason in `why`.
 std::unique_ptr<Segment> create_segment(const std::string& name, const Layout& layout, const WorldInfo& world,
                                         size_t slot_bytes, std::string& why) {
