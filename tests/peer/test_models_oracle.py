@@ -1,41 +1,19 @@
-"""dptrain's model zoo against torchvision: every registered architecture has torchvision's
-state-dict entries (names, shapes, dtypes, order) and parameter count; for one or more sizes of
-each family, weights moved either way give the same eval-mode logits, and one training step's
-gradients match with dropout and stochastic depth off.
+"""dptrain's model zoo against torchvision in numbers: for one or more sizes of each family, weights
+moved either way give the same eval-mode logits, and one training step's gradients match with
+dropout and stochastic depth off (the structure of every architecture: test_models_structure).
 
 Drives $DPT_BUILD/bin/dptrain_models_oracle (tests/peer/dptrain_models_oracle.cpp).
 """
-import contextlib
 import os
-import subprocess
 import tempfile
 import unittest
 
 import torch
 import torchvision
 
+from models_oracle import checked, oracle, uninitialised
 from torchvision_zoo import NUM_CLASSES, torchvision_model
 
-BUILD = os.environ.get("DPT_BUILD", os.path.join(os.path.dirname(__file__), "..", "..", "build"))
-ORACLE = os.path.join(BUILD, "bin", "dptrain_models_oracle")
-DTYPES = {torch.float32: "Float", torch.int64: "Long"}
-
-# Architecture -> the image size its structure is checked at (only ViT's weights depend on it).
-STRUCTURE = {name: None for name in [
-    "alexnet", "vgg11", "vgg11_bn", "vgg13", "vgg13_bn", "vgg16", "vgg16_bn", "vgg19", "vgg19_bn",
-    "resnet18", "resnet34", "resnet50", "resnet101", "resnet152", "resnext50_32x4d", "resnext101_32x8d",
-    "resnext101_64x4d", "wide_resnet50_2", "wide_resnet101_2", "squeezenet1_0", "squeezenet1_1",
-    "mobilenet_v2", "mobilenet_v3_small", "mobilenet_v3_large",
-    "shufflenet_v2_x0_5", "shufflenet_v2_x1_0", "shufflenet_v2_x1_5", "shufflenet_v2_x2_0",
-    "efficientnet_b0", "efficientnet_b1", "efficientnet_b2", "efficientnet_b3", "efficientnet_b4",
-    "efficientnet_b5", "efficientnet_b6", "efficientnet_b7", "efficientnet_v2_s", "efficientnet_v2_m",
-    "efficientnet_v2_l", "densenet121", "densenet161", "densenet169", "densenet201"] +
-    [f"regnet_{kind}_{size}" for kind in "xy" for size in ["400mf", "800mf", "1_6gf", "3_2gf", "8gf", "16gf", "32gf"]] +
-    ["regnet_y_128gf", "convnext_tiny", "convnext_small", "convnext_base", "convnext_large", "googlenet",
-     "inception_v3", "ghostnet"]}
-# The large ViTs share B/16's code and differ in sizes only: checked at a small input.
-STRUCTURE.update({"vit_b_16": 32, "vit_b_32": 64, "vit_l_16": 32, "vit_l_32": 64, "vit_h_14": 28,
-                  "vit_ti_16": 32, "vit_s_16": 32})
 # Architecture -> (input side, relative tolerance on logits and gradients). One or more per
 # family, at the smallest input each accepts, so the zoo stays within minutes.
 NUMERIC = {
@@ -47,19 +25,6 @@ NUMERIC = {
     "regnet_x_400mf": (64, 1e-4), "regnet_y_400mf": (64, 1e-4), "convnext_tiny": (64, 1e-4),
     "googlenet": (64, 1e-4), "inception_v3": (299, 1e-4), "ghostnet": (64, 1e-4),
 }
-
-
-def oracle(*args, timeout=300):
-    if not os.path.exists(ORACLE):
-        raise AssertionError(f"{ORACLE} is missing: build the target dptrain_models_oracle")
-    return subprocess.run([ORACLE, *map(str, args)], capture_output=True, text=True, timeout=timeout)
-
-
-def checked(*args, timeout=300):
-    result = oracle(*args, timeout=timeout)
-    if result.returncode != 0:
-        raise AssertionError(f"dptrain_models_oracle {args} failed ({result.returncode}): {result.stderr}")
-    return result.stdout
 
 
 def without_randomness(model):
@@ -97,48 +62,8 @@ def split_outputs(outputs):
     return outputs[0], [aux for aux in outputs[1:] if aux is not None]
 
 
-# torch.nn.init's fills, which every torchvision constructor (and each layer's reset_parameters)
-# reaches through the module at call time.
-INITS = ["uniform_", "normal_", "trunc_normal_", "kaiming_uniform_", "kaiming_normal_", "xavier_uniform_",
-         "xavier_normal_", "constant_", "zeros_", "ones_", "orthogonal_"]
-
-
-@contextlib.contextmanager
-def uninitialised():
-    """Models built inside leave their weights as allocated: names, shapes and types are all the
-    structure check reads, and filling RegNetY-128GF's or ConvNeXt-L's weights took 11-14 s."""
-    saved = {name: getattr(torch.nn.init, name) for name in INITS}
-    for name in INITS:
-        setattr(torch.nn.init, name, lambda tensor, *args, **kwargs: tensor)
-    try:
-        yield
-    finally:
-        for name, fill in saved.items():
-            setattr(torch.nn.init, name, fill)
-
-
 def relative_error(actual, expected):
     return ((actual - expected).abs().max() / expected.abs().max().clamp(min=1e-12)).item()
-
-
-class StateDictEntries(unittest.TestCase):
-    def test_names_shapes_dtypes_order_and_counts_match_torchvision(self):
-        # One process for every architecture: starting LibTorch takes a second.
-        listing = checked("keys", NUM_CLASSES, *[f"{arch}:{size}" if size else arch for arch, size in STRUCTURE.items()],
-                          timeout=900)
-        sections = {}
-        for section in listing.split("== ")[1:]:
-            arch, *lines = section.splitlines()
-            sections[arch] = lines
-        self.assertEqual(list(sections), list(STRUCTURE))
-        for arch, image_size in STRUCTURE.items():
-            with self.subTest(arch=arch):
-                with uninitialised():
-                    model = torchvision_model(arch, image_size)
-                expected = [f"{name} {list(t.shape)} {DTYPES[t.dtype]}" for name, t in model.state_dict().items()]
-                expected.append(f"parameters {sum(p.numel() for p in model.parameters())}")
-                del model
-                self.assertEqual(sections[arch], expected)
 
 
 class Numerics(unittest.TestCase):
