@@ -1,7 +1,7 @@
 // The program tests/dist/test_dist_errors.py drives to make the classic hangs happen on purpose:
 // every rank all-reduces a small tensor once per step, and rank R at step K does one thing wrong.
 //
-//   dptrain launch --standalone --nproc-per-node 2 -- dptrain_collective_probe \
+//   dptrain launch --standalone --nproc-per-node 2 -- dptrain_collective_probe
 //       --fault skip|shape|stop|kill [--rank 1] [--at 5] [--steps 12] [--timeout 3]
 //
 //   skip   rank R skips step K's all_reduce (the others' step K meets its step K + 1)
