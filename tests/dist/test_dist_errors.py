@@ -4,8 +4,6 @@ The classic hangs of a running job (a rank that skips a collective, ranks that d
 a rank stopped or killed) end the same way, over Gloo and over shared memory, and the launcher's
 last line says who failed and why."""
 
-import os
-import re
 import socket
 import tempfile
 import time

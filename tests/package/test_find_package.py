@@ -2,7 +2,6 @@
 with find_package(dptrain)."""
 
 import os
-import subprocess
 import tempfile
 import unittest
 

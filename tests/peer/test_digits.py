@@ -3,7 +3,6 @@ ImageFolder by scripts/make-digits-imagefolder, read by torchvision and by dptra
 ddp_minimal on 2 processes) with the same classes and counts."""
 
 import os
-import re
 import subprocess
 import tempfile
 import unittest

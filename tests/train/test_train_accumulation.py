@@ -12,8 +12,8 @@ import os
 import tempfile
 import unittest
 
-from proc import PYTHON, dptrain, run
-from train_runs import COMPARE, alone
+from proc import dptrain, run
+from train_runs import alone, compare_checkpoints
 
 B = 4
 TOLERANCE = 1e-5
@@ -34,13 +34,11 @@ class Accumulation(unittest.TestCase):
         return out
 
     def max_abs_diff(self, a, b):
-        code, out, err = run([PYTHON, "-c", COMPARE, os.path.join(a, "checkpoint.pt"), os.path.join(b, "checkpoint.pt")],
-                             timeout=120)
-        self.assertEqual(code, 0, err)
-        print(out.strip())
-        self.assertEqual(out.splitlines()[0], "3 0 3 3 0 3")  # global step, epoch, step in epoch
-        lines = out.split()
-        return float(lines[lines.index("max_abs_diff") + 1])
+        lines = compare_checkpoints(os.path.join(a, "checkpoint.pt"), os.path.join(b, "checkpoint.pt"))
+        print(*lines, sep="\n")
+        self.assertEqual(lines[0], "3 0 3 3 0 3")  # global step, epoch, step in epoch
+        words = lines[1].split()
+        return float(words[words.index("max_abs_diff") + 1])
 
     def test_two_ranks_accumulating_two_micro_batches_equal_one_process_with_four_times_the_batch(self):
         with tempfile.TemporaryDirectory(prefix="dpt_accum_") as tmp:
