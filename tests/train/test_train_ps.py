@@ -39,8 +39,8 @@ def launched(processes, *extra):
 
 def compare(a, b):
     """(largest weight difference, weights bitwise equal, optimizer state bitwise equal)."""
-    out = "\n".join(compare_checkpoints(a, b))
-    found = re.search(r"max_abs_diff (\S+) bitwise (\w+) optimizer_bitwise (\w+) entries (\d+)", out)
+    found = re.search(r"max_abs_diff (\S+) bitwise (\w+) optimizer_bitwise (\w+) entries (\d+)",
+                      compare_checkpoints(a, b)[1])
     return float(found[1]), found[2] == "True", found[3] == "True", int(found[4])
 
 
