@@ -12,7 +12,7 @@ import time
 import unittest
 
 from proc import PYTHON, Started, dptrain, run
-from train_runs import compare_checkpoints, alone
+from train_runs import alone, compare_checkpoints
 
 # ResNet-20 on 16 px synthetic images: 96 training images over 2 ranks, batch 8 per rank, so 6
 # steps per epoch; 8 steps end 2 steps into epoch 2 and the half-way stop is mid-epoch 1.

@@ -54,9 +54,6 @@ class ZeroTraining(unittest.TestCase):
         self.assertEqual(code, 0, out + err)
         return out
 
-    def compare(self, a, b):
-        return compare_checkpoints(a, b)
-
     def test_equals_ddp_bitwise(self):
         """Weights and the whole optimizer state after 8 steps: stage 1 on 2 ranks with the AdamW
         recipe, stages 1 and 2 on 2 and 3 ranks with SGD over accumulation and SyncBatchNorm, stage
@@ -73,7 +70,8 @@ class ZeroTraining(unittest.TestCase):
                     kept = "state and reduced gradients" if stage == "2" else "state"
                     self.assertRegex(out, rf"ZeRO-{stage}: each process keeps its shard's {kept}, rank 0 that of "
                                           r"\d+ of 269722 weights")
-                    lines = self.compare(os.path.join(plain, "checkpoint.pt"), os.path.join(zero, "checkpoint.pt"))
+                    lines = compare_checkpoints(os.path.join(plain, "checkpoint.pt"),
+                                                os.path.join(zero, "checkpoint.pt"))
                     self.assertEqual(lines[1], "max_abs_diff 0.0 bitwise True optimizer_bitwise True entries 59",
                                      f"--zero {stage}")
 
@@ -87,12 +85,12 @@ class ZeroTraining(unittest.TestCase):
                                 ("unclipped", [])):
                 runs[name] = os.path.join(tmp, name)
                 self.train(2, *ADAMW_UNCLIPPED, *flags, "--max-steps", "8", "--output", runs[name])
-            close = float(self.compare(os.path.join(runs["plain"], "checkpoint.pt"),
-                                       os.path.join(runs["zero2"], "checkpoint.pt"))[1].split()[1])
+            close = float(compare_checkpoints(os.path.join(runs["plain"], "checkpoint.pt"),
+                                              os.path.join(runs["zero2"], "checkpoint.pt"))[1].split()[1])
             self.assertLessEqual(close, 1e-4)
             # The bound rejects an answer that clipped otherwise: not clipping at all differs by more.
-            far = float(self.compare(os.path.join(runs["plain"], "checkpoint.pt"),
-                                     os.path.join(runs["unclipped"], "checkpoint.pt"))[1].split()[1])
+            far = float(compare_checkpoints(os.path.join(runs["plain"], "checkpoint.pt"),
+                                            os.path.join(runs["unclipped"], "checkpoint.pt"))[1].split()[1])
             self.assertGreater(far, 1e-4)
 
     def test_checkpoints_are_whole(self):
@@ -113,7 +111,8 @@ class ZeroTraining(unittest.TestCase):
                     out = self.train(2, *ADAMW_UNCLIPPED, *second, "--max-steps", "8", "--output", halves,
                                      "--resume", os.path.join(halves, "checkpoint.pt"))
                     self.assertIn('"global_step":8', out)
-                    lines = self.compare(os.path.join(straight, "checkpoint.pt"), os.path.join(halves, "checkpoint.pt"))
+                    lines = compare_checkpoints(os.path.join(straight, "checkpoint.pt"),
+                                                os.path.join(halves, "checkpoint.pt"))
                     self.assertEqual(lines, ["8 1 2 8 1 2",
                                              "max_abs_diff 0.0 bitwise True optimizer_bitwise True entries 59"])
             # Written under --zero 1 and --zero 2 (the runs that resumed under them).
