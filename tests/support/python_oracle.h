@@ -83,7 +83,12 @@ while True:
             exec(compile(script, "<oracle script>", "exec"),
                  {"__name__": "__main__", "sys": sys, "torch": torch, "torchvision": torchvision})
         except SystemExit as exit:
-            code = exit.code if isinstance(exit.code, int) else int(exit.code is not None)
+            # As Python itself ends: sys.exit("why") prints why and exits 1.
+            if exit.code is None or isinstance(exit.code, int):
+                code = exit.code or 0
+            else:
+                print(exit.code, file=sys.stderr)
+                code = 1
         except BaseException:
             traceback.print_exc()
             code = 1
@@ -138,11 +143,14 @@ class OracleServer {
  private:
   OracleServer() {
     int requests[2], replies[2];
-    if (pipe2(requests, O_CLOEXEC) != 0 || pipe2(replies, O_CLOEXEC) != 0) {
+    if (pipe2(requests, O_CLOEXEC) != 0) throw std::runtime_error("cannot make the pipes to the Python oracle");
+    if (pipe2(replies, O_CLOEXEC) != 0) {
+      close(requests[0]);
+      close(requests[1]);
       throw std::runtime_error("cannot make the pipes to the Python oracle");
     }
-    pid_ = fork();
-    if (pid_ == 0) {
+    const pid_t pid = fork();
+    if (pid == 0) {
       dup2(requests[0], 0);
       dup2(replies[1], 1);
       execl(DPTRAIN_ORACLE_PYTHON, DPTRAIN_ORACLE_PYTHON, "-c", kOracleServer, static_cast<char*>(nullptr));
@@ -150,9 +158,14 @@ class OracleServer {
     }
     close(requests[0]);
     close(replies[1]);
+    if (pid < 0) {
+      close(requests[1]);
+      close(replies[0]);
+      throw std::runtime_error("cannot start the Python oracle");
+    }
+    pid_ = pid;
     to_server_ = requests[1];
     from_server_ = replies[0];
-    if (pid_ < 0) throw std::runtime_error("cannot start the Python oracle");
   }
 
   bool write_all(const std::string& data) {

@@ -34,11 +34,10 @@ class Accumulation(unittest.TestCase):
         return out
 
     def max_abs_diff(self, a, b):
-        lines = compare_checkpoints(os.path.join(a, "checkpoint.pt"), os.path.join(b, "checkpoint.pt"))
-        print(*lines, sep="\n")
-        self.assertEqual(lines[0], "3 0 3 3 0 3")  # global step, epoch, step in epoch
-        words = lines[1].split()
-        return float(words[words.index("max_abs_diff") + 1])
+        comparison = compare_checkpoints(os.path.join(a, "checkpoint.pt"), os.path.join(b, "checkpoint.pt"))
+        print(comparison)
+        self.assertEqual(comparison.positions, "3 0 3 3 0 3")  # global step, epoch, step in epoch
+        return comparison.max_abs_diff
 
     def test_two_ranks_accumulating_two_micro_batches_equal_one_process_with_four_times_the_batch(self):
         with tempfile.TemporaryDirectory(prefix="dpt_accum_") as tmp:
