@@ -87,7 +87,7 @@ class SyncParameterServer(unittest.TestCase):
         out, _ = launched(3, *STEPS_20, "--mode", "ps", "--resume", "auto", "--output", parts)
         self.assertIn("resuming from", out)
         comparison = compare_checkpoints(os.path.join(whole, "checkpoint.pt"), os.path.join(parts, "checkpoint.pt"))
-        self.assertEqual(comparison[1:4], (0.0, True, True))
+        self.assertEqual((comparison.max_abs_diff, comparison.bitwise, comparison.optimizer_bitwise), (0.0, True, True))
 
 
 MOMENTUM = r"""
