@@ -1,0 +1,273 @@
+// Building a training run, the Trainer's constructor in steps (trainer_state.h): the process
+// group and the device, the step's parts, a resume, the logs, and the banner.
+#include "trainer_state.h"
+
+#include <ATen/Parallel.h>
+#include <fmt/format.h>
+#include <torch/cuda.h>
+
+#include <filesystem>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "dptrain/common/cpu_platform.h"
+#include "dptrain/common/error.h"
+#include "dptrain/dist/init.h"
+#include "dptrain/models/multiply_adds.h"
+#include "dptrain/parallel/convert_sync_batchnorm.h"
+#include "dptrain/parallel/ps/options.h"
+#include "dptrain/train/checkpoint/optimizer_state.h"
+#include "dptrain/train/logs/observers.h"
+#include "dptrain/train/optimizer.h"
+
+namespace dpt::train {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+// Channels-last weights make convolutions pick NHWC kernels; the inputs follow the same layout.
+void to_channels_last(torch::nn::Module& module) {
+  for (auto& p : module.parameters()) {
+    if (p.dim() == 4) p.set_data(p.data().contiguous(at::MemoryFormat::ChannelsLast));
+  }
+}
+
+bool has_batch_norm_statistics(const torch::nn::Module& model) {
+  for (const auto& buffer : model.named_buffers()) {
+    const auto& key = buffer.key();
+    if (key.size() >= 12 && key.compare(key.size() - 12, 12, "running_mean") == 0) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+void Trainer::State::join() {
+  const ParallelOptions& parallel = options.parallel();
+  job = comm = dist::init_process_group(parallel.dist());
+  // --mode ps: this process is a worker (serves_parameters() said so); the workers train as a
+  // group of their own, and the job's communicator reaches the servers.
+  if (parallel.mode() == ParallelMode::Ps) {
+    comm = dist::new_group(*job, 0, ps::Roles(job->size(), parallel.ps().servers()).workers(), parallel.dist());
+  }
+  device = comm->device();
+  if (parallel.gpu()) {
+    DPT_CHECK(torch::cuda::is_available(), ConfigError, "rank ", comm->rank(), ": --gpu ", *parallel.gpu(),
+              " given but no CUDA device is visible");
+    device = at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(*parallel.gpu()));
+  }
+  // DataParallel's model lives on its first replica's device.
+  if (parallel.mode() == ParallelMode::Dp) device = data_parallel_devices(parallel).front();
+  model->to(device);
+  if (options.channels_last()) to_channels_last(*model);
+  if (parallel.sync_bn()) {
+    // A TorchScript model's batch norms are compiled into its forward: there is nothing to swap,
+    // and training on with local statistics would silently ignore the flag.
+    DPT_CHECK(convert_sync_batchnorm(*model, comm) > 0 || !has_batch_norm_statistics(*model), ConfigError,
+              "--sync-bn cannot convert the batch norms of ", options.arch(), ": they are compiled into its "
+              "forward, where no C++ layer can replace them. Train it without --sync-bn");
+  }
+}
+
+void Trainer::State::build_step() {
+  const TrainOptions& o = options;
+  const double lr = o.schedule().base_lr();
+  const auto make_local = [&](std::vector<torch::optim::OptimizerParamGroup> shard) {
+    return make_optimizer(std::move(shard), o.optimizer(), lr);
+  };
+  if (o.parallel().zero_stage() == 1) {
+    zero1 = std::make_shared<ZeroRedundancyOptimizer>(comm, optimizer_param_groups(*model, o.optimizer(), lr),
+                                                      make_local);
+    optimizer = zero1;
+  } else if (o.parallel().zero_stage() == 0) {
+    optimizer = make_optimizer(*model, o.optimizer(), lr);
+  }
+  style = make_parallel_style(o, model, optimizer, comm, job);
+  if (o.parallel().zero_stage() == 2) {
+    // It steps the parts of the gradients the style's reducer keeps, so it comes after the style.
+    zero2 = std::make_shared<ZeroStage2Optimizer>(comm, *style->reducer(),
+                                                  optimizer_param_groups(*model, o.optimizer(), lr), make_local);
+    optimizer = zero2;
+  }
+  accum_steps = o.accum_steps();
+  DPT_CHECK(accum_steps == 1 || style->accumulates(), ConfigError,
+            "--accum-steps needs --mode ddp or dp: the Horovod style reduces the gradients in every backward");
+  // Loss scaling keeps fp16 gradients from underflowing; bf16 has float32's range and needs none.
+  scaler = std::make_unique<GradScaler>(GradScalerOptions().enabled(o.amp() && amp_needs_loss_scaling(device)), comm);
+  DPT_CHECK(!zero2 || !scaler->is_enabled(), ConfigError, "--zero 2 cannot scale fp16 losses yet: the scaler "
+            "unscales whole gradients, and ZeRO-2 keeps parts of them. Use --zero 1 with --amp on this device");
+  sampler = std::make_unique<data::DistributedSampler>(
+      data.train->size(),
+      data::SamplerOptions(comm->size(), comm->rank()).seed(o.seed()).repetitions(o.data().repeated_augmentations()));
+  schedule = std::make_unique<LrSchedule>(
+      LrScheduleOptions(o.schedule()).global_batch(global_batch()).epochs(o.epochs()), steps_per_epoch());
+  mixing = std::make_unique<BatchMixing>(o.loss().mixing(), data.train->num_classes());
+  if (o.model_ema()) ema = std::make_unique<ModelEma>(model, ema_decay(*o.model_ema(), global_batch(), o.epochs()));
+}
+
+void Trainer::State::restore(const TrainingCheckpoint& cp, const fs::path& file) {
+  epoch = cp.epoch;
+  step_in_epoch = cp.step_in_epoch;
+  samples_in_epoch = cp.samples_in_epoch;
+  if (cp.world_size > 0 && cp.world_size != comm->size()) {
+    adapt_to_world(cp);
+  } else {
+    DPT_CHECK(cp.step_in_epoch == 0 || cp.global_batch == global_batch(), ConfigError, "rank ", comm->rank(),
+              ": checkpoint ", file.string(), " stopped mid-epoch with a global batch of ", cp.global_batch,
+              " samples; resume it with the same --batch-size and --accum-steps (now a global batch of ",
+              global_batch(), ")");
+  }
+  best_acc1 = cp.best_acc1;
+  sampler->load_state(cp.sampler);
+  load_optimizer_state_dict(*optimizer, cp.optimizer);
+  if (scaler->is_enabled() && cp.scaler.size() > 0) scaler->load_state_dict(cp.scaler);
+  if (ema && !cp.model_ema.is_empty()) {
+    ema->load_state_dict(cp.model_ema);
+  } else if (ema) {
+    resume_notes.push_back(str("checkpoint ", file.string(), " has no model EMA: the average starts from its weights"));
+  }
+  if (cp.rng_state.numel() > 0) {
+    at::Generator generator = at::detail::getDefaultCPUGenerator();  // shares the default's state
+    generator.set_state(cp.rng_state);
+  }
+}
+
+void Trainer::State::adapt_to_world(const TrainingCheckpoint& cp) {
+  const int64_t per_micro_step = options.batch_size() * comm->size();
+  const bool kept = style->accumulates() && cp.global_batch % per_micro_step == 0;
+  if (kept) accum_steps = cp.global_batch / per_micro_step;
+  // The rate follows the global batch from the batch the base rate was set for: --lr's reference
+  // batch, or without linear scaling the checkpoint's record of it (the first run's global batch),
+  // so that a job that shrinks and grows back returns to its rate.
+  LrScheduleOptions lr(options.schedule());
+  if (!lr.reference_batch()) lr.reference_batch(cp.lr_reference_batch > 0 ? cp.lr_reference_batch : cp.global_batch);
+  const double before = scaled_lr(LrScheduleOptions(lr).global_batch(cp.global_batch));
+  schedule = std::make_unique<LrSchedule>(lr.global_batch(global_batch()).epochs(options.epochs()), steps_per_epoch());
+  // The position in the new steps, for the schedule; the data continues from samples_in_epoch.
+  step_in_epoch = samples_in_epoch / global_batch();
+  std::string how = kept ? str("the global batch stays ", cp.global_batch, " through ", accum_steps,
+                               " accumulation step(s) per optimizer step; the learning rate is unchanged")
+                         : str("a global batch of ", cp.global_batch, " does not split into ", comm->size(),
+                               " process(es) x ", options.batch_size(),
+                               style->accumulates() ? "" : " (no accumulation in this mode)",
+                               ", so it becomes ", global_batch(), " and the learning rate is rescaled by ",
+                               global_batch(), "/", cp.global_batch, ": ", before, " -> ", schedule->peak_lr());
+  resume_notes.push_back(str("world size ", cp.world_size, " -> ", comm->size(), ": ", how,
+                             samples_in_epoch > 0 ? str("; the rest of epoch ", epoch, " (from sample ",
+                                                        samples_in_epoch, ") is re-sharded over ", comm->size(),
+                                                        " process(es)")
+                                                  : ""));
+}
+
+void Trainer::State::open_logs() {
+  if (!options.timeline().empty()) {
+    timeline = std::make_unique<Timeline>(timeline_path(options.timeline(), comm->rank()), comm->rank());
+  }
+  checkpoints = std::make_unique<RunCheckpoints>(
+      options.checkpoint(), CheckpointWriterOptions().background(options.checkpoint().in_background()), options.log(),
+      timeline.get());
+  if (options.stragglers().threshold() > 0 && comm->size() > 1) {
+    stragglers = std::make_unique<StragglerWatch>(options.stragglers(), comm->rank(), comm->size(), timeline.get());
+  }
+  if (!leader()) return;
+  const std::string& output_dir = options.checkpoint().output_dir();
+  if (!output_dir.empty()) fs::create_directories(output_dir);
+  if (options.logs()) {
+    LogOptions logs = *options.logs();
+    if (logs.output_dir().empty()) logs.output_dir(output_dir);
+    for (auto& observer : make_observers(logs)) options.observers().push_back(std::move(observer));
+  }
+  count_model_flops();
+}
+
+void Trainer::State::count_model_flops() {
+  train_flop_per_image = 6.0 * models::forward_multiply_adds(model, data.image_size);
+  if (!options.peak_flop_per_s()) return;
+  const std::optional<double> per_unit = options.peak_flop_per_s()(device.is_cuda() ? "cuda" : "cpu", precision());
+  if (!per_unit) return;
+  // The peak is per CPU thread (per GPU on CUDA): every rank computes on its threads.
+  const int units_per_rank = device.is_cpu() ? at::get_num_threads() : 1;
+  run_peak_flop_per_s = *per_unit * units_per_rank * comm->size();
+}
+
+ModelRate Trainer::State::model_rate(double images_per_s) const {
+  ModelRate rate;
+  rate.flop_per_s = images_per_s * train_flop_per_image;
+  if (run_peak_flop_per_s) rate.mfu = rate.flop_per_s / *run_peak_flop_per_s;
+  return rate;
+}
+
+void Trainer::State::print_banner() const {
+  if (!leader() || options.log() == nullptr) return;
+  auto& out = *options.log();
+  out << "dptrain train: " << options.arch() << ", " << comm->size() << " process(es), batch " << options.batch_size();
+  // Under --mode dp one process drives the replicas: -b is the batch of a step, as nn.DataParallel's.
+  if (options.parallel().mode() == ParallelMode::Dp) {
+    out << " per step (split over the replicas)";
+  } else {
+    out << " per process";
+    if (accum_steps > 1) out << " x " << accum_steps << " accumulation steps";
+    out << " (" << global_batch() << " global)";
+  }
+  out << ", lr " << schedule->peak_lr();
+  const LrScheduleOptions& lr = options.schedule();
+  if (lr.reference_batch()) {
+    out << " (" << lr.base_lr() << " x " << global_batch() << "/" << *lr.reference_batch() << ")";
+  }
+  out << ", " << to_string(options.optimizer().kind());
+  if (sharded()) {
+    int64_t elements = 0;
+    for (const auto& group : optimizer->param_groups()) {
+      for (const auto& p : group.params()) elements += p.numel();
+    }
+    out << " (ZeRO-" << options.parallel().zero_stage() << ": each process keeps its shard's state"
+        << (zero2 ? " and reduced gradients" : "") << ", rank 0 that of "
+        << (zero1 ? zero1->local_numel() : zero2->local_numel())
+        << " of " << elements << " weights)";
+  }
+  out << ", " << (lr.warmup_method() == WarmupMethod::Constant ? "constant " : "") << "warm-up "
+      << lr.warmup_epochs() << " epoch(s), " << to_string(lr.decay()) << " schedule"
+      << (lr.per_epoch() ? " stepped per epoch" : "") << ", amp "
+      << (options.amp() ? precision() : "off") << ", device "
+      << device.str() << ", " << style->describe();
+  if (comm->size() > 1) out << " over " << comm->transport();
+  out << "\n"
+      << "data: " << data.kind << ", " << data.train->size() << " training and " << data.val->size()
+      << " validation images, " << data.train->num_classes() << " classes, " << steps_per_epoch()
+      << " steps per epoch" << std::endl;
+  out << fmt::format("compute: {:.3g} G multiply-adds per image forward at {} px; ", train_flop_per_image / 6e9,
+                     data.image_size)
+      << (run_peak_flop_per_s ? fmt::format("MFU against {:.0f} GFLOP/s ({} peak, bench-peak)",
+                                            *run_peak_flop_per_s / 1e9, precision())
+                              : "for MFU, measure this machine's peak once with dptrain bench-peak")
+      << std::endl;
+  print_hints(out);
+  for (const auto& note : resume_notes) out << note << std::endl;
+}
+
+// Once per run, what would make this machine train faster, where it pays.
+void Trainer::State::print_hints(std::ostream& out) const {
+  if (device.is_cpu()) {
+    const BlasLibrary blas = blas_in_use();
+    if (blas.is_reference()) out << "warning: " << blas.advice() << std::endl;
+    const CpuFeatures cpu = cpu_features();
+    if (!options.amp() && cpu.has_bf16_units()) {
+      out << "hint: this CPU has bf16 matrix units (" << cpu.describe() << "): --amp --channels-last trains in "
+          << "bf16 on them, at about twice fp32's images/s for convolutional networks (docs/benchmarks.md)"
+          << std::endl;
+    } else if (options.amp() && !cpu.has_bf16_units()) {
+      // Without them LibTorch converts every bf16 operand in software: a ResNet-18 step measured
+      // 10x slower than in fp32 on an AVX2-only CPU.
+      out << "warning: --amp trains in bf16, but this CPU has no bf16 matrix units (" << cpu.describe()
+          << "): LibTorch emulates bf16 here, several times slower than fp32 (docs/benchmarks.md); leave out --amp "
+          << "on this machine" << std::endl;
+    }
+  } else if (device.is_cuda() && !options.amp()) {
+    out << "hint: --amp trains in fp16 with loss scaling on the GPU's tensor cores, usually several times fp32's "
+        << "rate (add --channels-last for convolutional networks)" << std::endl;
+  }
+}
+
+}  // namespace dpt::train

@@ -1,0 +1,206 @@
+#pragma once
+// What a Trainer holds, shared by the files that make up its work:
+//   trainer_setup.cpp  building the run: the process group, the step's parts, a resume, the logs;
+//   trainer_step.cpp   the training steps of an epoch;
+//   trainer.cpp        the run's epochs, validation, checkpoints and stop requests.
+
+#include <ATen/ATen.h>
+#include <fmt/format.h>
+
+#include <chrono>
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "datasets.h"
+#include "dptrain/compat/pickle.h"
+#include "dptrain/data/loader.h"
+#include "dptrain/data/sampler.h"
+#include "dptrain/dist/communicator.h"
+#include "dptrain/models/classifier.h"
+#include "dptrain/parallel/zero.h"
+#include "dptrain/parallel/zero_stage2.h"
+#include "dptrain/train/amp.h"
+#include "dptrain/train/bad_images.h"
+#include "dptrain/train/batch_mixing.h"
+#include "dptrain/train/checkpoint/training_checkpoint.h"
+#include "dptrain/train/grad_scaler.h"
+#include "dptrain/train/logs/report.h"
+#include "dptrain/train/logs/timeline.h"
+#include "dptrain/train/lr_schedule.h"
+#include "dptrain/train/metrics.h"
+#include "dptrain/train/model_ema.h"
+#include "dptrain/train/stop_signals.h"
+#include "dptrain/train/straggler_watch.h"
+#include "dptrain/train/trainer.h"
+#include "parallel_style.h"
+#include "run_checkpoints.h"
+
+namespace dpt::train {
+
+struct Trainer::State {
+  using Clock = std::chrono::steady_clock;
+  static double seconds_since(Clock::time_point start) {
+    return std::chrono::duration<double>(Clock::now() - start).count();
+  }
+
+  TrainOptions options;
+  RunDatasets data;
+  models::Classifier model{nullptr};
+  std::shared_ptr<dist::Communicator> comm;  // the ranks that train (--mode ps: the workers)
+  std::shared_ptr<dist::Communicator> job;   // every process of the job (--mode ps: the servers too)
+  at::Device device{at::kCPU};
+  std::shared_ptr<torch::optim::Optimizer> optimizer;
+  // --zero 1 and 2: `optimizer` itself, each rank stepping its shard; checkpoints gather its state.
+  std::shared_ptr<ZeroRedundancyOptimizer> zero1;
+  std::shared_ptr<ZeroStage2Optimizer> zero2;
+  bool sharded() const { return zero1 || zero2; }
+  c10::impl::GenericDict zero_state = compat::string_dict();  // rank 0: gathered for the checkpoint being written
+  std::unique_ptr<ParallelStyle> style;
+  std::unique_ptr<GradScaler> scaler;
+  std::unique_ptr<data::DistributedSampler> sampler;
+  std::unique_ptr<LrSchedule> schedule;
+  std::unique_ptr<BatchMixing> mixing;
+  std::unique_ptr<ModelEma> ema;  // --model-ema
+  std::unique_ptr<Timeline> timeline;  // --timeline: this rank's
+  std::unique_ptr<StragglerWatch> stragglers;  // the step's phase hook, passing phases on to the timeline
+  std::vector<std::string> hosts;              // each rank's, gathered when a straggler is first named
+  std::unique_ptr<RunCheckpoints> checkpoints;  // every rank's view of them; rank 0 writes
+  BadImages bad_images{options.data().max_bad_images()};
+  int64_t skipped_stepped = 0;  // this rank's bad images in the batches of the pass's steps so far
+  int64_t epoch = 0;
+  int64_t step_in_epoch = 0;
+  int64_t samples_in_epoch = 0;  // over all ranks: where the epoch's shuffled order continues
+  // Micro-batches per optimizer step: --accum-steps, or what keeps a resumed run's global batch
+  // at another world size (adapt_to_world).
+  int64_t accum_steps = 1;
+  double best_acc1 = 0;
+  // Set while train() runs, when CheckpointOptions::stop_signals names any.
+  std::unique_ptr<StopSignals> stop_signals;
+  bool stop_agreed = false;  // some rank caught a stop signal; every rank stops after this step
+  // For the banner: where the run resumed from, and the newer files that did not read.
+  std::vector<std::string> resume_notes;
+  // For the reports (rank 0): a training image's FLOPs, 2 x 3 x the model's forward multiply-adds,
+  // and the attainable FLOP/s of every unit the ranks compute on, when measured.
+  double train_flop_per_image = 0;
+  std::optional<double> run_peak_flop_per_s;
+
+  explicit State(TrainOptions o) : options(std::move(o)) {}
+
+  // trainer_setup.cpp: the constructor's steps after prepare_locally(), in order.
+  void join();                                                 // the process group(s), the device
+  void build_step();                                           // optimizer, parallel style, scaler, sampler, schedule
+  void restore(const TrainingCheckpoint& checkpoint, const std::filesystem::path& file);  // exact resume
+  // A checkpoint written by another number of processes (an elastic job re-formed): keep its global
+  // batch through gradient accumulation when it divides, else rescale the learning rate.
+  void adapt_to_world(const TrainingCheckpoint& checkpoint);
+  void open_logs();  // also the run's checkpoints
+  void count_model_flops();
+  void print_banner() const;
+  void print_hints(std::ostream& out) const;
+
+  // The arithmetic the step runs in, as bench-peak names it: amp_dtype()'s, or "fp32" without --amp.
+  std::string precision() const {
+    if (!options.amp()) return "fp32";
+    return amp_dtype(device) == at::kHalf ? "fp16" : "bf16";
+  }
+  ModelRate model_rate(double images_per_s) const;
+
+  bool leader() const { return comm->rank() == 0; }
+  // Where the ranks meet outside the gradient exchange, as the style decides (lockstep.h).
+  const Lockstep& ranks() const { return style->lockstep(); }
+  int64_t global_batch() const { return options.batch_size() * comm->size() * accum_steps; }
+  int64_t steps_per_epoch() const {
+    const int64_t per_step = options.batch_size() * accum_steps;
+    return (sampler->num_samples() + per_step - 1) / per_step;
+  }
+  int64_t global_step() const { return epoch * steps_per_epoch() + step_in_epoch; }
+
+  template <typename F>
+  void notify(F&& tell) {
+    if (!leader()) return;
+    for (auto& observer : options.observers()) tell(*observer);
+  }
+
+  // Cross-entropy against class indices or soft (mixed) targets, with --label-smoothing.
+  at::Tensor criterion(const at::Tensor& logits, const at::Tensor& targets) const;
+  std::pair<at::Tensor, at::Tensor> to_device(const data::Batch& batch) const;
+  data::LoaderOptions loader_options() const;
+
+  // trainer_step.cpp.
+  // `loss` is the logits' (what the metrics report); `objective`, what backward differentiates,
+  // adds the auxiliary classifiers' weighted losses (GoogLeNet, Inception v3).
+  struct Forward {
+    at::Tensor logits, loss, objective;
+  };
+  // The training forward pass and losses, in the precision --amp asks for: bf16 autocast on the
+  // CPU, fp16 on CUDA. The losses are computed in float32 outside autocast. `targets`: class
+  // indices, or soft targets [N, classes] of a mixed batch.
+  Forward train_forward(const at::Tensor& images, const at::Tensor& targets);
+  // --mixup-alpha, --cutmix-alpha: mixes micro-batch `k` of this step in place and returns its soft
+  // targets. The draws depend on (seed, epoch, step, micro-batch, rank) only, so a resumed run
+  // draws what an uninterrupted one would.
+  at::Tensor mix(at::Tensor& images, const at::Tensor& labels, int64_t k) const;
+  // One optimizer step over the next accum_steps micro-batches of `loader` (fewer at the epoch's
+  // end); returns the step's sums over all ranks, or nothing when the loader had none left.
+  std::optional<MetricSums> step(data::Loader& loader);
+  // Trains one epoch from step_in_epoch on; returns false when max_steps stopped it early.
+  // `skipped` gets this rank's bad images of the pass.
+  bool train_epoch(MetricSums& sums, std::vector<data::SkippedSample>& skipped);
+  // After a backward that reduced: its buckets' all-reduces on the timeline's communication track,
+  // and the wait for them after backward's compute on the training track.
+  void trace_reduction(int64_t at_step);
+  // Who hears of each step's phases: the straggler watch, which tells the timeline.
+  StepPhaseHook* phase_hook() const {
+    return stragglers ? static_cast<StepPhaseHook*>(stragglers.get()) : timeline.get();
+  }
+  // Names a slow rank in every rank's log (and rank 0's metrics).
+  void report_straggler(StragglerReport slow);
+  // Whether --checkpoint-every or --checkpoint-minutes asks for a checkpoint after this step. Not
+  // after an epoch's last step: the epoch's own checkpoint follows its validation. Rank 0 decides;
+  // under ZeRO, whose checkpoints every rank takes part in, every rank must know: rank 0's clock is
+  // broadcast (one small collective a step, with --checkpoint-minutes only).
+  bool periodic_checkpoint_due();
+
+  // trainer.cpp.
+  // One validation pass of `net` over the whole validation set, split over the ranks; reports it
+  // as `phase`. Collective (apart: rank 0's pass alone, the others return nothing).
+  // The model's pass first runs the style's before_evaluate(); the EMA's has no need to.
+  MetricSums evaluate(models::ClassifierImpl& net, const std::string& phase);
+  // The eval-mode logits of `net` (the model or its EMA), in --amp's precision, as float32.
+  at::Tensor eval_logits(models::ClassifierImpl& net, const at::Tensor& images) const;
+  // Tells the observers about a finished train or val pass: `all` are its sums over all ranks (its
+  // skipped images those of the whole pass), `skipped_here` this rank's. Throws DataError when
+  // the pass had too many bad images, or no usable one (BadImages::finish).
+  void report_pass(const std::string& phase, const MetricSums& all,
+                   const std::vector<data::SkippedSample>& skipped_here, Clock::time_point start);
+  std::string pass_name(const std::string& phase) const { return fmt::format("epoch {} {}", epoch, phase); }
+  // Fills in what every report has: the position, and the scores of `all`.
+  void score(Report& report, const MetricSums& all) const {
+    report.epoch = epoch;
+    report.global_step = global_step();
+    report.loss = all.loss();
+    report.acc1 = all.top1_percent();
+    report.acc5 = all.top5_percent();
+  }
+  // The state a checkpoint holds now (weights and optimizer state aliased, not copied).
+  TrainingCheckpoint checkpoint_state();
+  // Every rank: under ZeRO the optimizer state's shards gathered to rank 0, which then writes.
+  void save_checkpoint(RunCheckpoints::Cause cause, bool is_best);
+  // After a step without a checkpoint, with periodic ones: rank 0's writer made ready, once.
+  void prepare_checkpoints();
+  // Whether any rank had caught a stop signal when the step's sums were reduced (`all` carries the
+  // votes), so that every rank stops after the same step whichever rank the signal reached.
+  bool stop_agreed_in(const MetricSums& all) const;
+  // Whether any rank has caught a stop signal by now: one small all-reduce (collective), once per
+  // epoch; within an epoch each step's vote rides in its sums.
+  bool any_rank_stopping();
+  // This rank's vote: 1 once it has caught a stop signal.
+  int64_t stop_vote() const { return stop_signals && stop_signals->received() != 0 ? 1 : 0; }
+};
+
+}  // namespace dpt::train
