@@ -91,9 +91,15 @@ std::string describe_ranks(const std::vector<int>& ranks, const WorldInfo& world
   return text;
 }
 
-// Who listens at the master address: rank 0, or torchrun's agent.
-const char* store_host(const WorldInfo& world) {
-  return world.store_hosted_by_agent ? "torchrun's agent store" : "the master (rank 0)";
+// Who listens at the master address, as the messages name it: rank 0, or torchrun's agent.
+struct StoreHost {
+  const char* store;    // what the other ranks connect to
+  const char* process;  // what must be running for it to be there
+};
+
+StoreHost store_host(const WorldInfo& world) {
+  if (world.store_hosted_by_agent) return {"torchrun's agent store", "torchrun"};
+  return {"the master (rank 0)", "rank 0"};
 }
 
 // Returns once something accepts TCP connections on host:port, or at the deadline. LibTorch's
@@ -122,7 +128,7 @@ bool wait_for_listener(const std::string& host, int port, const WorldInfo& world
       if (connected) return true;
     }
     schedule.tick([&] {
-      return str("rank ", world.rank, ": waiting for ", store_host(world), " at ", host, ":", port,
+      return str("rank ", world.rank, ": waiting for ", store_host(world).store, " at ", host, ":", port,
                  ": nothing accepts connections there yet; ", wait_so_far(start, deadline));
     });
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
@@ -132,10 +138,9 @@ bool wait_for_listener(const std::string& host, int port, const WorldInfo& world
 
 TimeoutError unreachable_master(const WorldInfo& world, const std::string& host, int port,
                                 const RendezvousOptions& options, const std::string& cause) {
-  const bool agent = world.store_hosted_by_agent;
-  return TimeoutError(str("rank ", world.rank, ": could not reach ", agent ? "torchrun's agent store" : "the master",
-                          " at ", host, ":", port, " within ", seconds(options.timeout), ". Check that ",
-                          agent ? "torchrun" : "rank 0",
+  const StoreHost listener = store_host(world);
+  return TimeoutError(str("rank ", world.rank, ": could not reach ", listener.store, " at ", host, ":", port,
+                          " within ", seconds(options.timeout), ". Check that ", listener.process,
                           " is running, that MASTER_ADDR/--master-addr names its host as seen from here, and that "
                           "the port is open. (",
                           cause, ")"));
@@ -171,15 +176,17 @@ compat::StorePtr make_tcp_store(const std::string& host, int port, const WorldIn
     if (kind == compat::FailureCause::Timeout) {
       throw unreachable_master(world, host, port, options, cause);
     }
-    throw DistError(str("rank ", world.rank, ": rendezvous with the master at ", host, ":", port,
-                        " failed: ", cause, ". Check MASTER_ADDR/MASTER_PORT and that rank 0 is running."));
+    const StoreHost listener = store_host(world);
+    throw DistError(str("rank ", world.rank, ": rendezvous with ", listener.store, " at ", host, ":", port,
+                        " failed: ", cause, ". Check MASTER_ADDR/MASTER_PORT and that ", listener.process,
+                        " is running."));
   }
 }
 
 DistError lost_store(const WorldInfo& world, const std::exception& e) {
-  const char* host = world.store_hosted_by_agent ? "torchrun, whose agent hosts it," : "rank 0, which hosts it,";
   return DistError(str("rank ", world.rank, ": lost the rendezvous store while joining (", compat::short_message(e),
-                       "). ", host, " has probably exited; its output says why."));
+                       "). ", store_host(world).process,
+                       ", which hosts it, has probably exited; its output says why."));
 }
 
 // Runs `step`, turning a store that went away under it into lost_store's error.

@@ -53,7 +53,7 @@ class StartupFailures(unittest.TestCase):
     def test_unreachable_master(self):
         [(code, _, err)] = finish_all([check(1, 2, free_port(), 2)])
         self.assertEqual(code, 1)
-        self.assertIn("rank 1: could not reach the master at 127.0.0.1:", err)
+        self.assertIn("rank 1: could not reach the master (rank 0) at 127.0.0.1:", err)
         self.assertIn("within 2 s", err)
 
     def test_busy_port(self):

@@ -97,7 +97,7 @@ class WaitingRank(unittest.TestCase):
         self.assertIn(f"rank 1: waiting for the master (rank 0) at 127.0.0.1:{port}: nothing accepts connections "
                       "there yet; waited ", text)
         self.assertNotEqual(code, 0)
-        self.assertIn(f"rank 1: could not reach the master at 127.0.0.1:{port} within 5 s", text)
+        self.assertIn(f"rank 1: could not reach the master (rank 0) at 127.0.0.1:{port} within 5 s", text)
 
 
 if __name__ == "__main__":
