@@ -98,7 +98,7 @@ struct StoreHost {
 };
 
 StoreHost store_host(const WorldInfo& world) {
-  if (world.store_hosted_by_agent) return {"torchrun's agent store", "torchrun"};
+  if (world.agent_store) return {"torchrun's agent store", "torchrun"};
   return {"the master (rank 0)", "rank 0"};
 }
 
@@ -151,7 +151,7 @@ TimeoutError unreachable_master(const WorldInfo& world, const std::string& host,
 // read what the one before it left there.
 compat::StorePtr make_tcp_store(const std::string& host, int port, const WorldInfo& world,
                                 const RendezvousOptions& options) {
-  const bool serves = world.rank == 0 && !world.store_hosted_by_agent;
+  const bool serves = world.rank == 0 && !world.agent_store;
   if (!serves && !wait_for_listener(host, port, world, options)) {
     throw unreachable_master(world, host, port, options, "nothing accepted connections on that port");
   }
@@ -162,7 +162,7 @@ compat::StorePtr make_tcp_store(const std::string& host, int port, const WorldIn
   tcp.timeout = options.timeout;
   try {
     compat::StorePtr store = compat::make_tcp_store(host, tcp);
-    if (!world.store_hosted_by_agent) return store;
+    if (!world.agent_store) return store;
     return c10::make_intrusive<c10d::PrefixStore>(str("/worker/attempt_", world.restart_count), std::move(store));
   } catch (const std::exception& e) {
     const std::string cause = compat::short_message(e);
@@ -327,9 +327,10 @@ compat::StorePtr rendezvous(const InitMethod& method, const WorldInfo& world, co
   const std::string host = method.kind == InitMethod::Kind::Tcp ? method.host : world.master_addr;
   const int port = method.kind == InitMethod::Kind::Tcp ? method.port : world.master_port;
   if (options.address.empty()) options.address = tcp ? str(host, ":", port) : "file://" + method.path;
-  // A file, or a tcp:// address other than the one torchrun gave, is a store of the job's own.
+  // From here on `agent_store` is set only while joining the agent's: a file, or an address other
+  // than the agent's, is a store of the job's own.
   WorldInfo joining = world;
-  if (!tcp || host != world.master_addr || port != world.master_port) joining.store_hosted_by_agent = false;
+  if (!tcp || !world.agent_hosts(host, port)) joining.agent_store.reset();
   compat::StorePtr store;
   switch (method.kind) {
     case InitMethod::Kind::Env:

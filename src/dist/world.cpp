@@ -22,7 +22,7 @@ std::string to_string(WorldSource source) {
 std::string WorldInfo::describe() const {
   return str("rank ", rank, "/", world_size, " (local ", local_rank, "/", local_world_size, ", node ",
              node_rank, ") from ", to_string(source), ", master ", master_addr, ":", master_port,
-             store_hosted_by_agent ? " (torchrun's agent store)" : "");
+             agent_hosts(master_addr, master_port) ? " (torchrun's agent store)" : "");
 }
 
 namespace {
@@ -72,7 +72,9 @@ WorldInfo from_torchrun(const Environment& env) {
   w.node_rank = int_or(env, "GROUP_RANK", 0);
   w.master_addr = env.get("MASTER_ADDR").value_or(w.master_addr);
   w.master_port = int_or(env, "MASTER_PORT", kDefaultMasterPort);
-  w.store_hosted_by_agent = env.get("TORCHELASTIC_USE_AGENT_STORE").value_or("") == "True";
+  if (env.get("TORCHELASTIC_USE_AGENT_STORE").value_or("") == "True") {
+    w.agent_store = StoreAddress{w.master_addr, w.master_port};
+  }
   w.restart_count = int_or(env, "TORCHELASTIC_RESTART_COUNT", 0);
   return w;
 }
@@ -127,8 +129,6 @@ void apply(const WorldOverrides& flags, WorldInfo& w) {
   if (flags.local_rank) w.local_rank = *flags.local_rank;
   if (flags.master_addr) w.master_addr = *flags.master_addr;
   if (flags.master_port) w.master_port = *flags.master_port;
-  // An address given on the command line is the job's own store, not the agent's.
-  if (flags.master_addr || flags.master_port) w.store_hosted_by_agent = false;
   if (any && w.source == WorldSource::Single) {
     w.source = WorldSource::Flags;
     if (!flags.local_rank) w.local_rank = w.rank;

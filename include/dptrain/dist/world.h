@@ -26,6 +26,12 @@ constexpr int kDefaultMasterPort = 29500;
 constexpr int kSlurmPortBase = 15000;
 constexpr int kSlurmPortRange = 10000;
 
+// Where a rendezvous store listens.
+struct StoreAddress {
+  std::string host;
+  int port = 0;
+};
+
 struct WorldInfo {
   int rank = 0;               // global rank, 0..world_size-1
   int world_size = 1;         // processes in the job
@@ -35,13 +41,19 @@ struct WorldInfo {
   std::string master_addr = "127.0.0.1";  // host of rank 0's rendezvous store
   int master_port = kDefaultMasterPort;   // port of that store
   WorldSource source = WorldSource::Single;  // where the values above came from
-  // torchrun's agent already hosts a store at master_addr:master_port (TORCHELASTIC_USE_AGENT_STORE,
-  // its default since PyTorch 1.9): every rank joins it as a client, under a key prefix of its own
-  // restart round, instead of rank 0 listening on a port the agent holds.
-  bool store_hosted_by_agent = false;
+  // Where torchrun's agent already hosts a store: the MASTER_ADDR:MASTER_PORT torchrun gave, when
+  // TORCHELASTIC_USE_AGENT_STORE is "True" (its default since PyTorch 1.9). A rendezvous there joins
+  // it as a client, every rank under a key prefix of its own restart round, instead of rank 0
+  // listening on a port the agent holds; one anywhere else (an address given by flags, a tcp:// or
+  // file:// init method) uses a store of the job's own.
+  std::optional<StoreAddress> agent_store;
   int restart_count = 0;  // TORCHELASTIC_RESTART_COUNT: rounds of workers before this one
 
   bool is_distributed() const { return world_size > 1; }
+  // Whether torchrun's agent hosts the store at host:port.
+  bool agent_hosts(const std::string& host, int port) const {
+    return agent_store && agent_store->host == host && agent_store->port == port;
+  }
   // "rank 1/4 (local 1/2, node 1) from torchrun, master 10.0.0.1:29500"
   std::string describe() const;
 };

@@ -16,6 +16,7 @@
 #include "support/thread_ranks.h"
 
 using namespace std::chrono_literals;
+using dpt::dist::InitMethod;
 using dpt::dist::join;
 using dpt::dist::RendezvousOptions;
 using dpt::dist::WorldInfo;
@@ -236,18 +237,18 @@ c10::intrusive_ptr<c10d::TCPStore> agent_store() {
   return c10::make_intrusive<c10d::TCPStore>("127.0.0.1", options);
 }
 
-// Every rank of `world_size` rendezvous through env:// as torchrun's round `restart` starts them;
-// "" per rank that joined, else its error.
-std::vector<std::string> torchrun_round(int port, int world_size, int restart) {
+// Every rank of `world_size` rendezvous through `method` as torchrun's round `restart` starts
+// them, its agent's store at 127.0.0.1:`port`; "" per rank that joined, else its error.
+std::vector<std::string> torchrun_round(int port, int world_size, int restart, const InitMethod& method = {}) {
   std::vector<std::future<std::string>> ranks;
   for (int r = 0; r < world_size; ++r) {
     WorldInfo w = local_world(r, world_size);
     w.master_port = port;
-    w.store_hosted_by_agent = true;
+    w.agent_store = dpt::dist::StoreAddress{w.master_addr, port};
     w.restart_count = restart;
-    ranks.push_back(std::async(std::launch::async, [w]() -> std::string {
+    ranks.push_back(std::async(std::launch::async, [w, method]() -> std::string {
       try {
-        dpt::dist::rendezvous(dpt::dist::InitMethod{}, w, RendezvousOptions(5s));
+        dpt::dist::rendezvous(method, w, RendezvousOptions(5s));
         return "";
       } catch (const dpt::Error& e) {
         return e.what();
@@ -272,6 +273,21 @@ TEST(Rendezvous, UnderTorchrunsAgentStoreEveryRankIsAClientOfItsRound) {
   EXPECT_FALSE(agent->check({"dpt/world_size/1"}));
   EXPECT_EQ(torchrun_round(port, 2, 1), std::vector<std::string>(2, ""));
   EXPECT_TRUE(agent->check({"/worker/attempt_1/dpt/world_size/0"}));
+}
+
+// A tcp:// address of the job's own under torchrun's agent: rank 0 hosts a store there, as it
+// would without torchrun, and the agent's store is left alone. (Taken for the agent's, the ranks
+// would all wait as clients for a store nobody serves.)
+TEST(Rendezvous, UnderTorchrunsAgentStoreAnAddressOfTheJobsOwnIsRankZeros) {
+  auto agent = agent_store();
+  InitMethod own;
+  own.kind = InitMethod::Kind::Tcp;
+  own.host = "127.0.0.1";
+  own.port = agent_store()->getPort();  // free again once that store is gone
+  own.url = "tcp://127.0.0.1:" + std::to_string(own.port);
+  EXPECT_EQ(torchrun_round(agent->getPort(), 2, 0, own), std::vector<std::string>(2, ""));
+  EXPECT_FALSE(agent->check({"/worker/attempt_0/dpt/world_size/0"}));
+  EXPECT_FALSE(agent->check({"dpt/world_size/0"}));
 }
 
 // Outside torchrun's agent store, rank 0 still hosts the store itself: on a port something else

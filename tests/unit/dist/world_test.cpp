@@ -43,19 +43,28 @@ TEST(DetectWorld, TorchrunsAgentStoreAndRestartRound) {
                                           {"TORCHELASTIC_USE_AGENT_STORE", "True"},
                                           {"TORCHELASTIC_RESTART_COUNT", "3"}};
   auto w = detect_world(env(vars));
-  EXPECT_TRUE(w.store_hosted_by_agent);
+  EXPECT_TRUE(w.agent_hosts("127.0.0.1", 23456));
+  EXPECT_FALSE(w.agent_hosts("127.0.0.1", 23457));
+  EXPECT_FALSE(w.agent_hosts("10.0.0.1", 23456));
   EXPECT_EQ(w.restart_count, 3);
   EXPECT_NE(w.describe().find("torchrun's agent store"), std::string::npos) << w.describe();
-  // A port given on the command line is a store of the job's own.
+  // A port given on the command line is a store of the job's own; the agent's stays where it is.
   WorldOverrides port;
   port.master_port = 24000;
-  EXPECT_FALSE(detect_world(env(vars), port).store_hosted_by_agent);
+  auto moved = detect_world(env(vars), port);
+  EXPECT_FALSE(moved.agent_hosts(moved.master_addr, moved.master_port));
+  EXPECT_TRUE(moved.agent_hosts("127.0.0.1", 23456));
+  EXPECT_EQ(moved.describe().find("agent"), std::string::npos) << moved.describe();
+  // The agent's own port given again on the command line is still the agent's store.
+  port.master_port = 23456;
+  auto same = detect_world(env(vars), port);
+  EXPECT_TRUE(same.agent_hosts(same.master_addr, same.master_port));
   // PyTorch reads exactly "True"; `dptrain launch` sets "False".
   vars["TORCHELASTIC_USE_AGENT_STORE"] = "False";
-  EXPECT_FALSE(detect_world(env(vars)).store_hosted_by_agent);
+  EXPECT_FALSE(detect_world(env(vars)).agent_store);
   vars["TORCHELASTIC_USE_AGENT_STORE"] = "true";
-  EXPECT_FALSE(detect_world(env(vars)).store_hosted_by_agent);
-  EXPECT_FALSE(detect_world(env({{"RANK", "0"}, {"WORLD_SIZE", "2"}})).store_hosted_by_agent);
+  EXPECT_FALSE(detect_world(env(vars)).agent_store);
+  EXPECT_FALSE(detect_world(env({{"RANK", "0"}, {"WORLD_SIZE", "2"}})).agent_store);
 }
 
 TEST(DetectWorld, PlainRankAndWorldSizeDefaultTheRest) {
