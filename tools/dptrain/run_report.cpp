@@ -193,126 +193,6 @@ StepBreakdown breakdown(const json& trace, int rank) {
   return ranked;
 }
 
-std::string escape(const std::string& text) {
-  std::string out;
-  for (const char c : text) {
-    switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&quot;"; break;
-      default: out += c;
-    }
-  }
-  return out;
-}
-
-struct Series {
-  std::string name;   // data-series, and the legend's text
-  std::string color;
-  const Points* points;
-  bool markers;       // a dot per point (epochs), else a line alone (steps)
-};
-
-// An axis's ticks at round numbers, as plotting libraries place them: a step of 1, 2, 2.5 or 5
-// times a power of ten giving at most `most` intervals, the axis widened to whole steps.
-struct Ticks {
-  double first = 0, last = 1, step = 1;
-};
-
-Ticks round_ticks(double lo, double hi, int most) {
-  if (hi <= lo) hi = lo + 1;
-  const double rough = (hi - lo) / most;
-  const double power = std::pow(10.0, std::floor(std::log10(rough)));
-  double step = 10 * power;
-  for (const double m : {1.0, 2.0, 2.5, 5.0}) {
-    if (m * power >= rough * (1 - 1e-9)) {
-      step = m * power;
-      break;
-    }
-  }
-  return {std::floor(lo / step + 1e-9) * step, std::ceil(hi / step - 1e-9) * step, step};
-}
-
-// A tick's label: whole numbers written out (1220, not 1.22e+03), fractions with the step's
-// decimals (0.25, 0.0005), very large or small values in scientific notation.
-std::string tick_label(double value, double step) {
-  if (std::abs(value) < step * 1e-6) value = 0;
-  if (value != 0 && (std::abs(value) >= 1e9 || std::abs(value) < 1e-4)) return fmt::format("{:.2g}", value);
-  int decimals = 0;  // as many as the step has: 2.5 -> 1, 0.0005 -> 4
-  while (decimals < 8 && std::abs(step * std::pow(10.0, decimals) - std::round(step * std::pow(10.0, decimals))) > 1e-6) {
-    ++decimals;
-  }
-  return fmt::format("{:.{}f}", value, decimals);
-}
-
-// How a chart's y axis is scaled: from 0 to round numbers above the data, or percent, 0 to 100.
-enum class YAxis { FromZero, Percent };
-
-// A line chart of `series` over one x axis (global steps). The y axis starts at 0: every metric
-// here is non-negative, and a zero-based axis does not exaggerate small changes.
-std::string line_chart(const std::string& title, const std::vector<Series>& series, YAxis y_axis = YAxis::FromZero) {
-  constexpr double kWidth = 560, kHeight = 250, kLeft = 64, kRight = kWidth - 12, kTop = 30, kBottom = kHeight - 34;
-  double x_min = 0, x_max = 0, y_top = 0;
-  bool any = false;
-  for (const auto& s : series) {
-    for (const auto& [x, y] : *s.points) {
-      x_min = any ? std::min(x_min, x) : x;
-      x_max = any ? std::max(x_max, x) : x;
-      y_top = std::max(y_top, y);
-      any = true;
-    }
-  }
-  const Ticks x_ticks = round_ticks(x_min, x_max, 6);
-  x_min = x_ticks.first;
-  x_max = x_ticks.last;
-  const Ticks y_ticks = y_axis == YAxis::Percent ? Ticks{0, 100, 20} : round_ticks(0, y_top > 0 ? y_top : 1, 5);
-  const double y_min = 0, y_max = y_ticks.last;
-  auto px = [&](double x) { return kLeft + (x - x_min) / (x_max - x_min) * (kRight - kLeft); };
-  auto py = [&](double y) { return kBottom - (y - y_min) / (y_max - y_min) * (kBottom - kTop); };
-
-  std::string svg = fmt::format(
-      R"(<svg class="chart" width="{}" height="{}" viewBox="0 0 {} {}" data-title="{}" data-x-min="{}" )"
-      R"(data-x-max="{}" data-y-min="{}" data-y-max="{}" )"
-      R"(data-left="{}" data-right="{}" data-top="{}" data-bottom="{}">)",
-      kWidth, kHeight, kWidth, kHeight, escape(title), x_min, x_max, y_min, y_max, kLeft, kRight, kTop, kBottom);
-  svg += fmt::format(R"(<text x="{}" y="18" class="title">{}</text>)", kLeft, escape(title));
-  for (double y = y_ticks.first; y <= y_ticks.last + y_ticks.step * 1e-6; y += y_ticks.step) {
-    svg += fmt::format(R"(<line x1="{}" x2="{}" y1="{:.2f}" y2="{:.2f}" class="grid"/>)", kLeft, kRight, py(y), py(y));
-    svg += fmt::format(R"(<text x="{}" y="{:.2f}" class="tick y" text-anchor="end">{}</text>)", kLeft - 6, py(y) + 4,
-                       tick_label(y, y_ticks.step));
-  }
-  for (double x = x_ticks.first; x <= x_ticks.last + x_ticks.step * 1e-6; x += x_ticks.step) {
-    svg += fmt::format(R"(<text x="{:.2f}" y="{}" class="tick x" text-anchor="middle">{}</text>)", px(x), kBottom + 16,
-                       tick_label(x, x_ticks.step));
-  }
-  svg += fmt::format(R"(<text x="{}" y="{}" class="tick" text-anchor="middle">global step</text>)",
-                     (kLeft + kRight) / 2, kHeight - 4);
-  // The legend follows the title, above the plot, where no point can hide it.
-  double legend_x = kLeft + 9.0 * static_cast<double>(title.size()) + 20;
-  for (const auto& s : series) {
-    if (s.points->empty()) continue;
-    std::string points;
-    for (const auto& [x, y] : *s.points) points += fmt::format("{:.2f},{:.2f} ", px(x), py(y));
-    points.pop_back();
-    svg += fmt::format(R"(<polyline class="series" data-series="{}" points="{}" stroke="{}"/>)", escape(s.name),
-                       points, s.color);
-    // A line of one point has no length and would not be drawn: it gets its dot.
-    if (s.markers || s.points->size() == 1) {
-      for (const auto& [x, y] : *s.points) {
-        svg += fmt::format(
-            R"(<circle cx="{:.2f}" cy="{:.2f}" r="3" fill="{}"><title>{} at step {:.0f}: {:.6g}</title></circle>)",
-            px(x), py(y), s.color, escape(s.name), x, y);
-      }
-    }
-    svg += fmt::format(R"(<text x="{:.0f}" y="18" class="legend" fill="{}">{}</text>)", legend_x, s.color,
-                       escape(s.name));
-    legend_x += 6.5 * static_cast<double>(s.name.size()) + 14;
-  }
-  if (!any) svg += fmt::format(R"(<text x="{}" y="{}" class="tick">no records</text>)", kLeft + 10, kHeight / 2);
-  return svg + "</svg>\n";
-}
-
 // The rows of the breakdown: each part, with backward's compute apart from its wait.
 struct Row {
   std::string name;
@@ -430,8 +310,8 @@ std::string slow_ranks_section(const RunRecords& run) {
     html += fmt::format(
         "<tr data-rank=\"{}\"><td>{}</td><td>{}</td><td>{}</td><td>{:.1f}</td><td>{:.1f}</td><td>{}</td><td>{:.1f}</td>"
         "<td>{:.1f}</td></tr>\n",
-        slow.rank, slow.global_step, slow.rank, escape(slow.host), slow.busy_ms, slow.others_busy_ms,
-        escape(slow.part), slow.part_ms, slow.others_part_ms);
+        slow.rank, slow.global_step, slow.rank, escape_html(slow.host), slow.busy_ms, slow.others_busy_ms,
+        escape_html(slow.part), slow.part_ms, slow.others_part_ms);
   }
   return html + "</table>\n";
 }
@@ -470,9 +350,9 @@ RunRecords read_run(const RunFiles& files) {
 
 std::string render_report(const RunRecords& run) {
   const std::string title = "dptrain run " + run.dir.string();
-  std::string html = "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>" + escape(title) +
+  std::string html = "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>" + escape_html(title) +
                      "</title>\n<style>" + kStyle + "</style></head><body>\n";
-  html += "<h1>" + escape(title) + "</h1>\n<p class=\"summary\">";
+  html += "<h1>" + escape_html(title) + "</h1>\n<p class=\"summary\">";
   html += fmt::format("{} logged steps, {} epoch(s)", run.step_loss.size(), run.val_acc1.size());
   if (!run.val_acc1.empty()) {
     double best = 0;

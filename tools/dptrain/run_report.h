@@ -25,6 +25,7 @@
 
 #include "dptrain/train/logs/report.h"
 #include "dptrain/train/logs/step_phase.h"
+#include "svg_chart.h"
 
 namespace dpt::report {
 
@@ -36,9 +37,6 @@ struct RunFiles {
   // Unset: <dir>/timeline.json, when rank 0's file exists there.
   TORCH_ARG(std::optional<std::filesystem::path>, timeline) = std::nullopt;
 };
-
-// A metric over training: (x, value) points, x a global step or an epoch's last global step.
-using Points = std::vector<std::pair<double, double>>;
 
 // One rank's mean step, from its timeline.
 struct StepBreakdown {
