@@ -77,6 +77,8 @@ class Exposure(unittest.TestCase):
 
     def test_dptrain_check_says_where_the_store_listens(self):
         major, report, err = self.libtorch_major()
+        # (and how idle OpenMP threads wait: ctest starts every test with them asleep)
+        self.assertIs(report["compute"]["openmp_threads_sleep"], os.environ.get("OMP_WAIT_POLICY") == "passive")
         if major >= 2:
             self.assertEqual(report["store_listens_on"], ["127.0.0.1"])
             self.assertNotIn("accepts connections on every interface", err)

@@ -3,7 +3,8 @@ a 2-rank run given a peak file logs, in metrics.jsonl, model FLOP/s = images/s x
 multiply-adds (counted here independently, with forward hooks on torchvision's ResNet-18) and
 MFU = that over the peak of every thread of every rank; a peak file of another machine is ignored.
 The banner says what --amp does on this CPU: a hint to use it where bf16 matrix units exist, a
-warning against it where LibTorch would emulate bf16."""
+warning against it where LibTorch would emulate bf16; and under --mode dp, whose replicas are
+threads, to start with OpenMP's threads asleep."""
 
 import json
 import os
@@ -123,6 +124,18 @@ class Mfu(unittest.TestCase):
                 self.assertEqual(code, 0, out + err)
                 self.assertEqual(hint in out, bf16_units and not amp, out)
                 self.assertEqual(warning in out, not bf16_units and bool(amp), out)
+
+    def test_the_banner_says_when_dp_replicas_share_cores_with_spinning_threads(self):
+        hint = "hint: --mode dp runs its replicas as threads beside LibTorch's OpenMP threads"
+        spinning = {k: v for k, v in alone().items() if k != "OMP_WAIT_POLICY"}
+        for policy, replicas, shown in (
+                (None, "2", True), ("active", "2", True), ("PASSIVE", "2", False), (None, "1", False)):
+            with self.subTest(policy=policy, replicas=replicas):
+                env = dict(spinning, OMP_NUM_THREADS="1", **({"OMP_WAIT_POLICY": policy} if policy else {}))
+                code, out, err = run([dptrain(), "train", *RUN, "--max-steps", "1", "--mode", "dp",
+                                      "--replicas", replicas], timeout=120, env=env)
+                self.assertEqual(code, 0, out + err)
+                self.assertEqual(hint in out, shown, out)
 
 
 if __name__ == "__main__":

@@ -58,8 +58,11 @@ nlohmann::json describe_compute(int rank) {
       blas.kind == BlasLibrary::Kind::kNone && !build.blas.empty() ? build.blas + ", inside LibTorch" : blas.describe();
   std::optional<std::string> onednn = onednn_version();
   if (!onednn && !build.onednn.empty()) onednn = build.onednn + ", inside LibTorch";
+  const bool openmp_sleeps = openmp_threads_sleep();
   std::cout << "rank " << rank << ": CPU " << cpu.model << " (" << cpu.describe() << "); BLAS " << blas_text
-            << "; oneDNN " << onednn.value_or("none") << "; LibTorch " << compat::torch_version() << std::endl;
+            << "; oneDNN " << onednn.value_or("none") << "; LibTorch " << compat::torch_version()
+            << "; idle OpenMP threads " << (openmp_sleeps ? "sleep" : "spin (OMP_WAIT_POLICY=passive: they sleep)")
+            << std::endl;
   if (blas.is_reference()) std::cerr << "rank " << rank << ": warning: " << blas.advice() << std::endl;
   return {{"cpu", cpu.model},
           {"cpu_isa", cpu.describe()},
@@ -67,6 +70,7 @@ nlohmann::json describe_compute(int rank) {
           {"blas", blas_text},
           {"blas_reference", blas.is_reference()},
           {"onednn", onednn.value_or("")},
+          {"openmp_threads_sleep", openmp_sleeps},
           {"libtorch", compat::torch_version()}};
 }
 

@@ -1,6 +1,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <string>
 
 #include "dptrain/common/cpu_platform.h"
@@ -83,6 +84,26 @@ TEST(BlasLibrary, ANamedImplementationWinsOverABareLibblas) {
 }  // namespace
 
 namespace {
+
+TEST(OpenMp, ThreadsSleepOnlyWhenTheStartingEnvironmentSaysPassive) {
+  using namespace std::string_literals;
+  EXPECT_TRUE(dpt::openmp_threads_sleep_from("PATH=/usr/bin\0OMP_WAIT_POLICY=passive\0HOME=/root\0"s));
+  EXPECT_TRUE(dpt::openmp_threads_sleep_from("OMP_WAIT_POLICY= PASSIVE \0"s));
+  EXPECT_TRUE(dpt::openmp_threads_sleep_from("OMP_WAIT_POLICY=Passive"s)) << "the last entry needs no NUL";
+  EXPECT_FALSE(dpt::openmp_threads_sleep_from("OMP_WAIT_POLICY=active\0"s));
+  EXPECT_FALSE(dpt::openmp_threads_sleep_from("PATH=/usr/bin\0HOME=/root\0"s)) << "unset: they spin first";
+  EXPECT_FALSE(dpt::openmp_threads_sleep_from("MY_OMP_WAIT_POLICY=passive\0"s));
+  EXPECT_FALSE(dpt::openmp_threads_sleep_from("OMP_WAIT_POLICY=passive-ish\0"s));
+  EXPECT_FALSE(dpt::openmp_threads_sleep_from(""s));
+}
+
+// What this process started with (ctest gives every test OMP_WAIT_POLICY=passive,
+// tests/CMakeLists.txt; run alone, the binary has whatever its shell gave it).
+TEST(OpenMp, ThisProcessReadsItsStartingEnvironment) {
+  const char* policy = std::getenv("OMP_WAIT_POLICY");
+  const std::string entry = policy == nullptr ? "" : std::string("OMP_WAIT_POLICY=") + policy;
+  EXPECT_EQ(dpt::openmp_threads_sleep(), dpt::openmp_threads_sleep_from(entry));
+}
 
 // This binary links LibTorch. Debian's loads libblas.so.3 and oneDNN as libraries of their own;
 // PyTorch's wheels link MKL and oneDNN into libtorch_cpu, where only LibTorch's build report
