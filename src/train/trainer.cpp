@@ -62,17 +62,19 @@ at::Tensor Trainer::State::criterion(const at::Tensor& logits, const at::Tensor&
 }
 
 std::pair<at::Tensor, at::Tensor> Trainer::State::to_device(const data::Batch& batch) const {
-  auto images = batch.images.to(device, /*non_blocking=*/true);
-  if (options.channels_last()) images = images.contiguous(at::MemoryFormat::ChannelsLast);
-  return {images, batch.labels.to(device, /*non_blocking=*/true)};
+  // The images keep the loader's layout (channels_last with --channels-last) on the device too.
+  return {batch.images.to(device, /*non_blocking=*/true), batch.labels.to(device, /*non_blocking=*/true)};
 }
 
-data::LoaderOptions Trainer::State::loader_options() const {
+data::LoaderOptions batch_loading(const TrainOptions& options, at::Device device,
+                                  std::shared_ptr<data::BufferPool> buffers) {
   return data::LoaderOptions()
       .batch_size(options.batch_size())
       .threads(options.data().workers())
       .bad_image_policy(options.data().bad_images())
-      .pin_memory(device.is_cuda());
+      .pin_memory(device.is_cuda())
+      .memory_format(options.channels_last() ? at::MemoryFormat::ChannelsLast : at::MemoryFormat::Contiguous)
+      .buffer_pool(std::move(buffers));
 }
 
 TrainingCheckpoint Trainer::State::checkpoint_state() {
@@ -202,7 +204,8 @@ MetricSums Trainer::State::evaluate(models::ClassifierImpl& net, const std::stri
   net.eval();
   torch::NoGradGuard no_grad;
   if (!ranks().validates()) return {};
-  data::Loader loader(data.val, ranks().validation_indices(data.val->size()), /*epoch=*/0, loader_options());
+  data::Loader loader(data.val, ranks().validation_indices(data.val->size()), /*epoch=*/0,
+                      batch_loading(options, device, val_buffers));
   MetricSums local;
   while (auto batch = loader.next()) {
     auto [images, labels] = to_device(*batch);
