@@ -1,174 +1,39 @@
 #include "dptrain/dist/transport/shm/allreduce.h"
 
-#include <fcntl.h>
-#include <linux/futex.h>
 #include <signal.h>
 #include <sys/mman.h>
-#include <sys/stat.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
-#include <climits>
 #include <condition_variable>
 #include <cstring>
 #include <deque>
 #include <mutex>
-#include <random>
 #include <thread>
 #include <vector>
 
 #include "../../agreement.h"
 #include "dptrain/common/error.h"
 #include "dptrain/dist/store_text.h"
+#include "reduce_parts.h"
+#include "segment.h"
 
 namespace dpt::dist::transport::shm {
 namespace {
 
 using Clock = std::chrono::steady_clock;
 
-constexpr uint64_t kMagic = 0x31306d6873747064;  // "dptshm01"
 // How often a waiting rank looks at its deadline, at its peers' pids and at shutdown.
 constexpr std::chrono::milliseconds kWaitSlice{100};
 // Polls of a counter before sleeping on it: a peer on another idle CPU often gets there in that time.
 constexpr int kSpins = 64;
 
-static_assert(std::atomic<uint32_t>::is_always_lock_free, "shared-memory counters must be lock-free");
-
-// ChunkLabel::op of an all_gather's chunks (the ReduceOp values are 0 and up).
-constexpr int32_t kGatherOp = -1;
-
-// One counter per cache line: each rank writes its own, every rank reads them all.
-struct alignas(64) Counter {
-  std::atomic<uint32_t> value{0};
-};
-
-// What a rank placed in one of its slots: every rank checks that all of them reduce the same thing.
-// A rank that skipped a collective reduces its next one with the others' current one: same size,
-// another step.
-struct ChunkLabel {
-  uint64_t numel = 0;   // of the whole tensor
-  uint64_t offset = 0;  // of this chunk in it
-  int64_t step = -1;    // the caller's (FlightRecorder::set_step), or -1
-  int32_t dtype = 0;
-  int32_t op = 0;
-
-  // A step of -1 (none: a rank that joined, dpt::Join) agrees with any.
-  bool operator==(const ChunkLabel& other) const {
-    return numel == other.numel && offset == other.offset && dtype == other.dtype && op == other.op &&
-           (step == other.step || step < 0 || other.step < 0);
-  }
-};
-
-// A rank's part of the segment's control area. The counters hold chunk numbers (mod 2^32).
-struct alignas(64) RankControl {
-  Counter arrived;   // the last chunk this rank copied into its slot
-  Counter reduced;   // the last chunk whose part this rank reduced
-  Counter finished;  // the last chunk this rank copied out completely (its slots may be reused)
-  Counter closed;    // 1 once this rank's communicator is gone
-  ChunkLabel labels[2];  // per slot
-  int32_t pid = 0;
-};
-
-struct alignas(64) SegmentHeader {
-  uint64_t magic = 0;
-  uint64_t world_size = 0;
-  uint64_t slot_bytes = 0;
-};
-
-size_t round_up(size_t value, size_t multiple) { return (value + multiple - 1) / multiple * multiple; }
-
-// Where things are in a segment for `world_size` ranks.
-struct Layout {
-  Layout(int world_size, size_t slot_bytes)
-      : data_offset(round_up(sizeof(SegmentHeader) + world_size * sizeof(RankControl), 4096)),
-        bytes(data_offset + 2 * world_size * slot_bytes) {}
-  size_t data_offset;
-  size_t bytes;
-};
-
-void futex_wait(std::atomic<uint32_t>& word, uint32_t seen, std::chrono::milliseconds timeout) {
-  timespec relative{static_cast<time_t>(timeout.count() / 1000), static_cast<long>(timeout.count() % 1000) * 1000000};
-  // Not FUTEX_PRIVATE: the word is shared with other processes. EAGAIN (already changed), EINTR
-  // and ETIMEDOUT all send the caller back to look at the word.
-  syscall(SYS_futex, reinterpret_cast<uint32_t*>(&word), FUTEX_WAIT, seen, &relative, nullptr, 0);
-}
-
-void futex_wake_all(std::atomic<uint32_t>& word) {
-  syscall(SYS_futex, reinterpret_cast<uint32_t*>(&word), FUTEX_WAKE, INT_MAX, nullptr, nullptr, 0);
-}
-
-void publish(Counter& counter, uint32_t chunk) {
-  counter.value.store(chunk, std::memory_order_release);
-  futex_wake_all(counter.value);
-}
-
-bool reached(uint32_t value, uint32_t target) { return static_cast<int32_t>(value - target) >= 0; }
-
 void cpu_relax() {
 #if defined(__x86_64__) || defined(__i386__)
   __builtin_ia32_pause();
 #endif
-}
-
-// out[i] = combine(a[i], b[i]); then out[i] = combine(out[i], c[i]) for a third rank and on.
-template <typename T, typename Combine>
-void combine_pair(T* __restrict out, const T* __restrict a, const T* __restrict b, int64_t count, Combine combine) {
-  for (int64_t i = 0; i < count; ++i) out[i] = combine(a[i], b[i]);
-}
-
-template <typename T, typename Combine>
-void combine_into(T* __restrict out, const T* __restrict b, int64_t count, Combine combine) {
-  for (int64_t i = 0; i < count; ++i) out[i] = combine(out[i], b[i]);
-}
-
-// out[i] = also[i] = finish(out[i]).
-template <typename T, typename Finish>
-void finish_into(T* __restrict out, T* __restrict also, int64_t count, Finish finish) {
-  for (int64_t i = 0; i < count; ++i) out[i] = also[i] = finish(out[i]);
-}
-
-// Elements per block: a block's partial results stay in the L1 cache between the passes over it,
-// so each input is read once and each output written once.
-constexpr int64_t kBlockElements = 2048;
-
-// out = also = finish(combine over inputs, in rank order), elementwise. `out` overlaps no input;
-// `also` may be one of the inputs (this rank's own values), which the last pass over a block
-// overwrites after every input has been read.
-template <typename T, typename Combine, typename Finish>
-void reduce_over(T* out, T* also, const std::vector<const char*>& inputs, int64_t count, Combine combine,
-                 Finish finish) {
-  auto input = [&](size_t k, int64_t begin) { return reinterpret_cast<const T*>(inputs[k]) + begin; };
-  for (int64_t begin = 0; begin < count; begin += kBlockElements) {
-    const int64_t n = std::min(kBlockElements, count - begin);
-    combine_pair(out + begin, input(0, begin), input(1, begin), n, combine);
-    for (size_t k = 2; k < inputs.size(); ++k) combine_into(out + begin, input(k, begin), n, combine);
-    finish_into(out + begin, also + begin, n, finish);
-  }
-}
-
-// out = also = op over inputs, elementwise (see above). A mean is the sum divided by the number of
-// ranks, as Gloo's sum followed by a division gives it.
-template <typename T>
-void reduce_over(char* out, char* also, const std::vector<const char*>& inputs, int64_t count, ReduceOp op) {
-  T* typed = reinterpret_cast<T*>(out);
-  T* typed_also = reinterpret_cast<T*>(also);
-  const auto as_is = [](T value) { return value; };
-  const auto sum = [](T a, T b) { return a + b; };
-  switch (op) {
-    case ReduceOp::Max:
-      return reduce_over(typed, typed_also, inputs, count, [](T a, T b) { return a < b ? b : a; }, as_is);
-    case ReduceOp::Min:
-      return reduce_over(typed, typed_also, inputs, count, [](T a, T b) { return b < a ? b : a; }, as_is);
-    case ReduceOp::Sum:
-      return reduce_over(typed, typed_also, inputs, count, sum, as_is);
-    case ReduceOp::Mean: {
-      const T ranks = static_cast<T>(inputs.size());
-      return reduce_over(typed, typed_also, inputs, count, sum, [ranks](T value) { return value / ranks; });
-    }
-  }
 }
 
 // An allreduce that the serving thread completes. Its future tells watchers (the timeline's
@@ -187,38 +52,6 @@ class LocalWork : public c10d::Work {
 
  private:
   c10::intrusive_ptr<c10::ivalue::Future> future_ = c10::make_intrusive<c10::ivalue::Future>(c10::NoneType::get());
-};
-
-std::string random_name() {
-  std::random_device device;
-  const uint64_t bits = (static_cast<uint64_t>(device()) << 32) | device();
-  char name[64];
-  std::snprintf(name, sizeof(name), "/dptrain-%d-%016llx", static_cast<int>(getpid()),
-                static_cast<unsigned long long>(bits));
-  return name;
-}
-
-std::string errno_text() { return std::strerror(errno); }
-
-// This rank's mapping of the segment, unmapped with it. The name is unlinked as soon as every rank
-// has mapped it, so nothing is left in /dev/shm whatever happens later.
-struct Segment {
-  Segment(void* base, size_t bytes, size_t data_offset, size_t slot_bytes)
-      : base(static_cast<char*>(base)), bytes(bytes), data_offset(data_offset), slot_bytes(slot_bytes) {}
-  ~Segment() { munmap(base, bytes); }
-  Segment(const Segment&) = delete;
-  Segment& operator=(const Segment&) = delete;
-
-  SegmentHeader& header() { return *reinterpret_cast<SegmentHeader*>(base); }
-  RankControl& control(int rank) {
-    return reinterpret_cast<RankControl*>(base + sizeof(SegmentHeader))[rank];
-  }
-  char* slot(int rank, int which) { return base + data_offset + (2 * rank + which) * slot_bytes; }
-
-  char* base;
-  size_t bytes;
-  size_t data_offset;
-  size_t slot_bytes;
 };
 
 }  // namespace
@@ -251,7 +84,7 @@ struct Allreduce::State {
     // Peers still waiting for this rank learn at once that it will not come.
     RankControl& mine = segment->control(rank);
     mine.closed.value.store(1, std::memory_order_release);
-    for (Counter* counter : {&mine.arrived, &mine.reduced, &mine.finished}) futex_wake_all(counter->value);
+    for (Counter* counter : {&mine.arrived, &mine.reduced, &mine.finished}) wake_all(*counter);
   }
 
   void serve();
@@ -304,7 +137,7 @@ void Allreduce::State::run(const Operation& operation) {
   const at::Tensor& tensor = operation.tensor;
   const size_t element = tensor.element_size();
   const int64_t numel = tensor.numel();
-  const int64_t chunk_elements = static_cast<int64_t>(segment->slot_bytes / element);
+  const int64_t chunk_elements = static_cast<int64_t>(segment->slot_bytes() / element);
   const int64_t align = std::max<int64_t>(1, 64 / static_cast<int64_t>(element));  // parts start on cache lines
   char* data = static_cast<char*>(tensor.data_ptr());
   RankControl& mine = segment->control(rank);
@@ -340,9 +173,9 @@ void Allreduce::State::run(const Operation& operation) {
     for (int r = 0; r < world_size; ++r) inputs[r] = part(r == rank ? values : segment->slot(r, slot), rank);
     const int64_t count_here = bound(rank + 1) - bound(rank);
     if (tensor.scalar_type() == at::kDouble) {
-      reduce_over<double>(part(own_slot, rank), part(values, rank), inputs, count_here, operation.op);
+      reduce_parts<double>(part(own_slot, rank), part(values, rank), inputs, count_here, operation.op);
     } else {
-      reduce_over<float>(part(own_slot, rank), part(values, rank), inputs, count_here, operation.op);
+      reduce_parts<float>(part(own_slot, rank), part(values, rank), inputs, count_here, operation.op);
     }
     publish(mine.reduced, number);
 
@@ -360,7 +193,7 @@ void Allreduce::State::run_gather(const Operation& operation) {
   const at::Tensor& input = operation.tensor;
   const size_t element = input.element_size();
   const int64_t numel = input.numel();
-  const int64_t chunk_elements = static_cast<int64_t>(segment->slot_bytes / element);
+  const int64_t chunk_elements = static_cast<int64_t>(segment->slot_bytes() / element);
   const char* own = static_cast<const char*>(input.data_ptr());
   char* gathered = static_cast<char*>(operation.gathered.data_ptr());
   RankControl& mine = segment->control(rank);
@@ -389,12 +222,12 @@ void Allreduce::State::run_gather(const Operation& operation) {
 }
 
 void Allreduce::State::wait_for_peers(Counter RankControl::*counter, uint32_t chunk, const char* step,
-                                                  Clock::time_point deadline) {
+                                      Clock::time_point deadline) {
   for (int peer = 0; peer < world_size; ++peer) {
     if (peer == rank) continue;
-    std::atomic<uint32_t>& value = (segment->control(peer).*counter).value;
+    Counter& awaited = segment->control(peer).*counter;
     for (int spin = 0;; ++spin) {
-      const uint32_t seen = value.load(std::memory_order_acquire);
+      const uint32_t seen = awaited.value.load(std::memory_order_acquire);
       if (reached(seen, chunk)) break;
       if (spin < kSpins) {
         cpu_relax();
@@ -415,7 +248,7 @@ void Allreduce::State::wait_for_peers(Counter RankControl::*counter, uint32_t ch
                                step, " within ", options.timeout().count() / 1000.0,
                                " s. It is stuck, much slower, or gone; check its output."));
       }
-      futex_wait(value, seen, std::min(left, kWaitSlice));
+      wait_for_change(awaited, seen, std::min(left, kWaitSlice));
     }
   }
 }
@@ -426,7 +259,8 @@ void Allreduce::State::check_labels(int slot) {
     const ChunkLabel& theirs = segment->control(peer).labels[slot];
     if (theirs == own) continue;
     const auto describe = [](int r, const ChunkLabel& label) {
-      const std::string what = label.op == kGatherOp ? "all_gather" : str("all_reduce(", to_string(ReduceOp(label.op)), ")");
+      const std::string what =
+          label.op == kGatherOp ? "all_gather" : str("all_reduce(", to_string(ReduceOp(label.op)), ")");
       return str("\n    rank ", r, ": ", what, " of ", label.numel, " ", at::ScalarType(label.dtype),
                  label.step >= 0 ? str(" step ", label.step) : "");
     };
@@ -488,64 +322,6 @@ namespace {
 constexpr const char* kNameKey = "name";
 std::string rank_key(int rank) { return "attached/" + std::to_string(rank); }
 
-// Rank 0: creates, sizes and maps the segment. Returns null with the reason in `why`.
-std::unique_ptr<Segment> create_segment(const std::string& name, const Layout& layout, const WorldInfo& world,
-                                        size_t slot_bytes, std::string& why) {
-  const int fd = shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
-  if (fd < 0) {
-    why = str("cannot create ", name, " in /dev/shm: ", errno_text());
-    return nullptr;
-  }
-  // Reserved now, so that a full /dev/shm is an error here and not a SIGBUS in the middle of a step.
-  if (const int error = posix_fallocate(fd, 0, static_cast<off_t>(layout.bytes)); error != 0) {
-    close(fd);
-    shm_unlink(name.c_str());
-    why = str("/dev/shm has no room for ", layout.bytes >> 20, " MiB (", std::strerror(error), ")");
-    return nullptr;
-  }
-  void* base = mmap(nullptr, layout.bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  close(fd);
-  if (base == MAP_FAILED) {
-    shm_unlink(name.c_str());
-    why = str("cannot map ", name, ": ", errno_text());
-    return nullptr;
-  }
-  auto segment = std::make_unique<Segment>(base, layout.bytes, layout.data_offset, slot_bytes);
-  new (&segment->header()) SegmentHeader{kMagic, static_cast<uint64_t>(world.world_size), slot_bytes};
-  for (int r = 0; r < world.world_size; ++r) new (&segment->control(r)) RankControl();
-  return segment;
-}
-
-// Every other rank: maps rank 0's segment and checks that it is the one described.
-std::unique_ptr<Segment> open_segment(const std::string& name, const Layout& layout, const WorldInfo& world,
-                                      size_t slot_bytes, std::string& why) {
-  const int fd = shm_open(name.c_str(), O_RDWR, 0);
-  if (fd < 0) {
-    why = str("cannot open rank 0's ", name, " (", errno_text(), "): not on rank 0's host, or another /dev/shm");
-    return nullptr;
-  }
-  struct stat info {};
-  if (fstat(fd, &info) != 0 || static_cast<size_t>(info.st_size) != layout.bytes) {
-    close(fd);
-    why = str(name, " is not the size expected for ", world.world_size, " ranks");
-    return nullptr;
-  }
-  void* base = mmap(nullptr, layout.bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  close(fd);
-  if (base == MAP_FAILED) {
-    why = str("cannot map ", name, ": ", errno_text());
-    return nullptr;
-  }
-  auto segment = std::make_unique<Segment>(base, layout.bytes, layout.data_offset, slot_bytes);
-  const SegmentHeader& header = segment->header();
-  if (header.magic != kMagic || header.world_size != static_cast<uint64_t>(world.world_size) ||
-      header.slot_bytes != slot_bytes) {
-    why = str(name, " was made for another group");
-    return nullptr;
-  }
-  return segment;
-}
-
 }  // namespace
 
 std::unique_ptr<Allreduce> Allreduce::attach(c10d::Store& store, const WorldInfo& world, const Options& options,
@@ -554,14 +330,13 @@ std::unique_ptr<Allreduce> Allreduce::attach(c10d::Store& store, const WorldInfo
   const size_t slot_bytes = options.slot_bytes().value_or(default_slot_bytes(world.world_size));
   DPT_CHECK(slot_bytes >= 4096 && slot_bytes % 64 == 0, ConfigError,
             "shared-memory slot_bytes must be a multiple of 64, at least 4096; got ", slot_bytes);
-  const Layout layout(world.world_size, slot_bytes);
   std::string why;
   std::unique_ptr<Segment> segment;
   std::string name;
   try {
     if (world.rank == 0) {
-      name = random_name();
-      segment = create_segment(name, layout, world, slot_bytes, why);
+      name = Segment::unique_name();
+      segment = Segment::create(name, world.world_size, slot_bytes, why);
       write_text(store, kNameKey, segment ? name : std::string());
     } else {
       store.wait({kNameKey}, options.timeout());
@@ -569,7 +344,7 @@ std::unique_ptr<Allreduce> Allreduce::attach(c10d::Store& store, const WorldInfo
       if (name.empty()) {
         why = "rank 0 could not create the segment";
       } else {
-        segment = open_segment(name, layout, world, slot_bytes, why);
+        segment = Segment::open(name, world.world_size, slot_bytes, why);
       }
     }
     if (segment) segment->control(world.rank).pid = static_cast<int32_t>(getpid());
