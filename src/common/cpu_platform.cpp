@@ -158,25 +158,16 @@ BlasLibrary blas_in_use() {
   return blas;
 }
 
-bool openmp_threads_sleep_from(std::string_view environ) {
-  constexpr std::string_view kName = "OMP_WAIT_POLICY=";
-  size_t start = 0;
-  while (start < environ.size()) {
-    size_t end = environ.find('\0', start);
-    if (end == std::string_view::npos) end = environ.size();
-    const std::string_view entry = environ.substr(start, end - start);
-    if (entry.substr(0, kName.size()) == kName) {
-      // As the runtimes read it: "passive" in any case, spaces around it ignored.
-      std::string value(trimmed(entry.substr(kName.size())));
-      for (char& c : value) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-      return value == "passive";
-    }
-    start = end + 1;
-  }
-  return false;
+bool openmp_threads_sleep_from(const Environment& environment) {
+  const auto policy = environment.get("OMP_WAIT_POLICY");
+  if (!policy) return false;
+  // As the runtimes read it: "passive" in any case, spaces around it ignored.
+  std::string value(trimmed(*policy));
+  for (char& c : value) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return value == "passive";
 }
 
-bool openmp_threads_sleep() { return openmp_threads_sleep_from(read_file("/proc/self/environ")); }
+bool openmp_threads_sleep() { return openmp_threads_sleep_from(Environment::at_start()); }
 
 std::optional<std::string> onednn_version() {
   // oneDNN's dnnl_version_t begins with three ints (major, minor, patch) in every release.

@@ -4,18 +4,42 @@
 
 #include <cerrno>
 #include <cstdlib>
+#include <fstream>
+#include <iterator>
 
 #include "dptrain/common/error.h"
 
 namespace dpt {
+namespace {
+
+// NAME=value; an entry without '=' is no variable. The first of a repeated name counts, as
+// getenv finds it.
+void add_entry(std::map<std::string, std::string>& vars, std::string_view entry) {
+  const auto eq = entry.find('=');
+  if (eq == std::string_view::npos) return;
+  vars.emplace(std::string(entry.substr(0, eq)), std::string(entry.substr(eq + 1)));
+}
+
+}  // namespace
 
 Environment Environment::current() {
   std::map<std::string, std::string> vars;
-  for (char** entry = environ; entry != nullptr && *entry != nullptr; ++entry) {
-    std::string item(*entry);
-    auto eq = item.find('=');
-    if (eq == std::string::npos) continue;
-    vars.emplace(item.substr(0, eq), item.substr(eq + 1));
+  for (char** entry = environ; entry != nullptr && *entry != nullptr; ++entry) add_entry(vars, *entry);
+  return Environment(std::move(vars));
+}
+
+Environment Environment::at_start() {
+  std::ifstream in("/proc/self/environ", std::ios::binary);
+  const std::string entries((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  return from_entries(entries);
+}
+
+Environment Environment::from_entries(std::string_view entries) {
+  std::map<std::string, std::string> vars;
+  while (!entries.empty()) {
+    const auto end = entries.find('\0');
+    add_entry(vars, entries.substr(0, end));
+    entries.remove_prefix(end == std::string_view::npos ? entries.size() : end + 1);
   }
   return Environment(std::move(vars));
 }

@@ -15,6 +15,8 @@
 #include <string>
 #include <string_view>
 
+#include "dptrain/common/environment.h"
+
 namespace dpt {
 
 struct CpuFeatures {
@@ -64,7 +66,7 @@ std::optional<std::string> onednn_version();
 // keep their cores busy, which costs whatever else runs there: DataParallel's replica threads took
 // 1.2 to 1.8 times as long per step beside them (bench/data_parallel).
 bool openmp_threads_sleep();
-// The same from the text of a /proc/PID/environ (NUL-separated NAME=value entries).
-bool openmp_threads_sleep_from(std::string_view environ);
+// The same from a process's starting environment.
+bool openmp_threads_sleep_from(const Environment& environment);
 
 }  // namespace dpt

@@ -8,6 +8,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <string_view>
 
 namespace dpt {
 
@@ -18,6 +19,12 @@ class Environment {
 
   // The variables of this process, as they are now.
   static Environment current();
+  // The variables this process started with (/proc/self/environ), as libraries that read theirs
+  // once at load time saw them, whatever was set since. Empty where /proc cannot be read.
+  static Environment at_start();
+  // The variables in NUL-separated NAME=value entries, as a /proc/PID/environ holds them (the last
+  // entry's NUL may be missing).
+  static Environment from_entries(std::string_view entries);
 
   // The value of `name`, or nullopt when unset. Set-but-empty counts as set.
   std::optional<std::string> get(const std::string& name) const;

@@ -85,16 +85,20 @@ TEST(BlasLibrary, ANamedImplementationWinsOverABareLibblas) {
 
 namespace {
 
+bool sleep_from(const std::string& entries) {
+  return dpt::openmp_threads_sleep_from(dpt::Environment::from_entries(entries));
+}
+
 TEST(OpenMp, ThreadsSleepOnlyWhenTheStartingEnvironmentSaysPassive) {
   using namespace std::string_literals;
-  EXPECT_TRUE(dpt::openmp_threads_sleep_from("PATH=/usr/bin\0OMP_WAIT_POLICY=passive\0HOME=/root\0"s));
-  EXPECT_TRUE(dpt::openmp_threads_sleep_from("OMP_WAIT_POLICY= PASSIVE \0"s));
-  EXPECT_TRUE(dpt::openmp_threads_sleep_from("OMP_WAIT_POLICY=Passive"s)) << "the last entry needs no NUL";
-  EXPECT_FALSE(dpt::openmp_threads_sleep_from("OMP_WAIT_POLICY=active\0"s));
-  EXPECT_FALSE(dpt::openmp_threads_sleep_from("PATH=/usr/bin\0HOME=/root\0"s)) << "unset: they spin first";
-  EXPECT_FALSE(dpt::openmp_threads_sleep_from("MY_OMP_WAIT_POLICY=passive\0"s));
-  EXPECT_FALSE(dpt::openmp_threads_sleep_from("OMP_WAIT_POLICY=passive-ish\0"s));
-  EXPECT_FALSE(dpt::openmp_threads_sleep_from(""s));
+  EXPECT_TRUE(sleep_from("PATH=/usr/bin\0OMP_WAIT_POLICY=passive\0HOME=/root\0"s));
+  EXPECT_TRUE(sleep_from("OMP_WAIT_POLICY= PASSIVE \0"s));
+  EXPECT_TRUE(sleep_from("OMP_WAIT_POLICY=Passive"s)) << "the last entry needs no NUL";
+  EXPECT_FALSE(sleep_from("OMP_WAIT_POLICY=active\0"s));
+  EXPECT_FALSE(sleep_from("PATH=/usr/bin\0HOME=/root\0"s)) << "unset: they spin first";
+  EXPECT_FALSE(sleep_from("MY_OMP_WAIT_POLICY=passive\0"s));
+  EXPECT_FALSE(sleep_from("OMP_WAIT_POLICY=passive-ish\0"s));
+  EXPECT_FALSE(sleep_from(""s));
 }
 
 // What this process started with (ctest gives every test OMP_WAIT_POLICY=passive,
@@ -102,7 +106,7 @@ TEST(OpenMp, ThreadsSleepOnlyWhenTheStartingEnvironmentSaysPassive) {
 TEST(OpenMp, ThisProcessReadsItsStartingEnvironment) {
   const char* policy = std::getenv("OMP_WAIT_POLICY");
   const std::string entry = policy == nullptr ? "" : std::string("OMP_WAIT_POLICY=") + policy;
-  EXPECT_EQ(dpt::openmp_threads_sleep(), dpt::openmp_threads_sleep_from(entry));
+  EXPECT_EQ(dpt::openmp_threads_sleep(), sleep_from(entry));
 }
 
 // This binary links LibTorch. Debian's loads libblas.so.3 and oneDNN as libraries of their own;
