@@ -65,6 +65,7 @@ class DpStyle : public ParallelStyle {
 
   at::Tensor forward(const at::Tensor& images) override { return dp_.forward(images); }
   void zero_grad() override { optimizer_->zero_grad(); }
+  size_t replica_threads() const override { return dp_.replica_count(); }
   std::string describe() const override {
     std::string text = "DataParallel over " + std::to_string(dp_.replica_count()) + " replicas (";
     const auto& devices = dp_.options().devices();

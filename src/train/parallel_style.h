@@ -69,6 +69,9 @@ class ParallelStyle {
   virtual const Reducer* reducer() const { return nullptr; }
   // For the start-up banner: "DistributedDataParallel", "DataParallel over 2 replicas (cpu, cpu)".
   virtual std::string describe() const = 0;
+  // The model replicas this process runs as threads of its own (DataParallel's); 1 in the styles
+  // where each process runs one.
+  virtual size_t replica_threads() const { return 1; }
 
  protected:
   models::Classifier model_;

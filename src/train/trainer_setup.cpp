@@ -253,9 +253,7 @@ void Trainer::State::print_hints(std::ostream& out) const {
     const BlasLibrary blas = blas_in_use();
     if (blas.is_reference()) out << "warning: " << blas.advice() << std::endl;
     // DataParallel's replicas are threads of this process, beside LibTorch's OpenMP threads.
-    const bool replica_threads =
-        options.parallel().mode() == ParallelMode::Dp && data_parallel_devices(options.parallel()).size() > 1;
-    if (replica_threads && !openmp_threads_sleep()) {
+    if (style->replica_threads() > 1 && !openmp_threads_sleep()) {
       out << "hint: --mode dp runs its replicas as threads beside LibTorch's OpenMP threads, which wait by spinning "
           << "on the cores the replicas need: start dptrain with OMP_WAIT_POLICY=passive (1.2 to 1.8 times the "
           << "images/s in bench/data_parallel)" << std::endl;
