@@ -66,15 +66,13 @@ std::pair<at::Tensor, at::Tensor> Trainer::State::to_device(const data::Batch& b
   return {batch.images.to(device, /*non_blocking=*/true), batch.labels.to(device, /*non_blocking=*/true)};
 }
 
-data::LoaderOptions batch_loading(const TrainOptions& options, at::Device device,
-                                  std::shared_ptr<data::BufferPool> buffers) {
+data::LoaderOptions batch_loading(const TrainOptions& options, at::Device device) {
   return data::LoaderOptions()
       .batch_size(options.batch_size())
       .threads(options.data().workers())
       .bad_image_policy(options.data().bad_images())
       .pin_memory(device.is_cuda())
-      .memory_format(options.channels_last() ? at::MemoryFormat::ChannelsLast : at::MemoryFormat::Contiguous)
-      .buffer_pool(std::move(buffers));
+      .memory_format(options.channels_last() ? at::MemoryFormat::ChannelsLast : at::MemoryFormat::Contiguous);
 }
 
 TrainingCheckpoint Trainer::State::checkpoint_state() {
@@ -205,7 +203,7 @@ MetricSums Trainer::State::evaluate(models::ClassifierImpl& net, const std::stri
   torch::NoGradGuard no_grad;
   if (!ranks().validates()) return {};
   data::Loader loader(data.val, ranks().validation_indices(data.val->size()), /*epoch=*/0,
-                      batch_loading(options, device, val_buffers));
+                      batch_loading(options, device));
   MetricSums local;
   while (auto batch = loader.next()) {
     auto [images, labels] = to_device(*batch);

@@ -146,8 +146,7 @@ bool Trainer::State::train_epoch(MetricSums& sums, std::vector<data::SkippedSamp
   sampler->set_epoch(epoch);
   // Resuming mid-epoch: a sample's augmentation is fixed by (seed, epoch, index), so continuing the
   // epoch's order after the samples done continues exactly (re-sharded if the world changed).
-  data::Loader loader(data.train, sampler->indices_from(samples_in_epoch), epoch,
-                      batch_loading(options, device, train_buffers));
+  data::Loader loader(data.train, sampler->indices_from(samples_in_epoch), epoch, batch_loading(options, device));
   const int64_t steps = options.max_steps()
                             ? std::min(steps_per_epoch(), *options.max_steps() - epoch * steps_per_epoch())
                             : steps_per_epoch();

@@ -32,24 +32,22 @@ TrainOptions small_run() {
 
 }  // namespace
 
-// The run's settings reach its loaders, and their batch buffers come from the run's pool.
-TEST(BatchLoading, TakesTheRunsSettingsAndPool) {
-  auto pool = std::make_shared<dpt::data::BufferPool>();
-  const auto options = batch_loading(small_run(), at::kCPU, pool);
+// The run's settings reach its loaders.
+TEST(BatchLoading, TakesTheRunsSettings) {
+  const auto options = batch_loading(small_run(), at::kCPU);
   EXPECT_EQ(options.batch_size(), 4);
   EXPECT_EQ(options.threads(), 2);
   EXPECT_EQ(options.bad_image_policy(), dpt::data::BadImagePolicy::Error);
   EXPECT_FALSE(options.pin_memory());
-  EXPECT_EQ(options.buffer_pool(), pool);
   EXPECT_EQ(options.memory_format(), at::MemoryFormat::Contiguous);
 }
 
 // --channels-last: the step is handed channels_last batches (the loader's threads converted them),
 // holding the values the contiguous ones do.
 TEST(BatchLoading, ChannelsLastRunsGetChannelsLastBatches) {
-  const auto contiguous = images_of_epoch(batch_loading(small_run(), at::kCPU, nullptr));
+  const auto contiguous = images_of_epoch(batch_loading(small_run(), at::kCPU));
   const auto channels_last =
-      images_of_epoch(batch_loading(small_run().channels_last(true), at::kCPU, nullptr));
+      images_of_epoch(batch_loading(small_run().channels_last(true), at::kCPU));
   ASSERT_EQ(channels_last.size(), 3u);
   ASSERT_EQ(contiguous.size(), channels_last.size());
   for (size_t k = 0; k < contiguous.size(); ++k) {
