@@ -62,8 +62,10 @@ at::Tensor Trainer::State::criterion(const at::Tensor& logits, const at::Tensor&
 }
 
 std::pair<at::Tensor, at::Tensor> Trainer::State::to_device(const data::Batch& batch) const {
-  // The images keep the loader's layout (channels_last with --channels-last) on the device too.
-  return {batch.images.to(device, /*non_blocking=*/true), batch.labels.to(device, /*non_blocking=*/true)};
+  auto images = batch.images.to(device, /*non_blocking=*/true);
+  // --channels-last: a CPU run's batches already are (batch_loading); a GPU converts its own copy.
+  if (options.channels_last()) images = images.contiguous(at::MemoryFormat::ChannelsLast);
+  return {images, batch.labels.to(device, /*non_blocking=*/true)};
 }
 
 data::LoaderOptions batch_loading(const TrainOptions& options, at::Device device) {
@@ -72,7 +74,8 @@ data::LoaderOptions batch_loading(const TrainOptions& options, at::Device device
       .threads(options.data().workers())
       .bad_image_policy(options.data().bad_images())
       .pin_memory(device.is_cuda())
-      .memory_format(options.channels_last() ? at::MemoryFormat::ChannelsLast : at::MemoryFormat::Contiguous);
+      .memory_format(options.channels_last() && device.is_cpu() ? at::MemoryFormat::ChannelsLast
+                                                                 : at::MemoryFormat::Contiguous);
 }
 
 TrainingCheckpoint Trainer::State::checkpoint_state() {

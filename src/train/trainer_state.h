@@ -42,8 +42,9 @@
 
 namespace dpt::train {
 
-// How a run's loaders build its batches: as `options` says, in the layout the model takes (the
-// loader's threads convert to channels_last, off the step's path), page-locked for a CUDA device.
+// How a run's loaders build its batches: as `options` says; for a CPU run in the layout the model
+// takes (the loader's threads convert to channels_last, off the step's path; a GPU converts its
+// copy faster than a CPU thread would), page-locked for a CUDA device.
 // Each loader pools its own buffers: one pool kept across passes would hold the training and the
 // validation batches' buffers at once (two 4 GB sets at batch 256, 224 px, 8 threads), to save the
 // page faults of each pass's first batches, which the loader's threads take, off the step's path.

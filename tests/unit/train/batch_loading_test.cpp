@@ -56,4 +56,7 @@ TEST(BatchLoading, ChannelsLastRunsGetChannelsLastBatches) {
     EXPECT_FALSE(channels_last[k].is_contiguous()) << "batch " << k;
     EXPECT_TRUE(channels_last[k].equal(contiguous[k])) << "batch " << k;
   }
+  // A GPU converts its copy of the batch itself: the loader leaves it as the dataset wrote it.
+  EXPECT_EQ(batch_loading(small_run().channels_last(true), at::Device(at::kCUDA, 0)).memory_format(),
+            at::MemoryFormat::Contiguous);
 }
