@@ -30,8 +30,11 @@ DPT_AVX512 inline __mmask16 lanes_from(int64_t c, int64_t channels) {
   return left >= kLanes ? __mmask16(0xffff) : static_cast<__mmask16>((1u << left) - 1);
 }
 
+// A block with all its lanes loads and stores unmasked: on AMD's Zen 5 the masked forms made the
+// fused ResNet-50 step 12% slower than LibTorch's separate layers (docs/benchmarks.md).
 DPT_AVX512 inline __m512 load_bf16(const uint16_t* p, __mmask16 lanes) {
-  const __m256i half = _mm256_maskz_loadu_epi16(lanes, p);
+  const __m256i half = lanes == 0xffff ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))
+                                        : _mm256_maskz_loadu_epi16(lanes, p);
   return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(half), 16));
 }
 
@@ -51,7 +54,11 @@ DPT_AVX512 inline void block_lanes(int64_t c0, int64_t channels, __mmask16* lane
 DPT_AVX512 inline void store_bits(uint16_t* p, __mmask16 lanes, __m512i bits) {
   __m256i packed = _mm512_cvtepi32_epi16(bits);
   asm("" : "+x"(packed));
-  _mm256_mask_storeu_epi16(p, lanes, packed);
+  if (lanes == 0xffff) {
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), packed);
+  } else {
+    _mm256_mask_storeu_epi16(p, lanes, packed);
+  }
 }
 
 // Round to nearest, ties to even, NaN to a quiet NaN: c10::BFloat16's rounding, 16 at a time.
