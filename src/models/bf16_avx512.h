@@ -24,17 +24,18 @@ inline bool have_avx512() {
 }
 
 constexpr int64_t kLanes = 16;
+// A block with all its lanes loads and stores unmasked: on AMD's Zen 5 the masked forms made the
+// fused ResNet-50 step 12% slower than LibTorch's separate layers (docs/benchmarks.md).
+constexpr __mmask16 kAllLanes = 0xffff;
 
 DPT_AVX512 inline __mmask16 lanes_from(int64_t c, int64_t channels) {
   const int64_t left = channels - c;
-  return left >= kLanes ? __mmask16(0xffff) : static_cast<__mmask16>((1u << left) - 1);
+  return left >= kLanes ? kAllLanes : static_cast<__mmask16>((1u << left) - 1);
 }
 
-// A block with all its lanes loads and stores unmasked: on AMD's Zen 5 the masked forms made the
-// fused ResNet-50 step 12% slower than LibTorch's separate layers (docs/benchmarks.md).
 DPT_AVX512 inline __m512 load_bf16(const uint16_t* p, __mmask16 lanes) {
-  const __m256i half = lanes == 0xffff ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))
-                                        : _mm256_maskz_loadu_epi16(lanes, p);
+  const __m256i half = lanes == kAllLanes ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))
+                                           : _mm256_maskz_loadu_epi16(lanes, p);
   return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(half), 16));
 }
 
@@ -54,7 +55,7 @@ DPT_AVX512 inline void block_lanes(int64_t c0, int64_t channels, __mmask16* lane
 DPT_AVX512 inline void store_bits(uint16_t* p, __mmask16 lanes, __m512i bits) {
   __m256i packed = _mm512_cvtepi32_epi16(bits);
   asm("" : "+x"(packed));
-  if (lanes == 0xffff) {
+  if (lanes == kAllLanes) {
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), packed);
   } else {
     _mm256_mask_storeu_epi16(p, lanes, packed);
