@@ -3,6 +3,14 @@
 include(GNUInstallDirs)
 find_package(Threads REQUIRED)
 find_package(Torch REQUIRED)
+# dptrain is C++17, but LibTorch's headers may need a later standard (2.14's refuse anything
+# before C++20). TorchConfig.cmake names it on its imported target, where it does not reach the
+# targets that link it: every dptrain target takes the later of the two.
+get_target_property(DPTRAIN_TORCH_CXX_STANDARD torch CXX_STANDARD)
+if(DPTRAIN_TORCH_CXX_STANDARD GREATER CMAKE_CXX_STANDARD)
+  message(STATUS "dptrain: C++${DPTRAIN_TORCH_CXX_STANDARD}, as LibTorch ${Torch_VERSION} asks")
+  set(CMAKE_CXX_STANDARD ${DPTRAIN_TORCH_CXX_STANDARD})
+endif()
 find_package(fmt REQUIRED)
 
 set(DPTRAIN_PUBLIC_DEFINITIONS "")

@@ -11,6 +11,7 @@
 #include <torch/cuda.h>
 
 #include "dptrain/common/error.h"
+#include "dptrain/compat/autograd_node.h"
 #include "dptrain/parallel/replicas.h"
 #include "replica_threads.h"
 
@@ -265,8 +266,8 @@ at::Tensor DataParallelBase::forward_replicas(const at::Tensor& input, const Rep
   for (const auto& tensors : tensors_) {
     parameters.emplace_back(tensors.begin(), tensors.begin() + static_cast<int64_t>(num_parameters_));
   }
-  auto node = std::make_shared<GatherBackward>(std::move(outputs), sizes, dim, devices, std::move(parameters),
-                                               threads_, pending_backwards_);
+  auto node = compat::make_node<GatherBackward>(std::move(outputs), sizes, dim, devices, std::move(parameters),
+                                                threads_, pending_backwards_);
   torch::autograd::create_gradient_edge(gathered, std::move(node));
   return gathered;
 }

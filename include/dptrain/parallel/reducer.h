@@ -23,6 +23,7 @@
 #include <torch/arg.h>
 #include <torch/csrc/autograd/function.h>
 
+#include "dptrain/compat/autograd_node.h"
 #include "dptrain/dist/communicator.h"
 #include "dptrain/parallel/comm_hooks.h"
 
@@ -178,7 +179,7 @@ class Reducer {
   std::vector<Bucket> buckets_;
   std::vector<Slot> slots_;
   // The graph nodes the hooks live on. A parameter only holds its accumulator weakly.
-  std::vector<std::shared_ptr<torch::autograd::Node>> accumulators_;
+  std::vector<compat::NodePtr> accumulators_;
   std::vector<uintptr_t> hook_keys_;
 
   mutable std::mutex mutex_;
