@@ -5,6 +5,10 @@
 #include <cmath>
 #include <regex>
 
+#if defined(DPTRAIN_WITH_GLOO)
+#include <torch/csrc/distributed/c10d/HashStore.hpp>
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#endif
 #if defined(DPTRAIN_WITH_NCCL)
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
 #endif
@@ -29,6 +33,58 @@ TorchBuild torch_build_from(const std::string& show_config) {
 }
 
 TorchBuild torch_build() { return torch_build_from(at::show_config()); }
+
+namespace {
+
+#if defined(DPTRAIN_WITH_GLOO)
+// One all-reduce of `type` in a Gloo group of this process alone. An unsupported type fails in
+// Gloo's type switch, before anything is sent; any other failure also answers no, which costs
+// only a float32 copy.
+bool gloo_reduces(at::ScalarType type) {
+  try {
+    auto options = c10d::ProcessGroupGloo::Options::create(std::chrono::seconds(30));
+    options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
+    c10d::ProcessGroupGloo group(c10::make_intrusive<c10d::HashStore>(), 0, 1, options);
+    std::vector<at::Tensor> tensors{at::ones({1}, at::TensorOptions().dtype(type))};
+    group.allreduce(tensors)->wait();
+    return true;
+  } catch (const std::exception&) {
+    return false;
+  }
+}
+#else
+bool gloo_reduces(at::ScalarType) { return false; }
+#endif
+
+}  // namespace
+
+bool backend_reduces(const Backend& backend, at::ScalarType type) {
+  if (backend.getBackendName() != "gloo") return true;
+  if (type == at::kHalf) {
+    static const bool half = gloo_reduces(at::kHalf);
+    return half;
+  }
+  if (type == at::kBFloat16) {
+    static const bool bfloat16 = gloo_reduces(at::kBFloat16);
+    return bfloat16;
+  }
+  return true;
+}
+
+GroupOptions clone_group_options(const std::vector<torch::optim::OptimizerParamGroup>& groups) {
+  GroupOptions options;
+  for (const auto& group : groups) options.push_back(group.has_options() ? group.options().clone() : nullptr);
+  return options;
+}
+
+void restore_group_options(torch::optim::Optimizer& optimizer, GroupOptions options) {
+  auto& groups = optimizer.param_groups();
+  TORCH_INTERNAL_ASSERT(groups.size() == options.size(), "restore_group_options: the optimizer has ", groups.size(),
+                        " parameter groups, the options are of ", options.size());
+  for (size_t g = 0; g < groups.size(); ++g) {
+    if (options[g]) groups[g].set_options(std::move(options[g]));
+  }
+}
 
 void shutdown_backend(Backend& backend) {
 #if defined(DPTRAIN_WITH_NCCL) && DPT_TORCH_AT_LEAST(2, 2)

@@ -84,6 +84,11 @@ Communicator::Communicator(compat::BackendPtr backend, WorldInfo world, const Co
   DPT_ASSERT(backend_->getRank() == world_.rank && backend_->getSize() == world_.world_size,
              "backend rank/size ", backend_->getRank(), "/", backend_->getSize(), " disagree with world ",
              world_.rank, "/", world_.world_size);
+  // Whether the backend reduces half and bfloat16 itself is asked now, before this process's groups
+  // run anything: Gloo is asked in a group of its own, which PyTorch's flight recorder (2.11)
+  // must not record beside another group's first collective.
+  compat::backend_reduces(*backend_, at::kHalf);
+  compat::backend_reduces(*backend_, at::kBFloat16);
   transport_ = transport::make_transport(
       backend_, world_,
       transport::TransportOptions()
@@ -158,11 +163,10 @@ c10d::ReduceOp to_c10d(ReduceOp op) {
 }
 
 // What travels on the wire for `tensor`: itself when the backend can reduce it in place, else a
-// contiguous (and, for bfloat16 on old Gloo, float32) copy that is written back afterwards.
+// contiguous (and, for a type the backend cannot reduce, float32) copy that is written back
+// afterwards.
 at::Tensor wire_tensor(const at::Tensor& tensor, const compat::Backend& backend) {
-  if (tensor.scalar_type() == at::kBFloat16 && !compat::backend_supports_bfloat16(backend)) {
-    return tensor.to(at::kFloat).contiguous();
-  }
+  if (!compat::backend_reduces(backend, tensor.scalar_type())) return tensor.to(at::kFloat).contiguous();
   return tensor.contiguous();
 }
 

@@ -4,6 +4,7 @@
 #include <numeric>
 
 #include "dptrain/common/error.h"
+#include "dptrain/compat/compat.h"
 #include "shard_gather.h"
 
 namespace dpt {
@@ -36,6 +37,7 @@ struct ZeroRedundancyOptimizer::Sharding {
 
   std::shared_ptr<dist::Communicator> comm;
   std::vector<torch::optim::OptimizerParamGroup> groups;
+  compat::GroupOptions given;  // the groups' options, which the base's constructor may merge
   std::vector<std::vector<int>> owners;
   std::vector<int64_t> shard_numel;  // by rank
   std::shared_ptr<torch::optim::Optimizer> local;
@@ -63,6 +65,7 @@ ZeroRedundancyOptimizer::Sharding::Sharding(std::shared_ptr<dist::Communicator> 
     shard.emplace_back(std::move(mine));
     if (groups[g].has_options()) shard.back().set_options(groups[g].options().clone());
   }
+  given = compat::clone_group_options(groups);
   local = make_local(std::move(shard));
   DPT_ASSERT(local && local->param_groups().size() == groups.size(),
              "the local optimizer must keep the groups it is given, one for each of the ", groups.size());
@@ -78,7 +81,9 @@ ZeroRedundancyOptimizer::ZeroRedundancyOptimizer(Sharding sharding)
       comm_(std::move(sharding.comm)),
       owners_(std::move(sharding.owners)),
       shard_numel_(std::move(sharding.shard_numel)),
-      local_(std::move(sharding.local)) {}
+      local_(std::move(sharding.local)) {
+  compat::restore_group_options(*this, std::move(sharding.given));
+}
 
 void ZeroRedundancyOptimizer::save(torch::serialize::OutputArchive& /*archive*/) const {
   detail::refuse_archive(comm_->rank(), "ZeroRedundancyOptimizer", /*saving=*/true);

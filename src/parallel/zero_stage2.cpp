@@ -8,6 +8,7 @@
 #include <torch/csrc/autograd/grad_mode.h>
 
 #include "dptrain/common/error.h"
+#include "dptrain/compat/compat.h"
 #include "shard_gather.h"
 
 namespace dpt {
@@ -21,6 +22,7 @@ struct ZeroStage2Optimizer::Parts {
 
   std::shared_ptr<dist::Communicator> comm;
   std::vector<torch::optim::OptimizerParamGroup> groups;
+  compat::GroupOptions given;  // the groups' options, which the base's constructor may merge
   std::vector<Segment> local_segments;
   std::vector<std::vector<at::Tensor>> by_rank;
   std::shared_ptr<torch::optim::Optimizer> local;
@@ -80,6 +82,7 @@ ZeroStage2Optimizer::Parts::Parts(std::shared_ptr<dist::Communicator> comm_, con
     if (groups[g].has_options()) shard_groups.back().set_options(groups[g].options().clone());
     local_segments.insert(local_segments.end(), segments_by_group[g].begin(), segments_by_group[g].end());
   }
+  given = compat::clone_group_options(groups);
   local = make_local(std::move(shard_groups));
   DPT_ASSERT(local && local->param_groups().size() == groups.size(),
              "the local optimizer must keep the groups it is given, one for each of the ", groups.size());
@@ -95,7 +98,9 @@ ZeroStage2Optimizer::ZeroStage2Optimizer(Parts parts)
       comm_(std::move(parts.comm)),
       local_segments_(std::move(parts.local_segments)),
       parts_by_rank_(std::move(parts.by_rank)),
-      local_(std::move(parts.local)) {}
+      local_(std::move(parts.local)) {
+  compat::restore_group_options(*this, std::move(parts.given));
+}
 
 at::Tensor ZeroStage2Optimizer::step(LossClosure closure) {
   DPT_CHECK(!closure, ConfigError, "rank ", comm_->rank(),

@@ -14,6 +14,7 @@
 
 #include "dptrain/common/error.h"
 #include "dptrain/common/text.h"
+#include "dptrain/compat/compat.h"
 #include "dptrain/models/layers.h"
 #include "dptrain/parallel/sync_batch_norm.h"
 #include "dptrain/train/fused_sgd.h"
@@ -127,7 +128,7 @@ std::shared_ptr<torch::optim::Optimizer> make_optimizer(std::vector<torch::optim
                                                         const OptimizerOptions& options, double lr) {
   return with_kind(options, lr, [&](auto* kind, const auto& defaults) -> std::shared_ptr<torch::optim::Optimizer> {
     using Optim = std::remove_pointer_t<decltype(kind)>;
-    return std::make_shared<Optim>(std::move(groups), defaults);
+    return compat::optimizer_over<Optim>(std::move(groups), defaults);
   });
 }
 

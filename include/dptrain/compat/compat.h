@@ -15,11 +15,14 @@
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 #include <torch/csrc/distributed/c10d/Store.hpp>
 #include <torch/csrc/distributed/c10d/Work.hpp>
+#include <torch/optim/optimizer.h>
 
 #include <functional>
+#include <memory>
 #include <sstream>
 #include <string>
 #include <type_traits>
+#include <vector>
 
 #if TORCH_VERSION_MAJOR >= 2
 #include <torch/csrc/distributed/c10d/Backend.hpp>
@@ -59,11 +62,12 @@ inline bool backend_supports_avg(const Backend& backend) {
   return backend.getBackendName() == "nccl";
 }
 
-// Gloo learned bfloat16 reductions in LibTorch 2.3; before that, reduce through float32.
-inline bool backend_supports_bfloat16(const Backend& backend) {
-  if (backend.getBackendName() != "gloo") return true;
-  return DPT_TORCH_AT_LEAST(2, 3);
-}
+// Whether `backend` reduces and broadcasts tensors of `type` itself; where not, callers go through
+// float32. Gloo takes bfloat16 from LibTorch 2.3 only, and neither bfloat16 nor half where LibTorch
+// links a Gloo built without torch's types (Debian's 2.14 links its system Gloo, which cannot know
+// them: "Invalid scalar type"). No version tells the last, so Gloo is asked, once per process and
+// type, in a group of one on loopback.
+bool backend_reduces(const Backend& backend, at::ScalarType type);
 
 // Gloo offers no reduce_scatter; callers fall back to allreduce and keep their slice.
 inline bool backend_supports_reduce_scatter(const Backend& backend) {
@@ -115,6 +119,26 @@ struct FusedSgdHyper {
   double lr, momentum, dampening, weight_decay;
   bool nesterov;
 };
+
+// Clones of each parameter group's options (null where a group has none), taken before an
+// optimizer is built from the groups, for restore_group_options once it is. Newer LibTorch (2.14
+// here; pytorch/pytorch#161825) merges every group's options with the optimizer's defaults and
+// takes a field that equals its options class's constructor default as unset: a group's weight
+// decay of 0 under SGD or RMSprop defaults of 1e-4 became 1e-4, on the norm and bias parameters
+// torchvision's recipes exempt. Restored, every group keeps the options it was given, in every
+// version.
+using GroupOptions = std::vector<std::unique_ptr<torch::optim::OptimizerOptions>>;
+GroupOptions clone_group_options(const std::vector<torch::optim::OptimizerParamGroup>& groups);
+void restore_group_options(torch::optim::Optimizer& optimizer, GroupOptions options);
+
+// An optimizer of class Optim over `groups`, each keeping the options it is given (above).
+template <typename Optim, typename Defaults>
+std::shared_ptr<Optim> optimizer_over(std::vector<torch::optim::OptimizerParamGroup> groups, const Defaults& defaults) {
+  auto given = clone_group_options(groups);
+  auto optimizer = std::make_shared<Optim>(std::move(groups), defaults);
+  restore_group_options(*optimizer, std::move(given));
+  return optimizer;
+}
 
 // What torch::optim::Optimizer::zero_grad() does to `params` in this LibTorch: 1.x zeroes each
 // gradient (detached first), 2.x unsets it (set_to_none). For clearing gradients without an

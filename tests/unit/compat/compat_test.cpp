@@ -2,6 +2,11 @@
 
 #include <torch/torch.h>
 
+#if defined(DPTRAIN_WITH_GLOO)
+#include <torch/csrc/distributed/c10d/HashStore.hpp>
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#endif
+
 #include "dptrain/compat/compat.h"
 #include "dptrain/compat/pickle.h"
 #include "dptrain/compat/tcp_store.h"
@@ -97,3 +102,49 @@ TEST(Compat, PickleSaveWritesNoTypeTagsAndLoadsBack) {
   ASSERT_EQ(milestones.size(), 2u);
   EXPECT_EQ(milestones.get(1).toInt(), 60);
 }
+
+// What newer LibTorch's merge does to a group whose weight decay equals SGDOptions' own default (0)
+// is done here by hand, so that every version checks that the groups get their options back.
+TEST(Compat, RestoredGroupsKeepTheOptionsTheyWereGiven) {
+  auto a = torch::ones({2}, torch::requires_grad()), b = torch::ones({3}, torch::requires_grad());
+  const auto defaults = torch::optim::SGDOptions(0.1).weight_decay(1e-4);
+  std::vector<torch::optim::OptimizerParamGroup> groups;
+  groups.emplace_back(std::vector<at::Tensor>{a}, std::make_unique<torch::optim::SGDOptions>(0.1));
+  groups.emplace_back(std::vector<at::Tensor>{b});
+  auto given = dpt::compat::clone_group_options(groups);
+  torch::optim::SGD sgd(std::move(groups), defaults);
+  sgd.param_groups()[0].set_options(std::make_unique<torch::optim::SGDOptions>(defaults));
+  auto decay = [&](size_t g) {
+    return static_cast<const torch::optim::SGDOptions&>(sgd.param_groups()[g].options()).weight_decay();
+  };
+  ASSERT_EQ(decay(0), 1e-4);
+  dpt::compat::restore_group_options(sgd, std::move(given));
+  EXPECT_EQ(decay(0), 0.0);
+  EXPECT_EQ(decay(1), 1e-4);  // a group given no options keeps the defaults
+}
+
+#if defined(DPTRAIN_WITH_GLOO)
+// The answer is what Gloo does when asked directly, and where LibTorch's own Gloo is known to
+// reduce a type (half in every version before 2.14, bfloat16 from 2.3), it is yes.
+TEST(Compat, BackendReducesAnswersWhatGlooDoes) {
+  auto options = c10d::ProcessGroupGloo::Options::create(std::chrono::seconds(30));
+  options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
+  c10d::ProcessGroupGloo group(c10::make_intrusive<c10d::HashStore>(), 0, 1, options);
+  for (const auto type : {at::kHalf, at::kBFloat16}) {
+    std::vector<at::Tensor> tensors{at::full({3}, 2.0, at::TensorOptions().dtype(type))};
+    bool reduced = true;
+    try {
+      group.allreduce(tensors)->wait();
+    } catch (const std::exception&) {
+      reduced = false;
+    }
+    EXPECT_EQ(dpt::compat::backend_reduces(group, type), reduced) << type;
+  }
+  if (!DPT_TORCH_AT_LEAST(2, 14)) {
+    EXPECT_TRUE(dpt::compat::backend_reduces(group, at::kHalf));
+  }
+  if (DPT_TORCH_AT_LEAST(2, 3) && !DPT_TORCH_AT_LEAST(2, 14)) {
+    EXPECT_TRUE(dpt::compat::backend_reduces(group, at::kBFloat16));
+  }
+}
+#endif

@@ -10,6 +10,7 @@
 
 #include <torch/torch.h>
 
+#include "dptrain/compat/compat.h"
 #include "support/thread_ranks.h"
 #include "support/tiny_training.h"
 
@@ -35,13 +36,13 @@ struct Recipe {
 std::vector<Recipe> recipes() {
   return {{"sgd",
            [](std::vector<OptimizerParamGroup> groups) {
-             return std::make_shared<torch::optim::SGD>(std::move(groups), dpt::testing::sgd());
+             return dpt::compat::optimizer_over<torch::optim::SGD>(std::move(groups), dpt::testing::sgd());
            },
            [] { return std::make_unique<torch::optim::SGDOptions>(dpt::testing::sgd().weight_decay(0)); }},
           {"adamw",
            [](std::vector<OptimizerParamGroup> groups) {
-             return std::make_shared<torch::optim::AdamW>(std::move(groups),
-                                                          torch::optim::AdamWOptions(0.01).weight_decay(0.05));
+             const auto defaults = torch::optim::AdamWOptions(0.01).weight_decay(0.05);
+             return dpt::compat::optimizer_over<torch::optim::AdamW>(std::move(groups), defaults);
            },
            [] { return std::make_unique<torch::optim::AdamWOptions>(torch::optim::AdamWOptions(0.01).weight_decay(0)); }}};
 }
