@@ -131,14 +131,14 @@ TEST(C10dFailure, StoreClientWithNoServerIsATimeout) {
     port = probe.port();
   }
   const std::string message =
-      message_of([&] { c10::make_intrusive<c10d::TCPStore>("127.0.0.1", store_options(port, false)); });
+      message_of([&] { (void)c10::make_intrusive<c10d::TCPStore>("127.0.0.1", store_options(port, false)); });
   EXPECT_EQ(failure_cause(message), FailureCause::Timeout) << message;
 }
 
 TEST(C10dFailure, StoreServerOnABusyPortIsAnAddressInUse) {
   Listener holder;
   const std::string message =
-      message_of([&] { c10::make_intrusive<c10d::TCPStore>("127.0.0.1", store_options(holder.port(), true)); });
+      message_of([&] { (void)c10::make_intrusive<c10d::TCPStore>("127.0.0.1", store_options(holder.port(), true)); });
   EXPECT_EQ(failure_cause(message), FailureCause::AddressInUse) << message;
 }
 
