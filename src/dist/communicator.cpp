@@ -1,5 +1,7 @@
 #include "dptrain/dist/communicator.h"
 
+#include <algorithm>
+
 #include <signal.h>
 
 #include "dptrain/common/error.h"
@@ -84,11 +86,10 @@ Communicator::Communicator(compat::BackendPtr backend, WorldInfo world, const Co
   DPT_ASSERT(backend_->getRank() == world_.rank && backend_->getSize() == world_.world_size,
              "backend rank/size ", backend_->getRank(), "/", backend_->getSize(), " disagree with world ",
              world_.rank, "/", world_.world_size);
-  // Whether the backend reduces half and bfloat16 itself is asked now, before this process's groups
-  // run anything: Gloo is asked in a group of its own, which PyTorch's flight recorder (2.11)
-  // must not record beside another group's first collective.
-  compat::backend_reduces(*backend_, at::kHalf);
-  compat::backend_reduces(*backend_, at::kBFloat16);
+  // Asked of the backend itself, in the same order on every rank (compat::backend_reduces).
+  for (const auto type : {at::kHalf, at::kBFloat16}) {
+    if (!compat::backend_reduces(*backend_, type)) through_float_.push_back(type);
+  }
   transport_ = transport::make_transport(
       backend_, world_,
       transport::TransportOptions()
@@ -162,21 +163,19 @@ c10d::ReduceOp to_c10d(ReduceOp op) {
   return c10d::ReduceOp::SUM;
 }
 
-// What travels on the wire for `tensor`: itself when the backend can reduce it in place, else a
-// contiguous (and, for a type the backend cannot reduce, float32) copy that is written back
-// afterwards.
-at::Tensor wire_tensor(const at::Tensor& tensor, const compat::Backend& backend) {
-  if (!compat::backend_reduces(backend, tensor.scalar_type())) return tensor.to(at::kFloat).contiguous();
-  return tensor.contiguous();
-}
-
 }  // namespace
+
+at::Tensor Communicator::wire_tensor(const at::Tensor& tensor) const {
+  const bool through_float =
+      std::find(through_float_.begin(), through_float_.end(), tensor.scalar_type()) != through_float_.end();
+  return through_float ? tensor.to(at::kFloat).contiguous() : tensor.contiguous();
+}
 
 Work Communicator::start_all_reduce(at::Tensor tensor, ReduceOp op, std::function<void()> then) {
   const std::string what = "all_reduce(" + to_string(op) + ")";
   DPT_CHECK(op != ReduceOp::Mean || at::isFloatingType(tensor.scalar_type()), ConfigError, "rank ", rank(),
             ": ", what, " with mean needs a floating-point tensor, got ", tensor.scalar_type());
-  at::Tensor wire = wire_tensor(tensor, *backend_);
+  at::Tensor wire = wire_tensor(tensor);
   CollectiveRecord record;
   const uint64_t id = recorder_.start(what, tensor, -1, &record);
   compat::WorkPtr work;
@@ -206,7 +205,7 @@ Work Communicator::all_reduce_async(at::Tensor tensor, ReduceOp op) { return sta
 Work Communicator::broadcast_async(at::Tensor tensor, int root) {
   DPT_CHECK(root >= 0 && root < size(), ConfigError, "rank ", rank(), ": broadcast from rank ", root,
             ", which is outside the world of ", size());
-  at::Tensor wire = wire_tensor(tensor, *backend_);
+  at::Tensor wire = wire_tensor(tensor);
   std::vector<at::Tensor> tensors{wire};
   c10d::BroadcastOptions options;
   options.rootRank = root;
@@ -274,7 +273,7 @@ std::vector<at::Tensor> Communicator::all_gather(const at::Tensor& tensor) {
     for (int r = 0; r < size(); ++r) parts.push_back(slots.narrow(0, r * n, n).view(tensor.sizes()));
     return parts;
   }
-  at::Tensor wire = wire_tensor(tensor, *backend_);
+  at::Tensor wire = wire_tensor(tensor);
   std::vector<std::vector<at::Tensor>> outputs(1);
   for (int r = 0; r < size(); ++r) outputs[0].push_back(at::empty_like(wire));
   std::vector<at::Tensor> inputs{wire};

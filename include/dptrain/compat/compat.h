@@ -65,9 +65,10 @@ inline bool backend_supports_avg(const Backend& backend) {
 // Whether `backend` reduces and broadcasts tensors of `type` itself; where not, callers go through
 // float32. Gloo takes bfloat16 from LibTorch 2.3 only, and neither bfloat16 nor half where LibTorch
 // links a Gloo built without torch's types (Debian's 2.14 links its system Gloo, which cannot know
-// them: "Invalid scalar type"). No version tells the last, so Gloo is asked, once per process and
-// type, in a group of one on loopback.
-bool backend_reduces(const Backend& backend, at::ScalarType type);
+// them: "Invalid scalar type"). No version tells the last, so Gloo is asked: a one-element
+// all_reduce of `type` on `backend`, which a missing type fails before anything is sent. That is
+// a collective: every rank of the group asks, at the same point.
+bool backend_reduces(Backend& backend, at::ScalarType type);
 
 // Gloo offers no reduce_scatter; callers fall back to allreduce and keep their slice.
 inline bool backend_supports_reduce_scatter(const Backend& backend) {

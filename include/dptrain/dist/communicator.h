@@ -168,6 +168,9 @@ class Communicator {
 
   // Whether reduce_scatter of `tensor` runs as the backend's own (else an in-place all_reduce).
   bool scatters_natively(const at::Tensor& tensor, ReduceOp op) const;
+  // What travels on the wire for `tensor`: itself when the backend can reduce it in place, else a
+  // contiguous (and, for a type the backend cannot reduce, float32) copy, written back afterwards.
+  at::Tensor wire_tensor(const at::Tensor& tensor) const;
   // `then` runs once the result is in `tensor`.
   Work start_all_reduce(at::Tensor tensor, ReduceOp op, std::function<void()> then = {});
   Work start_point_to_point(const std::string& operation, at::Tensor tensor, int peer, int tag);
@@ -188,6 +191,7 @@ class Communicator {
   compat::StorePtr store_;
   bool check_agreement_;
   std::unique_ptr<transport::Transport> transport_;
+  std::vector<at::ScalarType> through_float_;  // types the backend cannot reduce itself
   FlightRecorder recorder_;
   std::ostream* failure_log_;
 };
