@@ -137,6 +137,13 @@ def run(args, timeout, env=None, **kwargs):
         started.close()
 
 
+def without_gloo_info(text):
+    """`text` without the line newer Gloo prints on stderr for every connection it makes
+    ("[./gloo/transport/tcp/context.cc:243] INFO Rank 0 is connected to 0. ..."), which says
+    nothing of the run."""
+    return "".join(line for line in text.splitlines(keepends=True) if not re.match(r"\[[^\]]*\] INFO ", line))
+
+
 def free_port():
     """A TCP port on 127.0.0.1 that was free a moment ago."""
     with socket.socket() as s:

@@ -72,16 +72,34 @@ void close_fd(int& fd) {
   fd = -1;
 }
 
+// A library's informational log record, which says nothing of why a worker failed: Gloo's
+// "[file:line] INFO ..." (newer Gloo logs every connection so) and glog's or c10's "I1129 ...".
+bool is_info_record(const std::string& line) {
+  const size_t start = line.find_first_not_of(' ');
+  if (start == std::string::npos) return true;
+  if (line[start] == '[') {
+    const size_t close = line.find(']', start);
+    if (close != std::string::npos && line.compare(close + 1, 6, " INFO ") == 0) return true;
+  }
+  const size_t glog = line[start] == '[' ? start + 1 : start;
+  return line.size() > glog + 5 && line[glog] == 'I' &&
+         std::all_of(line.begin() + static_cast<std::ptrdiff_t>(glog) + 1,
+                     line.begin() + static_cast<std::ptrdiff_t>(glog) + 5, [](char c) { return c >= '0' && c <= '9'; });
+}
+
 // The line of `tail` that says why: the last that names an error (the first line of a multi-line
-// message, as dptrain's, or Python's final "RuntimeError: ..."), else the last line.
+// message, as dptrain's, or Python's final "RuntimeError: ..."), else the last line that is not an
+// informational log record; empty when there is none.
 std::string cause_of(const std::vector<std::string>& tail) {
   constexpr size_t kLongest = 300;
   auto says_error = [](const std::string& line) {
     const std::string lower = ascii_lower(line);
     return lower.find("error") != std::string::npos || lower.find("what():") != std::string::npos;
   };
-  const auto found = std::find_if(tail.rbegin(), tail.rend(), says_error);
-  std::string line = found != tail.rend() ? *found : tail.back();
+  auto found = std::find_if(tail.rbegin(), tail.rend(), says_error);
+  if (found == tail.rend()) found = std::find_if_not(tail.rbegin(), tail.rend(), is_info_record);
+  if (found == tail.rend()) return "";
+  std::string line = *found;
   line.erase(0, line.find_first_not_of(' '));
   return line.size() > kLongest ? line.substr(0, kLongest) + "..." : line;
 }
@@ -109,7 +127,8 @@ std::string GroupResult::summary() const {
   if (outcome != Outcome::WorkerFailed) return report();
   const WorkerExit& w = *first_failure;
   std::string text = str(w.name, " ", describe_status(w.exit_code, w.signal));
-  return w.tail.empty() ? text : text + ": " + cause_of(w.tail);
+  const std::string cause = cause_of(w.tail);
+  return cause.empty() ? text : text + ": " + cause;
 }
 
 WorkerGroup::WorkerGroup(std::vector<WorkerSpec> specs, SupervisorOptions options)

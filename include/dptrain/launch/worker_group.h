@@ -69,7 +69,8 @@ struct GroupResult {
   // Plain-language account of a failure or interruption: who, how, and the last lines.
   std::string report() const;
   // The same in one line, for the launcher's last word: who and how, and the failed worker's error
-  // line (the last of its lines that says "error"), else its last line.
+  // line (the last of its lines that says "error"), else its last line that is not a library's
+  // informational log record (Gloo's "[...] INFO ...", glog's "I1129 ...").
   std::string summary() const;
 };
 
