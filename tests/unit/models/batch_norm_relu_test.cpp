@@ -6,14 +6,15 @@
 #include <vector>
 
 #include "dptrain/models/batch_norm_relu.h"
+#include "support/bf16_compare.h"
 
 namespace models = dpt::models;
 
-namespace {
+using dpt::testing::bf16_channels_last;
+using dpt::testing::bf16_error;
+using dpt::testing::kBf16Tolerance;
 
-torch::Tensor bf16_channels_last(torch::Tensor t) {
-  return t.to(torch::kBFloat16).contiguous(torch::MemoryFormat::ChannelsLast);
-}
+namespace {
 
 // A BatchNorm2d with weights, biases and running statistics away from their defaults.
 torch::nn::AnyModule batch_norm(int64_t channels, int64_t seed) {
@@ -69,24 +70,17 @@ Result definition(const torch::nn::AnyModule& norm, const torch::Tensor& x, cons
               });
 }
 
-// Within what one rounding to bf16 (2^-9 relative) of the exact value allows, with some room for
-// float arithmetic: the largest error over the tensor, relative to its largest value.
-double error(const torch::Tensor& got, const torch::Tensor& want) {
-  return ((got.to(torch::kDouble) - want).abs() / (want.abs() + want.abs().max() * 1e-3)).max().item<double>();
-}
-constexpr double kBf16Tolerance = 1.0 / 256;
-
 void expect_definition(const Result& got, const Result& want) {
-  EXPECT_LT(error(got.y, want.y), kBf16Tolerance);
-  EXPECT_LT(error(got.grad_x, want.grad_x), kBf16Tolerance);
+  EXPECT_LT(bf16_error(got.y, want.y), kBf16Tolerance);
+  EXPECT_LT(bf16_error(got.grad_x, want.grad_x), kBf16Tolerance);
   if (want.grad_residual.defined()) {
-    EXPECT_LT(error(got.grad_residual, want.grad_residual), kBf16Tolerance);
+    EXPECT_LT(bf16_error(got.grad_residual, want.grad_residual), kBf16Tolerance);
   }
   // Sums of float products, a chunk of rows at a time: about 2^-24 per term added.
-  EXPECT_LT(error(got.grad_weight, want.grad_weight), 1e-4);
-  EXPECT_LT(error(got.grad_bias, want.grad_bias), 1e-4);
-  EXPECT_LT(error(got.running_mean, want.running_mean), 1e-6);
-  EXPECT_LT(error(got.running_var, want.running_var), 1e-6);
+  EXPECT_LT(bf16_error(got.grad_weight, want.grad_weight), 1e-4);
+  EXPECT_LT(bf16_error(got.grad_bias, want.grad_bias), 1e-4);
+  EXPECT_LT(bf16_error(got.running_mean, want.running_mean), 1e-6);
+  EXPECT_LT(bf16_error(got.running_var, want.running_var), 1e-6);
   EXPECT_TRUE(got.batches.to(torch::kDouble).equal(want.batches.to(torch::kDouble)));
 }
 
@@ -148,11 +142,11 @@ TEST(BatchNormReLU, TheToleranceRejectsNearMisses) {
   const auto w = bn->weight.to(torch::kDouble).view({1, -1, 1, 1});
   const auto b = bn->bias.to(torch::kDouble).view({1, -1, 1, 1});
   const auto unbiased = (xd - mean) / (xd.var({0, 2, 3}, /*unbiased=*/true, true) + 1e-5).sqrt() * w + b;
-  EXPECT_GT(error(torch::relu(unbiased + residual.to(torch::kDouble)), want.y), kBf16Tolerance);
+  EXPECT_GT(bf16_error(torch::relu(unbiased + residual.to(torch::kDouble)), want.y), kBf16Tolerance);
   const auto biased = (xd - mean) / (xd.var({0, 2, 3}, /*unbiased=*/false, true) + 1e-5).sqrt() * w + b;
-  EXPECT_LT(error(torch::relu(biased + residual.to(torch::kDouble)), want.y), 1e-9);  // the formula itself
-  EXPECT_GT(error(torch::relu(biased) + residual.to(torch::kDouble), want.y), kBf16Tolerance);
-  EXPECT_GT(error(grad.to(torch::kDouble), want.grad_residual), kBf16Tolerance);
+  EXPECT_LT(bf16_error(torch::relu(biased + residual.to(torch::kDouble)), want.y), 1e-9);  // the formula itself
+  EXPECT_GT(bf16_error(torch::relu(biased) + residual.to(torch::kDouble), want.y), kBf16Tolerance);
+  EXPECT_GT(bf16_error(grad.to(torch::kDouble), want.grad_residual), kBf16Tolerance);
 }
 
 TEST(BatchNormReLU, DoesNotDependOnTheNumberOfThreads) {

@@ -9,33 +9,34 @@
 #include "models/bf16_avx512.h"
 #include "models/max_pool_avx512.h"
 #include "models/max_pool_kernel.h"
+#include "support/bf16_compare.h"
 
 namespace models = dpt::models;
 
-namespace {
+using dpt::testing::bf16_channels_last;
+using dpt::testing::bf16_error;
+using dpt::testing::kBf16Tolerance;
 
-torch::Tensor bf16_channels_last(torch::Tensor t) {
-  return t.to(torch::kBFloat16).contiguous(torch::MemoryFormat::ChannelsLast);
-}
+namespace {
 
 struct Pool {
   std::vector<int64_t> kernel, stride, padding;
 };
 
-struct Result {
+struct Pooled {
   torch::Tensor y, grad_x;
 };
 
 // One forward and backward of `pool` through `run` (dpt's or LibTorch's max_pool2d).
 template <typename Run>
-Result step(const torch::Tensor& input, const torch::Tensor& grad, const Pool& pool, Run run) {
+Pooled step(const torch::Tensor& input, const torch::Tensor& grad, const Pool& pool, Run run) {
   auto x = input.detach().requires_grad_();
   auto y = run(x, pool.kernel, pool.stride, pool.padding);
   y.backward(grad.to(y.scalar_type()));
   return {y.detach(), x.grad()};
 }
 
-Result fused(const torch::Tensor& x, const torch::Tensor& grad, const Pool& pool) {
+Pooled fused(const torch::Tensor& x, const torch::Tensor& grad, const Pool& pool) {
   return step(x, grad, pool, [](const torch::Tensor& in, auto k, auto s, auto p) {
     return models::max_pool(in, k, s, p);
   });
@@ -43,18 +44,11 @@ Result fused(const torch::Tensor& x, const torch::Tensor& grad, const Pool& pool
 
 // The definition in float64, from the same bf16 values: LibTorch's pooling, whose rule for ties
 // and NaN is the one the fused layer follows, with its gradients summed exactly.
-Result definition(const torch::Tensor& x, const torch::Tensor& grad, const Pool& pool) {
+Pooled definition(const torch::Tensor& x, const torch::Tensor& grad, const Pool& pool) {
   return step(x.to(torch::kDouble), grad.to(torch::kDouble), pool, [](const torch::Tensor& in, auto k, auto s, auto p) {
     return torch::max_pool2d(in, k, s, p);
   });
 }
-
-// Within one rounding to bf16 (2^-9 relative) of the exact value, with room for float sums: the
-// largest error over the tensor, relative to its largest value.
-double error(const torch::Tensor& got, const torch::Tensor& want) {
-  return ((got.to(torch::kDouble) - want).abs() / (want.abs() + want.abs().max() * 1e-3)).max().item<double>();
-}
-constexpr double kBf16Tolerance = 1.0 / 256;
 
 std::vector<int64_t> output_shape(const torch::Tensor& x, const Pool& pool) {
   return {x.size(0), x.size(1), (x.size(2) + 2 * pool.padding[0] - pool.kernel[0]) / pool.stride[0] + 1,
@@ -83,7 +77,7 @@ TEST(MaxPool, IsTheDefinitionForEveryShape) {
     EXPECT_TRUE(got.y.is_contiguous(torch::MemoryFormat::ChannelsLast));
     EXPECT_TRUE(got.grad_x.is_contiguous(torch::MemoryFormat::ChannelsLast));
     EXPECT_TRUE(got.y.to(torch::kDouble).equal(want.y));  // a maximum is one of the inputs: exact
-    EXPECT_LT(error(got.grad_x, want.grad_x), kBf16Tolerance);
+    EXPECT_LT(bf16_error(got.grad_x, want.grad_x), kBf16Tolerance);
   }
 }
 
@@ -99,8 +93,8 @@ TEST(MaxPool, TheToleranceRejectsAGradientThatLosesOverlaps) {
                                                                 pool.padding);
   auto assigned = torch::zeros({4, 16, 12 * 12}, torch::kDouble);
   assigned.scatter_(2, indices.flatten(2), grad.to(torch::kDouble).flatten(2));
-  EXPECT_GT(error(assigned.view({4, 16, 12, 12}), want.grad_x), kBf16Tolerance);
-  EXPECT_LT(error(fused(x, grad, pool).grad_x, want.grad_x), kBf16Tolerance);
+  EXPECT_GT(bf16_error(assigned.view({4, 16, 12, 12}), want.grad_x), kBf16Tolerance);
+  EXPECT_LT(bf16_error(fused(x, grad, pool).grad_x, want.grad_x), kBf16Tolerance);
 }
 
 TEST(MaxPool, TiesAndNaNGoWhereLibTorchSendsThem) {
