@@ -88,7 +88,13 @@ Communicator::Communicator(compat::BackendPtr backend, WorldInfo world, const Co
              world_.rank, "/", world_.world_size);
   // Asked of the backend itself, in the same order on every rank (compat::backend_reduces).
   for (const auto type : {at::kHalf, at::kBFloat16}) {
-    if (!compat::backend_reduces(*backend_, type)) through_float_.push_back(type);
+    try {
+      if (!compat::backend_reduces(*backend_, type)) through_float_.push_back(type);
+    } catch (const std::exception& e) {
+      throw DistError(str("rank ", world_.rank, ": the group's first collective (a one-element all_reduce of ", type,
+                          ", asking the backend which types it reduces) failed: ", e.what(),
+                          ". Every rank of the job must start; look for one that did not, or that failed first"));
+    }
   }
   transport_ = transport::make_transport(
       backend_, world_,
