@@ -36,7 +36,8 @@ TEST(GroupResult, SummaryPassesOverInformationalLogRecords) {
   EXPECT_EQ(killed_with({kGlooInfo}).summary(), killed);
   EXPECT_EQ(killed_with({"[I1129 07:01:02.000000000 ProcessGroupNCCL.cpp:900] init", kGlooInfo}).summary(), killed);
   EXPECT_EQ(killed_with({"epoch 1 step 20 loss 2.31", kGlooInfo}).summary(), killed + ": epoch 1 step 20 loss 2.31");
-  EXPECT_EQ(killed_with({"RuntimeError: bad shape", "epoch 1 step 20"}).summary(), killed + ": RuntimeError: bad shape");
+  EXPECT_EQ(killed_with({"RuntimeError: bad shape", "epoch 1 step 20"}).summary(),
+            killed + ": RuntimeError: bad shape");
   // A line that only starts like a record is the cause.
   EXPECT_EQ(killed_with({"I12 images left", kGlooInfo}).summary(), killed + ": I12 images left");
 }
