@@ -84,6 +84,7 @@ Membership NodeRendezvous::host_round() {
   write_int(round_key(round, "forming"), 1);
   const auto start = Clock::now();
   std::optional<Clock::time_point> last_call_ends;
+  bool waited_out = false;  // closed by the end of the last call, not by the nodes joining
   int joined = 1;
   while (true) {
     report_refusals();
@@ -93,8 +94,14 @@ Membership NodeRendezvous::host_round() {
       // Every guest of the last round is back (a re-formation to admit a node), or the wait for
       // the missing ones (lost, or slow to stop) is over.
       if (round > 0 && count(round_key(round, "returning")) >= previous_nodes - 1) break;
-      if (!last_call_ends) last_call_ends = Clock::now() + options_.last_call();
-      if (Clock::now() >= *last_call_ends) break;
+      if (!last_call_ends) {
+        // Said, so that a host that waits (--rdzv-last-call, 10 s by default) says what for.
+        last_call_ends = Clock::now() + options_.last_call();
+        report(str("round ", round, ": ", joined, " node(s) of at most ", options_.max_nodes(),
+                   " have joined; the last call for the others ends in ", seconds(options_.last_call()), " s"));
+      }
+      waited_out = Clock::now() >= *last_call_ends;
+      if (waited_out) break;
     } else {
       DPT_CHECK(Clock::now() - start < options_.timeout(), TimeoutError, "elastic rendezvous, round ", round,
                 ": only ", joined, " of at least ", options_.min_nodes(), " node(s) joined within ",
@@ -112,8 +119,10 @@ Membership NodeRendezvous::host_round() {
   write_int(round_key(round, "nnodes"), membership.nnodes);
   write_int(key("open"), round + 1);
   write_int(round_key(round, "closed"), 1);
+  const int waiting = joined - membership.nnodes;
   report(str("round ", round, " formed with ", membership.nnodes, " node(s)",
-             joined > membership.nnodes ? str(" (", joined - membership.nnodes, " more wait for the next round)") : ""));
+             waited_out ? " as the last call ended" : "",
+             waiting > 0 ? str(" (", waiting, " more wait for the next round)") : ""));
   return membership;
 }
 

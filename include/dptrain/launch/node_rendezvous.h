@@ -50,8 +50,8 @@ struct NodeRendezvousOptions {
   TORCH_ARG(std::optional<std::string>, job_token) = std::nullopt;
   // Where the host serves the store ("10.0.0.1:29400"), for messages.
   TORCH_ARG(std::string, address) = "";
-  // Receives one line per event worth a log line (a round formed, a node waiting, a launcher
-  // turned away). Empty: silent.
+  // Receives one line per event worth a log line (a last call begun, a round formed, a node
+  // waiting, a launcher turned away). Empty: silent.
   TORCH_ARG(std::function<void(const std::string&)>, report);
 };
 

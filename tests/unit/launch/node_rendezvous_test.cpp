@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <torch/csrc/distributed/c10d/HashStore.hpp>
 
+#include <algorithm>
 #include <future>
 #include <mutex>
 #include <set>
@@ -21,11 +22,12 @@ using namespace std::chrono_literals;
 // Launchers as threads over one in-memory store; the host hands out ports 40000, 40001, ...
 class Launchers {
  public:
-  explicit Launchers(int min_nodes, int max_nodes) : min_(min_nodes), max_(max_nodes) {}
+  explicit Launchers(int min_nodes, int max_nodes, std::chrono::milliseconds last_call = 300ms)
+      : min_(min_nodes), max_(max_nodes), last_call_(last_call) {}
 
   NodeRendezvousOptions options(std::optional<std::string> token = std::nullopt) {
     return NodeRendezvousOptions(min_, max_)
-        .last_call(300ms)
+        .last_call(last_call_)
         .timeout(2s)
         .job_token(std::move(token))
         .choose_worker_port([this] { return next_port_++; })
@@ -48,10 +50,20 @@ class Launchers {
  private:
   c10::intrusive_ptr<c10d::HashStore> store_ = c10::make_intrusive<c10d::HashStore>();
   int min_, max_;
+  std::chrono::milliseconds last_call_;
   std::atomic<int> next_port_{40000};
   std::mutex mutex_;
   std::vector<std::string> reports_;
 };
+
+// The host's reports of the rounds it formed, in order.
+std::vector<std::string> rounds_formed(Launchers& job) {
+  std::vector<std::string> lines;
+  for (const auto& line : job.reports()) {
+    if (line.find(" formed with ") != std::string::npos) lines.push_back(line);
+  }
+  return lines;
+}
 
 std::future<std::optional<Membership>> next_round_async(NodeRendezvous& node) {
   return std::async(std::launch::async, [&node] { return node.next_round(); });
@@ -69,7 +81,7 @@ bool becomes_due(NodeRendezvous& node) {
 }  // namespace
 
 TEST(NodeRendezvous, ARoundTakesEveryNodeUpToTheMaximum) {
-  Launchers job(2, 3);
+  Launchers job(2, 3, 2s);
   auto host = job.host();
   auto a = job.guest(), b = job.guest();
   auto fa = next_round_async(*a), fb = next_round_async(*b);
@@ -82,6 +94,7 @@ TEST(NodeRendezvous, ARoundTakesEveryNodeUpToTheMaximum) {
   EXPECT_EQ(ma.nnodes, 3);
   EXPECT_EQ(ma.master_port, mine.master_port);
   EXPECT_EQ(mb.master_port, 40000);
+  EXPECT_EQ(rounds_formed(job), std::vector<std::string>({"round 0 formed with 3 node(s)"})) << "closed when full";
 }
 
 TEST(NodeRendezvous, ClosesWithTheMinimumAfterTheLastCall) {
@@ -93,6 +106,11 @@ TEST(NodeRendezvous, ClosesWithTheMinimumAfterTheLastCall) {
   EXPECT_EQ(host->next_round()->nnodes, 2);
   EXPECT_GE(std::chrono::steady_clock::now() - start, 300ms);
   EXPECT_EQ(joined.get()->node_rank, 1);
+  EXPECT_EQ(rounds_formed(job), std::vector<std::string>({"round 0 formed with 2 node(s) as the last call ended"}));
+  const auto reports = job.reports();
+  EXPECT_NE(std::find(reports.begin(), reports.end(),
+                      "round 0: 2 node(s) of at most 3 have joined; the last call for the others ends in 0.3 s"),
+            reports.end());
 }
 
 TEST(NodeRendezvous, TooFewNodesIsATimeoutThatSaysSo) {
@@ -107,7 +125,8 @@ TEST(NodeRendezvous, TooFewNodesIsATimeoutThatSaysSo) {
 }
 
 TEST(NodeRendezvous, ReformsWithoutALostNodeThenAdmitsANewOne) {
-  Launchers job(1, 3);
+  // A last call long enough that only a node that never comes ends one, however loaded the machine.
+  Launchers job(1, 3, 2s);
   auto host = job.host();
   auto a = job.guest(), lost = job.guest();
   auto fa = next_round_async(*a), flost = next_round_async(*lost);
@@ -131,10 +150,12 @@ TEST(NodeRendezvous, ReformsWithoutALostNodeThenAdmitsANewOne) {
   EXPECT_TRUE(becomes_due(*host));
   EXPECT_TRUE(becomes_due(*a));
   fa = next_round_async(*a);
-  const auto start = std::chrono::steady_clock::now();
   const Membership third = *host->next_round();
-  EXPECT_LT(std::chrono::steady_clock::now() - start, 300ms) << "every node was back: no last call";
   EXPECT_EQ(third.nnodes, 3);
+  // The second round waited for `lost`; every node was back for the third, which did not wait.
+  EXPECT_EQ(rounds_formed(job), std::vector<std::string>({"round 0 formed with 3 node(s)",
+                                                          "round 1 formed with 2 node(s) as the last call ended",
+                                                          "round 2 formed with 3 node(s)"}));
   EXPECT_EQ(std::set<int>({fa.get()->node_rank, fback.get()->node_rank}), std::set<int>({1, 2}));
 }
 
