@@ -4,13 +4,14 @@
 #include <torch/torch.h>
 
 #include <algorithm>
-#include <array>
 #include <atomic>
 #include <chrono>
 #include <cmath>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <thread>
+#include <vector>
 
 #include "dptrain/common/error.h"
 #include "dptrain/compat/compat.h"
@@ -166,6 +167,28 @@ TEST_P(PsSync, EqualsOneProcessOnTheCombinedBatch) {
 
 INSTANTIATE_TEST_SUITE_P(Servers, PsSync, ::testing::Values(1, 2));
 
+// A before_step hook that holds the first step of the last of `workers` workers until every other
+// worker has begun step `until`: a schedule that a loaded machine cannot change. At most 10 s, so
+// that a worker that fails cannot hang the test.
+std::function<void(int, int64_t)> hold_last_worker(int workers, int64_t until) {
+  auto begun = std::make_shared<std::vector<std::atomic<int64_t>>>(workers - 1);  // the others' steps
+  return [begun, workers, until](int rank, int64_t step) {
+    if (rank < workers - 1) {
+      (*begun)[rank] = step;
+      return;
+    }
+    const auto slowest_other = [&] {
+      int64_t slowest = until;
+      for (const auto& s : *begun) slowest = std::min(slowest, s.load());
+      return slowest;
+    };
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (step == 0 && slowest_other() < until && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+  };
+}
+
 // 3 workers, 16 steps; `before_step(rank, step)` slows worker 2. The others may run ahead of it by
 // at most the staleness.
 ps::ServerReport run_with_slow_worker(ps::PsOptions options, const std::function<void(int, int64_t)>& before_step) {
@@ -187,18 +210,8 @@ TEST(PsStaleness, NoWorkerRunsMoreThanKStepsAhead) {
   // its first step until both others have begun their ninth (at most 10 s), so that the lead does
   // not hang on how a loaded machine schedules the threads (a 20 ms sleep per step gave a lead of
   // only 2 once, beside a fuzzing run).
-  std::array<std::atomic<int64_t>, 2> fast_step{};
-  const auto async = run_with_slow_worker(ps::PsOptions().consistency(ps::Consistency::Async), [&](int rank, int64_t step) {
-    if (rank < 2) {
-      fast_step[rank] = step;
-      return;
-    }
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-    while (step == 0 && std::min(fast_step[0].load(), fast_step[1].load()) < 8 &&
-           std::chrono::steady_clock::now() < deadline) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    }
-  });
+  const auto async =
+      run_with_slow_worker(ps::PsOptions().consistency(ps::Consistency::Async), hold_last_worker(3, /*until=*/8));
   EXPECT_GT(async.max_lead, 2);
 }
 
@@ -217,21 +230,11 @@ TEST(PsAsync, LearnsEvenWithAGradientFifteenUpdatesStale) {
   fill(*model, 100);
   const double before = F::cross_entropy(model->forward(x), y).item<double>();
   for (auto consistency : {ps::Consistency::Async, ps::Consistency::Bounded}) {
-    std::atomic<int64_t> worker0_step{0};
-    std::function<void(int, int64_t)> before_step;
     // (Bounded with staleness 1 cannot let worker 0 run ahead: it would wait out the deadline.)
-    if (consistency == ps::Consistency::Async) {
-      before_step = [&](int rank, int64_t step) {
-        if (rank == 0) worker0_step = step;
-        const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-        while (rank == 1 && step == 0 && worker0_step.load() < 15 && std::chrono::steady_clock::now() < deadline) {
-          std::this_thread::sleep_for(std::chrono::milliseconds(1));
-        }
-      };
-    }
+    const bool async = consistency == ps::Consistency::Async;
     const auto job = run_job(2, ps::PsOptions().consistency(consistency).staleness(1).buckets(small_buckets()),
-                             repeated, before_step);
-    if (consistency == ps::Consistency::Async) {
+                             repeated, async ? hold_last_worker(2, /*until=*/15) : nullptr);
+    if (async) {
       EXPECT_GE(job.reports.at(0).max_lead, 15) << "worker 1 was not held";
     }
     torch::NoGradGuard no_grad;
