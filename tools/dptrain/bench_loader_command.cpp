@@ -3,12 +3,11 @@
 // batch), with a given number of loader threads. bench/loader runs it next to torchvision's
 // DataLoader. Ends with one JSON line.
 
-#include <sys/resource.h>
-
 #include <chrono>
 #include <iostream>
 #include <nlohmann/json.hpp>
 
+#include "bench_common.h"
 #include "command.h"
 #include "run_flags.h"
 #include "dptrain/common/error.h"
@@ -19,16 +18,6 @@
 namespace dpt::cli {
 
 namespace {
-
-// User + system CPU seconds of this process, all threads: with other work on the machine, images
-// per CPU second measure the pipeline's cost where images per wall second measure its share of
-// the cores.
-double cpu_seconds() {
-  rusage usage{};
-  getrusage(RUSAGE_SELF, &usage);
-  auto seconds = [](const timeval& t) { return static_cast<double>(t.tv_sec) + t.tv_usec * 1e-6; };
-  return seconds(usage.ru_utime) + seconds(usage.ru_stime);
-}
 
 struct BenchLoaderFlags {
   std::string data;
@@ -64,7 +53,7 @@ int run_bench_loader(const BenchLoaderFlags& f) {
   }
   int64_t images = 0, skipped = 0;
   const auto start = std::chrono::steady_clock::now();
-  const double cpu_start = cpu_seconds();
+  const auto usage_start = ProcessUsage::now();
   for (int epoch = 1; epoch <= f.epochs; ++epoch) {
     sampler.set_epoch(epoch);
     data::Loader loader(dataset, sampler.indices(), epoch, options);
@@ -73,12 +62,19 @@ int run_bench_loader(const BenchLoaderFlags& f) {
     if (skipped == 0 && !skips.empty()) std::cerr << "bench-loader: skipped " << skips.front().what << " (and maybe more)\n";
     skipped += static_cast<int64_t>(skips.size());
   }
-  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  const double cpu = cpu_seconds() - cpu_start;
+  const double seconds = seconds_since(start);
+  const ProcessUsage used = ProcessUsage::now() - usage_start;
+  // With other work on the machine, images per CPU second measure the pipeline's cost where
+  // images per wall second measure its share of the cores; busy_fraction, the CPU time over the
+  // threads' wall time, says how much of the time the threads computed rather than waited.
+  const double cpu = used.cpu_seconds();
   nlohmann::json report = {
       {"threads", f.threads},      {"images", images},           {"skipped", skipped}, {"seconds", seconds},
       {"img_s", images / seconds}, {"batch_size", f.batch_size}, {"size", f.size},     {"dct_scaling", f.dct_scaling},
-      {"cpu_seconds", cpu},        {"img_per_cpu_s", images / cpu},
+      {"epochs", f.epochs},        {"cpu_seconds", cpu},         {"img_per_cpu_s", images / cpu},
+      {"busy_fraction", cpu / (f.threads * seconds)},            {"user_seconds", used.user_seconds},
+      {"system_seconds", used.system_seconds},                   {"minor_faults", used.minor_faults},
+      {"voluntary_switches", used.voluntary_switches},           {"involuntary_switches", used.involuntary_switches},
       {"auto_augment", f.auto_augment ? to_string(*f.auto_augment) : "none"}, {"random_erase", f.random_erase}};
   std::cout << report.dump() << std::endl;
   return 0;
