@@ -4,19 +4,12 @@
 #include <sys/utsname.h>
 
 #include <cctype>
-#include <fstream>
-#include <sstream>
 #include <vector>
+
+#include "dptrain/common/read_file.h"
 
 namespace dpt {
 namespace {
-
-std::string read_file(const char* path) {
-  std::ifstream in(path);
-  std::ostringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
 
 std::string_view trimmed(std::string_view s) {
   const auto first = s.find_first_not_of(" \t");
@@ -98,7 +91,7 @@ CpuFeatures cpu_features_from(std::string_view cpuinfo) {
   return cpu;
 }
 
-CpuFeatures cpu_features() { return cpu_features_from(read_file("/proc/cpuinfo")); }
+CpuFeatures cpu_features() { return cpu_features_from(read_file<std::string>("/proc/cpuinfo").value_or("")); }
 
 std::string BlasLibrary::describe() const {
   const char* name = "";
@@ -150,7 +143,7 @@ BlasLibrary blas_from_maps(std::string_view maps) {
 }
 
 BlasLibrary blas_in_use() {
-  BlasLibrary blas = blas_from_maps(read_file("/proc/self/maps"));
+  BlasLibrary blas = blas_from_maps(read_file<std::string>("/proc/self/maps").value_or(""));
   using ConfigFunction = const char* (*)();
   if (auto config = reinterpret_cast<ConfigFunction>(::dlsym(RTLD_DEFAULT, "openblas_get_config"))) {
     blas.version = trimmed(config());

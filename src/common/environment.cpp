@@ -4,10 +4,10 @@
 
 #include <cerrno>
 #include <cstdlib>
-#include <fstream>
-#include <iterator>
 
 #include "dptrain/common/error.h"
+#include "dptrain/common/read_file.h"
+#include "dptrain/common/text.h"
 
 namespace dpt {
 namespace {
@@ -29,18 +29,12 @@ Environment Environment::current() {
 }
 
 Environment Environment::at_start() {
-  std::ifstream in("/proc/self/environ", std::ios::binary);
-  const std::string entries((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  return from_entries(entries);
+  return from_entries(read_file<std::string>("/proc/self/environ").value_or(""));
 }
 
 Environment Environment::from_entries(std::string_view entries) {
   std::map<std::string, std::string> vars;
-  while (!entries.empty()) {
-    const auto end = entries.find('\0');
-    add_entry(vars, entries.substr(0, end));
-    entries.remove_prefix(end == std::string_view::npos ? entries.size() : end + 1);
-  }
+  for (const auto entry : nul_terminated_entries(entries)) add_entry(vars, entry);
   return Environment(std::move(vars));
 }
 

@@ -13,6 +13,7 @@
 #include <memory>
 
 #include "dptrain/common/error.h"
+#include "dptrain/common/read_file.h"
 
 namespace dpt::data {
 
@@ -217,15 +218,9 @@ std::vector<uint8_t> encode_jpeg(const Image& image, int quality) {
 }
 
 std::vector<uint8_t> read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary | std::ios::ate);
-  DPT_CHECK(in, DataError, "cannot open ", path, ": ", std::strerror(errno));
-  const std::streamsize size = in.tellg();
-  DPT_CHECK(size >= 0, DataError, "cannot read ", path, ": ", std::strerror(errno), " (is it a directory?)");
-  std::vector<uint8_t> bytes(static_cast<size_t>(size));
-  in.seekg(0);
-  in.read(reinterpret_cast<char*>(bytes.data()), size);
-  DPT_CHECK(in.gcount() == size, DataError, "cannot read ", path, ": got ", in.gcount(), " of ", size, " bytes");
-  return bytes;
+  auto bytes = dpt::read_file<std::vector<uint8_t>>(path);
+  DPT_CHECK(bytes, DataError, "cannot open ", path, ": ", std::strerror(errno));
+  return std::move(*bytes);
 }
 
 void write_file(const std::string& path, const std::vector<uint8_t>& bytes) {

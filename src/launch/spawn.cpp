@@ -3,11 +3,11 @@
 #include <unistd.h>
 
 #include <cstdlib>
-#include <fstream>
 #include <iostream>
-#include <iterator>
 
 #include "dptrain/common/error.h"
+#include "dptrain/common/read_file.h"
+#include "dptrain/common/text.h"
 #include "dptrain/launch/launcher.h"
 #include "dptrain/launch/visible_gpus.h"
 
@@ -28,14 +28,9 @@ std::vector<std::string> this_program() {
     exe = "/proc/self/exe";
   }
   program.push_back(exe);
-  std::ifstream cmdline("/proc/self/cmdline", std::ios::binary);
-  const std::string all((std::istreambuf_iterator<char>(cmdline)), std::istreambuf_iterator<char>());
-  size_t start = all.find('\0');  // skip argv[0]
-  while (start != std::string::npos && start + 1 < all.size()) {
-    const size_t end = all.find('\0', start + 1);
-    program.push_back(all.substr(start + 1, end == std::string::npos ? std::string::npos : end - start - 1));
-    start = end;
-  }
+  const std::string cmdline = read_file<std::string>("/proc/self/cmdline").value_or("");
+  const auto arguments = nul_terminated_entries(cmdline);
+  if (!arguments.empty()) program.insert(program.end(), arguments.begin() + 1, arguments.end());  // not argv[0]
   return program;
 }
 

@@ -3,8 +3,6 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
-#include <iterator>
 #include <vector>
 
 #include <ATen/core/Dict.h>
@@ -12,6 +10,7 @@
 
 #include "dptrain/common/atomic_file.h"
 #include "dptrain/common/error.h"
+#include "dptrain/common/read_file.h"
 #include "dptrain/compat/pickle.h"
 
 namespace dpt::models {
@@ -90,15 +89,13 @@ void write_state_dict(const StateDict& values, const std::string& path) {
 }
 
 StateDict read_state_dict(const std::string& path) {
-  std::ifstream file(path, std::ios::binary);
-  DPT_CHECK(file.is_open(), CheckpointError, "cannot open state dict file '", path,
-            "': ", std::strerror(errno));
-  const std::vector<char> bytes((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
+  const auto bytes = read_file<std::vector<char>>(path);
+  DPT_CHECK(bytes, CheckpointError, "cannot open state dict file '", path, "': ", std::strerror(errno));
   c10::IValue loaded;
   try {
-    loaded = compat::pickle_load(bytes);
+    loaded = compat::pickle_load(*bytes);
   } catch (const c10::Error& error) {
-    throw CheckpointError(str("cannot read state dict file '", path, "' (", bytes.size(),
+    throw CheckpointError(str("cannot read state dict file '", path, "' (", bytes->size(),
                               " bytes) with LibTorch's unpickler: ", error.what_without_backtrace(),
                               "; ", kSaveFromPython));
   }

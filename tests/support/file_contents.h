@@ -4,15 +4,15 @@
 //   EXPECT_EQ(dpt::testing::file_contents(dir / "metrics.jsonl"), expected);
 
 #include <filesystem>
-#include <fstream>
-#include <iterator>
 #include <string>
+
+#include "dptrain/common/read_file.h"
 
 namespace dpt::testing {
 
+// Empty when the file cannot be read: the comparison that follows fails, naming the file's test.
 inline std::string file_contents(const std::filesystem::path& file) {
-  std::ifstream in(file, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  return dpt::read_file<std::string>(file).value_or("");
 }
 
 }  // namespace dpt::testing

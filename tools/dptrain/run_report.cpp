@@ -3,14 +3,16 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
+#include <cerrno>
+#include <cstring>
 #include <fstream>
-#include <iterator>
 #include <limits>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "dptrain/common/error.h"
+#include "dptrain/common/read_file.h"
 #include "dptrain/train/logs/jsonl_observer.h"
 #include "dptrain/train/logs/timeline.h"
 
@@ -29,9 +31,10 @@ using nlohmann::json;
 namespace {
 
 std::string read_text(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  DPT_CHECK(in, DataError, "cannot read ", path.string(), "; check the run folder given to `dptrain report`");
-  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  auto text = read_file<std::string>(path);
+  DPT_CHECK(text, DataError, "cannot read ", path.string(), ": ", std::strerror(errno),
+            "; check the run folder given to `dptrain report`");
+  return std::move(*text);
 }
 
 // The integer `object[key]`, or `fallback` where there is none. nlohmann converts a number to an

@@ -1,11 +1,14 @@
 #pragma once
-// Small text helpers shared by the parsers of names and file extensions.
+// Small text helpers shared by the parsers of names and file extensions, and of /proc's lists.
 //
 //   if (dpt::ascii_lower(name) == "cosineannealinglr") ...   // torchvision's names, any case
+//   for (auto variable : dpt::nul_terminated_entries(environ_text)) ...
 
 #include <algorithm>
 #include <cctype>
 #include <string>
+#include <string_view>
+#include <vector>
 
 namespace dpt {
 
@@ -13,6 +16,18 @@ namespace dpt {
 inline std::string ascii_lower(std::string text) {
   std::transform(text.begin(), text.end(), text.begin(), [](unsigned char c) { return std::tolower(c); });
   return text;
+}
+
+// The entries of NUL-terminated text, as /proc's environ and cmdline hold them ("a\0\0b\0" is
+// "a", "" and "b"); a last entry without its NUL counts too. Views into `text`.
+inline std::vector<std::string_view> nul_terminated_entries(std::string_view text) {
+  std::vector<std::string_view> entries;
+  while (!text.empty()) {
+    const size_t end = text.find('\0');
+    entries.push_back(text.substr(0, end));
+    text.remove_prefix(end == std::string_view::npos ? text.size() : end + 1);
+  }
+  return entries;
 }
 
 }  // namespace dpt

@@ -3,14 +3,13 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
-#include <fstream>
-#include <iterator>
 #include <regex>
 #include <string>
 
 #include <torch/serialize.h>
 
 #include "dptrain/common/error.h"
+#include "dptrain/common/read_file.h"
 #include "dptrain/compat/pickle.h"
 
 namespace dpt::train {
@@ -18,13 +17,10 @@ namespace fs = std::filesystem;
 namespace {
 
 std::vector<char> read_all(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  DPT_CHECK(in, CheckpointError, "cannot open checkpoint ", path.string(), ": ",
-            std::strerror(errno), "; check the path (--resume) and its permissions");
-  std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  DPT_CHECK(!in.bad(), CheckpointError, "cannot read checkpoint ", path.string(), ": ",
-            std::strerror(errno));
-  return bytes;
+  auto bytes = read_file<std::vector<char>>(path);
+  DPT_CHECK(bytes, CheckpointError, "cannot open checkpoint ", path.string(), ": ", std::strerror(errno),
+            "; check the path (--resume) and its permissions");
+  return std::move(*bytes);
 }
 
 std::string first_line(const std::string& text) { return text.substr(0, text.find('\n')); }
