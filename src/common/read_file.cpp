@@ -30,7 +30,7 @@ class Descriptor {
 }  // namespace
 
 template <class Bytes>
-std::optional<Bytes> read_file(const std::filesystem::path& path) {
+std::optional<Bytes> read_file(const std::string& path) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return std::nullopt;
   const Descriptor file(fd);
@@ -53,8 +53,8 @@ std::optional<Bytes> read_file(const std::filesystem::path& path) {
   return bytes;
 }
 
-template std::optional<std::string> read_file(const std::filesystem::path&);
-template std::optional<std::vector<char>> read_file(const std::filesystem::path&);
-template std::optional<std::vector<uint8_t>> read_file(const std::filesystem::path&);
+template std::optional<std::string> read_file(const std::string&);
+template std::optional<std::vector<char>> read_file(const std::string&);
+template std::optional<std::vector<uint8_t>> read_file(const std::string&);
 
 }  // namespace dpt

@@ -9,7 +9,6 @@
 // as the failed open or read set it (ENOENT, EACCES, EISDIR for a folder).
 
 #include <cstdint>
-#include <filesystem>
 #include <optional>
 #include <string>
 #include <vector>
@@ -17,8 +16,9 @@
 namespace dpt {
 
 // The bytes of `path`, or nullopt with errno set when it cannot be opened or read. Bytes is
-// std::string, std::vector<char> or std::vector<uint8_t>.
+// std::string, std::vector<char> or std::vector<uint8_t>. A std::filesystem::path converts; the
+// string keeps the path's parsing off the loader's per-image reads.
 template <class Bytes>
-std::optional<Bytes> read_file(const std::filesystem::path& path);
+std::optional<Bytes> read_file(const std::string& path);
 
 }  // namespace dpt
