@@ -79,27 +79,58 @@ c10d::TCPStoreOptions store_options(std::uint16_t port, bool server) {
   return options;
 }
 
+// Gloo's timeout: the collective that runs out of time waits this long, and both ranks must have
+// connected within it. Seconds, so that a loaded machine's slow thread start cannot run it out
+// while the two groups connect.
+constexpr auto kGlooTimeout = 2s;
+
+// What rank 1 of gloo_all_reduce_failure sees of rank 0. Each wait ends within 60 s.
+struct Rank0Progress {
+  std::atomic<bool> connected{false};
+  std::atomic<bool> done{false};  // its all_reduce ended, or its group never connected
+
+  void wait_until_connected() const { wait([&] { return connected || done; }); }
+  void wait_until_done() const { wait([&] { return done.load(); }); }
+
+ private:
+  static void wait(const std::function<bool()>& ready) {
+    const auto deadline = std::chrono::steady_clock::now() + 60s;
+    while (!ready() && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(5ms);
+  }
+};
+
 // Two Gloo ranks as threads; rank 0 all-reduces and its failure's message is returned. Rank 1
-// first runs `rank1` (which decides whether it stays or leaves), then ends.
-std::string gloo_all_reduce_failure(const std::function<void(std::atomic<bool>& rank0_done)>& rank1) {
+// first runs `rank1` (which decides whether it stays or leaves), then ends. Neither group's
+// construction may fail: that is the test's failure, reported, and the thread still joined.
+std::string gloo_all_reduce_failure(const std::function<void(const Rank0Progress& rank0)>& rank1) {
   auto store = c10::make_intrusive<c10d::HashStore>();
   auto make_backend = [&](int rank) {
-    auto options = c10d::ProcessGroupGloo::Options::create(std::chrono::milliseconds(500));
+    auto options = c10d::ProcessGroupGloo::Options::create(kGlooTimeout);
     options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
     return c10::make_intrusive<c10d::ProcessGroupGloo>(c10::make_intrusive<c10d::PrefixStore>("gloo", store), rank,
                                                         2, options);
   };
-  std::atomic<bool> rank0_done{false};
+  Rank0Progress rank0;
   std::thread peer([&] {
-    auto backend = make_backend(1);
-    rank1(rank0_done);
+    try {
+      auto backend = make_backend(1);
+      rank1(rank0);
+    } catch (const std::exception& e) {
+      ADD_FAILURE() << "rank 1's Gloo group could not connect: " << e.what();
+    }
   });
-  auto backend = make_backend(0);
-  std::string message = message_of([&] {
-    std::vector<at::Tensor> tensors{torch::ones({3})};
-    backend->allreduce(tensors)->wait();
-  });
-  rank0_done = true;
+  std::string message;
+  try {
+    auto backend = make_backend(0);
+    rank0.connected = true;
+    message = message_of([&] {
+      std::vector<at::Tensor> tensors{torch::ones({3})};
+      backend->allreduce(tensors)->wait();
+    });
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << "rank 0's Gloo group could not connect: " << e.what();
+  }
+  rank0.done = true;
   peer.join();
   return message;
 }
@@ -107,14 +138,17 @@ std::string gloo_all_reduce_failure(const std::function<void(std::atomic<bool>& 
 }  // namespace
 
 TEST(C10dFailure, GlooCollectiveThatRunsOutOfTimeIsATimeout) {
-  const std::string message = gloo_all_reduce_failure([](std::atomic<bool>& rank0_done) {
-    while (!rank0_done) std::this_thread::sleep_for(5ms);  // alive, never joins the all_reduce
+  const std::string message = gloo_all_reduce_failure([](const Rank0Progress& rank0) {
+    rank0.wait_until_done();  // alive, never joins the all_reduce
   });
   EXPECT_EQ(failure_cause(message), FailureCause::Timeout) << message;
 }
 
 TEST(C10dFailure, GlooPeerThatLeavesIsAPeerGone) {
-  const std::string message = gloo_all_reduce_failure([](std::atomic<bool>&) {});  // its backend closes
+  // Rank 1 leaves (its group closes) once rank 0 is connected: leaving earlier would fail rank 0's
+  // connection instead of its all_reduce.
+  const std::string message =
+      gloo_all_reduce_failure([](const Rank0Progress& rank0) { rank0.wait_until_connected(); });
   EXPECT_EQ(failure_cause(message), FailureCause::PeerGone) << message;
 }
 
