@@ -148,15 +148,17 @@ class ExactRecovery(unittest.TestCase):
         # Through shared memory the waiting transport names the peer itself, and the part of the
         # chunk it stopped before (most often the start; the reduction when the SIGSTOP lands
         # inside a collective); through Gloo (the buffer broadcast) the survey of the ranks that
-        # timed out does.
+        # timed out does. The stop lands after rank 0 reported step 6, by which time a loaded
+        # machine's ranks may have gone on (step 8 in one CI run, past the checkpoint of step 8).
+        after_6 = r"(?:[6-9]|1[0-2])"
         self.assertRegex(err, r"rank 0: all_reduce over shared memory timed out: rank 1 did not (start the same "
                               r"all_reduce|reduce its part|finish the chunk before last) within 5 s\. .*\(in "
                               r"all_reduce\(\w+\)( of bucket \d)? \[collective #\d+, "
-                              r"step [67]\]\)|rank 0: \w+.* \[collective #\d+, step [67]\] failed: it did not complete "
-                              r"within 5 s\. Rank 1 did not arrive")
+                              rf"step {after_6}\]\)|rank 0: \w+.* \[collective #\d+, step {after_6}\] failed: it "
+                              r"did not complete within 5 s\. Rank 1 did not arrive")
         self.assertIn("its last collectives, oldest first (flight recorder)", err)
         self.assertIn("dptrain launch: restarting the local group (restart 1 of 1)", err)
-        self.assertRegex(out, r"resuming from .*checkpoint\.pt \(epoch 0, step 4 ")
+        self.assertRegex(out, r"resuming from .*checkpoint\.pt \(epoch 0, step [48] ")
         self.assert_same_as_reference(output, f"stopped at {stopped_at}")
         self.assertLess(time.monotonic() - t0, 200)
 
