@@ -181,13 +181,19 @@ torch::Tensor fused(torch::nn::BatchNorm2dImpl& bn, const torch::Tensor& x, cons
 
 torch::Tensor norm_relu(torch::nn::AnyModule& norm, const torch::Tensor& x) {
   auto* bn = fusable_batch_norm(norm);
-  if (!fusable(bn, x, torch::Tensor())) return torch::relu(norm.forward(x));
+  if (!fusable(bn, x, torch::Tensor())) return norm.forward(x).relu_();
   return fused(*bn, x, torch::Tensor());
 }
 
 torch::Tensor norm_add_relu(torch::nn::AnyModule& norm, const torch::Tensor& x, const torch::Tensor& residual) {
   auto* bn = fusable_batch_norm(norm);
-  if (!fusable(bn, x, residual)) return torch::relu(norm.forward(x) + residual);
+  if (!fusable(bn, x, residual)) {
+    auto out = norm.forward(x);
+    // In place where the sum keeps the norm's type (torchvision's `out += identity`); a norm
+    // whose output is narrower than the residual (float16 beside float32) takes the wider sum.
+    out = out.scalar_type() == at::result_type(out, residual) ? out.add_(residual) : out + residual;
+    return out.relu_();
+  }
   return fused(*bn, x, residual);
 }
 

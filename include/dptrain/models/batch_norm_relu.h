@@ -17,7 +17,9 @@
 // the statistics in double, the rest in float, y rounded to bf16 once; running statistics,
 // num_batches_tracked and the gradients of x, the residual, weight and bias as BatchNorm2d and
 // ReLU give them (double backward is not supported). Any other case (eval mode, another norm
-// layer such as SyncBatchNorm, float32 or NCHW activations, a GPU) runs the layers as they are.
+// layer such as SyncBatchNorm, float32 or NCHW activations, a GPU) runs the layers as they are,
+// adding the residual and applying ReLU in place on the norm's output, as torchvision's blocks
+// do: a norm layer's backward needs its input, not its output, and no new tensor is allocated.
 
 #include <torch/nn/modules/container/any.h>
 #include <torch/types.h>

@@ -164,25 +164,77 @@ TEST(BatchNormReLU, DoesNotDependOnTheNumberOfThreads) {
 }
 
 TEST(BatchNormReLU, OtherCasesRunTheLayersAsTheyAre) {
-  // float32, NCHW bf16 and eval mode: the result is LibTorch's relu(bn(x)), bit for bit.
+  // float32, NCHW bf16 and eval mode: the result is LibTorch's relu(bn(x) [+ residual]), bit for
+  // bit, gradients and running statistics included.
   torch::manual_seed(5);
   const auto norm = batch_norm(8, 5);
   const auto grad = torch::randn({4, 8, 5, 5});
-  const auto layers = [](torch::nn::AnyModule& n, torch::Tensor in, torch::Tensor) {
-    return torch::relu(n.forward(in));
+  const auto layers = [](torch::nn::AnyModule& n, torch::Tensor in, torch::Tensor r) {
+    return torch::relu(r.defined() ? n.forward(in) + r : n.forward(in));
   };
-  const auto via_norm_relu = [](torch::nn::AnyModule& n, torch::Tensor in, torch::Tensor) {
-    return models::norm_relu(n, in);
+  const auto via_joints = [](torch::nn::AnyModule& n, torch::Tensor in, torch::Tensor r) {
+    return r.defined() ? models::norm_add_relu(n, in, r) : models::norm_relu(n, in);
   };
   for (const auto& x : {torch::randn({4, 8, 5, 5}), torch::randn({4, 8, 5, 5}).to(torch::kBFloat16)}) {
-    const auto got = step(norm.clone(), x, torch::Tensor(), grad, via_norm_relu);
-    const auto want = step(norm.clone(), x, torch::Tensor(), grad, layers);
-    EXPECT_TRUE(got.y.equal(want.y));
-    EXPECT_TRUE(got.grad_x.equal(want.grad_x));
-    EXPECT_TRUE(got.running_var.equal(want.running_var));
+    for (const auto& residual : {torch::Tensor(), torch::randn({4, 8, 5, 5}).to(x.scalar_type())}) {
+      const auto got = step(norm.clone(), x, residual, grad, via_joints);
+      const auto want = step(norm.clone(), x, residual, grad, layers);
+      EXPECT_TRUE(got.y.equal(want.y));
+      EXPECT_TRUE(got.grad_x.equal(want.grad_x));
+      if (residual.defined()) EXPECT_TRUE(got.grad_residual.equal(want.grad_residual));
+      EXPECT_TRUE(got.grad_weight.equal(want.grad_weight));
+      EXPECT_TRUE(got.running_var.equal(want.running_var));
+    }
   }
   auto evaluating = norm.clone();
   evaluating.ptr()->eval();
   const auto x = bf16_channels_last(torch::randn({4, 8, 5, 5}));
   EXPECT_TRUE(models::norm_relu(evaluating, x).equal(torch::relu(evaluating.forward(x))));
+}
+
+namespace {
+
+// A norm layer that keeps its last output, to see what the joints did with it; `as` casts it.
+struct KeepsOutputImpl : torch::nn::Module {
+  explicit KeepsOutputImpl(torch::Dtype as_) : as(as_) {}
+  torch::Tensor forward(const torch::Tensor& x) {
+    output = (x * 2).to(as);
+    return output;
+  }
+  torch::Dtype as;
+  torch::Tensor output;
+};
+TORCH_MODULE(KeepsOutput);
+
+}  // namespace
+
+TEST(BatchNormReLU, OtherCasesWorkInPlaceOnTheNormsOutput) {
+  // As torchvision's blocks: the residual is added to, and ReLU applied on, the norm's own output.
+  torch::manual_seed(6);
+  const auto x = torch::randn({2, 4, 3, 3});
+  const auto residual = torch::randn({2, 4, 3, 3});
+  KeepsOutput keeps(torch::kFloat);
+  torch::nn::AnyModule norm(keeps);
+  auto y = models::norm_add_relu(norm, x, residual);
+  EXPECT_EQ(y.data_ptr(), keeps->output.data_ptr());
+  EXPECT_TRUE(y.equal(torch::relu(x * 2 + residual)));
+  y = models::norm_relu(norm, x);
+  EXPECT_EQ(y.data_ptr(), keeps->output.data_ptr());
+  EXPECT_TRUE(y.equal(torch::relu(x * 2)));
+}
+
+TEST(BatchNormReLU, ANarrowerNormOutputTakesTheWiderSum) {
+  // bf16 from the norm beside a float32 residual: in place, the sum would be rounded to bf16 (or
+  // refused); the joint gives the float32 sum, as `+` does.
+  torch::manual_seed(7);
+  const auto x = torch::randn({2, 4, 3, 3});
+  const auto residual = torch::randn({2, 4, 3, 3}) * 1e-3;
+  KeepsOutput keeps(torch::kBFloat16);
+  torch::nn::AnyModule norm(keeps);
+  const auto y = models::norm_add_relu(norm, x, residual);
+  ASSERT_EQ(y.scalar_type(), torch::kFloat);
+  const auto want = torch::relu((x * 2).to(torch::kBFloat16).to(torch::kFloat) + residual);
+  EXPECT_TRUE(y.equal(want));
+  // The residual's small values are lost in a bf16 sum, so a rounded result would fail above.
+  EXPECT_FALSE(want.equal(torch::relu((x * 2).to(torch::kBFloat16) + residual.to(torch::kBFloat16)).to(torch::kFloat)));
 }

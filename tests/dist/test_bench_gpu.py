@@ -1,0 +1,106 @@
+"""bench/gpu's bookkeeping, which runs first on a lent GPU machine and cannot run here: dptrain and
+the tuned Python alternate over --rounds (each first in turn), each side keeps its best round, the
+ratios are of those bests, and the untuned Python runs once. The GPU programs are stood in for by
+functions that hand out known rates, so every figure of the JSON is checked against its
+arithmetic."""
+
+import contextlib
+import importlib.machinery
+import importlib.util
+import io
+import json
+import os
+import sys
+import types
+import unittest
+from unittest import mock
+
+BENCH = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "bench")
+
+
+def load_bench_gpu():
+    sys.path.insert(0, BENCH)  # bench/gpu imports bench/common.py
+    try:
+        loader = importlib.machinery.SourceFileLoader("bench_gpu", os.path.join(BENCH, "gpu"))
+        module = importlib.util.module_from_spec(importlib.util.spec_from_loader("bench_gpu", loader))
+        loader.exec_module(module)
+        return module
+    finally:
+        sys.path.remove(BENCH)
+
+
+class FakeGpu:
+    """Hands each run the next of `rates` (images/s) and records who ran, in order."""
+
+    MULTIPLY_ADDS = 4.0e9
+    PEAK = 1.0e15
+
+    def __init__(self, bench, rates):
+        self.bench, self.rates, self.calls = bench, iter(rates), []
+
+    def python(self, code, *args):
+        if code is self.bench.PEAK:
+            return {"gpu": "fake", "fp16_matmul_flop_per_s": self.PEAK, "torch": "0"}
+        name = "python_tuned" if args[-1] == 1 else "python"
+        self.calls.append(name)
+        return {"ms_per_step": 1.0, "img_per_s": next(self.rates), "fused_sgd": args[-1] == 1}
+
+    def run(self, command, **_):
+        self.calls.append("dptrain")
+        line = json.dumps({"ms_per_step": 1.0, "img_per_s": next(self.rates),
+                           "forward_multiply_adds": self.MULTIPLY_ADDS})
+        return types.SimpleNamespace(returncode=0, stdout=line + "\n", stderr="")
+
+
+def run_bench(args, rates, gpu=True):
+    """bench/gpu's exit code, its JSON line and the order its sides ran in."""
+    bench = load_bench_gpu()
+    fake = FakeGpu(bench, rates)
+    torch = types.SimpleNamespace(cuda=types.SimpleNamespace(is_available=lambda: gpu))
+    out = io.StringIO()
+    with mock.patch.dict(sys.modules, {"torch": torch}), mock.patch.object(bench, "python", fake.python), \
+            mock.patch.object(bench.subprocess, "run", fake.run), mock.patch.object(bench, "dptrain", lambda: "x"), \
+            mock.patch.object(sys, "argv", ["bench/gpu", *args]), contextlib.redirect_stdout(out):
+        code = bench.main()
+    lines = out.getvalue().strip().splitlines()
+    return code, json.loads(lines[-1]) if lines[-1].startswith("{") else None, fake.calls
+
+
+class BenchGpuRounds(unittest.TestCase):
+    def test_sides_alternate_and_keep_their_best_round(self):
+        # Round 1: dptrain 100, tuned 130; round 2 (tuned first): tuned 110, dptrain 120; round 3:
+        # dptrain 90, tuned 100; then the untuned Python 80.
+        code, summary, calls = run_bench(["--rounds", "3"], [100, 130, 110, 120, 90, 100, 80])
+        self.assertEqual(code, 0)
+        self.assertEqual(calls, ["dptrain", "python_tuned", "python_tuned", "dptrain", "dptrain", "python_tuned",
+                                 "python"])
+        self.assertEqual(summary["dptrain_first_in_round"], [True, False, True])
+        self.assertEqual(summary["dptrain_img_per_s"], 120)
+        self.assertEqual(summary["python_tuned_img_per_s"], 130)
+        self.assertEqual(summary["python_img_per_s"], 80)
+        self.assertAlmostEqual(summary["ratio"], 120 / 130)
+        self.assertAlmostEqual(summary["ratio_untuned"], 120 / 80)
+        for got, want in zip(summary["ratio_by_round"], [100 / 130, 120 / 110, 90 / 100]):
+            self.assertAlmostEqual(got, want)
+        flop_per_image = 6 * FakeGpu.MULTIPLY_ADDS
+        self.assertAlmostEqual(summary["dptrain_fraction_of_peak"], 120 * flop_per_image / FakeGpu.PEAK)
+
+    def test_one_round_runs_each_side_once(self):
+        code, summary, calls = run_bench(["--rounds", "1"], [100, 125, 90])
+        self.assertEqual(code, 0)
+        self.assertEqual(calls, ["dptrain", "python_tuned", "python"])
+        self.assertAlmostEqual(summary["ratio"], 100 / 125)
+        self.assertEqual(len(summary["ratio_by_round"]), 1)
+
+    def test_no_round_is_refused(self):
+        with self.assertRaises(SystemExit) as refused, contextlib.redirect_stderr(io.StringIO()):
+            run_bench(["--rounds", "0"], [])
+        self.assertEqual(refused.exception.code, 2)
+
+    def test_without_a_gpu_it_exits_2_having_run_nothing(self):
+        code, summary, calls = run_bench([], [], gpu=False)
+        self.assertEqual((code, summary, calls), (2, None, []))
+
+
+if __name__ == "__main__":
+    unittest.main()
