@@ -56,3 +56,27 @@ def peak_rss_mb(stderr):
     """The peak RSS in MB that a measuring_peak_rss command printed, 0.0 when it printed none."""
     peaks = re.findall(r"peak_rss_kb (\d+)", stderr)
     return int(peaks[-1]) / 1024 if peaks else 0.0
+
+
+# Python source the peers (run with -c) start with: the ATen operations of one call of `step`, by
+# name, counted as `dptrain bench-models --op-counts` counts them (operations called inside
+# others too, on every thread the step uses: the profiler follows autograd's threads).
+OPERATION_COUNTS = r"""
+def operation_counts(step):
+    from torch.profiler import ProfilerActivity, profile
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        step()
+    return {e.key: e.count for e in prof.key_averages() if e.key.startswith("aten::")}
+"""
+
+
+def operation_differences(ours, theirs):
+    """{name: [dptrain's count, Python's]} of the operations whose counts differ between the sides."""
+    return {name: [ours.get(name, 0), theirs.get(name, 0)] for name in sorted(set(ours) | set(theirs))
+            if ours.get(name, 0) != theirs.get(name, 0)}
+
+
+def describe_differences(differences):
+    """operation_differences' result in one line, for a benchmark's report."""
+    listed = ", ".join(f"{name} {ours}/{theirs}" for name, (ours, theirs) in differences.items())
+    return "operations that differ (dptrain / Python): " + (listed or "none")

@@ -111,7 +111,7 @@ void DenseNetImpl::reset() {
 }
 
 torch::Tensor DenseNetImpl::forward(const torch::Tensor& images) {
-  auto x = torch::relu(features_->forward(images));
+  auto x = features_->forward(images).relu_();  // in place on norm5's output, as torchvision
   return classifier_(torch::adaptive_avg_pool2d(x, {1, 1}).flatten(1));
 }
 

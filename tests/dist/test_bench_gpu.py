@@ -1,8 +1,8 @@
 """bench/gpu's bookkeeping, which runs first on a lent GPU machine and cannot run here: dptrain and
 the tuned Python alternate over --rounds (each first in turn), each side keeps its best round, the
-ratios are of those bests, and the untuned Python runs once. The GPU programs are stood in for by
-functions that hand out known rates, so every figure of the JSON is checked against its
-arithmetic."""
+ratios are of those bests, the untuned Python runs once, and the operations whose counts differ
+between the sides are listed. The GPU programs are stood in for by functions that hand out known
+rates and counts, so every figure of the JSON is checked against its arithmetic."""
 
 import contextlib
 import importlib.machinery
@@ -30,10 +30,13 @@ def load_bench_gpu():
 
 
 class FakeGpu:
-    """Hands each run the next of `rates` (images/s) and records who ran, in order."""
+    """Hands each run the next of `rates` (images/s) and its side's operation counts, and records
+    who ran, in order."""
 
     MULTIPLY_ADDS = 4.0e9
     PEAK = 1.0e15
+    OURS = {"aten::convolution": 53, "aten::add_": 16, "aten::_foreach_mul_": 2}
+    THEIRS = {"aten::convolution": 53, "aten::add_": 16, "aten::_fused_sgd_": 1}
 
     def __init__(self, bench, rates):
         self.bench, self.rates, self.calls = bench, iter(rates), []
@@ -43,12 +46,14 @@ class FakeGpu:
             return {"gpu": "fake", "fp16_matmul_flop_per_s": self.PEAK, "torch": "0"}
         name = "python_tuned" if args[-1] == 1 else "python"
         self.calls.append(name)
-        return {"ms_per_step": 1.0, "img_per_s": next(self.rates), "fused_sgd": args[-1] == 1}
+        return {"ms_per_step": 1.0, "img_per_s": next(self.rates), "fused_sgd": args[-1] == 1,
+                "ops": self.THEIRS if args[-1] == 1 else {}}
 
     def run(self, command, **_):
         self.calls.append("dptrain")
+        ops = self.OURS if "--op-counts" in command else {}
         line = json.dumps({"ms_per_step": 1.0, "img_per_s": next(self.rates),
-                           "forward_multiply_adds": self.MULTIPLY_ADDS})
+                           "forward_multiply_adds": self.MULTIPLY_ADDS, "ops": ops})
         return types.SimpleNamespace(returncode=0, stdout=line + "\n", stderr="")
 
 
@@ -84,6 +89,8 @@ class BenchGpuRounds(unittest.TestCase):
             self.assertAlmostEqual(got, want)
         flop_per_image = 6 * FakeGpu.MULTIPLY_ADDS
         self.assertAlmostEqual(summary["dptrain_fraction_of_peak"], 120 * flop_per_image / FakeGpu.PEAK)
+        # The operations only one side ran, with both counts; those both ran as often are left out.
+        self.assertEqual(summary["op_differences"], {"aten::_foreach_mul_": [2, 0], "aten::_fused_sgd_": [0, 1]})
 
     def test_one_round_runs_each_side_once(self):
         code, summary, calls = run_bench(["--rounds", "1"], [100, 125, 90])

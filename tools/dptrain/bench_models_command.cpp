@@ -3,13 +3,16 @@
 // bench/models sets beside torchvision's in Python on the same threads; --amp --channels-last as
 // `dptrain train` runs them (bf16 autocast on the CPU; on a GPU, --gpu, fp16 autocast with loss
 // scaling; NHWC weights and inputs); --sgd ends each step with the SGD update `dptrain train`
-// makes by default (momentum 0.9, weight decay 1e-4). One JSON line per architecture: {"arch",
-// "ms_per_step", "optimizer_ms", "img_per_s", "forward_multiply_adds", "model_flop_per_s",
-// "batch", "image_size", "threads", "device", "amp", "channels_last", "sgd"}.
+// makes by default (momentum 0.9, weight decay 1e-4); --op-counts adds "ops", the ATen operations
+// of one more step by name (bench/models and bench/gpu set them beside torchvision's). One JSON
+// line per architecture: {"arch", "ms_per_step", "optimizer_ms", "img_per_s",
+// "forward_multiply_adds", "model_flop_per_s", "batch", "image_size", "threads", "device", "amp",
+// "channels_last", "sgd"}.
 
 #include <algorithm>
 #include <chrono>
 #include <iostream>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -22,6 +25,7 @@
 #include "command.h"
 #include "dptrain/compat/compat.h"
 #include "dptrain/models/multiply_adds.h"
+#include "dptrain/models/operation_counts.h"
 #include "dptrain/models/registry.h"
 #include "dptrain/train/amp.h"
 #include "dptrain/train/grad_scaler.h"
@@ -41,6 +45,7 @@ struct BenchModelsFlags {
   bool amp = false;
   bool channels_last = false;
   bool sgd = false;
+  bool op_counts = false;
   std::optional<int> gpu;  // CUDA device index; the CPU without it
 };
 
@@ -53,6 +58,7 @@ double median(std::vector<double> values) {
 struct StepTimes {
   double step_ms = 0;       // median of the whole steps
   double optimizer_ms = 0;  // median of their updates alone (0 without --sgd)
+  std::map<std::string, int64_t> ops;  // of one more step, with --op-counts
 };
 
 // Waits for the device's queued kernels, so that a step's time is its execution, not its launch.
@@ -75,13 +81,8 @@ StepTimes time_steps(models::Classifier& model, const BenchModelsFlags& flags, c
   if (flags.sgd) optimizer = train::make_optimizer(*model, train::OptimizerOptions(), /*lr=*/0.1);
   // As `dptrain train`: fp16 on a GPU needs loss scaling, bf16 on the CPU does not.
   train::GradScaler scaler(train::GradScalerOptions().enabled(flags.amp && train::amp_needs_loss_scaling(device)));
-  std::vector<double> times, updates;
-  // On a GPU the update is not timed alone: waiting for the backward before it would keep its
-  // launches from overlapping the backward's kernels, as they do in training.
-  const bool time_update = !device.is_cuda();
-  for (int i = 0; i < flags.warmup + flags.steps; ++i) {
-    wait_for(device);
-    const auto start = std::chrono::steady_clock::now();
+  // One step; the update's milliseconds go to `update_ms` where given.
+  const auto step = [&](std::vector<double>* update_ms) {
     model->zero_grad(/*set_to_none=*/true);
     at::Tensor logits;
     {
@@ -93,12 +94,28 @@ StepTimes time_steps(models::Classifier& model, const BenchModelsFlags& flags, c
       const auto update_start = std::chrono::steady_clock::now();
       scaler.step(*optimizer);
       scaler.update();
-      if (time_update && i >= flags.warmup) updates.push_back(seconds_since(update_start) * 1000.0);
+      if (update_ms) update_ms->push_back(seconds_since(update_start) * 1000.0);
     }
+  };
+  std::vector<double> times, updates;
+  // On a GPU the update is not timed alone: waiting for the backward before it would keep its
+  // launches from overlapping the backward's kernels, as they do in training.
+  const bool time_update = !device.is_cuda();
+  for (int i = 0; i < flags.warmup + flags.steps; ++i) {
+    wait_for(device);
+    const auto start = std::chrono::steady_clock::now();
+    step(time_update && i >= flags.warmup ? &updates : nullptr);
     wait_for(device);
     if (i >= flags.warmup) times.push_back(seconds_since(start) * 1000.0);
   }
-  return {median(times), median(updates)};
+  StepTimes result{median(times), median(updates), {}};
+  if (flags.op_counts) {  // after the timed steps, which the counter's callback would slow
+    models::OperationCounter counter;
+    step(nullptr);
+    wait_for(device);
+    result.ops = counter.counts();
+  }
+  return result;
 }
 
 int run_bench_models(const BenchModelsFlags& flags) {
@@ -118,7 +135,7 @@ int run_bench_models(const BenchModelsFlags& flags) {
     const double macs = models::forward_multiply_adds(model, flags.image_size);
     const StepTimes times = time_steps(model, flags, device);
     const double images_per_s = static_cast<double>(flags.batch) * 1000.0 / times.step_ms;
-    std::cout << nlohmann::json{{"arch", arch},
+    auto line = nlohmann::json{{"arch", arch},
                                 {"ms_per_step", times.step_ms},
                                 {"optimizer_ms", times.optimizer_ms},
                                 {"img_per_s", images_per_s},
@@ -130,9 +147,9 @@ int run_bench_models(const BenchModelsFlags& flags) {
                                 {"device", device.str()},
                                 {"amp", flags.amp},
                                 {"channels_last", flags.channels_last},
-                                {"sgd", flags.sgd}}
-                     .dump()
-              << std::endl;
+                                {"sgd", flags.sgd}};
+    if (flags.op_counts) line["ops"] = times.ops;
+    std::cout << line.dump() << std::endl;
   }
   return 0;
 }
@@ -154,6 +171,7 @@ Command add_bench_models_command(CLI::App& root) {
   app->add_option("--gpu", flags->gpu, "CUDA device index: time the step there (random images made on the GPU)");
   app->add_flag("--channels-last", flags->channels_last, "NHWC weights and images");
   app->add_flag("--sgd", flags->sgd, "end each step with dptrain train's SGD update (momentum 0.9, weight decay 1e-4)");
+  app->add_flag("--op-counts", flags->op_counts, "add the ATen operations of one more step, by name (\"ops\")");
   return {app, [flags](const std::vector<std::string>&) { return run_bench_models(*flags); }};
 }
 
