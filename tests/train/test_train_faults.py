@@ -75,12 +75,12 @@ class ExactRecovery(unittest.TestCase):
                          identical("24 2 0 24 2 0"), context)
 
     def stop_and_resume(self, name, sig, to_launcher, expected_code, when=r"Epoch: \[0\]\[ ?6/12\]",
-                        steps=range(6, 12), resumed_at=lambda step: f"epoch 0, step {step} of it"):
+                        steps=range(6, 12), resumed_at=lambda step: f"epoch 0, step {step} of it", extra=()):
         """`sig` when a line matches `when` (mid-epoch 0 by default): every rank stops after one
         agreed step in `steps`, rank 0 writes checkpoint.pt there, nothing restarts; the same
-        command line then finishes the run exactly."""
+        command line (with `extra`) then finishes the run exactly."""
         output = os.path.join(self.tmp.name, name)
-        code, out, err, signalled_at = run_signalling(output, when, sig, to_launcher)
+        code, out, err, signalled_at = run_signalling(output, when, sig, to_launcher, extra=extra)
         self.assertIsNotNone(signalled_at, out + err)
         self.assertEqual(code, expected_code, out + err)
         self.assertNotIn("restarting the local group", err)
@@ -93,7 +93,7 @@ class ExactRecovery(unittest.TestCase):
         self.assertIn(stop.group(2), ("1", "2") if to_launcher else ("1",), out)
         self.assertEqual(last_json(out)["stopped_on_request"], True)
         self.assertEqual(last_json(out)["global_step"], step)
-        code, out, err = run(launch(output, restarts=0), timeout=240)
+        code, out, err = run(launch(output, restarts=0, extra=extra), timeout=240)
         self.assertEqual(code, 0, out + err)
         self.assertRegex(out, r"resuming from .*checkpoint\.pt \(" + re.escape(resumed_at(step)))
         self.assert_same_as_reference(output, f"stopped after step {step}")
@@ -124,11 +124,14 @@ class ExactRecovery(unittest.TestCase):
 
     def test_sigterm_during_validation_stops_after_it(self):
         # Validation runs to its end; the epoch's checkpoint is the stop's, and no step of the next
-        # epoch is taken first. (Validation is short: a signal that lands after its end is taken
-        # at the next step, 13.)
+        # epoch is taken first. The validation set is 4,000 images here (about 2 s, the training
+        # set and so the weights unchanged): with SMALL's 401 (0.2 s) a loaded machine's ranks had
+        # finished it and 3 more steps before the signal landed (CI once, stop at step 15). One
+        # that still lands after its end is taken at the next step, 13.
         self.stop_and_resume("sigterm_validation", signal.SIGTERM, to_launcher=False, expected_code=75,
                              when=r"Epoch: \[0\] train", steps=[12, 13],
-                             resumed_at=lambda step: f"epoch 1, step {step - 12} of it")
+                             resumed_at=lambda step: f"epoch 1, step {step - 12} of it",
+                             extra=["--dummy-val-size", "4000"])
 
     def test_sigusr1_to_the_launcher_stops_all_at_one_step(self):
         # The launcher forwards the signal to every worker and ends with 128 + the signal.

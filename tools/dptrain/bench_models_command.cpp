@@ -136,18 +136,18 @@ int run_bench_models(const BenchModelsFlags& flags) {
     const StepTimes times = time_steps(model, flags, device);
     const double images_per_s = static_cast<double>(flags.batch) * 1000.0 / times.step_ms;
     auto line = nlohmann::json{{"arch", arch},
-                                {"ms_per_step", times.step_ms},
-                                {"optimizer_ms", times.optimizer_ms},
-                                {"img_per_s", images_per_s},
-                                {"forward_multiply_adds", macs},
-                                {"model_flop_per_s", 6.0 * macs * images_per_s},
-                                {"batch", flags.batch},
-                                {"image_size", flags.image_size},
-                                {"threads", at::get_num_threads()},
-                                {"device", device.str()},
-                                {"amp", flags.amp},
-                                {"channels_last", flags.channels_last},
-                                {"sgd", flags.sgd}};
+                               {"ms_per_step", times.step_ms},
+                               {"optimizer_ms", times.optimizer_ms},
+                               {"img_per_s", images_per_s},
+                               {"forward_multiply_adds", macs},
+                               {"model_flop_per_s", 6.0 * macs * images_per_s},
+                               {"batch", flags.batch},
+                               {"image_size", flags.image_size},
+                               {"threads", at::get_num_threads()},
+                               {"device", device.str()},
+                               {"amp", flags.amp},
+                               {"channels_last", flags.channels_last},
+                               {"sgd", flags.sgd}};
     if (flags.op_counts) line["ops"] = times.ops;
     std::cout << line.dump() << std::endl;
   }

@@ -1,9 +1,9 @@
 #pragma once
 // The ATen operations that run while a counter lives, by name and on every thread (a GPU's
 // backward runs on its device's autograd thread): `dptrain bench-models --op-counts` sets one
-// training step's counts beside the Python profiler's counts of torchvision's step, so that an
-// operation one side runs and the other does not (an extra copy, a cast, an unfused update)
-// shows by name, where the step times alone only differ.
+// training step's counts beside the Python profiler's counts of torchvision's step. Step times
+// only say that two sides differ; the counts name an operation one side runs and the other does
+// not (an extra copy, a cast, an unfused update).
 //
 //   dpt::models::OperationCounter counter;
 //   train_step();
