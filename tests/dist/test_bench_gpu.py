@@ -39,26 +39,32 @@ class FakeGpu:
     THEIRS = {"aten::convolution": 53, "aten::add_": 16, "aten::_fused_sgd_": 1}
 
     def __init__(self, bench, rates):
-        self.bench, self.rates, self.calls = bench, iter(rates), []
+        self.bench, self.rates, self.calls, self.counted = bench, iter(rates), [], []
 
     def python(self, code, *args):
         if code is self.bench.PEAK:
             return {"gpu": "fake", "fp16_matmul_flop_per_s": self.PEAK, "torch": "0"}
-        name = "python_tuned" if args[-1] == 1 else "python"
+        tuned, count_ops = args[-2] == 1, args[-1] == 1  # the peer's last two arguments
+        name = "python_tuned" if tuned else "python"
         self.calls.append(name)
-        return {"ms_per_step": 1.0, "img_per_s": next(self.rates), "fused_sgd": args[-1] == 1,
-                "ops": self.THEIRS if args[-1] == 1 else {}}
+        if count_ops:
+            self.counted.append(name)
+        return {"ms_per_step": 1.0, "img_per_s": next(self.rates), "fused_sgd": tuned,
+                "ops": self.THEIRS if count_ops else {}}
 
     def run(self, command, **_):
         self.calls.append("dptrain")
-        ops = self.OURS if "--op-counts" in command else {}
+        count_ops = "--op-counts" in command
+        if count_ops:
+            self.counted.append("dptrain")
+        ops = self.OURS if count_ops else {}
         line = json.dumps({"ms_per_step": 1.0, "img_per_s": next(self.rates),
                            "forward_multiply_adds": self.MULTIPLY_ADDS, "ops": ops})
         return types.SimpleNamespace(returncode=0, stdout=line + "\n", stderr="")
 
 
 def run_bench(args, rates, gpu=True):
-    """bench/gpu's exit code, its JSON line and the order its sides ran in."""
+    """bench/gpu's exit code, its JSON line and the stand-in (who ran, in order; who counted)."""
     bench = load_bench_gpu()
     fake = FakeGpu(bench, rates)
     torch = types.SimpleNamespace(cuda=types.SimpleNamespace(is_available=lambda: gpu))
@@ -68,17 +74,19 @@ def run_bench(args, rates, gpu=True):
             mock.patch.object(sys, "argv", ["bench/gpu", *args]), contextlib.redirect_stdout(out):
         code = bench.main()
     lines = out.getvalue().strip().splitlines()
-    return code, json.loads(lines[-1]) if lines[-1].startswith("{") else None, fake.calls
+    return code, json.loads(lines[-1]) if lines[-1].startswith("{") else None, fake
 
 
 class BenchGpuRounds(unittest.TestCase):
     def test_sides_alternate_and_keep_their_best_round(self):
         # Round 1: dptrain 100, tuned 130; round 2 (tuned first): tuned 110, dptrain 120; round 3:
         # dptrain 90, tuned 100; then the untuned Python 80.
-        code, summary, calls = run_bench(["--rounds", "3"], [100, 130, 110, 120, 90, 100, 80])
+        code, summary, fake = run_bench(["--rounds", "3"], [100, 130, 110, 120, 90, 100, 80])
         self.assertEqual(code, 0)
-        self.assertEqual(calls, ["dptrain", "python_tuned", "python_tuned", "dptrain", "dptrain", "python_tuned",
-                                 "python"])
+        self.assertEqual(fake.calls, ["dptrain", "python_tuned", "python_tuned", "dptrain", "dptrain",
+                                      "python_tuned", "python"])
+        # Only the first round counts operations, the same every round.
+        self.assertEqual(fake.counted, ["dptrain", "python_tuned"])
         self.assertEqual(summary["dptrain_first_in_round"], [True, False, True])
         self.assertEqual(summary["dptrain_img_per_s"], 120)
         self.assertEqual(summary["python_tuned_img_per_s"], 130)
@@ -93,9 +101,9 @@ class BenchGpuRounds(unittest.TestCase):
         self.assertEqual(summary["op_differences"], {"aten::_foreach_mul_": [2, 0], "aten::_fused_sgd_": [0, 1]})
 
     def test_one_round_runs_each_side_once(self):
-        code, summary, calls = run_bench(["--rounds", "1"], [100, 125, 90])
+        code, summary, fake = run_bench(["--rounds", "1"], [100, 125, 90])
         self.assertEqual(code, 0)
-        self.assertEqual(calls, ["dptrain", "python_tuned", "python"])
+        self.assertEqual(fake.calls, ["dptrain", "python_tuned", "python"])
         self.assertAlmostEqual(summary["ratio"], 100 / 125)
         self.assertEqual(len(summary["ratio_by_round"]), 1)
 
@@ -105,8 +113,8 @@ class BenchGpuRounds(unittest.TestCase):
         self.assertEqual(refused.exception.code, 2)
 
     def test_without_a_gpu_it_exits_2_having_run_nothing(self):
-        code, summary, calls = run_bench([], [], gpu=False)
-        self.assertEqual((code, summary, calls), (2, None, []))
+        code, summary, fake = run_bench([], [], gpu=False)
+        self.assertEqual((code, summary, fake.calls), (2, None, []))
 
 
 if __name__ == "__main__":
