@@ -20,6 +20,7 @@
 
 #include "dptrain/compat/c10d_failure.h"
 #include "dptrain/compat/tcp_store.h"
+#include "support/wait_until.h"
 
 using dpt::compat::FailureCause;
 
@@ -89,14 +90,8 @@ struct Rank0Progress {
   std::atomic<bool> connected{false};
   std::atomic<bool> done{false};  // its all_reduce ended, or its group never connected
 
-  void wait_until_connected() const { wait([&] { return connected || done; }); }
-  void wait_until_done() const { wait([&] { return done.load(); }); }
-
- private:
-  static void wait(const std::function<bool()>& ready) {
-    const auto deadline = std::chrono::steady_clock::now() + 60s;
-    while (!ready() && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(5ms);
-  }
+  void wait_until_connected() const { dpt::testing::wait_until([&] { return connected || done; }, 60s); }
+  void wait_until_done() const { dpt::testing::wait_until([&] { return done.load(); }, 60s); }
 };
 
 // Two Gloo ranks as threads; rank 0 all-reduces and its failure's message is returned. Rank 1

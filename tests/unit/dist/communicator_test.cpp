@@ -9,6 +9,7 @@
 
 #include "dptrain/common/error.h"
 #include "support/thread_ranks.h"
+#include "support/wait_until.h"
 
 using dpt::dist::Communicator;
 using dpt::dist::ReduceOp;
@@ -232,13 +233,16 @@ std::string message_when_a_peer_stays_away(Transport transport,
       2,
       [&](Communicator& comm) {
         if (comm.rank() == 1) {  // alive, but never takes part
-          while (!rank0_done) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+          EXPECT_TRUE(dpt::testing::wait_until([&] { return rank0_done.load(); }, std::chrono::seconds(30)));
           return;
         }
         try {
           operation(comm);
         } catch (const dpt::TimeoutError& e) {
           message = e.what();
+        } catch (...) {
+          rank0_done = true;  // rank 1 stops waiting; run_ranks reports the error
+          throw;
         }
         rank0_done = true;
       },
