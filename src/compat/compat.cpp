@@ -141,6 +141,16 @@ void set_autocast(at::DeviceType device, bool enabled, at::ScalarType dtype) {
 
 }  // namespace
 
+std::optional<double> elapsed_ms(const c10::Event& start, const c10::Event& end) {
+#if DPT_TORCH_AT_LEAST(2, 6)
+  return start.elapsedTime(end);
+#else
+  (void)start;
+  (void)end;
+  return std::nullopt;
+#endif
+}
+
 AutocastGuard::AutocastGuard(at::DeviceType device, at::ScalarType dtype, bool enabled)
     : device_(device), previous_enabled_(autocast_enabled(device)), previous_dtype_(autocast_dtype(device)) {
   set_autocast(device, enabled, dtype);

@@ -1,8 +1,9 @@
 """bench/gpu's bookkeeping, which runs first on a lent GPU machine and cannot run here: dptrain and
 the tuned Python alternate over --rounds (each first in turn), each side keeps its best round, the
-ratios are of those bests, the untuned Python runs once, and the operations whose counts differ
-between the sides are listed. The GPU programs are stood in for by functions that hand out known
-rates and counts, so every figure of the JSON is checked against its arithmetic."""
+ratios and the phase and launch times are of those bests, the untuned Python runs once, and the
+operations whose counts differ between the sides are listed. The GPU programs are stood in for by
+functions that hand out known rates, timings and counts, so every figure of the JSON is checked
+against its arithmetic."""
 
 import contextlib
 import importlib.machinery
@@ -29,9 +30,14 @@ def load_bench_gpu():
         sys.path.remove(BENCH)
 
 
+def timings(rate):
+    """A run's launch and phase times, told apart by its rate: the summary's must be its best run's."""
+    return {"launch_ms": rate / 100, "phase_ms": {"forward": rate / 10, "backward": rate / 5, "update": rate / 50}}
+
+
 class FakeGpu:
-    """Hands each run the next of `rates` (images/s) and its side's operation counts, and records
-    who ran, in order."""
+    """Hands each run the next of `rates` (images/s), with timings(rate) and its side's operation
+    counts, and records who ran, in order."""
 
     MULTIPLY_ADDS = 4.0e9
     PEAK = 1.0e15
@@ -49,7 +55,8 @@ class FakeGpu:
         self.calls.append(name)
         if count_ops:
             self.counted.append(name)
-        return {"ms_per_step": 1.0, "img_per_s": next(self.rates), "fused_sgd": tuned,
+        rate = next(self.rates)
+        return {"ms_per_step": 1.0, "img_per_s": rate, "fused_sgd": tuned, **timings(rate),
                 "ops": self.THEIRS if count_ops else {}}
 
     def run(self, command, **_):
@@ -58,7 +65,8 @@ class FakeGpu:
         if count_ops:
             self.counted.append("dptrain")
         ops = self.OURS if count_ops else {}
-        line = json.dumps({"ms_per_step": 1.0, "img_per_s": next(self.rates),
+        rate = next(self.rates)
+        line = json.dumps({"ms_per_step": 1.0, "img_per_s": rate, **timings(rate),
                            "forward_multiply_adds": self.MULTIPLY_ADDS, "ops": ops})
         return types.SimpleNamespace(returncode=0, stdout=line + "\n", stderr="")
 
@@ -74,6 +82,7 @@ def run_bench(args, rates, gpu=True):
             mock.patch.object(sys, "argv", ["bench/gpu", *args]), contextlib.redirect_stdout(out):
         code = bench.main()
     lines = out.getvalue().strip().splitlines()
+    fake.printed = lines
     return code, json.loads(lines[-1]) if lines[-1].startswith("{") else None, fake
 
 
@@ -99,6 +108,12 @@ class BenchGpuRounds(unittest.TestCase):
         self.assertAlmostEqual(summary["dptrain_fraction_of_peak"], 120 * flop_per_image / FakeGpu.PEAK)
         # The operations only one side ran, with both counts; those both ran as often are left out.
         self.assertEqual(summary["op_differences"], {"aten::_foreach_mul_": [2, 0], "aten::_fused_sgd_": [0, 1]})
+        # Each side's launch and phase times are those of its best round (the untuned: its one run).
+        for name, rate in [("dptrain", 120), ("python_tuned", 130), ("python", 80)]:
+            self.assertEqual(summary[f"{name}_launch_ms"], timings(rate)["launch_ms"], name)
+            self.assertEqual(summary[f"{name}_phase_ms"], timings(rate)["phase_ms"], name)
+        self.assertIn("device ms per phase (dptrain/tuned Python): forward 12.00/13.00, backward 24.00/26.00, "
+                      "update 2.40/2.60; host launch 1.2/1.3 ms of a 1.0/1.0 ms step", fake.printed)
 
     def test_one_round_runs_each_side_once(self):
         code, summary, fake = run_bench(["--rounds", "1"], [100, 125, 90])

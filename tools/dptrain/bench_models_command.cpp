@@ -7,7 +7,8 @@
 // of one more step by name (bench/models and bench/gpu set them beside torchvision's). One JSON
 // line per architecture: {"arch", "ms_per_step", "optimizer_ms", "img_per_s",
 // "forward_multiply_adds", "model_flop_per_s", "batch", "image_size", "threads", "device", "amp",
-// "channels_last", "sgd"}.
+// "channels_last", "sgd"}; on a GPU also "launch_ms", the host's time to launch a step, and
+// "phase_ms", the device's time for its forward (with the loss), backward and update.
 
 #include <algorithm>
 #include <chrono>
@@ -23,6 +24,7 @@
 
 #include "bench_common.h"
 #include "command.h"
+#include "device_phases.h"
 #include "dptrain/compat/compat.h"
 #include "dptrain/models/multiply_adds.h"
 #include "dptrain/models/operation_counts.h"
@@ -58,6 +60,10 @@ double median(std::vector<double> values) {
 struct StepTimes {
   double step_ms = 0;       // median of the whole steps
   double optimizer_ms = 0;  // median of their updates alone (0 without --sgd)
+  // On a GPU: the median host time to launch a step (all of it where the host is the bottleneck or
+  // something in the step waits for the device), and each phase's median time on the device.
+  double launch_ms = 0;
+  std::map<std::string, double> phase_ms;
   std::map<std::string, int64_t> ops;  // of one more step, with --op-counts
 };
 
@@ -81,37 +87,54 @@ StepTimes time_steps(models::Classifier& model, const BenchModelsFlags& flags, c
   if (flags.sgd) optimizer = train::make_optimizer(*model, train::OptimizerOptions(), /*lr=*/0.1);
   // As `dptrain train`: fp16 on a GPU needs loss scaling, bf16 on the CPU does not.
   train::GradScaler scaler(train::GradScalerOptions().enabled(flags.amp && train::amp_needs_loss_scaling(device)));
-  // One step; the update's milliseconds go to `update_ms` where given.
-  const auto step = [&](std::vector<double>* update_ms) {
+  // One step; the update's milliseconds go to `update_ms` where given, the phases' ends to `phases`.
+  const auto step = [&](std::vector<double>* update_ms, DevicePhases* phases) {
+    if (phases) phases->start();
     model->zero_grad(/*set_to_none=*/true);
     at::Tensor logits;
     {
       compat::AutocastGuard autocast(device.type(), train::amp_dtype(device), flags.amp);
       logits = model(images);
     }
-    scaler.scale(torch::nn::functional::cross_entropy(logits.to(at::kFloat), labels)).backward();
+    const auto loss = torch::nn::functional::cross_entropy(logits.to(at::kFloat), labels);
+    if (phases) phases->end("forward");
+    scaler.scale(loss).backward();
+    if (phases) phases->end("backward");
     if (optimizer) {
       const auto update_start = std::chrono::steady_clock::now();
       scaler.step(*optimizer);
       scaler.update();
       if (update_ms) update_ms->push_back(seconds_since(update_start) * 1000.0);
+      if (phases) phases->end("update");
     }
   };
-  std::vector<double> times, updates;
+  std::vector<double> times, updates, launches;
+  std::map<std::string, std::vector<double>> phase_times;
   // On a GPU the update is not timed alone: waiting for the backward before it would keep its
-  // launches from overlapping the backward's kernels, as they do in training.
+  // launches from overlapping the backward's kernels, as they do in training. The device's own
+  // clock times the phases instead.
   const bool time_update = !device.is_cuda();
+  std::optional<DevicePhases> phases;
+  if (device.is_cuda()) phases.emplace(device);
   for (int i = 0; i < flags.warmup + flags.steps; ++i) {
+    const bool measured = i >= flags.warmup;
     wait_for(device);
     const auto start = std::chrono::steady_clock::now();
-    step(time_update && i >= flags.warmup ? &updates : nullptr);
+    step(time_update && measured ? &updates : nullptr, measured && phases ? &*phases : nullptr);
+    const double launch_ms = seconds_since(start) * 1000.0;
     wait_for(device);
-    if (i >= flags.warmup) times.push_back(seconds_since(start) * 1000.0);
+    if (!measured) continue;
+    times.push_back(seconds_since(start) * 1000.0);
+    launches.push_back(launch_ms);
+    if (phases) {
+      for (const auto& [name, ms] : phases->read()) phase_times[name].push_back(ms);
+    }
   }
-  StepTimes result{median(times), median(updates), {}};
+  StepTimes result{median(times), median(updates), device.is_cuda() ? median(launches) : 0.0, {}, {}};
+  for (const auto& [name, values] : phase_times) result.phase_ms[name] = median(values);
   if (flags.op_counts) {  // after the timed steps, which the counter's callback would slow
     models::OperationCounter counter;
-    step(nullptr);
+    step(nullptr, nullptr);
     wait_for(device);
     result.ops = counter.counts();
   }
@@ -148,6 +171,10 @@ int run_bench_models(const BenchModelsFlags& flags) {
                                {"amp", flags.amp},
                                {"channels_last", flags.channels_last},
                                {"sgd", flags.sgd}};
+    if (device.is_cuda()) {
+      line["launch_ms"] = times.launch_ms;
+      line["phase_ms"] = times.phase_ms;
+    }
     if (flags.op_counts) line["ops"] = times.ops;
     std::cout << line.dump() << std::endl;
   }

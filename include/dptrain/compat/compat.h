@@ -12,6 +12,7 @@
 
 #include <ATen/ATen.h>
 #include <ATen/autocast_mode.h>
+#include <c10/core/Event.h>
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 #include <torch/csrc/distributed/c10d/Store.hpp>
 #include <torch/csrc/distributed/c10d/Work.hpp>
@@ -19,6 +20,7 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <type_traits>
@@ -83,6 +85,10 @@ void shutdown_backend(Backend& backend);
 // work reports completion through its future (Gloo's work, dptrain's shared-memory work); returns
 // false, and never calls it, where it offers no future.
 bool on_completion(const WorkPtr& work, std::function<void()> callback);
+
+// Milliseconds between two completed events of one device that were created with timing on
+// (c10::EventFlag::BACKEND_DEFAULT); nullopt where LibTorch cannot time c10 events (before 2.6).
+std::optional<double> elapsed_ms(const c10::Event& start, const c10::Event& end);
 
 // Autocast on or off for one device type, for the guard's lifetime, restoring what was there.
 // LibTorch renamed these switches in 2.4 (per-device setters instead of cpu/gpu pairs).

@@ -181,7 +181,9 @@ TEST(BatchNormReLU, OtherCasesRunTheLayersAsTheyAre) {
       const auto want = step(norm.clone(), x, residual, grad, layers);
       EXPECT_TRUE(got.y.equal(want.y));
       EXPECT_TRUE(got.grad_x.equal(want.grad_x));
-      if (residual.defined()) EXPECT_TRUE(got.grad_residual.equal(want.grad_residual));
+      if (residual.defined()) {
+        EXPECT_TRUE(got.grad_residual.equal(want.grad_residual));
+      }
       EXPECT_TRUE(got.grad_weight.equal(want.grad_weight));
       EXPECT_TRUE(got.running_var.equal(want.running_var));
     }
