@@ -35,6 +35,7 @@ DevicePrefetcher::~DevicePrefetcher() {
 
 void DevicePrefetcher::start_copy() {
   next_.reset();
+  const int64_t skipped_before = loader_.skipped_count();
   try {
     auto host = loader_.next();
     if (!host) return;
@@ -49,6 +50,13 @@ void DevicePrefetcher::start_copy() {
   } catch (...) {
     error_ = std::current_exception();
   }
+  ahead_skipped_ = loader_.skipped_count() - skipped_before;
+}
+
+std::vector<SkippedSample> DevicePrefetcher::skipped() const {
+  std::vector<SkippedSample> handed_out = loader_.skipped();
+  handed_out.resize(handed_out.size() - static_cast<size_t>(ahead_skipped_));  // in batch order: those ahead are last
+  return handed_out;
 }
 
 void DevicePrefetcher::release_finished() {

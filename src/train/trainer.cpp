@@ -62,6 +62,7 @@ at::Tensor Trainer::State::criterion(const at::Tensor& logits, const at::Tensor&
 }
 
 std::pair<at::Tensor, at::Tensor> Trainer::State::to_device(const data::Batch& batch) const {
+  // A GPU's batches are there already (DevicePrefetcher): then this returns the same tensor.
   auto images = batch.images.to(device, /*non_blocking=*/true);
   // --channels-last: a CPU run's batches already are (batch_loading); a GPU converts its own copy.
   if (options.channels_last()) images = images.contiguous(at::MemoryFormat::ChannelsLast);
@@ -207,8 +208,9 @@ MetricSums Trainer::State::evaluate(models::ClassifierImpl& net, const std::stri
   if (!ranks().validates()) return {};
   data::Loader loader(data.val, ranks().validation_indices(data.val->size()), /*epoch=*/0,
                       batch_loading(options, device));
+  data::DevicePrefetcher batches(loader, data::DevicePrefetcherOptions(device));  // as train_epoch's
   MetricSums local;
-  while (auto batch = loader.next()) {
+  while (auto batch = batches.next()) {
     auto [images, labels] = to_device(*batch);
     const at::Tensor logits = eval_logits(net, images);
     // Per-sample losses in float64: the sum then depends on the samples, not on how the ranks

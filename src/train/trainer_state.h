@@ -18,6 +18,7 @@
 
 #include "datasets.h"
 #include "dptrain/compat/pickle.h"
+#include "dptrain/data/device_prefetcher.h"
 #include "dptrain/data/loader.h"
 #include "dptrain/data/sampler.h"
 #include "dptrain/dist/communicator.h"
@@ -152,9 +153,9 @@ struct Trainer::State {
   // targets. The draws depend on (seed, epoch, step, micro-batch, rank) only, so a resumed run
   // draws what an uninterrupted one would.
   at::Tensor mix(at::Tensor& images, const at::Tensor& labels, int64_t k) const;
-  // One optimizer step over the next accum_steps micro-batches of `loader` (fewer at the epoch's
+  // One optimizer step over the next accum_steps micro-batches of `batches` (fewer at the epoch's
   // end); returns the step's sums over all ranks, or nothing when the loader had none left.
-  std::optional<MetricSums> step(data::Loader& loader);
+  std::optional<MetricSums> step(data::DevicePrefetcher& batches);
   // Trains one epoch from step_in_epoch on; returns false when max_steps stopped it early.
   // `skipped` gets this rank's bad images of the pass.
   bool train_epoch(MetricSums& sums, std::vector<data::SkippedSample>& skipped);

@@ -30,6 +30,7 @@
 #include <deque>
 #include <exception>
 #include <optional>
+#include <vector>
 
 #include "dptrain/data/loader.h"
 
@@ -59,6 +60,11 @@ class DevicePrefetcher {
   // runs means loading and copying keep ahead of the GPU. False for the CPU device and at the end.
   bool next_ready() const { return next_ && next_->copied.query(); }
 
+  // The samples skipped in the batches handed out so far, as Loader::skipped and skipped_count
+  // say them, but without those of the batch being copied ahead: they belong to the next call.
+  std::vector<SkippedSample> skipped() const;
+  int64_t skipped_count() const { return loader_.skipped_count() - ahead_skipped_; }
+
  private:
   // A batch whose copy was queued on the side stream, with the host tensors it copies from.
   struct InFlight {
@@ -76,6 +82,7 @@ class DevicePrefetcher {
   std::optional<InFlight> next_;
   std::exception_ptr error_;  // in place of next_: fetching or copying the next batch failed
   std::deque<InFlight> handed_out_;  // given to the consumer, host buffers possibly still being read
+  int64_t ahead_skipped_ = 0;        // samples the loader skipped in next_'s batch (or error_'s)
 };
 
 }  // namespace dpt::data

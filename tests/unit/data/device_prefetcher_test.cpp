@@ -13,6 +13,7 @@
 
 #include "dptrain/common/error.h"
 #include "dptrain/data/synthetic.h"
+#include "support/faulty_dataset.h"
 #include "support/small_synthetic.h"
 
 using namespace dpt::data;
@@ -55,6 +56,17 @@ TEST(DevicePrefetcher, CpuPassesBatchesThroughInOrder) {
   expect_same_batches(prefetcher, plain, at::Device(at::kCPU));
 }
 
+TEST(DevicePrefetcher, CpuCountsTheLoadersSkippedSamples) {
+  Loader loader(std::make_shared<dpt::testing::FaultyDataset>(10, 5), order(10), 0, LoaderOptions().batch_size(4));
+  DevicePrefetcher prefetcher(loader, DevicePrefetcherOptions(at::kCPU));
+  ASSERT_EQ(prefetcher.next()->number, 0);
+  EXPECT_EQ(prefetcher.skipped_count(), 0);
+  ASSERT_EQ(prefetcher.next()->number, 1);
+  EXPECT_EQ(prefetcher.skipped_count(), 1);
+  ASSERT_EQ(prefetcher.skipped().size(), 1u);
+  EXPECT_EQ(prefetcher.skipped()[0].index, 5);
+}
+
 TEST(DevicePrefetcher, StopsCleanlyMidEpoch) {
   auto ds = small_synthetic(200, 4);
   Loader loader(ds, order(200), 0, LoaderOptions().batch_size(2).threads(2).prefetch_factor(1));
@@ -87,6 +99,25 @@ TEST(DevicePrefetcher, CopiesBatchesToTheGpu_CUDA) {
   Loader plain(ds, order(23), 1, options), loader(ds, order(23), 1, LoaderOptions(options).pin_memory(true));
   DevicePrefetcher prefetcher(loader, DevicePrefetcherOptions(at::Device(at::kCUDA, 0)));
   expect_same_batches(prefetcher, plain, at::Device(at::kCUDA, 0));
+}
+
+// The batch being copied ahead is not yet handed out: its skipped samples count from the call that
+// hands it out, so that a training step reports its own (order(10): sample 5 is in batch 1).
+TEST(DevicePrefetcher, CountsTheSkippedSamplesOfTheBatchesHandedOut_CUDA) {
+  if (!at::hasCUDA()) GTEST_SKIP() << "no CUDA device";
+  Loader loader(std::make_shared<dpt::testing::FaultyDataset>(10, 5), order(10), 0,
+                LoaderOptions().batch_size(4).threads(2).pin_memory(true));
+  DevicePrefetcher prefetcher(loader, DevicePrefetcherOptions(at::Device(at::kCUDA, 0)));
+  ASSERT_EQ(prefetcher.next()->number, 0);  // batch 1 is copied ahead
+  EXPECT_EQ(loader.skipped_count(), 1);
+  EXPECT_EQ(prefetcher.skipped_count(), 0);
+  EXPECT_TRUE(prefetcher.skipped().empty());
+  const auto second = prefetcher.next();
+  ASSERT_EQ(second->number, 1);
+  EXPECT_EQ(second->images.size(0), 3);
+  EXPECT_EQ(prefetcher.skipped_count(), 1);
+  ASSERT_EQ(prefetcher.skipped().size(), 1u);
+  EXPECT_EQ(prefetcher.skipped()[0].index, 5);
 }
 
 #if defined(DPTRAIN_WITH_CUDA)

@@ -13,11 +13,13 @@
 #include "dptrain/common/error.h"
 #include "dptrain/data/image_folder.h"
 #include "dptrain/data/synthetic.h"
+#include "support/faulty_dataset.h"
 #include "support/small_synthetic.h"
 #include "support/temp_dir.h"
 #include "support/test_images.h"
 
 using namespace dpt::data;
+using dpt::testing::FaultyDataset;
 using dpt::testing::small_synthetic;
 namespace fs = std::filesystem;
 
@@ -34,26 +36,6 @@ std::vector<Batch> drain(Loader& loader) {
   while (auto b = loader.next()) out.push_back(std::move(*b));
   return out;
 }
-
-// Fails on sample `bad` with a DataError, or, when `crash` is set, with a plain runtime_error.
-class Faulty : public Dataset {
- public:
-  Faulty(int64_t bad, bool crash) : inner_(small_synthetic(10, 9)), bad_(bad), crash_(crash) {}
-  int64_t size() const override { return inner_->size(); }
-  int64_t num_classes() const override { return inner_->num_classes(); }
-  std::vector<int64_t> sample_shape() const override { return inner_->sample_shape(); }
-  int64_t get(int64_t index, int64_t epoch, float* out) const override {
-    if (index == bad_ && crash_) throw std::runtime_error("worker blew up on sample 3");
-    if (index == bad_) throw dpt::DataError("cannot decode JPEG broken.jpg: bad Huffman table");
-    return inner_->get(index, epoch, out);
-  }
-  std::string describe(int64_t index) const override { return inner_->describe(index); }
-
- private:
-  std::shared_ptr<const Dataset> inner_;
-  int64_t bad_;
-  bool crash_;
-};
 
 // Counts the samples being read at once. Each read waits (up to a second, once) until `wanted`
 // reads are under way together, so that a loader that lets fewer threads work shows it.
@@ -148,7 +130,7 @@ TEST(Loader, DropLast) {
 }
 
 TEST(Loader, SkipsBadSamplesAndCountsThem) {
-  Loader loader(std::make_shared<Faulty>(5, false), iota(10), 0, LoaderOptions().batch_size(4).threads(2));
+  Loader loader(std::make_shared<FaultyDataset>(10, 5), iota(10), 0, LoaderOptions().batch_size(4).threads(2));
   auto batches = drain(loader);
   ASSERT_EQ(batches.size(), 3u);
   EXPECT_EQ(batches[1].indices, (std::vector<int64_t>{4, 3, 2}));
@@ -161,7 +143,7 @@ TEST(Loader, SkipsBadSamplesAndCountsThem) {
 }
 
 TEST(Loader, RethrowsWorkerErrorsWithTheirText) {
-  Loader strict(std::make_shared<Faulty>(5, false), iota(10), 0,
+  Loader strict(std::make_shared<FaultyDataset>(10, 5), iota(10), 0,
                 LoaderOptions().batch_size(4).bad_image_policy(BadImagePolicy::Error));
   EXPECT_TRUE(strict.next().has_value());
   try {
@@ -170,7 +152,7 @@ TEST(Loader, RethrowsWorkerErrorsWithTheirText) {
   } catch (const dpt::DataError& e) {
     EXPECT_EQ(std::string(e.what()), "cannot decode JPEG broken.jpg: bad Huffman table");
   }
-  Loader crashing(std::make_shared<Faulty>(3, true), iota(10), 0, LoaderOptions().batch_size(4));
+  Loader crashing(std::make_shared<FaultyDataset>(10, 3, true), iota(10), 0, LoaderOptions().batch_size(4));
   crashing.next();
   EXPECT_THROW(
       {
