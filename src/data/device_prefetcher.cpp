@@ -35,10 +35,11 @@ DevicePrefetcher::~DevicePrefetcher() {
 
 void DevicePrefetcher::start_copy() {
   next_.reset();
+  ahead_skipped_ = 0;
   const int64_t skipped_before = loader_.skipped_count();
   try {
     auto host = loader_.next();
-    if (!host) return;
+    if (!host) return;  // the epoch's end: nothing ahead, so whatever the loader skipped counts now
     c10::StreamGuard on_side(*side_stream_);
     InFlight f{std::move(*host), {}, {}, c10::Event(options_.device().type())};
     f.host_images = f.batch.images;

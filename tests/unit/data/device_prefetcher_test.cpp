@@ -102,22 +102,37 @@ TEST(DevicePrefetcher, CopiesBatchesToTheGpu_CUDA) {
 }
 
 // The batch being copied ahead is not yet handed out: its skipped samples count from the call that
-// hands it out, so that a training step reports its own (order(10): sample 5 is in batch 1).
+// hands it out, so that a training step reports its own. order(10) batches samples as {0, 7, 4, 1},
+// {8, 5, 2, 9}, {6, 3}: sample 5 is in batch 1, sample 3 in the last one.
 TEST(DevicePrefetcher, CountsTheSkippedSamplesOfTheBatchesHandedOut_CUDA) {
   if (!at::hasCUDA()) GTEST_SKIP() << "no CUDA device";
-  Loader loader(std::make_shared<dpt::testing::FaultyDataset>(10, 5), order(10), 0,
-                LoaderOptions().batch_size(4).threads(2).pin_memory(true));
-  DevicePrefetcher prefetcher(loader, DevicePrefetcherOptions(at::Device(at::kCUDA, 0)));
-  ASSERT_EQ(prefetcher.next()->number, 0);  // batch 1 is copied ahead
-  EXPECT_EQ(loader.skipped_count(), 1);
+  const auto options = LoaderOptions().batch_size(4).threads(2).pin_memory(true);
+  const DevicePrefetcherOptions gpu(at::Device(at::kCUDA, 0));
+  {
+    Loader loader(std::make_shared<dpt::testing::FaultyDataset>(10, 5), order(10), 0, options);
+    DevicePrefetcher prefetcher(loader, gpu);
+    ASSERT_EQ(prefetcher.next()->number, 0);  // batch 1 is copied ahead
+    EXPECT_EQ(loader.skipped_count(), 1);
+    EXPECT_EQ(prefetcher.skipped_count(), 0);
+    EXPECT_TRUE(prefetcher.skipped().empty());
+    const auto second = prefetcher.next();
+    ASSERT_EQ(second->number, 1);
+    EXPECT_EQ(second->images.size(0), 3);
+    EXPECT_EQ(prefetcher.skipped_count(), 1);
+    ASSERT_EQ(prefetcher.skipped().size(), 1u);
+    EXPECT_EQ(prefetcher.skipped()[0].index, 5);
+  }
+  // The last batch's: nothing is copied ahead of it, and they count once it is handed out.
+  Loader loader(std::make_shared<dpt::testing::FaultyDataset>(10, 3), order(10), 0, options);
+  DevicePrefetcher prefetcher(loader, gpu);
+  prefetcher.next();
+  prefetcher.next();
   EXPECT_EQ(prefetcher.skipped_count(), 0);
-  EXPECT_TRUE(prefetcher.skipped().empty());
-  const auto second = prefetcher.next();
-  ASSERT_EQ(second->number, 1);
-  EXPECT_EQ(second->images.size(0), 3);
+  ASSERT_EQ(prefetcher.next()->number, 2);
   EXPECT_EQ(prefetcher.skipped_count(), 1);
+  EXPECT_FALSE(prefetcher.next().has_value());
   ASSERT_EQ(prefetcher.skipped().size(), 1u);
-  EXPECT_EQ(prefetcher.skipped()[0].index, 5);
+  EXPECT_EQ(prefetcher.skipped()[0].index, 3);
 }
 
 #if defined(DPTRAIN_WITH_CUDA)
