@@ -27,6 +27,9 @@ constexpr int64_t kLanes = 16;
 // A block with all its lanes loads and stores unmasked: on AMD's Zen 5 the masked forms made the
 // fused ResNet-50 step 12% slower than LibTorch's separate layers (docs/benchmarks.md).
 constexpr __mmask16 kAllLanes = 0xffff;
+// The shifts and conversions below use their zero-masked forms with every lane set: GCC 12 warns
+// (-Wmaybe-uninitialized) inside the plain forms, whose pass-through operand is left undefined.
+// Both compile to the same unmasked instruction.
 
 DPT_AVX512 inline __mmask16 lanes_from(int64_t c, int64_t channels) {
   const int64_t left = channels - c;
@@ -36,7 +39,7 @@ DPT_AVX512 inline __mmask16 lanes_from(int64_t c, int64_t channels) {
 DPT_AVX512 inline __m512 load_bf16(const uint16_t* p, __mmask16 lanes) {
   const __m256i half = lanes == kAllLanes ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))
                                            : _mm256_maskz_loadu_epi16(lanes, p);
-  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(half), 16));
+  return _mm512_castsi512_ps(_mm512_maskz_slli_epi32(kAllLanes, _mm512_maskz_cvtepu16_epi32(kAllLanes, half), 16));
 }
 
 // Loops that keep several blocks of channels in registers take 4 at a time; a block past the last
@@ -53,7 +56,7 @@ DPT_AVX512 inline void block_lanes(int64_t c0, int64_t channels, __mmask16* lane
 // Narrowing in a register, then storing: the compiler would otherwise fold the two into VPMOVDW
 // to memory, which AMD's Zen 4 runs microcoded, many times slower.
 DPT_AVX512 inline void store_bits(uint16_t* p, __mmask16 lanes, __m512i bits) {
-  __m256i packed = _mm512_cvtepi32_epi16(bits);
+  __m256i packed = _mm512_maskz_cvtepi32_epi16(kAllLanes, bits);
   asm("" : "+x"(packed));
   if (lanes == kAllLanes) {
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), packed);
@@ -65,8 +68,9 @@ DPT_AVX512 inline void store_bits(uint16_t* p, __mmask16 lanes, __m512i bits) {
 // Round to nearest, ties to even, NaN to a quiet NaN: c10::BFloat16's rounding, 16 at a time.
 DPT_AVX512 inline void store_bf16(uint16_t* p, __mmask16 lanes, __m512 value) {
   const __m512i bits = _mm512_castps_si512(value);
-  const __m512i odd = _mm512_and_si512(_mm512_srli_epi32(bits, 16), _mm512_set1_epi32(1));
-  __m512i rounded = _mm512_srli_epi32(_mm512_add_epi32(bits, _mm512_add_epi32(odd, _mm512_set1_epi32(0x7fff))), 16);
+  const __m512i odd = _mm512_and_si512(_mm512_maskz_srli_epi32(kAllLanes, bits, 16), _mm512_set1_epi32(1));
+  const __m512i bias = _mm512_add_epi32(odd, _mm512_set1_epi32(0x7fff));
+  __m512i rounded = _mm512_maskz_srli_epi32(kAllLanes, _mm512_add_epi32(bits, bias), 16);
   rounded = _mm512_mask_blend_epi32(_mm512_cmp_ps_mask(value, value, _CMP_UNORD_Q), rounded, _mm512_set1_epi32(0x7fc0));
   store_bits(p, lanes, rounded);
 }

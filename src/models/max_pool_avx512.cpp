@@ -14,7 +14,7 @@ DPT_AVX512 inline __m128i load_positions(const uint8_t* p, __mmask16 lanes) { re
 
 // Narrowed in a register, then stored (VPMOVDB to memory is microcoded on Zen 4, as store_bits says).
 DPT_AVX512 inline void store_positions(uint8_t* p, __mmask16 lanes, __m512i positions) {
-  __m128i packed = _mm512_cvtepi32_epi8(positions);
+  __m128i packed = _mm512_maskz_cvtepi32_epi8(kAllLanes, positions);
   asm("" : "+x"(packed));
   _mm_mask_storeu_epi8(p, lanes, packed);
 }
@@ -51,7 +51,8 @@ DPT_AVX512 void max_pool_image_avx512(const uint16_t* x, const PoolShape& s, uin
         const int64_t output = (oh * s.out_width + ow) * s.channels + c0;
         for (int b = 0; b < kBlocks; ++b) {
           // The maximum is one of the bf16 inputs: its upper half, as bf16_of_widened.
-          store_bits(y + output + b * kLanes, lanes[b], _mm512_srli_epi32(_mm512_castps_si512(best[b]), 16));
+          const __m512i bits = _mm512_maskz_srli_epi32(kAllLanes, _mm512_castps_si512(best[b]), 16);
+          store_bits(y + output + b * kLanes, lanes[b], bits);
           store_positions(positions + output + b * kLanes, lanes[b], where[b]);
         }
       }
