@@ -98,32 +98,36 @@ class ExactRecovery(unittest.TestCase):
         self.assertRegex(out, r"resuming from .*checkpoint\.pt \(" + re.escape(resumed_at(step)))
         self.assert_same_as_reference(output, f"stopped after step {step}")
 
+    # Which checkpoint a restart finds depends on the machine's load, the weights never: rank 0's
+    # writer runs at low priority, a periodic checkpoint due while it still writes the one before
+    # is skipped, and the end of an epoch's is written after validation. On a loaded machine step
+    # 4's write was still running at step 5 (CI once), so the newest whole checkpoint at a kill may
+    # be one or two older than the steps printed suggest.
+
     def test_killed_before_the_first_checkpoint(self):
         # Nothing to resume: the restart starts fresh, with the same command line.
         self.recover("before_first", r"Epoch: \[0\]\[ ?2/12\]", r"no checkpoint in .* yet; starting fresh(.|\n)*"
                      r"no checkpoint in .* yet; starting fresh")
 
     def test_killed_just_after_a_checkpoint(self):
-        # Killed when rank 0 reports the first checkpoint (step 4's) written: its background writer
-        # runs at low priority, and on a loaded machine it finished after step 5 had been printed,
-        # so killing at step 5 could leave only its unfinished temporary file.
+        # Killed when rank 0 reports the first checkpoint (step 4's) written, not at step 5, by
+        # which time that write may not have finished (see above).
         self.recover("after_checkpoint", r"checkpoint: wrote .*checkpoint\.pt ",
                      r"resuming from .*checkpoint\.pt \(epoch 0, step (4|8) ")
 
     def test_killed_mid_epoch(self):
         # Most often the restart takes epoch 0's last checkpoint (epoch 1, step 0), or step 4's if
-        # the kill lands late. The low-priority writer may still be writing epoch 0's when the kill
-        # lands (a CI log reported it at [1][1]); step 8's is then the newest, and just as exact.
+        # the kill lands late; epoch 0's may still be being written (a CI log reported it at [1][1]).
         self.recover("mid_epoch", r"Epoch: \[1\]\[ ?3/12\]",
-                     r"resuming from .*checkpoint\.pt \((epoch 0, step 8|epoch 1, step (0|4)) ")
+                     r"resuming from .*checkpoint\.pt \((epoch 0, step [48]|epoch 1, step [04]) ")
 
     def test_killed_in_validation(self):
         # The train summary is printed just before validation starts; the epoch's checkpoint comes
-        # after validation, so the restart redoes the steps since step 8. Validation takes a third
-        # of a second: on a loaded machine the kill can land after it and after the epoch's
-        # checkpoint (CI once), and the restart then begins epoch 1; the weights must match either way.
+        # after validation, so the restart redoes the steps since step 8 (or 4). Validation takes a
+        # third of a second: on a loaded machine the kill can land after it and after the epoch's
+        # checkpoint (CI once), and the restart then begins epoch 1.
         self.recover("in_validation", r"Epoch: \[0\] train",
-                     r"resuming from .*checkpoint\.pt \((epoch 0, step 8|epoch 1, step 0) ")
+                     r"resuming from .*checkpoint\.pt \((epoch 0, step [48]|epoch 1, step 0) ")
 
 
     def test_sigterm_to_one_rank_stops_all_at_one_step(self):
