@@ -61,6 +61,15 @@ class Transform(unittest.TestCase):
         self.assertTrue(70 <= falling <= 130, f"{falling} of 200 flipped")
 
 
+class Libraries(unittest.TestCase):
+    def test_names_the_jpeg_library_this_process_loaded(self):
+        # torchvision's image extension brings libjpeg in (as a GPU's decode brings libnvjpeg).
+        bench = load_bench()
+        self.assertTrue(any(os.path.basename(path).startswith("libjpeg") for path in bench.loaded_libraries("jpeg")),
+                        bench.loaded_libraries("jpeg"))
+        self.assertEqual(bench.loaded_libraries("no-such-library"), [])
+
+
 class Run(unittest.TestCase):
     def run_bench(self, *args):
         env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1")
@@ -77,6 +86,8 @@ class Run(unittest.TestCase):
         for rate in ("decode_img_s", "decode_img_per_cpu_s", "pipeline_img_s", "pipeline_img_per_cpu_s",
                      "pipeline_gpu_ms_per_batch"):
             self.assertGreater(report[rate], 0, rate)
+        self.assertEqual(report["nvjpeg_library"], [])  # no GPU decode on the CPU
+        self.assertIsInstance(report["nvjpeg_headers"], list)
         # Decoding alone does less than decoding and transforming.
         self.assertGreater(report["decode_img_s"], report["pipeline_img_s"])
 
