@@ -8,7 +8,7 @@ namespace dpt::cli {
 
 void DevicePhases::start() {
   marks_.clear();
-  marks_.reserve(4);  // a step's start and its three phases, without moving recorded events
+  marks_.reserve(4);  // a step's start and its three phases: one allocation, made before the first event
   mark("");
 }
 
