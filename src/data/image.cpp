@@ -1,7 +1,6 @@
 #include "dptrain/data/image.h"
 
 #include <jpeglib.h>
-#include <png.h>
 #include <turbojpeg.h>
 
 #include <algorithm>
@@ -14,6 +13,7 @@
 
 #include "dptrain/common/error.h"
 #include "dptrain/common/read_file.h"
+#include "png_codec.h"
 
 namespace dpt::data {
 
@@ -38,6 +38,15 @@ void jpeg_message(j_common_ptr cinfo, int level) {
   if (level < 0) jpeg_fail(cinfo);
 }
 
+// PIL reads a four-component JPEG as Adobe's programs write it, inverted ("CMYK;I"), and turns
+// CMYK into RGB as (255 - C) * (255 - K) / 255, rounded; on the values as stored, C * K / 255.
+// 255 is odd, so no product falls halfway: adding 127 rounds.
+void cmyk_to_rgb(const JSAMPLE* cmyk, uint8_t* rgb, JDIMENSION width) {
+  for (JDIMENSION x = 0; x < width; ++x, cmyk += 4, rgb += 3) {
+    for (int c = 0; c < 3; ++c) rgb[c] = static_cast<uint8_t>((cmyk[c] * cmyk[3] + 127) / 255);
+  }
+}
+
 // Reads the header into `size` and, when `rect` is given, decodes that region of the
 // 1/denominator picture into `out`. Returns false with libjpeg's message on bad data. Only plain
 // C objects live in this frame, so the longjmp from an error skips no destructor.
@@ -59,7 +68,10 @@ bool read_jpeg(const std::vector<uint8_t>& bytes, int denominator, const PixelRe
   size->width = static_cast<int>(cinfo.image_width);
   size->height = static_cast<int>(cinfo.image_height);
   if (rect) {
-    cinfo.out_color_space = JCS_RGB;
+    // Four components (CMYK, or YCCK, which libjpeg turns into CMYK) come out as CMYK and are
+    // converted row by row, as PIL converts them.
+    const bool cmyk = cinfo.jpeg_color_space == JCS_CMYK || cinfo.jpeg_color_space == JCS_YCCK;
+    cinfo.out_color_space = cmyk ? JCS_CMYK : JCS_RGB;
     cinfo.scale_num = 1;
     cinfo.scale_denom = static_cast<unsigned>(denominator);
     jpeg_start_decompress(&cinfo);
@@ -79,45 +91,22 @@ bool read_jpeg(const std::vector<uint8_t>& bytes, int denominator, const PixelRe
     // Several rows per call: libjpeg then writes upsampled row pairs straight into them instead
     // of through its spare row.
     const JDIMENSION end = static_cast<JDIMENSION>(rect->top + rect->height);
-    JSAMPROW rows[16];
+    constexpr JDIMENSION kRows = 16;
+    // CMYK rows first go to libjpeg's own memory, released with the decompressor.
+    JSAMPARRAY cmyk_rows =
+        cmyk ? (*cinfo.mem->alloc_sarray)(reinterpret_cast<j_common_ptr>(&cinfo), JPOOL_IMAGE, width * 4, kRows)
+             : nullptr;
+    JSAMPROW rows[kRows];
     while (cinfo.output_scanline < end) {
-      const JDIMENSION n = std::min<JDIMENSION>(end - cinfo.output_scanline, 16);
-      for (JDIMENSION k = 0; k < n; ++k) {
-        rows[k] = out->image.row(static_cast<int>(cinfo.output_scanline + k) - rect->top);
-      }
-      jpeg_read_scanlines(&cinfo, rows, n);
+      const int first_row = static_cast<int>(cinfo.output_scanline) - rect->top;
+      const JDIMENSION n = std::min<JDIMENSION>(end - cinfo.output_scanline, kRows);
+      for (JDIMENSION k = 0; k < n; ++k) rows[k] = cmyk ? cmyk_rows[k] : out->image.row(first_row + int(k));
+      const JDIMENSION got = jpeg_read_scanlines(&cinfo, rows, n);
+      for (JDIMENSION k = 0; cmyk && k < got; ++k) cmyk_to_rgb(cmyk_rows[k], out->image.row(first_row + int(k)), width);
     }
   }
   jpeg_destroy_decompress(&cinfo);  // also stops a decode that has rows left
   return true;
-}
-
-ImageSize png_size(const std::vector<uint8_t>& bytes, const std::string& name) {
-  // IHDR is always first: 8-byte signature, 4-byte length, "IHDR", then big-endian width, height.
-  DPT_CHECK(bytes.size() >= 24 && std::memcmp(bytes.data() + 12, "IHDR", 4) == 0, DataError,
-            "cannot read the PNG header of ", name, ": the file is truncated or corrupt");
-  auto be32 = [&](size_t at) {
-    return static_cast<int>((uint32_t(bytes[at]) << 24) | (uint32_t(bytes[at + 1]) << 16) |
-                            (uint32_t(bytes[at + 2]) << 8) | uint32_t(bytes[at + 3]));
-  };
-  return {be32(16), be32(20)};
-}
-
-Image decode_png(const std::vector<uint8_t>& bytes, const std::string& name) {
-  png_image png;
-  std::memset(&png, 0, sizeof png);
-  png.version = PNG_IMAGE_VERSION;
-  std::unique_ptr<png_image, void (*)(png_imagep)> guard(&png, png_image_free);
-  DPT_CHECK(png_image_begin_read_from_memory(&png, bytes.data(), bytes.size()), DataError, "cannot read PNG ", name,
-            ": ", png.message, ". The file is truncated or corrupt.");
-  png.format = PNG_FORMAT_RGB;
-  Image image;
-  image.width = static_cast<int>(png.width);
-  image.height = static_cast<int>(png.height);
-  image.pixels.resize(PNG_IMAGE_SIZE(png));
-  DPT_CHECK(png_image_finish_read(&png, nullptr, image.pixels.data(), 0, nullptr), DataError, "cannot decode PNG ",
-            name, ": ", png.message, ". The file is truncated or corrupt.");
-  return image;
 }
 
 [[noreturn]] void unsupported(const std::vector<uint8_t>& bytes, const std::string& name) {

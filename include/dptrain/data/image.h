@@ -65,9 +65,11 @@ struct ImageRegion {
 // Decodes at least the pixels in `rect` of the picture scaled by 1/denominator. For JPEG, rows
 // above the rect are only entropy-decoded, rows below it not at all, and only the block columns
 // covering it go through the inverse DCT and colour conversion; a truncated file fails only when
-// the rect's rows are missing. PNG (denominator 1 only) is decoded whole. Grayscale is expanded to
-// RGB, alpha is composited on black. Corrupt data, including libjpeg's corrupt-data warnings,
-// throws DataError naming `name`.
+// the rect's rows are missing. PNG (denominator 1 only) is decoded whole. The pixels are those
+// torchvision's ImageFolder trains on, PIL's Image.convert("RGB"): grey is expanded, CMYK
+// converted as PIL does, alpha and transparency dropped (not composited), 16-bit samples cut as
+// PIL cuts them. Corrupt data, including libjpeg's corrupt-data warnings, throws DataError
+// naming `name`.
 ImageRegion decode_region(const std::vector<uint8_t>& bytes, const std::string& name, int denominator, PixelRect rect);
 // The same into `out`, reusing its pixel buffer: a loader thread that decodes image after image
 // into one region spares the allocator a fresh half-megabyte (and its page faults) per image.
