@@ -4,12 +4,14 @@
 #include <turbojpeg.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <csetjmp>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <memory>
+#include <string_view>
 
 #include "dptrain/common/error.h"
 #include "dptrain/common/read_file.h"
@@ -109,11 +111,30 @@ bool read_jpeg(const std::vector<uint8_t>& bytes, int denominator, const PixelRe
   return true;
 }
 
+// The formats torchvision's ImageFolder also lists (PIL opens them) that dptrain does not decode,
+// by their first bytes: a dataset holding them needs converting, which the error should say.
+const char* other_picture_format(const std::vector<uint8_t>& bytes) {
+  auto starts = [&](std::string_view magic, size_t at = 0) {
+    return bytes.size() >= at + magic.size() && std::memcmp(bytes.data() + at, magic.data(), magic.size()) == 0;
+  };
+  using namespace std::string_view_literals;
+  if (starts("RIFF") && starts("WEBP", 8)) return "WebP";
+  if (starts("BM") && starts("\0\0\0\0"sv, 6)) return "BMP";  // then the file size, then 4 reserved zero bytes
+  if (starts("GIF8")) return "GIF";
+  if (starts("II*\0"sv) || starts("MM\0*"sv)) return "TIFF";
+  if (bytes.size() >= 3 && bytes[0] == 'P' && bytes[1] >= '1' && bytes[1] <= '6' && std::isspace(bytes[2])) {
+    return "PPM/PGM";
+  }
+  return nullptr;
+}
+
 [[noreturn]] void unsupported(const std::vector<uint8_t>& bytes, const std::string& name) {
   if (bytes.empty()) throw DataError(str("image file ", name, " is empty (0 bytes)"));
-  throw DataError(str("image file ", name,
-                      " is neither JPEG nor PNG (first bytes do not match either "
-                      "signature); convert it or remove it from the dataset"));
+  const char* format = other_picture_format(bytes);
+  throw DataError(str("image file ", name, " is neither JPEG nor PNG (",
+                      format ? str("a ", format, " picture, which dptrain does not decode")
+                             : std::string("first bytes do not match either signature"),
+                      "); convert it or remove it from the dataset"));
 }
 
 }  // namespace

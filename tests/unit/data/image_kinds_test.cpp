@@ -8,7 +8,11 @@
 #include <cstdio>
 #include <cstdlib>
 #include <sstream>
+#include <string>
+#include <utility>
+#include <vector>
 
+#include "dptrain/common/error.h"
 #include "dptrain/data/image.h"
 #include "support/python_oracle.h"
 #include "support/temp_dir.h"
@@ -172,6 +176,33 @@ TEST(ImageKinds, RegionsOfCmykPicturesMatchTheWholeDecode) {
         }
       }
       EXPECT_EQ(differing, 0) << "colour space " << stored << ", scale 1/" << d;
+    }
+  }
+}
+
+// The other formats torchvision's ImageFolder lists (PIL opens them) are refused by name, so that
+// the skip or the error says what to convert.
+TEST(ImageKinds, OtherFormatsAreNamedInTheError) {
+  dpt::testing::TempDir dir;
+  const auto made = dpt::testing::run_python(
+      "from PIL import Image\n"
+      "picture = Image.new('RGB', (12, 9), (200, 30, 90))\n"
+      "for name in ('a.webp', 'a.bmp', 'a.gif', 'a.tif', 'a.ppm', 'a.pgm'):\n"
+      "    (picture.convert('L') if name.endswith('.pgm') else picture).save('" +
+      dir.path() + "/' + name)\n");
+  if (!made) DPT_MISSING_DEPENDENCY(dpt::testing::oracle_missing("PIL"));
+  const std::vector<std::pair<std::string, std::string>> formats = {
+      {"a.webp", "WebP"}, {"a.bmp", "BMP"},         {"a.gif", "GIF"},
+      {"a.tif", "TIFF"},  {"a.ppm", "PPM/PGM"}, {"a.pgm", "PPM/PGM"}};
+  for (const auto& [name, format] : formats) {
+    const std::string path = dir.path() + "/" + name;
+    try {
+      decode_image(read_file(path), path);
+      ADD_FAILURE() << name << " decoded";
+    } catch (const dpt::DataError& e) {
+      EXPECT_EQ(std::string(e.what()), "image file " + path + " is neither JPEG nor PNG (a " + format +
+                                           " picture, which dptrain does not decode); convert it or remove it from "
+                                           "the dataset");
     }
   }
 }
