@@ -6,28 +6,14 @@ functions that hand out known rates, timings and counts, so every figure of the 
 against its arithmetic."""
 
 import contextlib
-import importlib.machinery
-import importlib.util
 import io
 import json
-import os
 import sys
 import types
 import unittest
 from unittest import mock
 
-BENCH = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "bench")
-
-
-def load_bench_gpu():
-    sys.path.insert(0, BENCH)  # bench/gpu imports bench/common.py
-    try:
-        loader = importlib.machinery.SourceFileLoader("bench_gpu", os.path.join(BENCH, "gpu"))
-        module = importlib.util.module_from_spec(importlib.util.spec_from_loader("bench_gpu", loader))
-        loader.exec_module(module)
-        return module
-    finally:
-        sys.path.remove(BENCH)
+from bench_script import load_bench_script
 
 
 def timings(rate):
@@ -74,7 +60,7 @@ class FakeGpu:
 
 def run_bench(args, rates, gpu=True):
     """bench/gpu's exit code, its JSON line and the stand-in (who ran, in order; who counted)."""
-    bench = load_bench_gpu()
+    bench = load_bench_script("gpu")
     fake = FakeGpu(bench, rates)
     torch = types.SimpleNamespace(cuda=types.SimpleNamespace(is_available=lambda: gpu))
     out = io.StringIO()

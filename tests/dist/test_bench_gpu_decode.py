@@ -2,8 +2,6 @@
 normalize) gives the values and the flips torchvision's recipe does, its JSON counts what it ran,
 and without a GPU it says so and exits 2. Run here on the CPU (--device cpu), the same code."""
 
-import importlib.machinery
-import importlib.util
 import json
 import os
 import subprocess
@@ -13,25 +11,15 @@ import unittest
 
 import torch
 
-BENCH = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "bench")
+from bench_script import BENCH, load_bench_script
+
 SCRIPT = os.path.join(BENCH, "gpu_decode")
-
-
-def load_bench():
-    sys.path.insert(0, BENCH)  # bench/gpu_decode imports bench/imagenet_like.py
-    try:
-        loader = importlib.machinery.SourceFileLoader("bench_gpu_decode", SCRIPT)
-        module = importlib.util.module_from_spec(importlib.util.spec_from_loader("bench_gpu_decode", loader))
-        loader.exec_module(module)
-        return module
-    finally:
-        sys.path.remove(BENCH)
 
 
 class Transform(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
-        cls.bench = load_bench()
+        cls.bench = load_bench_script("gpu_decode")
         cls.mean = torch.tensor(cls.bench.MEAN).view(1, 3, 1, 1)
         cls.std = torch.tensor(cls.bench.STD).view(1, 3, 1, 1)
 
@@ -64,7 +52,7 @@ class Transform(unittest.TestCase):
 class Libraries(unittest.TestCase):
     def test_names_the_jpeg_library_this_process_loaded(self):
         # torchvision's image extension brings libjpeg in (as a GPU's decode brings libnvjpeg).
-        bench = load_bench()
+        bench = load_bench_script("gpu_decode")
         self.assertTrue(any(os.path.basename(path).startswith("libjpeg") for path in bench.loaded_libraries("jpeg")),
                         bench.loaded_libraries("jpeg"))
         self.assertEqual(bench.loaded_libraries("no-such-library"), [])
@@ -82,7 +70,7 @@ class Run(unittest.TestCase):
             self.assertEqual(done.returncode, 0, done.stdout + done.stderr)
             report = json.loads(done.stdout.strip().splitlines()[-1])
         self.assertEqual((report["device"], report["images"], report["batch"], report["repeats"]), ("cpu", 20, 8, 2))
-        self.assertEqual(report["batched_decode"], load_bench().BATCHED_DECODE)
+        self.assertEqual(report["batched_decode"], load_bench_script("gpu_decode").BATCHED_DECODE)
         for rate in ("decode_img_s", "decode_img_per_cpu_s", "pipeline_img_s", "pipeline_img_per_cpu_s",
                      "pipeline_gpu_ms_per_batch"):
             self.assertGreater(report[rate], 0, rate)

@@ -25,4 +25,18 @@ inline data::Image gradient_image(int width, int height, int variant = 0) {
   return im;
 }
 
+// How many samples of `rect` differ between a region decode (`part`, which may cover more
+// columns) and the whole picture decoded at the same scale: 0 when the region decode is exact.
+inline int samples_differing(const data::ImageRegion& part, const data::Image& whole, const data::PixelRect& rect) {
+  int differing = 0;
+  for (int y = 0; y < rect.height; ++y) {
+    for (int x = rect.left; x < rect.left + rect.width; ++x) {
+      for (int c = 0; c < 3; ++c) {
+        differing += part.image.row(y)[3 * (x - part.left) + c] != whole.row(y + rect.top)[3 * x + c];
+      }
+    }
+  }
+  return differing;
+}
+
 }  // namespace dpt::testing

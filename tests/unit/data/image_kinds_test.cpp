@@ -167,15 +167,8 @@ TEST(ImageKinds, RegionsOfCmykPicturesMatchTheWholeDecode) {
       const Image whole = decode_region(bytes, "a.jpg", d, {0, 0, s.width, s.height}).image;
       const PixelRect rect{s.width / 3, s.height / 4, s.width / 2, s.height / 2};
       const ImageRegion part = decode_region(bytes, "a.jpg", d, rect);
-      int differing = 0;
-      for (int y = 0; y < rect.height; ++y) {
-        for (int x = rect.left; x < rect.left + rect.width; ++x) {
-          for (int c = 0; c < 3; ++c) {
-            differing += part.image.row(y)[3 * (x - part.left) + c] != whole.row(y + rect.top)[3 * x + c];
-          }
-        }
-      }
-      EXPECT_EQ(differing, 0) << "colour space " << stored << ", scale 1/" << d;
+      EXPECT_EQ(dpt::testing::samples_differing(part, whole, rect), 0)
+          << "colour space " << stored << ", scale 1/" << d;
     }
   }
 }

@@ -53,15 +53,8 @@ TEST(ImageCodec, RegionsMatchTheWholeDecode) {
       ASSERT_EQ(part.top, rect.top);
       ASSERT_GE(part.left + part.image.width, rect.left + rect.width);
       ASSERT_EQ(part.image.height, rect.height);
-      int differing = 0;
-      for (int y = 0; y < rect.height; ++y) {
-        for (int x = rect.left; x < rect.left + rect.width; ++x) {
-          for (int c = 0; c < 3; ++c) {
-            differing += part.image.row(y)[3 * (x - part.left) + c] != whole.row(y + rect.top)[3 * x + c];
-          }
-        }
-      }
-      EXPECT_EQ(differing, 0) << "scale 1/" << d << ", rect left " << rect.left;
+      EXPECT_EQ(dpt::testing::samples_differing(part, whole, rect), 0)
+          << "scale 1/" << d << ", rect left " << rect.left;
     }
   }
 }
