@@ -18,13 +18,27 @@ namespace {
 // for elementwise kernels).
 constexpr int64_t kGrain = 32768;
 
+// Whether `t` addresses its elements as `param` does: the same sizes and, in every dimension of
+// more than one element, the same stride (a dimension of one element can carry any stride). cuDNN
+// gives a 1x1 convolution's weight, strided (C, 1, 1, 1), a gradient strided (C, 1, C, C): the
+// same memory, which PyTorch's multi-tensor kernels refuse (they compare strides whole).
+bool same_element_order(const at::Tensor& t, const at::Tensor& param) {
+  if (t.sizes() != param.sizes()) return false;
+  for (int64_t d = 0; d < t.dim(); ++d) {
+    if (t.size(d) != 1 && t.stride(d) != param.stride(d)) return false;
+  }
+  return true;
+}
+
 // Whether the parameter, its gradient and its buffer (if any) share one dense layout on one device
 // in one type: what a kernel that walks them as flat arrays needs (contiguous or channels_last
-// alike: the update is elementwise).
-bool one_dense_layout(const at::Tensor& param, const at::Tensor& grad, const at::Tensor* buffer) {
+// alike: the update is elementwise). `exact_strides`: strides equal whole, not only where they
+// address elements (SGD's own momentum buffer then has the strides the flat loop's would have).
+bool one_dense_layout(const at::Tensor& param, const at::Tensor& grad, const at::Tensor* buffer, bool exact_strides) {
   const auto alike = [&](const at::Tensor& t) {
-    return t.device() == param.device() && t.scalar_type() == param.scalar_type() && !t.is_sparse() &&
-           t.strides() == param.strides() && t.sizes() == param.sizes();
+    const bool same_layout = exact_strides ? t.sizes() == param.sizes() && t.strides() == param.strides()
+                                           : same_element_order(t, param);
+    return t.device() == param.device() && t.scalar_type() == param.scalar_type() && !t.is_sparse() && same_layout;
   };
   return !param.is_sparse() && param.is_non_overlapping_and_dense() && alike(grad) &&
          (buffer == nullptr || alike(*buffer));
@@ -32,7 +46,8 @@ bool one_dense_layout(const at::Tensor& param, const at::Tensor& grad, const at:
 
 // Whether one flat loop covers the tensors: float32 on the CPU, in one dense layout.
 bool flat_alike(const at::Tensor& param, const at::Tensor& grad, const at::Tensor* buffer) {
-  return param.device().is_cpu() && param.scalar_type() == at::kFloat && one_dense_layout(param, grad, buffer);
+  return param.device().is_cpu() && param.scalar_type() == at::kFloat &&
+         one_dense_layout(param, grad, buffer, /*exact_strides=*/true);
 }
 
 // SGD's own update of one parameter (LibTorch's four steps), for what the loop does not cover.
@@ -53,9 +68,23 @@ void update_unfused(const at::Tensor& param, at::Tensor d_p, torch::optim::SGDPa
   param.add_(d_p, -1 * options.lr());
 }
 
+// `t` viewed with `param`'s strides where that changes no element's address, else `t` itself.
+at::Tensor strided_as(const at::Tensor& t, const at::Tensor& param) {
+  if (t.strides() == param.strides() || !same_element_order(t, param)) return t;
+  return t.as_strided(param.sizes(), param.strides(), t.storage_offset());
+}
+
 // Parameters off the CPU, whose gradients and momentum buffers exist: updated a group at a time.
 struct ForeachBatch {
   std::vector<at::Tensor> params, grads, buffers;
+
+  // Gradients and buffers go in with their parameter's strides where their memory allows, so that
+  // the multi-tensor kernels take them in one launch.
+  void add(const at::Tensor& param, const at::Tensor& grad, const at::Tensor* buffer) {
+    params.push_back(param);
+    grads.push_back(strided_as(grad, param));
+    if (buffer != nullptr) buffers.push_back(strided_as(*buffer, param));
+  }
 };
 
 // LibTorch's four steps, each one multi-tensor kernel over the batch (at::_foreach_*) instead of
@@ -73,9 +102,11 @@ void update_foreach(const ForeachBatch& batch, const torch::optim::SGDOptions& o
 }
 
 // A parameter PyTorch's fused kernel covers: on a GPU, in one dense layout with its gradient and
-// its momentum buffer, which must exist (`buffer` null: no momentum).
+// its momentum buffer, which must exist (`buffer` null: no momentum); ForeachBatch::add gives them
+// the parameter's strides.
 bool fused_kernel_covers(const at::Tensor& param, const at::Tensor& grad, const at::Tensor* buffer) {
-  return param.is_cuda() && (buffer == nullptr || buffer->defined()) && one_dense_layout(param, grad, buffer);
+  return param.is_cuda() && (buffer == nullptr || buffer->defined()) &&
+         one_dense_layout(param, grad, buffer, /*exact_strides=*/false);
 }
 
 }  // namespace
@@ -108,9 +139,7 @@ bool FusedSGD::step_unless_found_inf(const at::Tensor& found_inf) {
         return other.device() == p.device() && other.scalar_type() == p.scalar_type();
       });
       if (same == batches.end()) same = batches.insert(batches.end(), Batch{&options, {}});
-      same->tensors.params.push_back(p);
-      same->tensors.grads.push_back(grad);
-      if (with_buffer) same->tensors.buffers.push_back(buffer);
+      same->tensors.add(p, grad, with_buffer ? &buffer : nullptr);
     }
   }
   for (const Batch& batch : batches) {
@@ -143,9 +172,7 @@ torch::Tensor FusedSGD::step(LossClosure closure) {
       const bool with_buffer = options.momentum() != 0;
       const at::Tensor buffer = param_state != nullptr ? param_state->momentum_buffer() : at::Tensor();
       if (!p.device().is_cpu() && !grad.is_sparse() && (!with_buffer || buffer.defined())) {
-        off_cpu.params.push_back(p);
-        off_cpu.grads.push_back(grad);
-        if (with_buffer) off_cpu.buffers.push_back(buffer);
+        off_cpu.add(p, grad, with_buffer ? &buffer : nullptr);
         continue;
       }
       at::Tensor new_buffer;

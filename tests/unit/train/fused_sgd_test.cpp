@@ -13,14 +13,20 @@ using dpt::train::FusedSGD;
 
 namespace {
 
-// Parameters of every kind the step meets: a bias, a channels_last convolution weight, a matrix
-// large enough to be split over threads, one without a gradient, one whose gradient is laid out
-// unlike it (transposed) and a double one (the last two take SGD's own steps).
+// Parameters of every kind the step meets: a bias, a channels_last convolution weight, a 1x1
+// convolution weight, a matrix large enough to be split over threads, one without a gradient, one
+// whose gradient is laid out unlike it (transposed) and a double one (the last two take SGD's own
+// steps).
+constexpr size_t kOneByOne = 2, kWithoutGradient = 4, kTransposedGradient = 5;
 std::vector<at::Tensor> make_parameters(const at::Device& device) {
   torch::manual_seed(3);
-  std::vector<at::Tensor> params{
-      torch::randn({37}), torch::randn({64, 3, 3, 3}).contiguous(at::MemoryFormat::ChannelsLast),
-      torch::randn({1000, 257}), torch::randn({5}), torch::randn({9, 11}), torch::randn({13}, torch::kDouble)};
+  std::vector<at::Tensor> params{torch::randn({37}),
+                                 torch::randn({64, 3, 3, 3}).contiguous(at::MemoryFormat::ChannelsLast),
+                                 torch::randn({32, 16, 1, 1}),
+                                 torch::randn({1000, 257}),
+                                 torch::randn({5}),
+                                 torch::randn({9, 11}),
+                                 torch::randn({13}, torch::kDouble)};
   for (auto& p : params) p = p.to(device).set_requires_grad(true);
   return params;
 }
@@ -29,9 +35,17 @@ void set_gradients(std::vector<at::Tensor>& params, int step) {
   torch::manual_seed(100 + step);
   for (size_t i = 0; i < params.size(); ++i) {
     auto& p = params[i];
-    if (i == 3) continue;  // never gets a gradient
-    at::Tensor grad = i == 4 ? torch::randn({11, 9}).t() : torch::randn_like(p, p.options().device(at::kCPU));
-    p.mutable_grad() = grad.to(p.device());
+    if (i == kWithoutGradient) continue;
+    at::Tensor grad = i == kTransposedGradient ? torch::randn({11, 9}).t()
+                                               : torch::randn_like(p, p.options().device(at::kCPU));
+    grad = grad.to(p.device());
+    if (i == kOneByOne) {
+      // As cuDNN gives it for a channels_last input: strided (16, 1, 16, 16) where the weight is
+      // strided (16, 1, 1, 1), the same memory.
+      grad = at::empty(grad.sizes(), grad.options().memory_format(at::MemoryFormat::ChannelsLast)).copy_(grad);
+      EXPECT_NE(grad.strides(), p.strides());
+    }
+    p.mutable_grad() = grad;
   }
 }
 
@@ -113,8 +127,9 @@ TEST(FusedSgd, StepUnlessFoundInfSkipsOnTheDevice_CUDA) {
     expect_unchanged(params, before);
   }
   auto params = make_parameters(gpu), reference_params = make_parameters(gpu);
-  params.resize(3);  // float32, gradients laid out as their parameters (channels_last too)
-  reference_params.resize(3);
+  // float32, gradients in their parameters' memory order (channels_last and 1x1 too)
+  params.resize(kWithoutGradient);
+  reference_params.resize(kWithoutGradient);
   FusedSGD fused(params, options);
   torch::optim::SGD reference(reference_params, options);
   set_gradients(params, 0);
