@@ -11,12 +11,13 @@ from proc import dptrain, run
 
 IMAGES = 96
 EPOCHS = 4
+BATCH = 10  # not a divisor of IMAGES: a pass's end would leave a short batch
 
 
 def bench_report(root, threads, cpus=None):
     """bench-loader's JSON line for `threads` threads, the process held to `cpus` when given."""
-    args = [dptrain(), "bench-loader", root, "--threads", str(threads), "--epochs", str(EPOCHS), "--batch-size", "8",
-            "--size", "32"]
+    args = [dptrain(), "bench-loader", root, "--threads", str(threads), "--epochs", str(EPOCHS),
+            "--batch-size", str(BATCH), "--size", "32"]
     pin = (lambda: os.sched_setaffinity(0, cpus)) if cpus else None
     code, out, err = run(args, timeout=120, preexec_fn=pin)
     if code != 0:
@@ -42,6 +43,10 @@ class BenchLoaderReport(unittest.TestCase):
         self.assertEqual(report["threads"], threads)
         self.assertEqual(report["epochs"], EPOCHS)
         self.assertEqual(report["images"], IMAGES * EPOCHS)  # the timed passes, not the warm-up
+        # One stream over the passes, as the middle of a long epoch: 39 batches, the last of 4
+        # images, where a loader per pass would end each pass with a short batch (40 batches).
+        self.assertEqual(report["batches"], -(-IMAGES * EPOCHS // BATCH))
+        self.assertNotEqual(report["batches"], EPOCHS * -(-IMAGES // BATCH))
         self.assertEqual(report["skipped"], 0)
         cpu = report["cpu_seconds"]
         self.assertGreater(cpu, 0)
