@@ -53,8 +53,8 @@ int run_bench_loader(const BenchLoaderFlags& f) {
   }
   // The timed passes run as one stream of draws (pass k's shuffle, each sample augmented as its
   // k-th copy), as the middle of a long epoch runs: an epoch's end, where threads without a batch
-  // left wait for the slowest, comes once in an ImageNet epoch of 40,000 batches, but once every
-  // batch per thread in a pass of 1,000 images over 8 threads.
+  // left wait for the slowest, comes once in an ImageNet epoch of 40,000 batches, but after every
+  // fourth batch of each thread in passes of 1,000 images over 8 threads.
   std::vector<int64_t> draws;
   for (int pass = 0; pass < f.epochs; ++pass) {
     sampler.set_epoch(1 + pass);
