@@ -182,20 +182,25 @@ Work Communicator::start_all_reduce(at::Tensor tensor, ReduceOp op, std::functio
   DPT_CHECK(op != ReduceOp::Mean || at::isFloatingType(tensor.scalar_type()), ConfigError, "rank ", rank(),
             ": ", what, " with mean needs a floating-point tensor, got ", tensor.scalar_type());
   at::Tensor wire = wire_tensor(tensor);
-  CollectiveRecord record;
-  const uint64_t id = recorder_.start(what, tensor, -1, &record);
-  compat::WorkPtr work;
-  try {
-    work = transport_->all_reduce(wire, op, record);
-  } catch (...) {
-    fail(id, what, std::current_exception(), timeout_);
-  }
   std::function<void()> finish = std::move(then);
   if (!wire.is_same(tensor)) {
     finish = [tensor, wire, then = std::move(finish)]() mutable {
       tensor.copy_(wire);
       if (then) then();
     };
+  }
+  return start_transported(what, tensor, std::move(wire), op, std::move(finish));
+}
+
+Work Communicator::start_transported(const std::string& what, const at::Tensor& described, at::Tensor wire,
+                                     ReduceOp op, std::function<void()> finish) {
+  CollectiveRecord record;
+  const uint64_t id = recorder_.start(what, described, -1, &record);
+  compat::WorkPtr work;
+  try {
+    work = transport_->all_reduce(std::move(wire), op, record);
+  } catch (...) {
+    fail(id, what, std::current_exception(), timeout_);
   }
   // A transport that bounds its operations itself says which peer it waited for; a wait that
   // ended first would only say that it took too long.
@@ -343,9 +348,14 @@ Work Communicator::reduce_scatter_async(at::Tensor tensor, at::Tensor output, Re
 }
 
 void Communicator::barrier() {
-  c10d::BarrierOptions options;
-  options.timeout = timeout_;
-  run_recorded("barrier", at::Tensor(), [&] { backend_->barrier(options)->wait(timeout_); });
+  // A one-element sum that every rank must join, in order with the transport's other collectives,
+  // rather than the backend's barrier: Gloo's waits for this rank's earlier operations too, and
+  // rethrows the failure of one its worker thread had not yet let go of (1.13's refusal of the
+  // bfloat16 type probe in the constructor, raised now and then at a job's first barrier).
+  at::Tensor token = at::zeros({1}, at::TensorOptions().dtype(at::kFloat).device(device_));
+  start_transported("barrier", at::Tensor(), token, ReduceOp::Sum, nullptr).wait();
+  // NCCL's wait holds back only the GPU's stream; the host is through the barrier once it reads.
+  if (device_.is_cuda()) token.item<float>();
 }
 
 at::Tensor Communicator::reduce_value(const at::Tensor& value, bool average) {

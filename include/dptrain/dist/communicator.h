@@ -173,6 +173,10 @@ class Communicator {
   at::Tensor wire_tensor(const at::Tensor& tensor) const;
   // `then` runs once the result is in `tensor`.
   Work start_all_reduce(at::Tensor tensor, ReduceOp op, std::function<void()> then = {});
+  // Records `what` (on `described`, undefined for a barrier) and starts the transport's all_reduce
+  // of `wire`; `finish` runs once the wait is over.
+  Work start_transported(const std::string& what, const at::Tensor& described, at::Tensor wire, ReduceOp op,
+                         std::function<void()> finish);
   Work start_point_to_point(const std::string& operation, at::Tensor tensor, int peer, int tag);
   // Records a blocking collective named `what` on `tensor` and runs it; failures go through fail().
   void run_recorded(const std::string& what, const at::Tensor& tensor, const std::function<void()>& body);

@@ -418,3 +418,15 @@ TEST(Communicator, ARankWithoutAStepAgreesWithAnyStep) {
         std::chrono::seconds(20), transport);
   }
 }
+
+// Gloo's own barrier waits for this rank's earlier operations and rethrows the failure of one its
+// worker thread still holds. In 1.13 the constructor's bfloat16 probe is such a failure, and a
+// job's first barrier failed with "Invalid scalar type" about once in a hundred groups (measured:
+// 3 of 300 here). Every first barrier must meet the other rank and pass.
+TEST(Communicator, AGroupsFirstBarrierPasses) {
+  for (int group = 0; group < 200; ++group) {
+    dpt::testing::run_ranks(
+        2, [&](Communicator& comm) { EXPECT_NO_THROW(comm.barrier()) << "group " << group; },
+        std::chrono::seconds(30), Transport::Gloo);
+  }
+}
