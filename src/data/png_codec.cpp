@@ -48,27 +48,49 @@ void clip_grey16_to_rgb(uint8_t* row, int width) {
   }
 }
 
+// libpng's read and info structs, destroyed in the frame that owns them: read_png's setjmp frame
+// may hold nothing with a destructor, and a C++ exception (out of memory in the pixels' resize)
+// unwinds through it to here.
+class PngReader {
+ public:
+  explicit PngReader(PngSource& source)
+      : png_(png_create_read_struct(PNG_LIBPNG_VER_STRING, &source, png_fail, png_warn)),
+        info_(png_ ? png_create_info_struct(png_) : nullptr) {}
+  ~PngReader() { png_destroy_read_struct(&png_, &info_, nullptr); }
+  PngReader(const PngReader&) = delete;
+  PngReader& operator=(const PngReader&) = delete;
+
+  png_structp png() const { return png_; }
+  png_infop info() const { return info_; }
+
+ private:
+  png_structp png_;
+  png_infop info_;
+};
+
 // Decodes `source` into `image` (width * 3 bytes a row). False with the reason in
 // source.message. Nothing with a destructor is constructed in this frame after setjmp, as
-// libpng's longjmp requires; `image` lives in the caller's.
-bool read_png(PngSource& source, Image& image) {
-  png_structp png = png_create_read_struct(PNG_LIBPNG_VER_STRING, &source, png_fail, png_warn);
-  png_infop info = png ? png_create_info_struct(png) : nullptr;
+// libpng's longjmp requires; `reader` and `image` live in the caller's.
+bool read_png(const PngReader& reader, PngSource& source, Image& image) {
+  png_structp png = reader.png();
+  png_infop info = reader.info();
   if (info == nullptr) {
-    png_destroy_read_struct(&png, nullptr, nullptr);
     std::snprintf(source.message, sizeof source.message, "out of memory");
     return false;
   }
-  if (setjmp(png_jmpbuf(png))) {
-    png_destroy_read_struct(&png, &info, nullptr);
-    return false;
-  }
+  if (setjmp(png_jmpbuf(png))) return false;
   png_set_read_fn(png, &source, read_from_memory);
   png_read_info(png, info);
   const int width = static_cast<int>(png_get_image_width(png, info));
   const int height = static_cast<int>(png_get_image_height(png, info));
   const int depth = png_get_bit_depth(png, info);
   const int colour = png_get_color_type(png, info);
+  // decode_region does not ask read_image_size first: refuse a bomb before its pixels are allocated.
+  if (!within_decode_limits({width, height})) {
+    std::snprintf(source.message, sizeof source.message, "it claims %dx%d pixels, more than dptrain decodes", width,
+                  height);
+    png_longjmp(png, 1);
+  }
   const bool clipped_grey16 = colour == PNG_COLOR_TYPE_GRAY && depth == 16;
   if (colour == PNG_COLOR_TYPE_PALETTE) png_set_palette_to_rgb(png);  // tRNS becomes alpha, stripped below
   if (colour == PNG_COLOR_TYPE_GRAY && depth < 8) png_set_expand_gray_1_2_4_to_8(png);
@@ -89,7 +111,6 @@ bool read_png(PngSource& source, Image& image) {
     for (int y = 0; y < height; ++y) clip_grey16_to_rgb(image.row(y), width);
   }
   // The chunks after the pixels are not read: PIL stops at the image data too.
-  png_destroy_read_struct(&png, &info, nullptr);
   return true;
 }
 
@@ -111,7 +132,8 @@ Image decode_png(const std::vector<uint8_t>& bytes, const std::string& name) {
   source.data = bytes.data();
   source.size = bytes.size();
   Image image;
-  DPT_CHECK(read_png(source, image), DataError, "cannot decode PNG ", name, ": ", source.message,
+  const PngReader reader(source);
+  DPT_CHECK(read_png(reader, source, image), DataError, "cannot decode PNG ", name, ": ", source.message,
             ". The file is truncated or corrupt.");
   return image;
 }

@@ -39,6 +39,12 @@ struct ImageSize {
 constexpr int kMaxImageSide = 1000000;
 constexpr int64_t kMaxImagePixels = 2 * 89478485;
 
+// Whether `size` is within the limits above. Positive sides are the caller's to check.
+inline bool within_decode_limits(ImageSize size) {
+  return size.width <= kMaxImageSide && size.height <= kMaxImageSide &&
+         int64_t{size.width} * size.height <= kMaxImagePixels;
+}
+
 // Width and height without decoding the pixels. Throws DataError naming `name` if the bytes are
 // neither a readable JPEG nor PNG header, or claim no pixels or more than the limits above.
 ImageSize read_image_size(const std::vector<uint8_t>& bytes, const std::string& name);

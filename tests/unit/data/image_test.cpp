@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <png.h>
+#include <zlib.h>
 
 #include <random>
 
@@ -59,19 +60,29 @@ TEST(ImageCodec, RegionsMatchTheWholeDecode) {
   }
 }
 
+namespace {
+
+// `picture` as an 8-bit RGB PNG, through libpng's simplified API.
+std::vector<uint8_t> encode_png(const Image& picture) {
+  png_image png{};
+  png.version = PNG_IMAGE_VERSION;
+  png.width = static_cast<png_uint_32>(picture.width);
+  png.height = static_cast<png_uint_32>(picture.height);
+  png.format = PNG_FORMAT_RGB;
+  std::vector<uint8_t> bytes(4096 + picture.pixels.size());
+  png_alloc_size_t size = bytes.size();
+  EXPECT_TRUE(png_image_write_to_memory(&png, bytes.data(), &size, 0, picture.pixels.data(), 0, nullptr));
+  bytes.resize(size);
+  return bytes;
+}
+
+}  // namespace
+
 // A loader thread reuses one region for every image: a PNG after a cropped JPEG is the whole
 // picture at (0, 0), not at the JPEG's offset (which failed the resize's check, found by fuzz/).
 TEST(ImageCodec, APngAfterAJpegRegionStartsAtTheOrigin) {
   const Image picture = dpt::testing::gradient_image(12, 10);
-  png_image png{};
-  png.version = PNG_IMAGE_VERSION;
-  png.width = 12;
-  png.height = 10;
-  png.format = PNG_FORMAT_RGB;
-  std::vector<uint8_t> png_bytes(4096);
-  png_alloc_size_t png_size = png_bytes.size();
-  ASSERT_TRUE(png_image_write_to_memory(&png, png_bytes.data(), &png_size, 0, picture.pixels.data(), 0, nullptr));
-  png_bytes.resize(png_size);
+  const std::vector<uint8_t> png_bytes = encode_png(picture);
   ImageRegion region;
   decode_region(encode_jpeg(dpt::testing::gradient_image(64, 48), 90), "a.jpg", 1, {33, 20, 8, 8}, region);
   ASSERT_GT(region.left, 0);
@@ -116,6 +127,30 @@ TEST(ImageCodec, HeadersClaimingTooManyPixelsAreRefused) {
       ADD_FAILURE() << width << "x" << height << " was accepted";
     } catch (const dpt::DataError& e) {
       EXPECT_NE(std::string(e.what()).find("dir/bomb.png"), std::string::npos) << e.what();
+    }
+  }
+}
+
+// decode_region does not ask read_image_size first: a PNG whose header (with its CRC) claims a
+// million pixels a side must still be refused before its pixels are allocated, as a DataError.
+TEST(ImageCodec, APngDecodedWithoutItsSizeCheckedIsRefusedByTheSameLimits) {
+  const std::vector<uint8_t> bytes = encode_png(dpt::testing::gradient_image(12, 10));
+  for (const auto& [width, height] : {std::pair<uint32_t, uint32_t>{kMaxImageSide, kMaxImageSide}, {20000, 10000}}) {
+    std::vector<uint8_t> bomb = bytes;
+    // IHDR's data at 16..28 and its CRC, over type and data, at 29..32.
+    for (int i = 0; i < 4; ++i) {
+      bomb[16 + i] = static_cast<uint8_t>(width >> (24 - 8 * i));
+      bomb[20 + i] = static_cast<uint8_t>(height >> (24 - 8 * i));
+    }
+    const uint32_t crc = static_cast<uint32_t>(crc32(crc32(0, nullptr, 0), bomb.data() + 12, 17));
+    for (int i = 0; i < 4; ++i) bomb[29 + i] = static_cast<uint8_t>(crc >> (24 - 8 * i));
+    ImageRegion region;
+    try {
+      decode_region(bomb, "dir/bomb.png", 1, {0, 0, 12, 10}, region);
+      ADD_FAILURE() << width << "x" << height << " was decoded";
+    } catch (const dpt::DataError& e) {
+      EXPECT_NE(std::string(e.what()).find("cannot decode PNG dir/bomb.png: it claims"), std::string::npos)
+          << e.what();
     }
   }
 }
