@@ -1,5 +1,6 @@
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <functional>
@@ -414,6 +415,25 @@ TEST(Communicator, ARankWithoutAStepAgreesWithAnyStep) {
           auto t = torch::ones({64});
           comm.all_reduce(t);
           EXPECT_TRUE(t.equal(torch::full({64}, 2.0)));
+        },
+        std::chrono::seconds(20), transport);
+  }
+}
+
+// Rank 1 arrives late, having set the flag first: a barrier that let a rank through before every
+// rank had arrived (a wait that held back only a stream) would find it unset.
+TEST(Communicator, ABarrierHoldsEveryRankUntilTheLastArrives) {
+  for (Transport transport : {Transport::Gloo, Transport::SharedMemory}) {
+    std::atomic<bool> last_arrived{false};
+    dpt::testing::run_ranks(
+        2,
+        [&](Communicator& comm) {
+          if (comm.rank() == 1) {
+            std::this_thread::sleep_for(std::chrono::milliseconds(100));
+            last_arrived = true;
+          }
+          comm.barrier();
+          EXPECT_TRUE(last_arrived.load()) << "rank " << comm.rank() << " passed the barrier alone";
         },
         std::chrono::seconds(20), transport);
   }
