@@ -348,14 +348,16 @@ Work Communicator::reduce_scatter_async(at::Tensor tensor, at::Tensor output, Re
 }
 
 void Communicator::barrier() {
-  // A one-element sum that every rank must join, in order with the transport's other collectives,
-  // rather than the backend's barrier: Gloo's waits for this rank's earlier operations too, and
-  // rethrows the failure of one its worker thread had not yet let go of (1.13's refusal of the
-  // bfloat16 type probe in the constructor, raised now and then at a job's first barrier).
-  at::Tensor token = at::zeros({1}, at::TensorOptions().dtype(at::kFloat).device(device_));
+  // A one-element sum that every rank must join, rather than the backend's barrier: Gloo's waits
+  // for this rank's earlier operations too, and rethrows the failure of one its worker thread had
+  // not yet let go of (1.13's refusal of the bfloat16 type probe in the constructor, raised now and
+  // then at a job's first barrier). An integer, which shared memory passes on to the backend, so
+  // that the agreement check compares it by name: a float would pair silently there with another
+  // rank's one-element sum.
+  at::Tensor token = at::zeros({1}, at::TensorOptions().dtype(at::kLong).device(device_));
   start_transported("barrier", at::Tensor(), token, ReduceOp::Sum, nullptr).wait();
   // NCCL's wait holds back only the GPU's stream; the host is through the barrier once it reads.
-  if (device_.is_cuda()) token.item<float>();
+  if (device_.is_cuda()) token.item<int64_t>();
 }
 
 at::Tensor Communicator::reduce_value(const at::Tensor& value, bool average) {

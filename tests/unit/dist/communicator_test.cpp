@@ -439,6 +439,32 @@ TEST(Communicator, ABarrierHoldsEveryRankUntilTheLastArrives) {
   }
 }
 
+// Over shared memory a barrier must not pair with another rank's one-element float sum, which
+// shared memory takes without the agreement check: both ranks fail at the bound instead of going
+// on as if they had met.
+TEST(Communicator, ABarrierNeverPairsWithASumOverSharedMemory) {
+  std::vector<std::string> messages(2);
+  dpt::testing::run_ranks(
+      2,
+      [&](Communicator& comm) {
+        try {
+          if (comm.rank() == 0) {
+            auto one = torch::ones({1});
+            comm.all_reduce(one);
+          } else {
+            comm.barrier();
+          }
+        } catch (const dpt::DistError& e) {
+          messages[comm.rank()] = e.what();
+        }
+      },
+      std::chrono::seconds(2), Transport::SharedMemory);
+  EXPECT_NE(messages[0].find("rank 0: all_reduce over shared memory timed out: rank 1 did not start"), std::string::npos)
+      << messages[0];
+  EXPECT_NE(messages[1].find("rank 1: barrier [collective #1] failed: it did not complete"), std::string::npos)
+      << messages[1];
+}
+
 // Gloo's own barrier waits for this rank's earlier operations and rethrows the failure of one its
 // worker thread still holds. In 1.13 the constructor's bfloat16 probe is such a failure, and a
 // job's first barrier failed with "Invalid scalar type" about once in a hundred groups (measured:
