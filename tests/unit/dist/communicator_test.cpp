@@ -459,8 +459,8 @@ TEST(Communicator, ABarrierNeverPairsWithASumOverSharedMemory) {
         }
       },
       std::chrono::seconds(2), Transport::SharedMemory);
-  EXPECT_NE(messages[0].find("rank 0: all_reduce over shared memory timed out: rank 1 did not start"), std::string::npos)
-      << messages[0];
+  const std::string timed_out = "rank 0: all_reduce over shared memory timed out: rank 1 did not start";
+  EXPECT_NE(messages[0].find(timed_out), std::string::npos) << messages[0];
   EXPECT_NE(messages[1].find("rank 1: barrier [collective #1] failed: it did not complete"), std::string::npos)
       << messages[1];
 }
