@@ -329,7 +329,8 @@ namespace {
 // Each rank runs `diverge` (which must fail on every rank with a DistError when the ranks' records
 // are compared); returns each rank's message.
 std::vector<std::string> messages_when_ranks_diverge(Transport transport,
-                                                     const std::function<void(Communicator&)>& diverge) {
+                                                     const std::function<void(Communicator&)>& diverge,
+                                                     std::chrono::milliseconds timeout = std::chrono::seconds(20)) {
   std::vector<std::string> messages(2);
   dpt::testing::run_ranks(
       2,
@@ -340,7 +341,7 @@ std::vector<std::string> messages_when_ranks_diverge(Transport transport,
           messages[comm.rank()] = e.what();
         }
       },
-      std::chrono::seconds(20), transport);
+      timeout, transport);
   return messages;
 }
 
@@ -443,22 +444,17 @@ TEST(Communicator, ABarrierHoldsEveryRankUntilTheLastArrives) {
 // shared memory takes without the agreement check: both ranks fail at the bound instead of going
 // on as if they had met.
 TEST(Communicator, ABarrierNeverPairsWithASumOverSharedMemory) {
-  std::vector<std::string> messages(2);
-  dpt::testing::run_ranks(
-      2,
-      [&](Communicator& comm) {
-        try {
-          if (comm.rank() == 0) {
-            auto one = torch::ones({1});
-            comm.all_reduce(one);
-          } else {
-            comm.barrier();
-          }
-        } catch (const dpt::DistError& e) {
-          messages[comm.rank()] = e.what();
+  const auto messages = messages_when_ranks_diverge(
+      Transport::SharedMemory,
+      [](Communicator& comm) {
+        if (comm.rank() == 0) {
+          auto one = torch::ones({1});
+          comm.all_reduce(one);
+        } else {
+          comm.barrier();
         }
       },
-      std::chrono::seconds(2), Transport::SharedMemory);
+      std::chrono::seconds(2));
   const std::string timed_out = "rank 0: all_reduce over shared memory timed out: rank 1 did not start";
   EXPECT_NE(messages[0].find(timed_out), std::string::npos) << messages[0];
   EXPECT_NE(messages[1].find("rank 1: barrier [collective #1] failed: it did not complete"), std::string::npos)
