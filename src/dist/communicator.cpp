@@ -114,16 +114,18 @@ std::string Communicator::backend_name() const { return backend_->getBackendName
 
 std::string Communicator::transport() const { return transport_->describe(); }
 
-void Communicator::run_recorded(const std::string& what, const at::Tensor& tensor, const std::function<void()>& body) {
+Work Communicator::start_on_backend(const std::string& what, const at::Tensor& tensor,
+                                    const std::function<compat::WorkPtr()>& launch, std::function<void()> finish) {
   CollectiveRecord record;
   const uint64_t id = recorder_.start(what, tensor, -1, &record);
+  compat::WorkPtr work;
   try {
     agree(record);
-    body();
+    work = launch();
   } catch (...) {
     fail(id, what, std::current_exception(), timeout_);
   }
-  recorder_.end(id, CollectiveRecord::State::Completed);
+  return Work(std::move(work), std::move(finish), this, id, what, timeout_);
 }
 
 void Communicator::agree(const CollectiveRecord& record) {
@@ -221,18 +223,10 @@ Work Communicator::broadcast_async(at::Tensor tensor, int root) {
   c10d::BroadcastOptions options;
   options.rootRank = root;
   options.timeout = timeout_;
-  CollectiveRecord record;
-  const uint64_t id = recorder_.start("broadcast", tensor, -1, &record);
-  compat::WorkPtr work;
-  try {
-    agree(record);
-    work = backend_->broadcast(tensors, options);
-  } catch (...) {
-    fail(id, "broadcast", std::current_exception(), timeout_);
-  }
   std::function<void()> finish;
   if (!wire.is_same(tensor)) finish = [tensor, wire]() mutable { tensor.copy_(wire); };
-  return Work(std::move(work), std::move(finish), this, id, "broadcast", timeout_);
+  return start_on_backend(
+      "broadcast", tensor, [&] { return backend_->broadcast(tensors, options); }, std::move(finish));
 }
 
 void Communicator::broadcast(at::Tensor& tensor, int root) { broadcast_async(tensor, root).wait(); }
@@ -290,7 +284,7 @@ std::vector<at::Tensor> Communicator::all_gather(const at::Tensor& tensor) {
   std::vector<at::Tensor> inputs{wire};
   c10d::AllgatherOptions options;
   options.timeout = timeout_;
-  run_recorded("all_gather", tensor, [&] { backend_->allgather(outputs, inputs, options)->wait(timeout_); });
+  start_on_backend("all_gather", tensor, [&] { return backend_->allgather(outputs, inputs, options); }).wait();
   if (wire.scalar_type() != tensor.scalar_type()) {
     for (auto& t : outputs[0]) t = t.to(tensor.scalar_type());
   }
@@ -335,16 +329,7 @@ Work Communicator::reduce_scatter_async(at::Tensor tensor, at::Tensor output, Re
   c10d::ReduceScatterOptions options;
   options.reduceOp = to_c10d(op);
   options.timeout = timeout_;
-  CollectiveRecord record;
-  const uint64_t id = recorder_.start("reduce_scatter", tensor, -1, &record);
-  compat::WorkPtr work;
-  try {
-    agree(record);
-    work = backend_->reduce_scatter(outputs, inputs, options);
-  } catch (...) {
-    fail(id, "reduce_scatter", std::current_exception(), timeout_);
-  }
-  return Work(std::move(work), nullptr, this, id, "reduce_scatter", timeout_);
+  return start_on_backend("reduce_scatter", tensor, [&] { return backend_->reduce_scatter(outputs, inputs, options); });
 }
 
 void Communicator::barrier() {

@@ -178,8 +178,10 @@ class Communicator {
   Work start_transported(const std::string& what, const at::Tensor& described, at::Tensor wire, ReduceOp op,
                          std::function<void()> finish);
   Work start_point_to_point(const std::string& operation, at::Tensor tensor, int peer, int tag);
-  // Records a blocking collective named `what` on `tensor` and runs it; failures go through fail().
-  void run_recorded(const std::string& what, const at::Tensor& tensor, const std::function<void()>& body);
+  // Records `what` on `tensor`, has the ranks agree on it, and starts it on the backend with
+  // `launch`; a failure to start goes through fail() as one to finish does. `finish` as Work's.
+  Work start_on_backend(const std::string& what, const at::Tensor& tensor,
+                        const std::function<compat::WorkPtr()>& launch, std::function<void()> finish = {});
   // With check_agreement, compares every rank's `record` of the collective about to start.
   void agree(const CollectiveRecord& record);
   // Marks the flight recorder's entry `id` failed, finds the ranks that did not arrive when a
