@@ -163,10 +163,13 @@ ImageSize read_image_size(const std::vector<uint8_t>& bytes, const std::string& 
   }
   DPT_CHECK(size.width > 0 && size.height > 0, DataError, "image ", name, " has no pixels (", size.width, "x",
             size.height, ")");
-  DPT_CHECK(within_decode_limits(size), DataError, "image ", name, " claims ", size.width, "x", size.height,
-            " pixels, more than dptrain decodes (", kMaxImageSide, " a side, ", kMaxImagePixels,
-            " in all): a corrupt header or a decompression bomb");
+  DPT_CHECK(within_decode_limits(size), DataError, "image ", name, " ", beyond_decode_limits(size));
   return size;
+}
+
+std::string beyond_decode_limits(ImageSize size) {
+  return str("claims ", size.width, "x", size.height, " pixels, more than dptrain decodes (", kMaxImageSide,
+             " a side, ", kMaxImagePixels, " in all): a corrupt header or a decompression bomb");
 }
 
 int jpeg_scale_denominator(ImageSize full, ImageSize at_least) {

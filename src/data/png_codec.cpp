@@ -18,6 +18,8 @@ struct PngSource {
   size_t size = 0;
   size_t offset = 0;
   char message[200] = "";
+  // The size was refused before decoding (the message says why), rather than the data found bad.
+  bool refused = false;
 };
 
 void read_from_memory(png_structp png, png_bytep out, size_t length) {
@@ -87,8 +89,8 @@ bool read_png(const PngReader& reader, PngSource& source, Image& image) {
   const int colour = png_get_color_type(png, info);
   // decode_region does not ask read_image_size first: refuse a bomb before its pixels are allocated.
   if (!within_decode_limits({width, height})) {
-    std::snprintf(source.message, sizeof source.message, "it claims %dx%d pixels, more than dptrain decodes", width,
-                  height);
+    std::snprintf(source.message, sizeof source.message, "it %s", beyond_decode_limits({width, height}).c_str());
+    source.refused = true;
     png_longjmp(png, 1);
   }
   const bool clipped_grey16 = colour == PNG_COLOR_TYPE_GRAY && depth == 16;
@@ -134,7 +136,7 @@ Image decode_png(const std::vector<uint8_t>& bytes, const std::string& name) {
   Image image;
   const PngReader reader(source);
   DPT_CHECK(read_png(reader, source, image), DataError, "cannot decode PNG ", name, ": ", source.message,
-            ". The file is truncated or corrupt.");
+            source.refused ? "" : ". The file is truncated or corrupt.");
   return image;
 }
 

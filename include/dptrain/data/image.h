@@ -44,6 +44,8 @@ inline bool within_decode_limits(ImageSize size) {
   return size.width <= kMaxImageSide && size.height <= kMaxImageSide &&
          int64_t{size.width} * size.height <= kMaxImagePixels;
 }
+// Why a size beyond them is refused, to follow the image's name in an error: "claims WxH pixels, ...".
+std::string beyond_decode_limits(ImageSize size);
 
 // Width and height without decoding the pixels. Throws DataError naming `name` if the bytes are
 // neither a readable JPEG nor PNG header, or claim no pixels or more than the limits above.
