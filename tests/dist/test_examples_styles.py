@@ -2,6 +2,7 @@
 parameter-server examples run as their documentation says under `dptrain launch` (2 processes, 3 for
 the parameter server), and learn or match a single process exactly."""
 
+import math
 import re
 import unittest
 
@@ -40,10 +41,16 @@ class ParameterServer(unittest.TestCase):
                 epochs = re.findall(r"epoch (\d)/2: train loss ([\d.]+), val loss ([\d.]+), val top-1 ([\d.]+)% "
                                     r"\((\d+) images\)", out)
                 self.assertEqual([e[4] for e in epochs], ["333", "333"], out)
-                # Asynchronous workers apply stale gradients (up to 14 steps apart on a loaded
-                # machine), so their second epoch gains less: 0.71x in one CI run, 0.24-0.38x
-                # alone. Not learning stays near 1x and 10% top-1.
-                self.assertLess(float(epochs[1][1]), (0.7 if consistency == "sync" else 0.85) * float(epochs[0][1]))
+                train_losses = [float(e[1]) for e in epochs]
+                if consistency == "sync":
+                    self.assertLess(train_losses[1], 0.7 * train_losses[0])
+                else:
+                    # Asynchronous workers apply stale gradients (up to 14 steps apart on a loaded
+                    # machine), so how much the second epoch gains depends on the load: 0.24-0.55x
+                    # the first's loss alone, 0.71x and 0.86x (1.095 to 0.939) in CI runs. Judged
+                    # against chance instead (ln 10 = 2.30 for 10 classes): with --lr 0 both
+                    # epochs stayed at 2.5.
+                    self.assertLess(train_losses[1], min(train_losses[0], 0.6 * math.log(10)))
                 self.assertGreater(float(epochs[1][3]), 30.0)
 
 
