@@ -2,7 +2,8 @@
 // Several ranks as threads of one test process: an in-memory HashStore for the rendezvous and a
 // real Gloo process group per thread over loopback, with float all_reduce through shared memory
 // when asked (chosen by the same factory as init_process_group's). Every rank's exception is
-// rethrown on the calling thread, with its rank, after all threads have ended.
+// rethrown on the calling thread, with its rank, after all threads have ended (run_rank_threads,
+// for ranks that join otherwise).
 //
 //   dpt::testing::run_ranks(2, [](dpt::dist::Communicator& comm) { ... });
 //   dpt::testing::run_ranks(2, body, timeout, dpt::testing::Transport::SharedMemory);
@@ -56,30 +57,16 @@ inline compat::BackendPtr loopback_gloo(const compat::StorePtr& store, const dis
   return c10::make_intrusive<c10d::ProcessGroupGloo>(prefixed, world.rank, world.world_size, options);
 }
 
-inline void run_ranks(int world_size, const std::function<void(dist::Communicator&)>& body,
-                      std::chrono::milliseconds timeout = std::chrono::seconds(30),
-                      Transport transport = Transport::Gloo) {
-  auto store = c10::make_intrusive<c10d::HashStore>();
+// Runs body(rank) for ranks 0 .. world_size-1, each on a thread of its own. Once every thread has
+// ended, throws with each failed rank's exception after its rank.
+inline void run_rank_threads(int world_size, const std::function<void(int)>& body) {
   std::vector<std::thread> threads;
   std::mutex mutex;
   std::string failures;
   for (int rank = 0; rank < world_size; ++rank) {
     threads.emplace_back([&, rank] {
       try {
-        const dist::WorldInfo world = local_world(rank, world_size);
-        dist::join(*store, world, dist::RendezvousOptions(timeout));
-        auto backend = loopback_gloo(store, world, timeout);
-        const bool shared_memory = transport == Transport::SharedMemory;
-        dist::Communicator comm(backend, world,
-                                dist::CommunicatorOptions()
-                                    .timeout(timeout)
-                                    .store(store)
-                                    .shared_memory(shared_memory)
-                                    .check_agreement(transport != Transport::UncheckedGloo));
-        if (shared_memory && world_size > 1 && comm.transport() != "gloo + shared memory") {
-          throw std::runtime_error("asked for shared memory, got " + comm.transport());
-        }
-        body(comm);
+        body(rank);
       } catch (const std::exception& e) {
         std::lock_guard<std::mutex> lock(mutex);
         failures += str("\n[rank ", rank, "] ", e.what());
@@ -88,6 +75,28 @@ inline void run_ranks(int world_size, const std::function<void(dist::Communicato
   }
   for (auto& t : threads) t.join();
   if (!failures.empty()) throw std::runtime_error("rank thread(s) failed:" + failures);
+}
+
+inline void run_ranks(int world_size, const std::function<void(dist::Communicator&)>& body,
+                      std::chrono::milliseconds timeout = std::chrono::seconds(30),
+                      Transport transport = Transport::Gloo) {
+  auto store = c10::make_intrusive<c10d::HashStore>();
+  run_rank_threads(world_size, [&](int rank) {
+    const dist::WorldInfo world = local_world(rank, world_size);
+    dist::join(*store, world, dist::RendezvousOptions(timeout));
+    auto backend = loopback_gloo(store, world, timeout);
+    const bool shared_memory = transport == Transport::SharedMemory;
+    dist::Communicator comm(backend, world,
+                            dist::CommunicatorOptions()
+                                .timeout(timeout)
+                                .store(store)
+                                .shared_memory(shared_memory)
+                                .check_agreement(transport != Transport::UncheckedGloo));
+    if (shared_memory && world_size > 1 && comm.transport() != "gloo + shared memory") {
+      throw std::runtime_error("asked for shared memory, got " + comm.transport());
+    }
+    body(comm);
+  });
 }
 
 }  // namespace dpt::testing

@@ -10,15 +10,12 @@
 
 #include <algorithm>
 #include <functional>
-#include <memory>
-#include <mutex>
 #include <string>
-#include <thread>
-#include <vector>
 
 #include "dptrain/common/environment.h"
 #include "dptrain/dist/init.h"
 #include "support/temp_dir.h"
+#include "support/thread_ranks.h"
 
 #if defined(DPTRAIN_WITH_NCCL)
 
@@ -27,39 +24,26 @@ namespace {
 using dpt::dist::Communicator;
 using dpt::dist::ReduceOp;
 
-// Runs `body` on ranks 0 .. world_size-1, each a thread with its own GPU; the failures, by rank.
-std::string run_nccl_ranks(int world_size, const std::function<void(Communicator&)>& body) {
+// Runs `body` on ranks 0 .. world_size-1, each a thread with its own GPU.
+void run_nccl_ranks(int world_size, const std::function<void(Communicator&)>& body) {
   dpt::testing::TempDir dir;
-  std::mutex mutex;
-  std::string failures;
-  std::vector<std::thread> threads;
-  for (int rank = 0; rank < world_size; ++rank) {
-    threads.emplace_back([&, rank] {
-      try {
-        const std::string r = std::to_string(rank), n = std::to_string(world_size);
-        const dpt::Environment env(
-            {{"RANK", r}, {"LOCAL_RANK", r}, {"WORLD_SIZE", n}, {"LOCAL_WORLD_SIZE", n}});
-        const auto comm = dpt::dist::init_process_group(dpt::dist::InitOptions()
-                                                            .backend("nccl")
-                                                            .init_method("file://" + dir.path() + "/rendezvous")
-                                                            .timeout(std::chrono::seconds(60)),
-                                                        env);
-        body(*comm);
-      } catch (const std::exception& e) {
-        std::lock_guard<std::mutex> lock(mutex);
-        failures += "\n[rank " + std::to_string(rank) + "] " + e.what();
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
-  return failures;
+  dpt::testing::run_rank_threads(world_size, [&](int rank) {
+    const std::string r = std::to_string(rank), n = std::to_string(world_size);
+    const dpt::Environment env({{"RANK", r}, {"LOCAL_RANK", r}, {"WORLD_SIZE", n}, {"LOCAL_WORLD_SIZE", n}});
+    const auto comm = dpt::dist::init_process_group(dpt::dist::InitOptions()
+                                                        .backend("nccl")
+                                                        .init_method("file://" + dir.path() + "/rendezvous")
+                                                        .timeout(std::chrono::seconds(60)),
+                                                    env);
+    body(*comm);
+  });
 }
 
 TEST(NcclCommunicator, EveryCollectiveOnTheVisibleGpusGivesTheSumOverRanks_CUDA) {
   if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
   const int n = static_cast<int>(std::min<size_t>(torch::cuda::device_count(), 2));
   const double rank_sum = n * (n + 1) / 2.0;  // rank r contributes r + 1
-  const std::string failures = run_nccl_ranks(n, [&](Communicator& comm) {
+  run_nccl_ranks(n, [&](Communicator& comm) {
     const int r = comm.rank();
     const at::Device gpu(at::kCUDA, static_cast<c10::DeviceIndex>(r));
     EXPECT_EQ(comm.backend_name(), "nccl");
@@ -88,7 +72,6 @@ TEST(NcclCommunicator, EveryCollectiveOnTheVisibleGpusGivesTheSumOverRanks_CUDA)
     EXPECT_DOUBLE_EQ(comm.reduce_value(r + 1.0, /*average=*/false), rank_sum);
     comm.barrier();
   });
-  EXPECT_TRUE(failures.empty()) << failures;
 }
 
 }  // namespace

@@ -3,9 +3,7 @@
 #include <unistd.h>
 
 #include <functional>
-#include <mutex>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include <torch/csrc/distributed/c10d/FileStore.hpp>
@@ -32,24 +30,12 @@ void run_group(int size, const SharedMemoryOptions& options,
                const std::function<SharedMemoryOptions(int)>& options_of = nullptr) {
   auto store = c10::make_intrusive<c10d::HashStore>();
   std::vector<std::string> reasons(size);
-  std::vector<std::thread> threads;
-  std::mutex mutex;
-  std::string failures;
-  for (int rank = 0; rank < size; ++rank) {
-    threads.emplace_back([&, rank] {
-      try {
-        auto group = SharedMemoryAllreduce::attach(*store, local_world(rank, size),
-                                                   options_of ? options_of(rank) : options, &reasons[rank]);
-        body(rank, group.get());
-      } catch (const std::exception& e) {
-        std::lock_guard<std::mutex> lock(mutex);
-        failures += "\n[rank " + std::to_string(rank) + "] " + e.what();
-      }
-    });
-  }
-  for (auto& thread : threads) thread.join();
+  dpt::testing::run_rank_threads(size, [&](int rank) {
+    auto group = SharedMemoryAllreduce::attach(*store, local_world(rank, size),
+                                               options_of ? options_of(rank) : options, &reasons[rank]);
+    body(rank, group.get());
+  });
   if (why_not) *why_not = reasons;
-  if (!failures.empty()) throw std::runtime_error("rank thread(s) failed:" + failures);
 }
 
 // What rank r holds before reducing: distinct per rank and element, exact in float.
