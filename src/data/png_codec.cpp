@@ -18,8 +18,6 @@ struct PngSource {
   size_t size = 0;
   size_t offset = 0;
   char message[200] = "";
-  // The size was refused before decoding (the message says why), rather than the data found bad.
-  bool refused = false;
 };
 
 void read_from_memory(png_structp png, png_bytep out, size_t length) {
@@ -70,10 +68,11 @@ class PngReader {
   png_infop info_;
 };
 
-// Decodes `source` into `image` (width * 3 bytes a row). False with the reason in
-// source.message. Nothing with a destructor is constructed in this frame after setjmp, as
-// libpng's longjmp requires; `reader` and `image` live in the caller's.
-bool read_png(const PngReader& reader, PngSource& source, Image& image) {
+// Decodes `source` into `image` (width * 3 bytes a row). False with libpng's reason in
+// source.message; a DataError naming `name` for a size beyond the limits. Nothing with a destructor
+// lives in this frame after setjmp, as libpng's longjmp requires; `reader` and `image` live in the
+// caller's.
+bool read_png(const PngReader& reader, PngSource& source, Image& image, const std::string& name) {
   png_structp png = reader.png();
   png_infop info = reader.info();
   if (info == nullptr) {
@@ -88,11 +87,9 @@ bool read_png(const PngReader& reader, PngSource& source, Image& image) {
   const int depth = png_get_bit_depth(png, info);
   const int colour = png_get_color_type(png, info);
   // decode_region does not ask read_image_size first: refuse a bomb before its pixels are allocated.
-  if (!within_decode_limits({width, height})) {
-    std::snprintf(source.message, sizeof source.message, "it %s", beyond_decode_limits({width, height}).c_str());
-    source.refused = true;
-    png_longjmp(png, 1);
-  }
+  // Thrown, not longjmp'd: the data did not fail libpng, and an exception may leave this frame.
+  DPT_CHECK(within_decode_limits({width, height}), DataError, "cannot decode PNG ", name, ": it ",
+            beyond_decode_limits({width, height}));
   const bool clipped_grey16 = colour == PNG_COLOR_TYPE_GRAY && depth == 16;
   if (colour == PNG_COLOR_TYPE_PALETTE) png_set_palette_to_rgb(png);  // tRNS becomes alpha, stripped below
   if (colour == PNG_COLOR_TYPE_GRAY && depth < 8) png_set_expand_gray_1_2_4_to_8(png);
@@ -135,8 +132,8 @@ Image decode_png(const std::vector<uint8_t>& bytes, const std::string& name) {
   source.size = bytes.size();
   Image image;
   const PngReader reader(source);
-  DPT_CHECK(read_png(reader, source, image), DataError, "cannot decode PNG ", name, ": ", source.message,
-            source.refused ? "" : ". The file is truncated or corrupt.");
+  DPT_CHECK(read_png(reader, source, image, name), DataError, "cannot decode PNG ", name, ": ", source.message,
+            ". The file is truncated or corrupt.");
   return image;
 }
 
