@@ -10,14 +10,12 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <cstdlib>
-#include <iostream>
 #include <optional>
-#include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
-#include "command.h"
+#include "command_line.h"
 #include "dptrain/launch/launcher.h"
 
 namespace {
@@ -36,23 +34,10 @@ int resolve_only(const dpt::launch::LaunchOptions& options, const std::vector<st
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::vector<std::string> args = {"dptrain", "launch"};
-  std::istringstream in(std::string(reinterpret_cast<const char*>(data), size));
-  for (std::string line; std::getline(in, line);) args.push_back(line);
+  append_lines(data, size, args);
   args.insert(args.end(), {"--", "true"});
-  std::vector<char*> argv;
-  for (auto& arg : args) argv.push_back(arg.data());
   CLI::App app{"dptrain", "dptrain"};
   app.require_subcommand(1);
-  std::ostringstream quiet;  // CLI11's usage messages
-  auto* out = std::cout.rdbuf(quiet.rdbuf());
-  auto* err = std::cerr.rdbuf(quiet.rdbuf());
-  const int status = dpt::cli::run_commands(
-      app, {dpt::cli::add_launch_command(app, resolve_only, resolve_only)}, static_cast<int>(argv.size()), argv.data());
-  std::cout.rdbuf(out);
-  std::cerr.rdbuf(err);
-  if (status == 1) {
-    std::cerr << quiet.str();
-    std::abort();  // neither a usage error nor a ConfigError
-  }
+  expect_a_handled_answer(app, {dpt::cli::add_launch_command(app, resolve_only, resolve_only)}, std::move(args));
   return 0;
 }

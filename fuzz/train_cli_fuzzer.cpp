@@ -12,18 +12,16 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <sstream>
 #include <string>
 #include <vector>
 
-#include "command.h"
+#include "command_line.h"
 #include "dptrain/common/error.h"
 #include "train_flags.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::vector<std::string> args = {"train"};
-  std::istringstream in(std::string(reinterpret_cast<const char*>(data), size));
-  for (std::string line; std::getline(in, line);) args.push_back(line);
+  append_lines(data, size, args);
   std::vector<const char*> argv;
   for (const auto& arg : args) argv.push_back(arg.c_str());
   CLI::App app{"dptrain train", "train"};

@@ -1,6 +1,7 @@
 #include "dptrain/data/loader.h"
 
 #include <algorithm>
+#include <system_error>
 
 #include "dptrain/common/error.h"
 #include "dptrain/data/sampler.h"
@@ -12,7 +13,8 @@ Loader::Loader(std::shared_ptr<const Dataset> dataset, std::vector<int64_t> indi
     : dataset_(std::move(dataset)), indices_(std::move(indices)), epoch_(epoch), options_(options) {
   DPT_CHECK(dataset_, ConfigError, "loader: no dataset");
   DPT_CHECK(options.batch_size() > 0, ConfigError, "loader: batch size must be positive, got ", options.batch_size());
-  DPT_CHECK(options.threads() > 0, ConfigError, "loader: thread count must be positive, got ", options.threads());
+  DPT_CHECK(options.threads() > 0 && options.threads() <= kMaxLoaderThreads, ConfigError,
+            "loader: thread count must be from 1 to ", kMaxLoaderThreads, ", got ", options.threads());
   DPT_CHECK(options.prefetch_factor() > 0, ConfigError, "loader: prefetch must be at least one batch per thread, got ",
             options.prefetch_factor());
 #if !defined(DPTRAIN_WITH_CUDA)
@@ -24,7 +26,16 @@ Loader::Loader(std::shared_ptr<const Dataset> dataset, std::vector<int64_t> indi
   const int64_t b = options.batch_size();
   num_batches_ = options.drop_last() ? n / b : (n + b - 1) / b;
   workers_.reserve(options.threads());
-  for (int t = 0; t < options.threads(); ++t) workers_.emplace_back([this] { work(); });
+  try {
+    for (int t = 0; t < options.threads(); ++t) workers_.emplace_back([this] { work(); });
+  } catch (const std::system_error& e) {
+    // The system refused a thread (its limit on threads or memory): the ones started must be
+    // joined here, since no destructor runs for a constructor that throws, and a joinable
+    // std::thread destroyed ends the program.
+    stop();
+    throw ConfigError(str("loader: the system refused worker thread ", workers_.size() + 1, " of ",
+                          options.threads(), " (", e.what(), "); use fewer loader threads (-j/--workers)"));
+  }
 }
 
 Loader::~Loader() { stop(); }

@@ -15,9 +15,18 @@ namespace dpt {
 
 namespace {
 constexpr double kMiB = 1024.0 * 1024.0;
+// A bucket past every parameter's bytes is just one bucket; the bound keeps the bytes an integer
+// (inf or 1e300 MiB converted to int64 is undefined).
+constexpr double kMaxBucketCapMb = 1024.0 * 1024.0;  // 1 TiB
+bool is_bucket_cap(double mb) { return mb > 0 && mb <= kMaxBucketCapMb; }  // NaN is not
 }  // namespace
 
 BucketCaps bucket_caps(const ReducerOptions& options) {
+  DPT_CHECK(is_bucket_cap(options.bucket_cap_mb()) && is_bucket_cap(options.first_bucket_cap_mb()) &&
+                is_bucket_cap(options.last_bucket_cap_mb()),
+            ConfigError, "bucket sizes must lie above 0 and at most ", kMaxBucketCapMb, " MiB, got bucket_cap_mb=",
+            options.bucket_cap_mb(), ", first_bucket_cap_mb=", options.first_bucket_cap_mb(),
+            " and last_bucket_cap_mb=", options.last_bucket_cap_mb());
   return BucketCaps{static_cast<int64_t>(options.first_bucket_cap_mb() * kMiB),
                     static_cast<int64_t>(options.bucket_cap_mb() * kMiB),
                     static_cast<int64_t>(options.last_bucket_cap_mb() * kMiB)};
@@ -110,10 +119,6 @@ Reducer::Reducer(std::vector<NamedParameter> params, std::shared_ptr<dist::Commu
                  ReducerOptions options)
     : params_(std::move(params)), comm_(std::move(comm)), options_(options), hook_(comm_hooks::allreduce_mean()) {
   DPT_ASSERT(comm_, "a reducer needs a communicator");
-  DPT_CHECK(options_.bucket_cap_mb() > 0 && options_.first_bucket_cap_mb() > 0 && options_.last_bucket_cap_mb() > 0,
-            ConfigError, "bucket sizes must be positive, got bucket_cap_mb=", options_.bucket_cap_mb(),
-            ", first_bucket_cap_mb=", options_.first_bucket_cap_mb(), " and last_bucket_cap_mb=",
-            options_.last_bucket_cap_mb());
   DPT_CHECK(options_.backward_passes() >= 1, ConfigError, "backward passes per reduction must be at least 1, got ",
             options_.backward_passes());
   DPT_CHECK(!options_.shard_gradients() || !options_.find_unused_parameters(), ConfigError, "rank ", comm_->rank(),

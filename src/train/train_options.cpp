@@ -1,6 +1,7 @@
 #include "dptrain/train/train_options.h"
 
 #include "dptrain/common/error.h"
+#include "dptrain/data/loader.h"
 #include "dptrain/train/checkpoint/auto_resume.h"
 
 namespace dpt::train {
@@ -34,7 +35,8 @@ void check_options(const TrainOptions& o) {
   DPT_CHECK(o.epochs() > 0, ConfigError, "--epochs must be positive, got ", o.epochs());
   DPT_CHECK(o.start_epoch() >= 0 && o.start_epoch() < o.epochs(), ConfigError, "--start-epoch must be in [0, ",
             o.epochs(), "), got ", o.start_epoch());
-  DPT_CHECK(o.data().workers() > 0, ConfigError, "--workers must be at least 1, got ", o.data().workers());
+  DPT_CHECK(o.data().workers() > 0 && o.data().workers() <= data::kMaxLoaderThreads, ConfigError,
+            "--workers must be from 1 to ", data::kMaxLoaderThreads, ", got ", o.data().workers());
   DPT_CHECK(o.checkpoint().keep() >= 1, ConfigError, "--keep-checkpoints must be at least 1, got ",
             o.checkpoint().keep());
   if (o.logs()) checked_print_freq(o.logs()->print_freq());  // here, on every rank: only rank 0 logs

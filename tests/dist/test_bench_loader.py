@@ -29,7 +29,7 @@ class BenchLoaderReport(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         cls.dir = tempfile.TemporaryDirectory(prefix="dpt_bench_loader_")
-        code, out, err = run([dptrain(), "make-dataset", cls.dir.name, "--train-size", str(IMAGES), "--val-size", "1",
+        code, out, err = run([dptrain(), "make-dataset", cls.dir.name, "--train-size", str(IMAGES), "--val-size", "10",
                               "--image-size", "48"], timeout=120)
         if code != 0:
             raise AssertionError(f"make-dataset failed ({code}):\n{out}\n{err}")

@@ -70,6 +70,21 @@ class BadInput(unittest.TestCase):
             self.assertEqual((code, without_gloo_info(err)), (0, ""))
             self.assertTrue(os.path.exists(os.path.join(output, "checkpoint.pt")))
 
+    def test_a_number_outside_its_flags_bounds(self):
+        # CLI11's own range checks compare, and every comparison with NaN is false: --label-smoothing nan
+        # trained without smoothing, --lr, --momentum and --dropout nan ended in LibTorch's stack trace
+        # after the model was built, --wd inf trained into NaN weights.
+        cases = [("--label-smoothing", "nan", "from 0 to 1"), ("--lr", "nan", "above 0"),
+                 ("--momentum", "nan", "of at least 0"), ("--dropout", "nan", "from 0 to 1"),
+                 ("--wd", "inf", "of at least 0"), ("--bucket-cap-mb", "inf", "above 0"),
+                 ("--mixup-alpha", "-inf", "of at least 0"), ("--model-ema-decay", "1.5", "from 0 to 1")]
+        for flag, value, bounds in cases:
+            with self.subTest(flag=flag, value=value):
+                code, out, err = train("--dummy", flag, value)
+                self.assertEqual((code, out), (105, ""))  # CLI11's exit status for a value its check refuses
+                self.assertEqual(err.splitlines(), [f"{flag}: takes a number {bounds}, got {value}",
+                                                    "Run with --help for more information."])
+
     def test_missing_resume_checkpoint(self):
         code, out, err = train("--dummy", "--resume", "/nonexistent/checkpoint.pt")
         self.assertEqual((code, err), (1, "dptrain: error: checkpoint /nonexistent/checkpoint.pt does not exist; "

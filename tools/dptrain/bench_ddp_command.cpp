@@ -18,8 +18,9 @@
 #include <torch/torch.h>
 
 #include "bench_common.h"
+#include "bench_step_flags.h"
 #include "command.h"
-#include "dptrain/common/error.h"
+#include "number_bounds.h"
 #include "dptrain/dist/init.h"
 #include "dptrain/models/registry.h"
 #include "dptrain/parallel/ddp.h"
@@ -29,12 +30,7 @@ namespace dpt::cli {
 namespace {
 
 struct BenchDdpFlags {
-  std::string arch = "resnet18";
-  int64_t batch_size = 32;
-  int64_t image_size = 64;
-  int64_t steps = 20;
-  int64_t warmup = 3;
-  int threads = 1;
+  BenchStepFlags step;
   double bucket_cap_mb = 25;
   double last_bucket_cap_mb = 1;
   bool overlap = false;
@@ -74,20 +70,16 @@ void all_reduce_buckets(dist::Communicator& comm, const std::vector<at::Tensor>&
 }
 
 int run_bench_ddp(const BenchDdpFlags& flags) {
-  DPT_CHECK(flags.steps > 0 && flags.warmup >= 0 && flags.batch_size > 0, ConfigError,
-            "--steps and --batch-size must be positive and --warmup not negative");
-  DPT_CHECK(flags.allreduce_repeats > 0, ConfigError, "--allreduce-repeats must be positive, got ",
-            flags.allreduce_repeats);
-  at::set_num_threads(flags.threads);
+  at::set_num_threads(flags.step.threads);
   auto comm = dist::init_process_group();
   torch::manual_seed(comm->rank());
-  auto model = models::create(flags.arch);
+  auto model = models::create(flags.step.arch);
   DistributedDataParallel ddp(
       model, comm,
       DDPOptions().reducer(ReducerOptions().bucket_cap_mb(flags.bucket_cap_mb).last_bucket_cap_mb(flags.last_bucket_cap_mb)));
   torch::optim::SGD optimizer(ddp.parameters(), torch::optim::SGDOptions(0.01).momentum(0.9).weight_decay(1e-4));
-  const at::Tensor images = torch::randn({flags.batch_size, 3, flags.image_size, flags.image_size});
-  const at::Tensor labels = torch::randint(1000, {flags.batch_size}, at::kLong);
+  const at::Tensor images = torch::randn({flags.step.batch_size, 3, flags.step.image_size, flags.step.image_size});
+  const at::Tensor labels = torch::randint(1000, {flags.step.batch_size}, at::kLong);
 
   StepTiming total;
   const std::vector<int64_t> numels = bucket_numels(ddp);
@@ -97,11 +89,11 @@ int run_bench_ddp(const BenchDdpFlags& flags) {
     torch::nn::functional::cross_entropy(ddp->forward(images), labels).backward();
     optimizer.step();
   };
-  timed(*comm, flags.warmup, train_step);
+  timed(*comm, flags.step.warmup, train_step);
   // Each synchronized step's seconds; then (--overlap) each step under no_sync(), interleaved with
   // them so that both see the same machine load; then the bucket allreduce and the peak RSS.
-  at::Tensor stats = torch::zeros({2 * flags.steps + 2}, at::kDouble);
-  for (int64_t step = 0; step < flags.steps; ++step) {
+  at::Tensor stats = torch::zeros({2 * flags.step.steps + 2}, at::kDouble);
+  for (int64_t step = 0; step < flags.step.steps; ++step) {
     stats[step] = timed(*comm, 1, train_step);
     const StepTiming timing = ddp.last_timing();
     total.forward_ms += timing.forward_ms;
@@ -109,7 +101,7 @@ int run_bench_ddp(const BenchDdpFlags& flags) {
     total.comm_wait_ms += timing.comm_wait_ms;
     for (size_t i = 0; i < numels.size(); ++i) total.bucket_launch_ms[i] += timing.bucket_launch_ms.at(i);
     if (flags.overlap) {
-      stats[flags.steps + step] = timed(*comm, 1, [&] {
+      stats[flags.step.steps + step] = timed(*comm, 1, [&] {
         auto guard = ddp.no_sync();
         train_step();
       });
@@ -126,21 +118,21 @@ int run_bench_ddp(const BenchDdpFlags& flags) {
   // The slowest rank sets the pace.
   comm->all_reduce(stats, dist::ReduceOp::Max);
   if (comm->rank() == 0) {
-    const double steps = static_cast<double>(flags.steps);
-    const at::Tensor step_ms = 1000 * stats.narrow(0, 0, 2 * flags.steps).view({2, flags.steps});
-    const double seconds = stats.narrow(0, 0, flags.steps).sum().item<double>();
+    const double steps = static_cast<double>(flags.step.steps);
+    const at::Tensor step_ms = 1000 * stats.narrow(0, 0, 2 * flags.step.steps).view({2, flags.step.steps});
+    const double seconds = stats.narrow(0, 0, flags.step.steps).sum().item<double>();
     std::vector<double> bucket_mb, bucket_launch_ms;
     for (size_t i = 0; i < numels.size(); ++i) {
       bucket_mb.push_back(static_cast<double>(numels[i] * 4) / (1 << 20));
       bucket_launch_ms.push_back(total.bucket_launch_ms[i] / steps);
     }
-    nlohmann::json report = {{"arch", flags.arch},
+    nlohmann::json report = {{"arch", flags.step.arch},
                              {"world_size", comm->size()},
                              {"transport", comm->transport()},
-                             {"batch_size_per_rank", flags.batch_size},
-                             {"image_size", flags.image_size},
-                             {"steps", flags.steps},
-                             {"img_s", steps * flags.batch_size * comm->size() / seconds},
+                             {"batch_size_per_rank", flags.step.batch_size},
+                             {"image_size", flags.step.image_size},
+                             {"steps", flags.step.steps},
+                             {"img_s", steps * flags.step.batch_size * comm->size() / seconds},
                              {"step_ms", 1000 * seconds / steps},
                              {"median_step_ms", step_ms[0].median().item<double>()},
                              {"forward_ms", total.forward_ms / steps},
@@ -168,20 +160,19 @@ Command add_bench_ddp_command(CLI::App& root) {
   auto flags = std::make_shared<BenchDdpFlags>();
   CLI::App* app = root.add_subcommand(
       "bench-ddp", "Measure DistributedDataParallel training throughput on random images (one rank per process)");
-  app->add_option("--arch,-a", flags->arch, "model from the registry")->capture_default_str();
-  app->add_option("--batch-size,-b", flags->batch_size, "images per rank and step")->capture_default_str();
-  app->add_option("--image-size", flags->image_size, "height and width of the random images")->capture_default_str();
-  app->add_option("--steps", flags->steps, "measured steps")->capture_default_str();
-  app->add_option("--warmup", flags->warmup, "steps run before measuring")->capture_default_str();
-  app->add_option("--threads", flags->threads, "intra-op threads per rank")->capture_default_str();
-  app->add_option("--bucket-cap-mb", flags->bucket_cap_mb, "gradient bucket size in MiB")->capture_default_str();
+  add_bench_step_flags(*app, flags->step, "rank");
+  app->add_option("--bucket-cap-mb", flags->bucket_cap_mb, "gradient bucket size in MiB")
+      ->check(above(0))
+      ->capture_default_str();
   app->add_option("--last-bucket-cap-mb", flags->last_bucket_cap_mb,
                   "size of the last bucket (the first layers' gradients) in MiB; as large as --bucket-cap-mb "
                   "gives PyTorch's layout")
+      ->check(above(0))
       ->capture_default_str();
   app->add_flag("--overlap", flags->overlap,
                 "also time the steps under no_sync() and all-reducing the buckets alone (exposed communication)");
   app->add_option("--allreduce-repeats", flags->allreduce_repeats, "timed bucket allreduces with --overlap")
+      ->check(at_least(1))
       ->capture_default_str();
   return {app, [flags](const std::vector<std::string>&) { return run_bench_ddp(*flags); }};
 }

@@ -10,8 +10,8 @@
 #include <torch/torch.h>
 
 #include "bench_common.h"
+#include "bench_step_flags.h"
 #include "command.h"
-#include "dptrain/common/error.h"
 #include "dptrain/models/registry.h"
 #include "dptrain/parallel/data_parallel.h"
 
@@ -20,30 +20,23 @@ namespace dpt::cli {
 namespace {
 
 struct BenchDpFlags {
-  std::string arch = "resnet18";
+  BenchStepFlags step;
   int replicas = 2;
   std::vector<int> gpus;
-  int64_t batch_size = 32;
-  int64_t image_size = 64;
-  int64_t steps = 20;
-  int64_t warmup = 3;
-  int threads = 1;
 };
 
 int run_bench_dp(const BenchDpFlags& flags) {
-  DPT_CHECK(flags.steps > 0 && flags.warmup >= 0 && flags.batch_size > 0 && flags.threads > 0, ConfigError,
-            "--steps, --batch-size and --threads must be positive and --warmup not negative");
   const auto devices = flags.gpus.empty() ? cpu_devices(flags.replicas) : cuda_devices(flags.gpus);
   const int64_t replicas = static_cast<int64_t>(devices.size());
   // The process gets what K ranks of bench-ddp get together; the replica threads a share each.
-  at::set_num_threads(flags.threads * static_cast<int>(replicas));
+  at::set_num_threads(flags.step.threads * static_cast<int>(replicas));
   torch::manual_seed(0);
-  auto model = models::create(flags.arch);
-  DataParallel dp(model, DataParallelOptions(devices).threads_per_replica(flags.threads));
+  auto model = models::create(flags.step.arch);
+  DataParallel dp(model, DataParallelOptions(devices).threads_per_replica(flags.step.threads));
   torch::optim::SGD optimizer(dp.parameters(), torch::optim::SGDOptions(0.01).momentum(0.9).weight_decay(1e-4));
-  const int64_t batch = flags.batch_size * replicas;
+  const int64_t batch = flags.step.batch_size * replicas;
   const auto device = dp.options().output_device().value();
-  const at::Tensor images = torch::randn({batch, 3, flags.image_size, flags.image_size});
+  const at::Tensor images = torch::randn({batch, 3, flags.step.image_size, flags.step.image_size});
   const at::Tensor labels = torch::randint(1000, {batch}, at::kLong).to(device);
 
   const auto train_step = [&] {
@@ -51,18 +44,18 @@ int run_bench_dp(const BenchDpFlags& flags) {
     torch::nn::functional::cross_entropy(dp->forward(images), labels).backward();
     optimizer.step();
   };
-  for (int64_t i = 0; i < flags.warmup; ++i) train_step();
+  for (int64_t i = 0; i < flags.step.warmup; ++i) train_step();
   const auto start = std::chrono::steady_clock::now();
-  for (int64_t i = 0; i < flags.steps; ++i) train_step();
+  for (int64_t i = 0; i < flags.step.steps; ++i) train_step();
   const double seconds = seconds_since(start);
-  const double steps = static_cast<double>(flags.steps);
-  const nlohmann::json report = {{"arch", flags.arch},
+  const double steps = static_cast<double>(flags.step.steps);
+  const nlohmann::json report = {{"arch", flags.step.arch},
                                  {"replicas", replicas},
                                  {"device", devices[0].str()},
-                                 {"batch_size_per_replica", flags.batch_size},
+                                 {"batch_size_per_replica", flags.step.batch_size},
                                  {"threads_per_replica", dp.threads_per_replica()},
-                                 {"image_size", flags.image_size},
-                                 {"steps", flags.steps},
+                                 {"image_size", flags.step.image_size},
+                                 {"steps", flags.step.steps},
                                  {"img_s", steps * static_cast<double>(batch) / seconds},
                                  {"step_ms", 1000 * seconds / steps},
                                  {"peak_rss_mb", peak_rss_mb()}};
@@ -76,14 +69,9 @@ Command add_bench_dp_command(CLI::App& root) {
   auto flags = std::make_shared<BenchDpFlags>();
   CLI::App* app = root.add_subcommand(
       "bench-dp", "Measure single-process DataParallel training throughput on random images (K replicas)");
-  app->add_option("--arch,-a", flags->arch, "model from the registry")->capture_default_str();
+  add_bench_step_flags(*app, flags->step, "replica");
   app->add_option("--replicas", flags->replicas, "CPU replicas (without --gpus)")->capture_default_str();
   app->add_option("--gpus", flags->gpus, "CUDA devices, the first the primary (e.g. 4,5,6,7)")->delimiter(',');
-  app->add_option("--batch-size,-b", flags->batch_size, "images per replica and step")->capture_default_str();
-  app->add_option("--image-size", flags->image_size, "height and width of the random images")->capture_default_str();
-  app->add_option("--steps", flags->steps, "measured steps")->capture_default_str();
-  app->add_option("--warmup", flags->warmup, "steps run before measuring")->capture_default_str();
-  app->add_option("--threads", flags->threads, "intra-op threads per replica")->capture_default_str();
   return {app, [flags](const std::vector<std::string>&) { return run_bench_dp(*flags); }};
 }
 

@@ -9,6 +9,7 @@
 
 #include "bench_common.h"
 #include "command.h"
+#include "number_bounds.h"
 #include "run_flags.h"
 #include "dptrain/common/error.h"
 #include "dptrain/data/image_folder.h"
@@ -95,15 +96,16 @@ Command add_bench_loader_command(CLI::App& root) {
   auto flags = std::make_shared<BenchLoaderFlags>();
   CLI::App* app = root.add_subcommand("bench-loader", "Measure the training input pipeline on an ImageFolder");
   app->add_option("data", flags->data, "ImageFolder root (ROOT/<class>/<image>)")->required();
-  app->add_option("--threads", flags->threads, "loader threads")->capture_default_str();
-  app->add_option("--batch-size", flags->batch_size, "images per batch")->capture_default_str();
-  app->add_option("--size", flags->size, "RandomResizedCrop output size")->capture_default_str();
+  app->add_option("--threads", flags->threads, "loader threads")->check(at_least(1))->capture_default_str();
+  app->add_option("--batch-size", flags->batch_size, "images per batch")->check(at_least(1))->capture_default_str();
+  app->add_option("--size", flags->size, "RandomResizedCrop output size")->check(at_least(1))->capture_default_str();
   app->add_option("--epochs", flags->epochs, "timed passes over the data, as one stream (after one untimed pass)")
+      ->check(at_least(1))
       ->capture_default_str();
   add_parsed_option(*app, "--auto-augment", flags->auto_augment, data::parse_auto_augment_policy,
                     "augmentation policy after the flip (as dptrain train's flag)");
   app->add_option("--random-erase", flags->random_erase, "probability of RandomErasing per image")
-      ->check(CLI::Range(0.0, 1.0));
+      ->check(within(0, 1));
   app->add_option("--dct-scaling", flags->dct_scaling, "decode JPEGs at reduced DCT scale when the crop allows")
       ->capture_default_str();
   return {app, [flags](const std::vector<std::string>&) { return run_bench_loader(*flags); }};

@@ -25,6 +25,7 @@
 #include "bench_common.h"
 #include "command.h"
 #include "device_phases.h"
+#include "number_bounds.h"
 #include "dptrain/compat/compat.h"
 #include "dptrain/models/multiply_adds.h"
 #include "dptrain/models/operation_counts.h"
@@ -187,15 +188,20 @@ Command add_bench_models_command(CLI::App& root) {
   auto flags = std::make_shared<BenchModelsFlags>();
   CLI::App* app = root.add_subcommand("bench-models", "Time each architecture's training step (forward + backward)");
   app->add_option("archs", flags->archs, "architectures (dptrain models lists them)")->required();
-  app->add_option("-b,--batch-size", flags->batch, "images per step")->capture_default_str();
-  app->add_option("--image-size", flags->image_size, "side of the random images")->capture_default_str();
-  app->add_option("--steps", flags->steps, "measured steps (the median is reported)")->capture_default_str();
-  app->add_option("--warmup", flags->warmup, "unmeasured steps first")->capture_default_str();
-  app->add_option("--threads", flags->threads, "intra-op threads (default: LibTorch's)");
+  app->add_option("-b,--batch-size", flags->batch, "images per step")->check(at_least(1))->capture_default_str();
+  app->add_option("--image-size", flags->image_size, "side of the random images")
+      ->check(at_least(8))
+      ->capture_default_str();
+  app->add_option("--steps", flags->steps, "measured steps (the median is reported)")
+      ->check(at_least(1))
+      ->capture_default_str();
+  app->add_option("--warmup", flags->warmup, "unmeasured steps first")->check(at_least(0))->capture_default_str();
+  app->add_option("--threads", flags->threads, "intra-op threads (default: LibTorch's)")->check(at_least(1));
   app->add_flag("--amp", flags->amp,
                 "mixed precision as dptrain train --amp: bf16 autocast for the forward (the loss in fp32); on a GPU "
                 "fp16 with loss scaling");
-  app->add_option("--gpu", flags->gpu, "CUDA device index: time the step there (random images made on the GPU)");
+  app->add_option("--gpu", flags->gpu, "CUDA device index: time the step there (random images made on the GPU)")
+      ->check(at_least(0));
   app->add_flag("--channels-last", flags->channels_last, "NHWC weights and images");
   app->add_flag("--sgd", flags->sgd, "end each step with dptrain train's SGD update (momentum 0.9, weight decay 1e-4)");
   app->add_flag("--op-counts", flags->op_counts, "add the ATen operations of one more step, by name (\"ops\")");

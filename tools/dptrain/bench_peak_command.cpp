@@ -10,6 +10,7 @@
 
 #include "command.h"
 #include "compute_peak.h"
+#include "number_bounds.h"
 #include "dptrain/common/atomic_file.h"
 #include "dptrain/common/error.h"
 
@@ -55,8 +56,11 @@ Command add_bench_peak_command(CLI::App& root) {
   CLI::App* app = root.add_subcommand(
       "bench-peak", "Measure this machine's attainable FLOP/s (matmul, convolution; fp32, bf16) for MFU");
   app->add_option("--output", flags->output, "file to write (default: $XDG_CACHE_HOME/dptrain/peak.json)");
-  app->add_option("--gpu", flags->gpu, "measure CUDA device N (fp16 too) instead of one CPU thread");
-  app->add_option("--seconds", flags->seconds, "seconds each kernel shape is timed for")->capture_default_str();
+  app->add_option("--gpu", flags->gpu, "measure CUDA device N (fp16 too) instead of one CPU thread")
+      ->check(at_least(0));
+  app->add_option("--seconds", flags->seconds, "seconds each kernel shape is timed for")
+      ->check(above(0))
+      ->capture_default_str();
   return {app, [flags](const std::vector<std::string>&) { return run_bench_peak(*flags); }};
 }
 

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "command.h"
+#include "number_bounds.h"
 #include "dptrain/common/cpu_platform.h"
 #include "dptrain/common/error.h"
 #include "dptrain/common/job_token.h"
@@ -213,7 +214,7 @@ Command add_check_command(CLI::App& root) {
                   "seconds to wait for every rank to join (default: DPTRAIN_RENDEZVOUS_TIMEOUT, else --timeout)");
   app->add_flag("--verbose-rendezvous", flags->verbose_rendezvous,
                 "every rank reports who is missing, not only rank 0");
-  app->add_option("--numel", flags->numel, "elements per test tensor")->capture_default_str();
+  app->add_option("--numel", flags->numel, "elements per test tensor")->check(at_least(1))->capture_default_str();
   return {app, [flags](const std::vector<std::string>&) { return run_check(*flags); }};
 }
 

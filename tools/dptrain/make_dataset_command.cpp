@@ -5,11 +5,13 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <iostream>
 #include <nlohmann/json.hpp>
 
 #include "command.h"
+#include "number_bounds.h"
 #include "dptrain/common/error.h"
 #include "dptrain/data/cifar.h"
 #include "dptrain/data/image.h"
@@ -20,6 +22,9 @@ namespace dpt::cli {
 namespace {
 
 namespace fs = std::filesystem;
+
+// Each image is drawn whole in memory before it is encoded: 48 MiB at this side.
+constexpr int kMaxImageSide = 4096;
 
 struct MakeDatasetFlags {
   std::string output;
@@ -59,21 +64,31 @@ void write_cifar_file(const MakeDatasetFlags& f, const std::string& path, const 
   data::write_file(path, data::cifar_records(images, labels));
 }
 
+// The flags' agreement, checked once they are parsed: nothing is written before.
+void check_make_dataset_flags(const MakeDatasetFlags& f) {
+  if (f.format == "imagefolder") {
+    // Sample i is of class i % classes: a class past a split's size would be an empty folder, which
+    // ImageFolder refuses (and a class count in the billions filled the disk with them).
+    DPT_CHECK(f.classes <= std::min(f.train_size, f.val_size), ConfigError, "--classes ", f.classes,
+              " needs at least one image of each class in both splits, got --train-size ", f.train_size,
+              " and --val-size ", f.val_size);
+  } else {
+    DPT_CHECK(f.classes <= data::kCifarClasses, ConfigError, "--classes must be at most 10 for CIFAR-10 files, got ",
+              f.classes);
+    const auto files = static_cast<int64_t>(data::cifar_files(/*train=*/true).size());
+    DPT_CHECK(f.train_size >= files, ConfigError, "CIFAR-10 output needs --train-size >= ", files,
+              " (one record per file at least)");
+  }
+}
+
 int run_make_dataset(const MakeDatasetFlags& f) {
-  DPT_CHECK(f.format == "imagefolder" || f.format == "cifar", ConfigError,
-            "--format must be imagefolder or cifar, got ", f.format);
-  DPT_CHECK(f.quality >= 1 && f.quality <= 100, ConfigError, "--quality must be in 1..100, got ", f.quality);
   fs::create_directories(f.output);
   if (f.format == "imagefolder") {
     write_image_folder(f, (fs::path(f.output) / "train").string(), f.train_size, f.seed);
     write_image_folder(f, (fs::path(f.output) / "val").string(), f.val_size, f.seed + 1);
   } else {
-    DPT_CHECK(f.classes <= data::kCifarClasses, ConfigError, "--classes must be at most 10 for CIFAR-10 files, got ",
-              f.classes);
     const auto files = data::cifar_files(/*train=*/true);
     const auto n = static_cast<int64_t>(files.size());
-    DPT_CHECK(f.train_size >= n && f.val_size >= 1, ConfigError, "CIFAR-10 output needs --train-size >= ", n,
-              " (one record per file at least) and --val-size >= 1");
     const auto train = split(f, f.train_size, f.seed, data::kCifarSide);
     for (int64_t k = 0; k < n; ++k) {
       const int64_t first = k * f.train_size / n, last = (k + 1) * f.train_size / n;
@@ -101,15 +116,18 @@ Command add_make_dataset_command(CLI::App& root) {
       root.add_subcommand("make-dataset", "Write the learnable synthetic image set as JPEG files or CIFAR-10 binary");
   app->add_option("output", flags->output, "output directory")->required();
   app->add_option("--format", flags->format, "imagefolder (train/ and val/ of JPEGs) or cifar (CIFAR-10 .bin files)")
+      ->check(CLI::IsMember({"imagefolder", "cifar"}))
       ->capture_default_str();
-  app->add_option("--train-size", flags->train_size, "training images")->capture_default_str();
-  app->add_option("--val-size", flags->val_size, "validation images")->capture_default_str();
-  app->add_option("--classes", flags->classes, "number of classes")->capture_default_str();
+  app->add_option("--train-size", flags->train_size, "training images")->check(at_least(1))->capture_default_str();
+  app->add_option("--val-size", flags->val_size, "validation images")->check(at_least(1))->capture_default_str();
+  app->add_option("--classes", flags->classes, "number of classes")->check(at_least(1))->capture_default_str();
   app->add_option("--image-size", flags->image_size, "side of the JPEG images (CIFAR is always 32)")
+      ->check(within(8, kMaxImageSide))
       ->capture_default_str();
-  app->add_option("--quality", flags->quality, "JPEG quality")->capture_default_str();
+  app->add_option("--quality", flags->quality, "JPEG quality")->check(within(1, 100))->capture_default_str();
   app->add_option("--seed", flags->seed, "seed of the training images (validation uses seed + 1)")
       ->capture_default_str();
+  app->callback([flags] { check_make_dataset_flags(*flags); });
   return {app, [flags](const std::vector<std::string>&) { return run_make_dataset(*flags); }};
 }
 

@@ -2,6 +2,8 @@
 
 #include <iostream>
 
+#include "number_bounds.h"
+
 namespace dpt::cli {
 
 train::TrainOptions command_line_options() {
@@ -22,7 +24,7 @@ void add_run_flags(CLI::App& app, train::TrainOptions& o) {
   app.add_flag_callback("--no-aux-logits", [&o] { o.aux_logits(false); },
                         "googlenet, inception_v3: without the auxiliary classifiers (and their losses)");
   app.add_option("--dropout", o.dropout(), "classifier dropout (default: the model's own; 0 turns every dropout off)")
-      ->check(CLI::Range(0.0, 1.0));
+      ->check(within(0, 1));
   app.add_option("-j,--workers", data.workers(), "loader threads per process")->capture_default_str();
   app.add_option("-b,--batch-size", o.batch_size(), "samples per step on each process")->capture_default_str();
   app.add_option("-p,--print-freq", o.logs()->print_freq(), "print every N steps")->capture_default_str();
@@ -47,6 +49,7 @@ void add_run_flags(CLI::App& app, train::TrainOptions& o) {
                     "skip unreadable images, or fail on the first");
   app.add_option("--max-bad-images", data.max_bad_images(),
                  "stop when more than this fraction of a pass's images were bad and skipped")
+      ->check(within(0, 1))
       ->capture_default_str();
   app.add_option("--world-size", dist.world().world_size, "processes in the job (default: from the launcher)");
   app.add_option("--rank", dist.world().rank, "this process's rank (default: from the launcher)");

@@ -5,20 +5,25 @@
 #include "dptrain/common/error.h"
 #include "dptrain/dist/init_method.h"
 #include "dptrain/train/optimizer.h"
+#include "number_bounds.h"
 
 namespace dpt::cli {
 
 namespace {
 
 void add_schedule_flags(CLI::App& app, train::LrScheduleOptions& lr) {
-  app.add_option("--lr", lr.base_lr(), "base learning rate for a global batch of 256")->capture_default_str();
+  app.add_option("--lr", lr.base_lr(), "base learning rate for a global batch of 256")
+      ->check(above(0))
+      ->capture_default_str();
   app.add_flag_callback("--no-lr-scaling", [&lr] { lr.reference_batch(std::nullopt); },
                         "use --lr as is, not lr x global batch / 256");
-  app.add_option("--warmup-epochs,--lr-warmup-epochs", lr.warmup_epochs(), "warm-up length")->capture_default_str();
+  app.add_option("--warmup-epochs,--lr-warmup-epochs", lr.warmup_epochs(), "warm-up length")
+      ->check(at_least(0))
+      ->capture_default_str();
   add_parsed_option(app, "--lr-warmup-method", lr.warmup_method(), train::parse_warmup_method,
                     "linear (from the start rate to the peak) or constant (the start rate, then the peak)");
   app.add_option("--lr-warmup-decay", lr.warmup_decay(), "warm-up start rate as a fraction of the peak")
-      ->check(CLI::Range(0.0, 1.0));
+      ->check(within(0, 1));
   add_parsed_option(app, "--lr-schedule", lr.decay(), train::parse_lr_decay,
                     "step, multistep, cosine, exponential or none");
   app.add_option_function<std::string>(
@@ -33,27 +38,37 @@ void add_schedule_flags(CLI::App& app, train::LrScheduleOptions& lr) {
       "torchvision's names (steplr, cosineannealinglr, exponentiallr) and semantics: the rate changes once per "
       "epoch, the schedule counts epochs from the end of warm-up");
   app.add_option("--lr-step,--lr-step-size", lr.step_epochs(), "step schedule: epochs between decays")
+      ->check(at_least(1))
       ->capture_default_str();
-  app.add_option("--lr-gamma", lr.gamma(), "step, multistep and exponential: decay factor")->capture_default_str();
+  app.add_option("--lr-gamma", lr.gamma(), "step, multistep and exponential: decay factor")
+      ->check(at_least(0))
+      ->capture_default_str();
   app.add_option("--lr-milestones", lr.milestones(), "multistep: decay epochs")->delimiter(',');
-  app.add_option("--lr-min", lr.min_lr(), "cosine: the final rate")->capture_default_str();
+  app.add_option("--lr-min", lr.min_lr(), "cosine: the final rate")->check(at_least(0))->capture_default_str();
 }
 
 void add_optimizer_flags(CLI::App& app, train::OptimizerOptions& opt, OptionalFlags<train::ModelEmaOptions>& ema) {
   add_parsed_option(app, "--opt", opt.kind(), train::parse_optimizer_kind, "sgd, sgd_nesterov, rmsprop or adamw");
-  app.add_option("--momentum", opt.momentum(), "SGD's and RMSprop's momentum")->capture_default_str();
-  app.add_option("--wd,--weight-decay", opt.weight_decay())->capture_default_str();
+  app.add_option("--momentum", opt.momentum(), "SGD's and RMSprop's momentum")
+      ->check(at_least(0))
+      ->capture_default_str();
+  app.add_option("--wd,--weight-decay", opt.weight_decay())->check(at_least(0))->capture_default_str();
   app.add_option("--norm-weight-decay", opt.norm_weight_decay(),
-                 "weight decay of the normalisation layers' parameters (default: --wd)");
-  app.add_option("--bias-weight-decay", opt.bias_weight_decay(), "weight decay of every bias (default: its layer's)");
+                 "weight decay of the normalisation layers' parameters (default: --wd)")
+      ->check(at_least(0));
+  app.add_option("--bias-weight-decay", opt.bias_weight_decay(), "weight decay of every bias (default: its layer's)")
+      ->check(at_least(0));
   app.add_option("--clip-grad-norm", opt.clip_grad_norm(),
-                 "scale the averaged gradients down to this total 2-norm when above it");
+                 "scale the averaged gradients down to this total 2-norm when above it")
+      ->check(above(0));
   ema.add_switch(app, "--model-ema",
                  "keep an exponential moving average of the weights, validated and checkpointed beside them");
   app.add_option("--model-ema-steps", ema.values().steps(), "optimizer steps between EMA updates")
+      ->check(at_least(1))
       ->capture_default_str();
   app.add_option("--model-ema-decay", ema.values().decay(),
                  "EMA decay, adjusted as torchvision's for the global batch, update interval and epochs")
+      ->check(within(0, 1))
       ->capture_default_str();
 }
 
@@ -65,32 +80,32 @@ void add_augmentation_flags(CLI::App& app, train::DataOptions& data, SwitchedFla
       ->each([&augment](const std::string&) { augment.enable(); })
       ->default_str("");
   app.add_option("--ra-magnitude", augment.values().magnitude(), "RandAugment's magnitude bin (of 31)")
-      ->check(CLI::Range(0, 30))
+      ->check(within(0, 30))
       ->capture_default_str();
   app.add_option("--augmix-severity", augment.values().severity(), "AugMix's severity")
-      ->check(CLI::Range(1, 10))
+      ->check(within(1, 10))
       ->capture_default_str();
   app.add_flag("--ra-sampler", flags.ra_sampler,
                "repeated augmentation: each training image --ra-reps times per epoch, each copy augmented on its own "
                "(torchvision's RASampler; an epoch then keeps floor(n / 256) * 256 samples)");
   app.add_option("--ra-reps", flags.ra_reps, "--ra-sampler: copies of each image")
-      ->check(CLI::Range(1, 64))
+      ->check(within(1, 64))
       ->capture_default_str();
   app.add_option("--random-erase", data.random_erase(), "probability of RandomErasing per training image")
-      ->check(CLI::Range(0.0, 1.0))
+      ->check(within(0, 1))
       ->capture_default_str();
 }
 
 void add_loss_flags(CLI::App& app, train::LossOptions& loss) {
   app.add_option("--label-smoothing", loss.label_smoothing(), "cross-entropy against smoothed targets")
-      ->check(CLI::Range(0.0, 1.0))
+      ->check(within(0, 1))
       ->capture_default_str();
   app.add_option("--mixup-alpha", loss.mixing().mixup_alpha(), "mixup with Beta(alpha, alpha) weights (0: off)")
-      ->check(CLI::NonNegativeNumber)
+      ->check(at_least(0))
       ->capture_default_str();
   app.add_option("--cutmix-alpha", loss.mixing().cutmix_alpha(), "cutmix with Beta(alpha, alpha) areas (0: off); "
                  "with --mixup-alpha, one of the two per batch")
-      ->check(CLI::NonNegativeNumber)
+      ->check(at_least(0))
       ->capture_default_str();
 }
 
@@ -109,7 +124,8 @@ void add_checkpoint_flags(CLI::App& app, TrainFlags& flags) {
   app.add_option("--keep-checkpoints", checkpoint.keep(), "epoch checkpoints to keep")->capture_default_str();
   app.add_option("--checkpoint-every", checkpoint.every_steps(), "also write checkpoint.pt every N optimizer steps");
   app.add_option("--checkpoint-minutes", checkpoint.every_minutes(),
-                 "also write checkpoint.pt when M minutes have passed since the last one");
+                 "also write checkpoint.pt when M minutes have passed since the last one")
+      ->check(above(0));
   app.add_flag("--checkpoint-async,!--no-checkpoint-async", checkpoint.in_background(),
                "write checkpoints on a background thread, training pausing only to copy the state to host memory "
                "(the default); --no-checkpoint-async: rank 0 writes them in the training thread");
@@ -117,13 +133,16 @@ void add_checkpoint_flags(CLI::App& app, TrainFlags& flags) {
   app.add_option("--straggler-warn", stragglers.threshold(),
                  "name a rank whose busy time per step (the step without waiting for the others) stays this fraction "
                  "above the other ranks' median, with its slowest part (0: off)")
+      ->check(at_least(0))
       ->capture_default_str();
   app.add_option("--straggler-seconds", stragglers.window_seconds(),
                  "about how long each comparison window lasts (its steps follow the step time); a rank is named "
                  "after 3 slow windows in a row")
+      ->check(above(0))
       ->capture_default_str();
   app.add_option("--straggler-window", stragglers.window_steps(),
-                 "a fixed number of steps per comparison window instead of --straggler-seconds");
+                 "a fixed number of steps per comparison window instead of --straggler-seconds")
+      ->check(at_least(1));
   app.add_option("--timeline", flags.options.timeline(),
                  "write each rank's steps (data, forward, backward, each bucket's all-reduce, optimizer, "
                  "validation, checkpoints) as a Chrome/Perfetto trace: FILE.json becomes FILE.rank<N>.json");
@@ -144,7 +163,7 @@ void add_parameter_server_flags(CLI::App& app, ps::PsOptions& ps) {
              "--ps-staleness",
              [&ps](int k) { ps.staleness(k).consistency(k == 0 ? ps::Consistency::Sync : ps::Consistency::Bounded); },
              "--mode ps: as --ps-async, but no worker runs more than K steps ahead of the slowest (0: --ps-sync)")
-          ->check(CLI::NonNegativeNumber);
+          ->check(at_least(0));
   sync->excludes(async)->excludes(staleness);
   async->excludes(staleness);
 }
@@ -167,15 +186,15 @@ void add_parallel_flags(CLI::App& app, TrainFlags& flags) {
   ReducerOptions& reducer = parallel.reducer();
   app.add_option("--bucket-cap-mb", reducer.bucket_cap_mb(),
                  "--mode ddp and ps: gradient bucket size in MiB, each bucket reduced as soon as backward fills it")
-      ->check(CLI::PositiveNumber)
+      ->check(above(0))
       ->capture_default_str();
   app.add_option("--first-bucket-cap-mb", reducer.first_bucket_cap_mb(),
                  "--mode ddp and ps: the first bucket's size (small, so that communication starts early)")
-      ->check(CLI::PositiveNumber)
+      ->check(above(0))
       ->capture_default_str();
   app.add_option("--last-bucket-cap-mb", reducer.last_bucket_cap_mb(),
                  "--mode ddp and ps: the last bucket's size (small, so that little is left once backward ends)")
-      ->check(CLI::PositiveNumber)
+      ->check(above(0))
       ->capture_default_str();
   app.add_flag("--find-unused-parameters", reducer.find_unused_parameters(),
                "--mode ddp and ps: parameters without a gradient in a step count as ready (one more small "

@@ -66,10 +66,14 @@ class BufferPool {
   std::vector<Buffer> buffers_;
 };
 
+// The most worker threads a loader starts: beyond every machine's cores, and far below the
+// thread limits that would refuse some of them halfway.
+inline constexpr int kMaxLoaderThreads = 1024;
+
 struct LoaderOptions {
   // Samples per batch.
   TORCH_ARG(int64_t, batch_size) = 32;
-  // Worker threads decoding and transforming.
+  // Worker threads decoding and transforming, 1 to kMaxLoaderThreads.
   TORCH_ARG(int, threads) = 2;
   // Batches built ahead of the consumer per thread, at most (DataLoader's prefetch_factor). Per
   // thread, so that every thread has a batch to build while the consumer is busy: one count for

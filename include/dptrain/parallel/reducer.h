@@ -80,7 +80,7 @@ struct BucketCaps {
   int64_t last = 0;   // the last bucket launched
 };
 
-// ReducerOptions' limits (MiB) in bytes.
+// ReducerOptions' limits (MiB) in bytes; a ConfigError unless each lies above 0 and at most 1 TiB.
 BucketCaps bucket_caps(const ReducerOptions& options);
 
 // The parameter indices of each bucket, in launch order, each bucket's in reverse order. Per

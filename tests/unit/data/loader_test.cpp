@@ -123,6 +123,17 @@ TEST(Loader, ReusesOnlyReleasedBuffers) {
   for (auto& b : every_third) EXPECT_TRUE(b.images.equal(kept[b.number].images)) << "batch " << b.number;
 }
 
+// From 1 to kMaxLoaderThreads threads: a count in the hundred thousands started threads until the
+// system refused one, and ended the program (the started threads were destroyed unjoined).
+TEST(Loader, ThreadCountsOutsideOneToTheMostAreConfigErrors) {
+  for (int threads : {0, -1, kMaxLoaderThreads + 1, 100000}) {
+    EXPECT_THROW(Loader(small_synthetic(4, 9), iota(4), 0, LoaderOptions().threads(threads)), dpt::ConfigError)
+        << threads;
+  }
+  Loader most(small_synthetic(4, 9), iota(4), 0, LoaderOptions().batch_size(4).threads(kMaxLoaderThreads));
+  EXPECT_EQ(drain(most).size(), 1u);
+}
+
 TEST(Loader, DropLast) {
   Loader loader(small_synthetic(10, 9), iota(10), 0, LoaderOptions().batch_size(4).drop_last(true));
   EXPECT_EQ(loader.num_batches(), 2);

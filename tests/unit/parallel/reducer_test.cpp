@@ -2,6 +2,10 @@
 
 #include <torch/torch.h>
 
+#include <cmath>
+#include <limits>
+
+#include "dptrain/common/error.h"
 #include "dptrain/parallel/reducer.h"
 #include "support/thread_ranks.h"
 
@@ -55,6 +59,21 @@ TEST(AssignBuckets, OneParameterPerBucketWhenLimitsAreTiny) {
 
 // The reducer on its own, as a front end other than DDP drives it: explicit arming, a custom
 // hook (sum instead of mean) that records the order buckets are launched in.
+// MiB to bytes; a size no bucket can have is a ConfigError, not an undefined conversion of NaN, an
+// infinity or 1e300 MiB to integer bytes.
+TEST(BucketCaps, MiBBecomeBytesAndASizeNoBucketCanHaveIsAConfigError) {
+  const auto caps =
+      dpt::bucket_caps(dpt::ReducerOptions().first_bucket_cap_mb(1).bucket_cap_mb(25).last_bucket_cap_mb(0.5));
+  EXPECT_EQ(std::vector<int64_t>({caps.first, caps.rest, caps.last}),
+            std::vector<int64_t>({1 << 20, 25 << 20, 1 << 19}));
+  EXPECT_EQ(dpt::bucket_caps(dpt::ReducerOptions().bucket_cap_mb(1024 * 1024)).rest, int64_t{1} << 40);  // 1 TiB
+  for (double mb : {0.0, -1.0, std::nan(""), std::numeric_limits<double>::infinity(), 1e300, 1024.0 * 1024 + 1}) {
+    EXPECT_THROW(dpt::bucket_caps(dpt::ReducerOptions().bucket_cap_mb(mb)), dpt::ConfigError) << mb;
+    EXPECT_THROW(dpt::bucket_caps(dpt::ReducerOptions().first_bucket_cap_mb(mb)), dpt::ConfigError) << mb;
+    EXPECT_THROW(dpt::bucket_caps(dpt::ReducerOptions().last_bucket_cap_mb(mb)), dpt::ConfigError) << mb;
+  }
+}
+
 TEST(Reducer, LaunchesBucketsInOrderAndLeavesTheReducedGradientInGrad) {
   dpt::testing::run_ranks(2, [](dpt::dist::Communicator& comm) {
     torch::nn::Sequential model(torch::nn::Linear(4, 8), torch::nn::Linear(8, 2));
