@@ -28,6 +28,7 @@ class CommandFlags(unittest.TestCase):
             (["bench-loader", "/nonexistent", "--epochs", "0"], "--epochs: takes a number of at least 1, got 0"),
             (["bench-ddp", "--bucket-cap-mb", "inf"], "--bucket-cap-mb: takes a number above 0, got inf"),
             (["bench-dp", "--threads", "0"], "--threads: takes a number of at least 1, got 0"),
+            (["bench-dp", "--gpus", "0,-1"], "--gpus: takes a number of at least 0, got -1"),
             (["check", "--numel", "-5"], "--numel: takes a number of at least 1, got -5"),
             (["make-dataset", "/nonexistent/out", "--quality", "0"], "--quality: takes a number from 1 to 100, got 0"),
             (["make-dataset", "/nonexistent/out", "--image-size", "100000"],

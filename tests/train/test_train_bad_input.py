@@ -77,12 +77,16 @@ class BadInput(unittest.TestCase):
         cases = [("--label-smoothing", "nan", "from 0 to 1"), ("--lr", "nan", "above 0"),
                  ("--momentum", "nan", "of at least 0"), ("--dropout", "nan", "from 0 to 1"),
                  ("--wd", "inf", "of at least 0"), ("--bucket-cap-mb", "inf", "above 0"),
-                 ("--mixup-alpha", "-inf", "of at least 0"), ("--model-ema-decay", "1.5", "from 0 to 1")]
+                 ("--mixup-alpha", "-inf", "of at least 0"), ("--model-ema-decay", "1.5", "from 0 to 1"),
+                 # a list's every number; a device index of -1 would be LibTorch's "current device"
+                 ("--lr-milestones", "30,-1", "of at least 0"), ("--gpu", "-1", "of at least 0"),
+                 ("--gpus", "0,-1", "of at least 0")]
         for flag, value, bounds in cases:
             with self.subTest(flag=flag, value=value):
                 code, out, err = train("--dummy", flag, value)
                 self.assertEqual((code, out), (105, ""))  # CLI11's exit status for a value its check refuses
-                self.assertEqual(err.splitlines(), [f"{flag}: takes a number {bounds}, got {value}",
+                shown = value.split(",")[-1]  # the list's number out of bounds
+                self.assertEqual(err.splitlines(), [f"{flag}: takes a number {bounds}, got {shown}",
                                                     "Run with --help for more information."])
 
     def test_missing_resume_checkpoint(self):

@@ -12,6 +12,7 @@
 #include "bench_common.h"
 #include "bench_step_flags.h"
 #include "command.h"
+#include "number_bounds.h"
 #include "dptrain/models/registry.h"
 #include "dptrain/parallel/data_parallel.h"
 
@@ -70,8 +71,12 @@ Command add_bench_dp_command(CLI::App& root) {
   CLI::App* app = root.add_subcommand(
       "bench-dp", "Measure single-process DataParallel training throughput on random images (K replicas)");
   add_bench_step_flags(*app, flags->step, "replica");
-  app->add_option("--replicas", flags->replicas, "CPU replicas (without --gpus)")->capture_default_str();
-  app->add_option("--gpus", flags->gpus, "CUDA devices, the first the primary (e.g. 4,5,6,7)")->delimiter(',');
+  app->add_option("--replicas", flags->replicas, "CPU replicas (without --gpus)")
+      ->check(at_least(1))
+      ->capture_default_str();
+  app->add_option("--gpus", flags->gpus, "CUDA devices, the first the primary (e.g. 4,5,6,7)")
+      ->delimiter(',')
+      ->check(at_least(0));
   return {app, [flags](const std::vector<std::string>&) { return run_bench_dp(*flags); }};
 }
 

@@ -29,7 +29,7 @@ void add_run_flags(CLI::App& app, train::TrainOptions& o) {
   app.add_option("-b,--batch-size", o.batch_size(), "samples per step on each process")->capture_default_str();
   app.add_option("-p,--print-freq", o.logs()->print_freq(), "print every N steps")->capture_default_str();
   app.add_option("--seed", o.seed(), "seeds weights, shuffles and augmentation")->capture_default_str();
-  app.add_option("--gpu", o.parallel().gpu(), "CUDA device index for this process");
+  app.add_option("--gpu", o.parallel().gpu(), "CUDA device index for this process")->check(at_least(0));
   app.add_flag("--dummy", data.dummy(), "train on the learnable synthetic set instead of DATA");
   app.add_option("--dummy-train-size", data.dummy_train_size())->capture_default_str();
   app.add_option("--dummy-val-size", data.dummy_val_size())->capture_default_str();

@@ -43,7 +43,9 @@ void add_schedule_flags(CLI::App& app, train::LrScheduleOptions& lr) {
   app.add_option("--lr-gamma", lr.gamma(), "step, multistep and exponential: decay factor")
       ->check(at_least(0))
       ->capture_default_str();
-  app.add_option("--lr-milestones", lr.milestones(), "multistep: decay epochs")->delimiter(',');
+  app.add_option("--lr-milestones", lr.milestones(), "multistep: decay epochs")
+      ->delimiter(',')
+      ->check(at_least(0));
   app.add_option("--lr-min", lr.min_lr(), "cosine: the final rate")->check(at_least(0))->capture_default_str();
 }
 
@@ -200,15 +202,18 @@ void add_parallel_flags(CLI::App& app, TrainFlags& flags) {
                "--mode ddp and ps: parameters without a gradient in a step count as ready (one more small "
                "all-reduce per step) instead of failing the step");
   add_parameter_server_flags(app, parallel.ps());
-  app.add_option("--replicas", parallel.replicas(), "--mode dp: this many CPU replicas");
+  app.add_option("--replicas", parallel.replicas(), "--mode dp: this many CPU replicas")->check(at_least(1));
+  // A device index of -1 would be LibTorch's "the current device", not an error.
   app.add_option("--gpus", parallel.gpus(), "--mode dp: CUDA devices of the replicas, e.g. 0,1 (the first holds the model)")
-      ->delimiter(',');
+      ->delimiter(',')
+      ->check(at_least(0));
   app.add_flag("--multiprocessing-distributed", flags.multiprocessing_distributed,
                "start one worker per visible GPU (or --nprocs) and supervise them, as mp.spawn; "
                "--world-size is then the number of nodes and --rank this node's index (world = nodes x "
                "workers, rank = node rank x workers + local rank), --dist-url tcp://HOST:PORT the "
                "rendezvous (default: a free local port)");
-  app.add_option("--nprocs", flags.nprocs, "--multiprocessing-distributed: workers on this node (default: one per GPU)");
+  app.add_option("--nprocs", flags.nprocs, "--multiprocessing-distributed: workers on this node (default: one per GPU)")
+      ->check(at_least(1));
 }
 
 // Flags that belong to one mode, given with another: a mistake, not something to ignore.
