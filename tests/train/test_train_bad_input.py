@@ -73,7 +73,7 @@ class BadInput(unittest.TestCase):
     def test_a_number_outside_its_flags_bounds(self):
         # CLI11's own range checks compare, and every comparison with NaN is false: --label-smoothing nan
         # trained without smoothing, --lr, --momentum and --dropout nan ended in LibTorch's stack trace
-        # after the model was built, --wd inf trained into NaN weights.
+        # after the model was built, --wd inf was taken (its first update makes the weights infinite).
         cases = [("--label-smoothing", "nan", "from 0 to 1"), ("--lr", "nan", "above 0"),
                  ("--momentum", "nan", "of at least 0"), ("--dropout", "nan", "from 0 to 1"),
                  ("--wd", "inf", "of at least 0"), ("--bucket-cap-mb", "inf", "above 0"),
