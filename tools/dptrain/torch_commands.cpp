@@ -1,0 +1,48 @@
+#include "torch_commands.h"
+
+#include <stdexcept>
+#include <string>
+
+#include "dptrain/launch/elastic_launch.h"
+
+namespace dpt::cli {
+namespace {
+
+struct NamedCommand {
+  std::string_view name;  // the subcommand's name, as its add function gives it
+  Command (*add)(CLI::App& root);
+};
+
+Command add_elastic_launch_command(CLI::App& root) { return add_launch_command(root, launch::launch_elastic); }
+
+constexpr NamedCommand kCommands[] = {
+    {"launch", add_elastic_launch_command},
+    {"check", add_check_command},
+    {"make-dataset", add_make_dataset_command},
+    {"bench-loader", add_bench_loader_command},
+    {"bench-ddp", add_bench_ddp_command},
+    {"train", add_train_command},
+    {"eval", add_eval_command},
+    {"bench-dp", add_bench_dp_command},
+    {"models", add_models_command},
+    {"bench-models", add_bench_models_command},
+    {"bench-peak", add_bench_peak_command},
+    {"report", add_report_command},
+};
+
+}  // namespace
+
+std::vector<Command> add_torch_commands(CLI::App& root, std::string_view only) {
+  std::vector<Command> commands;
+  for (const auto& command : kCommands) {
+    if (!only.empty() && command.name != only) continue;
+    commands.push_back(command.add(root));
+    if (commands.back().app->get_name() != command.name) {
+      throw std::logic_error("torch_commands.cpp lists '" + std::string(command.name) + "' for the command '" +
+                             commands.back().app->get_name() + "'");
+    }
+  }
+  return commands;
+}
+
+}  // namespace dpt::cli
