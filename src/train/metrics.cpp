@@ -17,8 +17,14 @@ std::vector<int64_t> topk_correct(const at::Tensor& logits, const at::Tensor& ta
   const at::Tensor target = targets.to(logits.device(), at::kLong).unsqueeze(1);
   const at::Tensor target_logit = logits.gather(1, target);
   const at::Tensor classes = at::arange(logits.size(1), target.options()).unsqueeze(0);
-  const at::Tensor rank = logits.gt(target_logit).sum(1) +
-                          logits.eq(target_logit).logical_and(classes.lt(target)).sum(1);
+  // NaN ranks above every number, as torch.topk and torch.argmax order it, and NaNs tie with one
+  // another. Every comparison with NaN is false: without this, a diverged model's rows of NaN
+  // would rank each target first and score 100%.
+  const at::Tensor nan = logits.isnan();
+  const at::Tensor target_nan = target_logit.isnan();
+  const at::Tensor above = logits.gt(target_logit).logical_or(nan.logical_and(target_nan.logical_not()));
+  const at::Tensor tied = logits.eq(target_logit).logical_or(nan.logical_and(target_nan));
+  const at::Tensor rank = above.sum(1) + tied.logical_and(classes.lt(target)).sum(1);
   std::vector<at::Tensor> counts;
   for (int64_t k : ks) {
     DPT_CHECK(k > 0, ConfigError, "top-k accuracy needs k > 0, got ", k);

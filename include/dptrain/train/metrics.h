@@ -31,7 +31,8 @@ namespace dpt::train {
 // 2, 4, 1 for three equal maxima at 1, 2, 4), so here ties are broken towards the lower class
 // index, as a stable descending sort would: a target's rank is the number of classes with a
 // larger logit plus the number of lower-indexed classes with an equal one. The counts then depend
-// on the logits alone, not on the device or library. A k larger than C counts every row.
+// on the logits alone, not on the device or library. NaN ranks above every number, as in
+// torch.topk's and torch.argmax's order. A k larger than C counts every row.
 std::vector<int64_t> topk_correct(const at::Tensor& logits, const at::Tensor& targets,
                                   const std::vector<int64_t>& ks);
 

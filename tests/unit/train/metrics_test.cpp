@@ -1,5 +1,7 @@
 #include <gtest/gtest.h>
 
+#include <limits>
+
 #include <torch/nn/functional/loss.h>
 #include <torch/torch.h>
 
@@ -34,6 +36,18 @@ TEST(TopkCorrect, TiesGoToTheLowerClassIndex) {
   // The same on float32 and with integer targets of another type.
   EXPECT_EQ(topk_correct(logits.to(torch::kFloat), targets.to(torch::kInt), {3}),
             (std::vector<int64_t>{3}));
+}
+
+TEST(TopkCorrect, NaNRanksAboveEveryNumber) {
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  const auto partly = torch::tensor({1.0, nan, 3.0, 2.0});
+  const auto all = torch::full({4}, nan, torch::kDouble);
+  const auto logits = torch::stack({partly, partly, partly, all, all});
+  const auto targets = torch::tensor({2, 1, 0, 0, 3});
+  // Ranks: 1 (the NaN first), 0, 3, then 0 and 3 (NaNs tie, the lower class first). torch.topk in
+  // /usr/bin/python3 (torch 1.13) puts class 1 first in each partly-NaN row, then class 2; argmax
+  // picks class 0 in each all-NaN row. Were NaN compared as a number (always false), 4, 4, 5.
+  EXPECT_EQ(topk_correct(logits, targets, {1, 2, 4}), (std::vector<int64_t>{2, 3, 5}));
 }
 
 TEST(TopkCorrect, RejectsMismatchedShapes) {
