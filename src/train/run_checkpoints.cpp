@@ -44,7 +44,7 @@ CheckpointWriter& RunCheckpoints::writer() {
   return *writer_;
 }
 
-void RunCheckpoints::save(c10::IValue state, int64_t global_step, std::optional<int64_t> epoch_done, bool is_best,
+void RunCheckpoints::save(c10::IValue state, int64_t global_step, std::optional<int64_t> epoch_done, BestModel best,
                           Cause cause) {
   CheckpointWriter& to = writer();
   CheckpointRequest request;
@@ -53,7 +53,7 @@ void RunCheckpoints::save(c10::IValue state, int64_t global_step, std::optional<
   request.step = global_step;
   request.epoch_done = epoch_done;
   request.keep = options_.keep();
-  request.best = is_best;
+  request.best = best;
   const int64_t in_flight = to.last_step();
   if (to.submit(std::move(request), cause == Cause::Periodic ? WhenBusy::Skip : WhenBusy::Wait)) {
     last_taken_ = Clock::now();
@@ -94,7 +94,7 @@ void RunCheckpoints::finish() {
 void RunCheckpoints::check_last_written() const {
   DPT_CHECK(!last_write_ || last_write_->ok(), CheckpointError, "the last checkpoint (step ",
             last_write_ ? last_write_->step : 0, ") was not written: ", last_write_ ? last_write_->error : "",
-            "; the newest checkpoint in ", options_.output_dir(), " is an older one");
+            "; any checkpoint in ", options_.output_dir(), " is an older one");
 }
 
 }  // namespace dpt::train

@@ -44,7 +44,7 @@ class RunCheckpoints {
   // Hands `state`, taken after global step `global_step`, to the writer; an epoch's checkpoint
   // names the epoch done. A periodic one is skipped, with a line in the log, while a write is in
   // flight.
-  void save(c10::IValue state, int64_t global_step, std::optional<int64_t> epoch_done, bool is_best, Cause cause);
+  void save(c10::IValue state, int64_t global_step, std::optional<int64_t> epoch_done, BestModel best, Cause cause);
   // Logs the writes that have ended since the last call, and puts them on the timeline.
   void report();
   // Waits for the write in flight and reports it.

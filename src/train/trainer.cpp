@@ -7,6 +7,7 @@
 #include <torch/utils.h>
 
 #include <algorithm>
+#include <cmath>
 #include <optional>
 #include <string>
 #include <vector>
@@ -107,7 +108,7 @@ void Trainer::State::prepare_checkpoints() {
   if (leader() && checkpoints->wants_preparing()) checkpoints->prepare(checkpoint_state().to_ivalue());
 }
 
-void Trainer::State::save_checkpoint(RunCheckpoints::Cause cause, bool is_best) {
+void Trainer::State::save_checkpoint(RunCheckpoints::Cause cause, BestModel best) {
   if (!checkpoints->enabled()) return;
   // Every rank sends its shard of the optimizer state; rank 0 writes the whole.
   if (zero1) zero_state = consolidated_optimizer_state_dict(*zero1, /*to=*/0);
@@ -117,7 +118,7 @@ void Trainer::State::save_checkpoint(RunCheckpoints::Cause cause, bool is_best) 
   style->gather_state();
   const std::optional<int64_t> epoch_done =
       cause == RunCheckpoints::Cause::Epoch ? std::optional<int64_t>(epoch) : std::nullopt;
-  checkpoints->save(checkpoint_state().to_ivalue(), global_step(), epoch_done, is_best, cause);
+  checkpoints->save(checkpoint_state().to_ivalue(), global_step(), epoch_done, best, cause);
 }
 
 bool Trainer::State::stop_agreed_in(const MetricSums& all) const {
@@ -147,7 +148,7 @@ TrainResult Trainer::train() {
     std::vector<data::SkippedSample> skipped;
     const bool finished = s.train_epoch(sums, skipped);
     if (!finished) {
-      s.save_checkpoint(RunCheckpoints::Cause::Stop, /*is_best=*/false);
+      s.save_checkpoint(RunCheckpoints::Cause::Stop);
       s.checkpoints->finish();
       // The other ranks wait for rank 0's checkpoint, so that no process exits before it is whole.
       if (s.stop_agreed) s.ranks().barrier();
@@ -168,13 +169,23 @@ TrainResult Trainer::train() {
       const auto validating = span_of(s.timeline.get(), "validation (EMA)", {{"epoch", s.epoch + 1}});
       result.last_val_ema = s.evaluate(*s.ema->module(), "val_ema");
     }
+    // Every rank holds the summed loss, so all decide alike. A model whose validation loss is not
+    // finite has diverged, whatever its top-1 (in evaluation mode, BatchNorm's running statistics
+    // can overflow while training's own loss stays finite): never the best.
+    const bool val_finite = std::isfinite(result.last_val.loss_sum);
+    if (!val_finite && s.leader() && s.options.log() != nullptr) {
+      *s.options.log() << "warning: the validation loss after epoch " << s.epoch + 1
+                       << " is not finite: the model has diverged, so this epoch is not taken as the best "
+                          "(lower --lr or lengthen --warmup-epochs)"
+                       << std::endl;
+    }
     const double acc1 = result.last_val.top1_percent();
-    const bool is_best = acc1 > s.best_acc1;
-    s.best_acc1 = std::max(s.best_acc1, acc1);
+    const BestModel best = !val_finite ? BestModel::Keep : acc1 > s.best_acc1 ? BestModel::Replace : BestModel::IfNone;
+    if (best == BestModel::Replace) s.best_acc1 = acc1;
     ++s.epoch;
     s.step_in_epoch = 0;
     s.samples_in_epoch = 0;
-    s.save_checkpoint(RunCheckpoints::Cause::Epoch, is_best);
+    s.save_checkpoint(RunCheckpoints::Cause::Epoch, best);
     s.checkpoints->report();
     if (s.options.max_steps() && s.global_step() >= *s.options.max_steps()) break;
     // A stop signal that came during validation: the epoch's checkpoint is written, so stop now

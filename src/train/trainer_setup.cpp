@@ -101,6 +101,14 @@ void Trainer::State::build_step() {
   sampler = std::make_unique<data::DistributedSampler>(
       data.train->size(),
       data::SamplerOptions(comm->size(), comm->rank()).seed(o.seed()).repetitions(o.data().repeated_augmentations()));
+  // A step larger than a rank's share of the set (compared without multiplying, which could
+  // overflow) would make every epoch one short step, its learning rate scaled for a full one.
+  const int64_t share = sampler->num_samples();
+  DPT_CHECK(o.batch_size() <= share / accum_steps, ConfigError, "rank ", comm->rank(), ": -b ", o.batch_size(),
+            accum_steps > 1 ? str(" x --accum-steps ", accum_steps) : std::string(), " is more than the ", share,
+            " training images each of the ", comm->size(), " process(es) takes per epoch (", data.train->size(),
+            " in all): every epoch would be one short step, its learning rate scaled for a full one; use -b",
+            accum_steps > 1 ? " x --accum-steps" : "", " of at most ", share);
   schedule = std::make_unique<LrSchedule>(
       LrScheduleOptions(o.schedule()).global_batch(global_batch()).epochs(o.epochs()), steps_per_epoch());
   mixing = std::make_unique<BatchMixing>(o.loss().mixing(), data.train->num_classes());

@@ -198,7 +198,7 @@ struct Trainer::State {
   // The state a checkpoint holds now (weights and optimizer state aliased, not copied).
   TrainingCheckpoint checkpoint_state();
   // Every rank: under ZeRO the optimizer state's shards gathered to rank 0, which then writes.
-  void save_checkpoint(RunCheckpoints::Cause cause, bool is_best);
+  void save_checkpoint(RunCheckpoints::Cause cause, BestModel best = BestModel::IfNone);
   // After a step without a checkpoint, with periodic ones: rank 0's writer made ready, once.
   void prepare_checkpoints();
   // Whether any rank had caught a stop signal when the step's sums were reduced (`all` carries the

@@ -189,7 +189,7 @@ bool Trainer::State::train_epoch(MetricSums& sums, std::vector<data::SkippedSamp
       break;
     }
     if (periodic_checkpoint_due()) {
-      save_checkpoint(RunCheckpoints::Cause::Periodic, /*is_best=*/false);
+      save_checkpoint(RunCheckpoints::Cause::Periodic);
     } else {
       prepare_checkpoints();
     }

@@ -89,6 +89,45 @@ class BadInput(unittest.TestCase):
                 self.assertEqual(err.splitlines(), [f"{flag}: takes a number {bounds}, got {shown}",
                                                     "Run with --help for more information."])
 
+    def test_a_step_larger_than_a_ranks_share_of_the_set(self):
+        # -b 99999999999 on the synthetic set trained one short step an epoch at a learning rate scaled
+        # for the whole batch (3.9e7), and the model diverged.
+        small = ("--dummy", "-a", "resnet20", "--image-size", "16", "--dummy-train-size", "64",
+                 "--dummy-val-size", "16", "-j", "1", "--epochs", "1")
+        code, out, err = train(*small, "-b", "65")
+        self.assertEqual((code, err), (2, "dptrain: error: rank 0: -b 65 is more than the 64 training images each "
+                                          "of the 1 process(es) takes per epoch (64 in all): every epoch would be "
+                                          "one short step, its learning rate scaled for a full one; use -b of at "
+                                          "most 64\n"))
+        code, out, err = train(*small, "-b", "33", "--accum-steps", "2")
+        self.assertEqual(code, 2, err)
+        self.assertIn("-b 33 x --accum-steps 2 is more than the 64 training images", err)
+        code, out, err = train(*small, "-b", "32", "--accum-steps", "2")  # exactly the set: one full step
+        self.assertEqual(code, 0, err)
+
+    def test_a_diverged_model_is_never_the_best_and_non_finite_weights_are_never_written(self):
+        # One step of --lr 1e30: the weights are huge but finite, and evaluation's BatchNorm turns
+        # them into NaN. With --wd 1e30 too, the update makes them infinite.
+        small = ("--dummy", "-a", "resnet20", "--image-size", "16", "--dummy-train-size", "64",
+                 "--dummy-val-size", "32", "-b", "64", "-j", "1", "--epochs", "1", "--lr", "1e30")
+        with tempfile.TemporaryDirectory(prefix="dpt_diverged_") as out_dir:
+            code, out, err = train(*small, "--output", out_dir)
+            self.assertEqual(code, 0, err)
+            self.assertIn("warning: the validation loss after epoch 1 is not finite: the model has diverged, so "
+                          "this epoch is not taken as the best", out)
+            self.assertEqual(sorted(f for f in os.listdir(out_dir) if f.endswith(".pt")),
+                             ["checkpoint.pt", "checkpoint_epoch1.pt"])  # no model_best.pt
+            self.assertEqual(torch.load(os.path.join(out_dir, "checkpoint.pt"))["best_acc1"], 0.0)
+        with tempfile.TemporaryDirectory(prefix="dpt_diverged_") as out_dir:
+            code, out, err = train(*small, "--wd", "1e30", "--output", out_dir)
+            reason = ("its tensor state_dict/conv1.weight holds NaN or an infinity: training has diverged (lower "
+                      "--lr, lengthen --warmup-epochs or clip with --clip-grad-norm)")
+            self.assertIn(f"checkpoint: the checkpoint of step 1 was not written: {reason}. The files it would "
+                          "have replaced are kept", out)
+            self.assertEqual((code, err), (1, f"dptrain: error: the last checkpoint (step 1) was not written: "
+                                              f"{reason}; any checkpoint in {out_dir} is an older one\n"))
+            self.assertEqual([f for f in os.listdir(out_dir) if f.endswith(".pt")], [])
+
     def test_missing_resume_checkpoint(self):
         code, out, err = train("--dummy", "--resume", "/nonexistent/checkpoint.pt")
         self.assertEqual((code, err), (1, "dptrain: error: checkpoint /nonexistent/checkpoint.pt does not exist; "

@@ -11,7 +11,9 @@
 #include <unistd.h>
 #endif
 
+#include "dptrain/common/error.h"
 #include "dptrain/train/checkpoint/checkpoint_file.h"
+#include "non_finite_tensor.h"
 
 namespace dpt::train {
 namespace fs = std::filesystem;
@@ -95,13 +97,19 @@ CheckpointWrite write_files(const CheckpointRequest& request, CheckpointWrite wr
   write.began = Clock::now();
   write.file = request.dir / kLatestCheckpointName;
   try {
+    if (const auto tensor = first_non_finite_tensor(request.state)) {
+      throw CheckpointError(str("its tensor ", *tensor, " holds NaN or an infinity: training has diverged ",
+                                "(lower --lr, lengthen --warmup-epochs or clip with --clip-grad-norm)"));
+    }
     write.bytes = save_checkpoint(request.state, write.file);
     if (request.epoch_done) {
       link_or_copy_file_atomically(write.file, epoch_checkpoint_path(request.dir, *request.epoch_done));
       rotate_checkpoints(request.dir, request.keep);
     }
     const fs::path best = request.dir / kBestCheckpointName;
-    if (request.best || !fs::exists(best)) link_or_copy_file_atomically(write.file, best);
+    if (request.best == BestModel::Replace || (request.best == BestModel::IfNone && !fs::exists(best))) {
+      link_or_copy_file_atomically(write.file, best);
+    }
   } catch (const std::exception& e) {
     write.error = e.what();
   }

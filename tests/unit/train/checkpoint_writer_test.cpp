@@ -9,6 +9,7 @@
 #include <fstream>
 #include <functional>
 #include <iterator>
+#include <limits>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -113,6 +114,29 @@ TEST(CheckpointWriter, ARequestFindingAWriteInFlightIsSkippedOrWaits) {
   EXPECT_TRUE(saved_weight(fs::path(dir.path()) / kBestCheckpointName).equal(torch::ones({3})));
 }
 
+// model_best.pt: a diverged model's checkpoint (Keep) never becomes it, not even as the folder's
+// first; the next one does where there is none (IfNone), a new best replaces it, and only that.
+TEST(CheckpointWriter, ModelBestIsReplacedOnlyByANewBestAndNeverByADivergedModel) {
+  dpt::testing::TempDir dir;
+  const fs::path best = fs::path(dir.path()) / kBestCheckpointName;
+  CheckpointWriter writer(CheckpointWriterOptions().background(false));
+  auto write = [&](double value, BestModel choice) {
+    CheckpointRequest request = request_for(torch::full({2}, value), static_cast<int64_t>(value), dir.path());
+    request.best = choice;
+    ASSERT_TRUE(writer.submit(std::move(request), WhenBusy::Wait));
+    ASSERT_TRUE(writer.finished().at(0).ok());
+  };
+  write(1, BestModel::Keep);
+  EXPECT_FALSE(fs::exists(best));
+  write(2, BestModel::IfNone);
+  EXPECT_TRUE(saved_weight(best).equal(torch::full({2}, 2.0)));
+  write(3, BestModel::IfNone);
+  write(4, BestModel::Keep);
+  EXPECT_TRUE(saved_weight(best).equal(torch::full({2}, 2.0)));
+  write(5, BestModel::Replace);
+  EXPECT_TRUE(saved_weight(best).equal(torch::full({2}, 5.0)));
+}
+
 // A write that fails is reported with the file and the reason, the good files stay, and the next
 // write succeeds once the cause is gone.
 TEST(CheckpointWriter, AFailedWriteIsReportedAndKeepsTheGoodFile) {
@@ -140,6 +164,43 @@ TEST(CheckpointWriter, AFailedWriteIsReportedAndKeepsTheGoodFile) {
   ASSERT_EQ(writes.size(), 1u);
   EXPECT_TRUE(writes[0].ok()) << writes[0].error;
   EXPECT_TRUE(saved_weight(latest).equal(torch::zeros({2})));
+}
+
+// A state holding NaN or an infinity is not written, in the background or not, and the write's
+// error names the tensor: the good file stays. Integer tensors are not read; a strided one (not
+// dense) is read where it lies in the foreground, as the snapshot's copy in the background.
+TEST(CheckpointWriter, AStateHoldingNaNOrAnInfinityIsNotWritten) {
+  for (const bool background : {true, false}) {
+    SCOPED_TRACE(background ? "background" : "foreground");
+    dpt::testing::TempDir dir;
+    const fs::path latest = fs::path(dir.path()) / kLatestCheckpointName;
+    CheckpointWriter writer(CheckpointWriterOptions().background(background));
+    auto with_momentum = [&](const at::Tensor& momentum, int64_t step) {
+      CheckpointRequest request = request_for(torch::ones({2}), step, dir.path());
+      c10::impl::GenericDict slot(c10::StringType::get(), c10::AnyType::get());
+      slot.insert("momentum_buffer", momentum);
+      c10::impl::GenericList slots(c10::AnyType::get());
+      slots.push_back(torch::full({3}, std::numeric_limits<int64_t>::max(), torch::kLong));
+      slots.push_back(slot);
+      request.state.toGenericDict().insert("optimizer", slots);
+      return request;
+    };
+    ASSERT_TRUE(writer.submit(with_momentum(torch::zeros({4}), 1), WhenBusy::Wait));
+    writer.wait();
+    ASSERT_TRUE(writer.finished().at(0).ok());
+    const double inf = std::numeric_limits<double>::infinity();
+    for (const at::Tensor& bad : {torch::tensor({0.0, std::nan(""), 1.0, 2.0}).to(torch::kFloat),
+                                  torch::tensor({0.0, 1.0, 2.0, -inf}).to(torch::kBFloat16),
+                                  torch::tensor({0.0, 9.0, 1.0, 9.0, 2.0, 9.0, inf, 9.0}, torch::kDouble).slice(0, 0, 8, 2)}) {
+      ASSERT_TRUE(writer.submit(with_momentum(bad, 2), WhenBusy::Wait));
+      writer.wait();
+      const auto writes = writer.finished();
+      ASSERT_EQ(writes.size(), 1u);
+      EXPECT_EQ(writes[0].error, "its tensor optimizer/1/momentum_buffer holds NaN or an infinity: training has "
+                                 "diverged (lower --lr, lengthen --warmup-epochs or clip with --clip-grad-norm)");
+      EXPECT_EQ(load_checkpoint(latest).toGenericDict().at("step").toInt(), 1);
+    }
+  }
 }
 
 // Written in the caller's thread, the files are the same bytes, and the pause is the whole write.

@@ -73,7 +73,7 @@ TEST(RunCheckpoints, LogsEachWriteAndRefusesToEndOnAFailedOne) {
   RunCheckpoints checkpoints(into(dir.path()), in_this_thread(), &log, nullptr);
   EXPECT_NO_THROW(checkpoints.check_last_written()) << "nothing written yet, nothing failed";
 
-  checkpoints.save(state_of(10), 10, /*epoch_done=*/1, /*is_best=*/true, RunCheckpoints::Cause::Epoch);
+  checkpoints.save(state_of(10), 10, /*epoch_done=*/1, BestModel::Replace, RunCheckpoints::Cause::Epoch);
   checkpoints.report();
   EXPECT_FALSE(fs::exists(leftover));
   const std::string latest = (fs::path(dir.path()) / "checkpoint.pt").string();
@@ -89,7 +89,7 @@ TEST(RunCheckpoints, LogsEachWriteAndRefusesToEndOnAFailedOne) {
   const fs::path blocker = latest + ".tmp." + std::to_string(::getpid());
   fs::create_directory(blocker);
   log.str("");
-  checkpoints.save(state_of(20), 20, std::nullopt, false, RunCheckpoints::Cause::Stop);
+  checkpoints.save(state_of(20), 20, std::nullopt, BestModel::IfNone, RunCheckpoints::Cause::Stop);
   checkpoints.finish();
   EXPECT_NE(log.str().find("checkpoint: the checkpoint of step 20 was not written: cannot create " +
                            blocker.string()),
@@ -102,11 +102,11 @@ TEST(RunCheckpoints, LogsEachWriteAndRefusesToEndOnAFailedOne) {
   } catch (const dpt::CheckpointError& e) {
     const std::string text = e.what();
     EXPECT_NE(text.find("the last checkpoint (step 20) was not written"), std::string::npos) << text;
-    EXPECT_NE(text.find("the newest checkpoint in " + dir.path() + " is an older one"), std::string::npos) << text;
+    EXPECT_NE(text.find("; any checkpoint in " + dir.path() + " is an older one"), std::string::npos) << text;
   }
 
   fs::remove(blocker);
-  checkpoints.save(state_of(30), 30, std::nullopt, false, RunCheckpoints::Cause::Periodic);
+  checkpoints.save(state_of(30), 30, std::nullopt, BestModel::IfNone, RunCheckpoints::Cause::Periodic);
   checkpoints.report();
   EXPECT_NO_THROW(checkpoints.check_last_written());
 }
@@ -120,14 +120,14 @@ TEST(RunCheckpoints, APeriodicOneFindingAWriteInFlightIsSkipped) {
   std::ostringstream log;
   RunCheckpoints checkpoints(into(dir.path()).every_steps(10),
                              CheckpointWriterOptions().before_write([released] { released.wait(); }), &log, nullptr);
-  checkpoints.save(state_of(10), 10, std::nullopt, false, RunCheckpoints::Cause::Periodic);
-  checkpoints.save(state_of(20), 20, std::nullopt, false, RunCheckpoints::Cause::Periodic);
+  checkpoints.save(state_of(10), 10, std::nullopt, BestModel::IfNone, RunCheckpoints::Cause::Periodic);
+  checkpoints.save(state_of(20), 20, std::nullopt, BestModel::IfNone, RunCheckpoints::Cause::Periodic);
   const std::string skipped = log.str();
   release.set_value();
   EXPECT_EQ(skipped,
             "checkpoint: none after step 20: the write of step 10 is still in flight (writes take longer than "
             "--checkpoint-every/--checkpoint-minutes leave them)\n");
-  checkpoints.save(state_of(30), 30, /*epoch_done=*/3, false, RunCheckpoints::Cause::Epoch);
+  checkpoints.save(state_of(30), 30, /*epoch_done=*/3, BestModel::IfNone, RunCheckpoints::Cause::Epoch);
   checkpoints.finish();
   EXPECT_EQ(log.str().find("none after step 30"), std::string::npos) << log.str();
   EXPECT_TRUE(fs::exists(fs::path(dir.path()) / "checkpoint_epoch3.pt"));

@@ -4,7 +4,8 @@
 // them and writes checkpoint.pt, and with it the epoch's file and model_best.pt, each atomically
 // (checkpoint_file.h). At most one write is in flight: a request that finds one either waits for
 // it or is skipped, as its caller decides. A write that fails is reported, never thrown: the files
-// it would have replaced stay as they were, and training goes on.
+// it would have replaced stay as they were, and training goes on. A state holding NaN or an
+// infinity in any floating-point tensor is such a failure: it could only resume a diverged run.
 //
 //   dpt::train::CheckpointWriter writer(dpt::train::CheckpointWriterOptions().background(true));
 //   dpt::train::CheckpointRequest request;
@@ -42,6 +43,11 @@ struct CheckpointWriterOptions {
   TORCH_ARG(std::function<void()>, before_write) = nullptr;
 };
 
+// What a checkpoint does to model_best.pt: replaces it (a new best top-1), becomes it only where
+// there is none yet (a run's first checkpoint), or leaves it as it is (a model whose validation
+// loss is not finite: it has diverged, and is never the best).
+enum class BestModel { IfNone, Replace, Keep };
+
 // One checkpoint: what to write and which files it becomes.
 struct CheckpointRequest {
   c10::IValue state;  // what torch.load will return (TrainingCheckpoint::to_ivalue)
@@ -50,8 +56,7 @@ struct CheckpointRequest {
   // An epoch's checkpoint also becomes checkpoint_epoch<N>.pt, keeping the newest `keep` of them.
   std::optional<int64_t> epoch_done;
   int64_t keep = 3;
-  // Also model_best.pt (written too when there is none yet).
-  bool best = false;
+  BestModel best = BestModel::IfNone;
 };
 
 // What became of a request.
