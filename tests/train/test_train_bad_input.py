@@ -13,7 +13,7 @@ import unittest
 
 import torch
 
-from proc import PYTHON, dptrain, run, without_gloo_info
+from proc import PYTHON, dptrain, env_with, run, without_gloo_info
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -127,6 +127,29 @@ class BadInput(unittest.TestCase):
             self.assertEqual((code, err), (1, f"dptrain: error: the last checkpoint (step 1) was not written: "
                                               f"{reason}; any checkpoint in {out_dir} is an older one\n"))
             self.assertEqual([f for f in os.listdir(out_dir) if f.endswith(".pt")], [])
+
+    def test_libtorchs_errors_are_one_line_with_what_to_do(self):
+        # LibTorch 1.13 put its stack of 30-odd frames into each of these messages.
+        small = ("--dummy", "--dummy-train-size", "2", "--dummy-val-size", "2", "-b", "2", "-j", "1", "--epochs", "1")
+        cases = [(("-a", "alexnet", "--image-size", "16"), "Output size is too small; the images are too small for "
+                  "this model: raise --image-size (`dptrain models` lists the size each model was made for)"),
+                 (("-a", "resnet20", "--image-size", "100000"), "; the process ran out of memory: lower -b (images "
+                  "per process) or --image-size, or pick a smaller model (-a)")]
+        for args, said in cases:
+            with self.subTest(args=args):
+                code, out, err = train(*small, *args)
+                self.assertEqual(code, 1, err)
+                self.assertEqual(len(err.splitlines()), 1, err)
+                self.assertTrue(err.startswith("dptrain: error: LibTorch: "), err)
+                self.assertIn(said, err)
+                self.assertTrue(err.endswith(" (TORCH_SHOW_CPP_STACKTRACES=1 shows where in LibTorch)\n"), err)
+        # Asked for, LibTorch's own account follows the message, and the advice comes last.
+        code, out, err = run([dptrain(), "train", *small, *cases[0][0]], timeout=60,
+                             env=env_with(TORCH_SHOW_CPP_STACKTRACES="1"))
+        self.assertEqual(code, 1, err)
+        self.assertIn("Output size is too small\nException raised from ", err)
+        self.assertTrue(err.endswith("\nthe images are too small for this model: raise --image-size (`dptrain "
+                                     "models` lists the size each model was made for)\n"), err)
 
     def test_missing_resume_checkpoint(self):
         code, out, err = train("--dummy", "--resume", "/nonexistent/checkpoint.pt")

@@ -2,8 +2,11 @@
 
 #include <stdexcept>
 #include <string>
+#include <utility>
 
+#include "dptrain/common/error.h"
 #include "dptrain/launch/elastic_launch.h"
+#include "torch_errors.h"
 
 namespace dpt::cli {
 namespace {
@@ -14,6 +17,18 @@ struct NamedCommand {
 };
 
 Command add_elastic_launch_command(CLI::App& root) { return add_launch_command(root, launch::launch_elastic); }
+
+// A LibTorch error that leaves a command becomes dptrain's own one line (torch_errors.h).
+Command reporting_torch_errors(Command command) {
+  command.run = [run = std::move(command.run)](const std::vector<std::string>& program) {
+    try {
+      return run(program);
+    } catch (const c10::Error& error) {
+      throw Error(describe_torch_error(error, Environment::current()));
+    }
+  };
+  return command;
+}
 
 constexpr NamedCommand kCommands[] = {
     {"launch", add_elastic_launch_command},
@@ -36,7 +51,7 @@ std::vector<Command> add_torch_commands(CLI::App& root, std::string_view only) {
   std::vector<Command> commands;
   for (const auto& command : kCommands) {
     if (!only.empty() && command.name != only) continue;
-    commands.push_back(command.add(root));
+    commands.push_back(reporting_torch_errors(command.add(root)));
     if (commands.back().app->get_name() != command.name) {
       throw std::logic_error("torch_commands.cpp lists '" + std::string(command.name) + "' for the command '" +
                              commands.back().app->get_name() + "'");
