@@ -50,7 +50,7 @@ int run_eval(const EvalFlags& f, bool arch_given) {
 
 Command add_eval_command(CLI::App& root) {
   auto flags = std::make_shared<EvalFlags>();
-  auto* app = root.add_subcommand("eval", "evaluate a checkpoint on the validation set, over the process group");
+  auto* app = root.add_subcommand("eval", "Evaluate a checkpoint on the validation set, over the process group");
   add_run_flags(*app, flags->options);
   app->add_option("--checkpoint", flags->checkpoint, "a dptrain checkpoint or a Python dict(state_dict)")->required();
   return {app, [flags, app](const std::vector<std::string>&) { return run_eval(*flags, app->count("--arch") > 0); }};

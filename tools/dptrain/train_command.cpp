@@ -96,7 +96,7 @@ int run_train(TrainFlags f) {
 Command add_train_command(CLI::App& root) {
   auto flags = std::make_shared<TrainFlags>();
   auto switched = std::make_shared<SwitchedFlags>(flags->options);
-  auto* app = root.add_subcommand("train", "train an image classifier, data-parallel over the process group");
+  auto* app = root.add_subcommand("train", "Train an image classifier, data-parallel over the process group");
   add_train_flags(*app, *flags, *switched);
   return {app, [flags, switched, app](const std::vector<std::string>&) {
             finish_train_flags(*app, *flags, *switched);
