@@ -134,7 +134,11 @@ class BadInput(unittest.TestCase):
         cases = [(("-a", "alexnet", "--image-size", "16"), "Output size is too small; the images are too small for "
                   "this model: raise --image-size (`dptrain models` lists the size each model was made for)"),
                  (("-a", "resnet20", "--image-size", "100000"), "; the process ran out of memory: lower -b (images "
-                  "per process) or --image-size, or pick a smaller model (-a)")]
+                  "per process) or --image-size, or pick a smaller model (-a)"),
+                 # 65 images in batches of 32: the third holds one, and resnet18's last BatchNorm sees 1x1.
+                 (("-a", "resnet18", "--dummy-train-size", "65", "-b", "32"), "got input size [1, 512, 1, 1]; a "
+                  "batch of one image reached a BatchNorm whose input has shrunk to 1x1: an epoch's last batch "
+                  "holds the training images each process takes modulo -b, so pick a -b that does not leave 1")]
         for args, said in cases:
             with self.subTest(args=args):
                 code, out, err = train(*small, *args)

@@ -15,6 +15,11 @@ std::string advice(const std::string& message) {
     return "the images are too small for this model: raise --image-size (`dptrain models` lists the size each "
            "model was made for)";
   }
+  if (says(message, "Expected more than 1 value per channel when training")) {
+    return "a batch of one image reached a BatchNorm whose input has shrunk to 1x1: an epoch's last batch holds "
+           "the training images each process takes modulo -b, so pick a -b that does not leave 1 (or raise "
+           "--image-size)";
+  }
   return "";
 }
 
