@@ -82,6 +82,24 @@ void load_state_dict(torch::nn::Module& module, const StateDict& values) {
   for (const auto& target : targets) target.value().copy_(values[target.key()]);
 }
 
+OwnClassifier keep_own_classifier(StateDict& weights, const torch::nn::Module& module, int64_t num_classes) {
+  const StateDict own = state_dict(module);
+  OwnClassifier classifier;
+  for (const auto& entry : own) {
+    const torch::Tensor* given = weights.find(entry.key());
+    if (given == nullptr || !given->defined() || given->sizes() == entry.value().sizes()) continue;
+    const auto mine = entry.value().sizes(), theirs = given->sizes();
+    const bool classes_only = mine.size() == theirs.size() && !mine.empty() && mine[0] == num_classes &&
+                              mine.slice(1) == theirs.slice(1) &&
+                              (classifier.keys.empty() || theirs[0] == classifier.weights_classes);
+    if (!classes_only) return {};
+    classifier.weights_classes = theirs[0];
+    classifier.keys.push_back(entry.key());
+  }
+  for (const auto& key : classifier.keys) weights[key] = own[key];
+  return classifier;
+}
+
 void write_state_dict(const StateDict& values, const std::string& path) {
   c10::Dict<std::string, torch::Tensor> dict;
   for (const auto& entry : values) dict.insert(entry.key(), entry.value().detach().cpu());

@@ -39,9 +39,10 @@ FoundCheckpoint read_resume_checkpoint(const TrainOptions& o) {
   return found;
 }
 
-// Weights: resumed, pretrained or seeded (the same on every rank).
+// Weights: resumed, pretrained or seeded (the same on every rank). What the run's banner says of
+// them goes to `notes`.
 models::Classifier build_model(const TrainOptions& options, const RunDatasets& data,
-                               const models::StateDict* resumed_weights) {
+                               const models::StateDict* resumed_weights, std::vector<std::string>& notes) {
   torch::manual_seed(options.seed());  // the same initial weights on every rank
   auto model = models::create(options.arch(), models::ClassifierOptions()
                                                   .num_classes(data.train->num_classes())
@@ -53,7 +54,16 @@ models::Classifier build_model(const TrainOptions& options, const RunDatasets& d
   } else if (!options.checkpoint().pretrained().empty()) {
     auto weights = read_weights(options.checkpoint().pretrained());
     if (!options.aux_logits()) models::drop_auxiliary_heads(weights);  // torchvision's GoogLeNet/Inception weights
+    const auto fresh = models::keep_own_classifier(weights, *model, data.train->num_classes());
     models::load_state_dict(*model, weights);
+    if (!fresh.keys.empty()) {
+      std::string keys;
+      for (const auto& key : fresh.keys) keys += (keys.empty() ? "" : ", ") + key;
+      notes.push_back(str("--pretrained ", options.checkpoint().pretrained(), " was made for ", fresh.weights_classes,
+                          " classes and this data has ", data.train->num_classes(), ": ", keys,
+                          " start fresh (fine-tuning); its other ", weights.size() - fresh.keys.size(),
+                          " entries are loaded"));
+    }
   }
   return model;
 }
@@ -77,7 +87,7 @@ LocalSetup prepare_locally(TrainOptions& options) {
   }
   setup.data = open_datasets(options.data(), options.seed(), models::info(options.arch()));
   const TrainingCheckpoint* resumed = setup.resumed.checkpoint ? &*setup.resumed.checkpoint : nullptr;
-  setup.model = build_model(options, setup.data, resumed ? &resumed->state_dict : nullptr);
+  setup.model = build_model(options, setup.data, resumed ? &resumed->state_dict : nullptr, setup.notes);
   return setup;
 }
 

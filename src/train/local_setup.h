@@ -5,6 +5,9 @@
 // so that a bad folder, name or file fails on every rank alike before any rank waits for the
 // others. The trainer and the parameter server's server process both start here.
 
+#include <string>
+#include <vector>
+
 #include "datasets.h"
 #include "dptrain/models/classifier.h"
 #include "dptrain/train/checkpoint/auto_resume.h"
@@ -16,6 +19,7 @@ struct LocalSetup {
   FoundCheckpoint resumed;  // --resume's checkpoint; unset checkpoint: a fresh start
   RunDatasets data;
   models::Classifier model{nullptr};  // on the CPU, in its starting weights
+  std::vector<std::string> notes;     // what the run's banner says of the starting weights
 };
 
 // Throws ConfigError, DataError or CheckpointError naming the flag, folder or file. A resumed

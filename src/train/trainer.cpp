@@ -34,14 +34,15 @@ Trainer::Trainer(TrainOptions options) : state_(std::make_unique<State>(std::mov
   s.join();
   s.build_step();
   s.epoch = s.options.start_epoch();
+  s.start_notes = std::move(local.notes);
   const FoundCheckpoint& resumed = local.resumed;
-  for (const auto& skipped : resumed.passed_over) s.resume_notes.push_back("warning: " + skipped);
+  for (const auto& skipped : resumed.passed_over) s.start_notes.push_back("warning: " + skipped);
   if (resumed.checkpoint) {
     s.restore(*resumed.checkpoint, resumed.file);
-    s.resume_notes.push_back(str("resuming from ", resumed.file.string(), " (epoch ", s.epoch, ", step ",
+    s.start_notes.push_back(str("resuming from ", resumed.file.string(), " (epoch ", s.epoch, ", step ",
                                  s.step_in_epoch, " of it, global step ", s.global_step(), ")"));
   } else if (s.options.checkpoint().resume() == kResumeAuto) {
-    s.resume_notes.push_back(str("--resume auto: no checkpoint in ", s.options.checkpoint().output_dir(),
+    s.start_notes.push_back(str("--resume auto: no checkpoint in ", s.options.checkpoint().output_dir(),
                                  " yet; starting fresh"));
   }
   s.style->start();

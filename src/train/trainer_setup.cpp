@@ -134,7 +134,7 @@ void Trainer::State::restore(const TrainingCheckpoint& cp, const fs::path& file)
   if (ema && !cp.model_ema.is_empty()) {
     ema->load_state_dict(cp.model_ema);
   } else if (ema) {
-    resume_notes.push_back(str("checkpoint ", file.string(), " has no model EMA: the average starts from its weights"));
+    start_notes.push_back(str("checkpoint ", file.string(), " has no model EMA: the average starts from its weights"));
   }
   if (cp.rng_state.numel() > 0) {
     at::Generator generator = at::detail::getDefaultCPUGenerator();  // shares the default's state
@@ -162,7 +162,7 @@ void Trainer::State::adapt_to_world(const TrainingCheckpoint& cp) {
                                style->accumulates() ? "" : " (no accumulation in this mode)",
                                ", so it becomes ", global_batch(), " and the learning rate is rescaled by ",
                                global_batch(), "/", cp.global_batch, ": ", before, " -> ", schedule->peak_lr());
-  resume_notes.push_back(str("world size ", cp.world_size, " -> ", comm->size(), ": ", how,
+  start_notes.push_back(str("world size ", cp.world_size, " -> ", comm->size(), ": ", how,
                              samples_in_epoch > 0 ? str("; the rest of epoch ", epoch, " (from sample ",
                                                         samples_in_epoch, ") is re-sharded over ", comm->size(),
                                                         " process(es)")
@@ -252,7 +252,7 @@ void Trainer::State::print_banner() const {
                               : "for MFU, measure this machine's peak once with dptrain bench-peak")
       << std::endl;
   print_hints(out);
-  for (const auto& note : resume_notes) out << note << std::endl;
+  for (const auto& note : start_notes) out << note << std::endl;
 }
 
 // Once per run, what would make this machine train faster, where it pays.

@@ -75,6 +75,16 @@ print(json.dumps({"loss_sum": loss_sum, "correct1": correct1, "correct5": correc
 """
 
 
+SAME_BODY = r"""
+import sys, torch
+given, trained = torch.load(sys.argv[1]), torch.load(sys.argv[2])["state_dict"]
+names = [k for k in trained if not k.endswith(("running_mean", "running_var", "num_batches_tracked"))]
+# One step of lr 1e-30 moves a weight of 0 (BatchNorm's biases) by about 1e-30, and no other.
+same = sum(1 for k in names if not k.startswith("fc.") and torch.allclose(given[k], trained[k], rtol=0, atol=1e-20))
+print(len(names), "parameters:", same, "equal,", "fc", list(trained["fc.weight"].shape))
+"""
+
+
 class Interop(unittest.TestCase):
     def test_checkpoint_loads_into_torchvision_with_the_same_logits(self):
         with tempfile.TemporaryDirectory(prefix="dpt_interop_") as tmp:
@@ -93,6 +103,26 @@ class Interop(unittest.TestCase):
             self.assertEqual(code, 0, err)
             print(out.strip())
             self.assertLess(float(out.split()[1]), 1e-4)
+
+    def test_torchvisions_imagenet_weights_fine_tune_on_other_classes(self):
+        """torchvision's 1000-class resnet18 weights as --pretrained for 10 classes: fc starts fresh,
+        every other parameter is the file's (a learning rate of 1e-30 leaves them as they were, to 1e-20)."""
+        with tempfile.TemporaryDirectory(prefix="dpt_finetune_") as tmp:
+            weights = os.path.join(tmp, "imagenet.pt")
+            code, out, err = run([PYTHON, "-c", "import sys, torch, torchvision; torch.manual_seed(0); "
+                                  "torch.save(dict(torchvision.models.resnet18().state_dict()), sys.argv[1])", weights],
+                                 timeout=120)
+            self.assertEqual(code, 0, err)
+            code, out, err = run([dptrain(), "train", "--dummy", "-a", "resnet18", "--image-size", "32",
+                                  "--dummy-train-size", "16", "--dummy-val-size", "8", "-b", "8", "-j", "1",
+                                  "--max-steps", "1", "--lr", "1e-30", "--wd", "0", "--pretrained", weights,
+                                  "--output", tmp], timeout=240, env=alone())
+            self.assertEqual(code, 0, out + err)
+            self.assertIn(f"--pretrained {weights} was made for 1000 classes and this data has 10: fc.weight, "
+                          "fc.bias start fresh (fine-tuning); its other 120 entries are loaded", out)
+            code, out, err = run([PYTHON, "-c", SAME_BODY, weights, os.path.join(tmp, "checkpoint.pt")], timeout=120)
+            self.assertEqual(code, 0, err)
+            self.assertEqual(out.split(), ["62", "parameters:", "60", "equal,", "fc", "[10,", "512]"])
 
     def test_python_state_dict_evaluates_like_python(self):
         """With the model's evaluation transform at 32 px: resize 37 (256 / 224), bilinear for

@@ -8,7 +8,9 @@
 //   // Python: torch.save(dict(m.state_dict()), "from_python.pt")
 //   dpt::models::load_state_dict(*model, dpt::models::read_state_dict("from_python.pt"));
 
+#include <cstdint>
 #include <string>
+#include <vector>
 
 #include <torch/nn/module.h>
 #include <torch/ordered_dict.h>
@@ -29,6 +31,18 @@ StateDict state_dict(const torch::nn::Module& module);
 // nothing is copied unless everything fits. Values are converted to each target's dtype and
 // device.
 void load_state_dict(torch::nn::Module& module, const StateDict& values);
+
+// Fine-tuning on another set of classes: where `weights` (of a model made for F classes) and
+// `module` (made for `num_classes`, M) disagree only in the first dimension of entries that
+// `module` sizes M and `weights` sizes F (the classifier's weight and bias, an auxiliary head's),
+// those entries of `weights` become `module`'s own freshly initialised ones, as one replaces
+// torchvision's `fc` before fine-tuning. Replaces none unless every disagreeing entry is such a
+// one (load_state_dict then names the first that is not).
+struct OwnClassifier {
+  std::vector<std::string> keys;  // the entries replaced, in `module`'s order
+  int64_t weights_classes = 0;    // F, when any was replaced
+};
+OwnClassifier keep_own_classifier(StateDict& weights, const torch::nn::Module& module, int64_t num_classes);
 
 // Writes `values` as a plain dict of tensors in torch.save's zip format (torch.load reads it),
 // atomically (dpt::write_file_atomically): a crash leaves the old file or the new one. Throws

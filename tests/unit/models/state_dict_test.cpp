@@ -113,6 +113,41 @@ TEST(StateDict, ShapeMismatchNamesBothShapesAndCopiesNothing) {
   EXPECT_TRUE(torch::equal(models::state_dict(*model)["conv1.weight"], before));
 }
 
+// Fine-tuning: 100-class weights into a 10-class model keep the model's own classifier and load
+// the rest; the model's own classifier is what it was, the body the weights'.
+TEST(StateDict, KeepOwnClassifierForWeightsOfOtherClasses) {
+  torch::manual_seed(3);
+  auto model = small_model();
+  const auto own_fc = models::state_dict(*model)["fc.weight"].clone();
+  auto hundred = models::resnet20(models::ResNetOptions().num_classes(100));
+  auto weights = random_state(models::state_dict(*hundred));
+  const auto body = weights["layer3.2.conv2.weight"].clone();
+  const models::OwnClassifier kept = models::keep_own_classifier(weights, *model, 10);
+  EXPECT_EQ(kept.keys, (std::vector<std::string>{"fc.weight", "fc.bias"}));
+  EXPECT_EQ(kept.weights_classes, 100);
+  models::load_state_dict(*model, weights);
+  EXPECT_TRUE(torch::equal(models::state_dict(*model)["fc.weight"], own_fc));
+  EXPECT_TRUE(torch::equal(models::state_dict(*model)["layer3.2.conv2.weight"], body));
+}
+
+// Nothing is kept where the weights are for the same classes, or disagree anywhere else: the body
+// of another width, a head that differs in more than its classes. load_state_dict then refuses.
+TEST(StateDict, KeepOwnClassifierOnlyWhereTheClassesAloneDiffer) {
+  auto model = small_model();
+  auto same = models::state_dict(*small_model());
+  EXPECT_TRUE(models::keep_own_classifier(same, *model, 10).keys.empty());
+  auto wider_body = random_state(models::state_dict(*models::resnet20(models::ResNetOptions().num_classes(100))));
+  wider_body["conv1.weight"] = torch::zeros({8, 3, 3, 3});
+  EXPECT_TRUE(models::keep_own_classifier(wider_body, *model, 10).keys.empty());
+  EXPECT_THROW(models::load_state_dict(*model, wider_body), dpt::CheckpointError);
+  auto other_head = models::state_dict(*models::resnet20(models::ResNetOptions().num_classes(100)));
+  other_head["fc.weight"] = torch::zeros({100, 32});
+  EXPECT_TRUE(models::keep_own_classifier(other_head, *model, 10).keys.empty());
+  // The classes of the model's own, in the first dimension: a head sized 100 would not be kept for 10.
+  auto hundred = models::state_dict(*models::resnet20(models::ResNetOptions().num_classes(100)));
+  EXPECT_TRUE(models::keep_own_classifier(hundred, *model, 100).keys.empty());
+}
+
 TEST(StateDict, FileRoundTrip) {
   TempDir dir;
   torch::manual_seed(2);
