@@ -78,7 +78,15 @@ ImageFolder::ImageFolder(const std::string& root, Transform transform, BadImageP
             " does not exist or is not a directory; expected ROOT/<class>/<image> files");
   for (const auto& entry : fs::directory_iterator(root, ec)) {
     std::error_code type_error;  // a link to nowhere, or a loop of links, is no class folder
-    if (entry.is_directory(type_error)) classes_.push_back(entry.path().filename().string());
+    if (!entry.is_directory(type_error)) continue;
+    std::string name = entry.path().filename().string();
+    // A hidden folder (Jupyter's .ipynb_checkpoints, a .git) sorts before every class and would
+    // shift each one's index; torchvision counts it, then refuses it when it holds no image.
+    if (name.front() == '.') {
+      warnings_.push_back(str("folder ", entry.path().string(), " is hidden: not a class, left out"));
+      continue;
+    }
+    classes_.push_back(std::move(name));
   }
   DPT_CHECK(!ec, DataError, "cannot list ", root, ": ", ec.message());
   std::sort(classes_.begin(), classes_.end());

@@ -2,6 +2,9 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <iterator>
+#include <string>
+#include <vector>
 
 #include "dptrain/common/error.h"
 #include "dptrain/data/cifar.h"
@@ -50,6 +53,24 @@ Sizes sizes_for(const DataOptions& options, int default_crop, double resize_rati
   sizes.val_crop = options.val_crop_size().value_or(crop);
   sizes.val_resize = options.val_resize_size().value_or(static_cast<int>(sizes.val_crop * resize_ratio + 0.5));
   return sizes;
+}
+
+// A class's index is its folder's place in the sorted list of each split: a folder that only one
+// split has would give the other split's later classes other indices, and validation would
+// silently score against the wrong labels.
+void check_same_classes(const data::ImageFolder& train, const data::ImageFolder& val) {
+  if (train.classes() == val.classes()) return;
+  auto only_in = [](const std::vector<std::string>& these, const std::vector<std::string>& those) {
+    std::vector<std::string> only;
+    std::set_difference(these.begin(), these.end(), those.begin(), those.end(), std::back_inserter(only));
+    std::string names;
+    for (const auto& name : only) names += (names.empty() ? "" : ", ") + name;
+    return names.empty() ? std::string("none") : names;
+  };
+  throw DataError(str("train/ has ", train.num_classes(), " class folders and val/ ", val.num_classes(),
+                      ", and each split numbers its classes by their sorted names: both need the same folders "
+                      "(only in train/: ", only_in(train.classes(), val.classes()), "; only in val/: ",
+                      only_in(val.classes(), train.classes()), ")"));
 }
 
 }  // namespace
@@ -101,13 +122,17 @@ RunDatasets open_datasets(const DataOptions& options, uint64_t seed, const model
   const Sizes sizes = sizes_for(options, static_cast<int>(model.crop_size),
                                 static_cast<double>(model.resize_size) / static_cast<double>(model.crop_size));
   const double scale_min = sizes.train_crop <= 64 ? kSmallImageScaleMin : 0.08;
-  return {std::make_shared<data::ImageFolder>((root / "train").string(),
-                                              train_transform(options, shared, seed, sizes.train_crop, scale_min),
-                                              options.bad_images()),
-          std::make_shared<data::ImageFolder>((root / "val").string(),
-                                              eval_transform(shared, sizes.val_crop, sizes.val_resize),
-                                              options.bad_images()),
-          "ImageFolder", sizes.train_crop};
+  auto train = std::make_shared<data::ImageFolder>(
+      (root / "train").string(), train_transform(options, shared, seed, sizes.train_crop, scale_min),
+      options.bad_images());
+  auto val = std::make_shared<data::ImageFolder>(
+      (root / "val").string(), eval_transform(shared, sizes.val_crop, sizes.val_resize), options.bad_images());
+  check_same_classes(*train, *val);
+  RunDatasets datasets{train, val, "ImageFolder", sizes.train_crop};
+  for (const auto* split : {train.get(), val.get()}) {
+    for (const auto& warning : split->warnings()) datasets.warnings.push_back("warning: " + warning);
+  }
+  return datasets;
 }
 
 }  // namespace dpt::train

@@ -16,6 +16,7 @@ struct RunDatasets {
   std::shared_ptr<const data::Dataset> val;
   std::string kind;  // "synthetic", "CIFAR-10" or "ImageFolder"
   int image_size = 0;  // side of the network's input
+  std::vector<std::string> warnings;  // what the banner tells of the folders (empty classes, hidden folders)
 };
 
 // `model` gives ImageFolder data its defaults: torchvision's input size and evaluation resize for

@@ -86,6 +86,7 @@ LocalSetup prepare_locally(TrainOptions& options) {
     if (setup.resumed.checkpoint) options.seed(setup.resumed.checkpoint->seed);
   }
   setup.data = open_datasets(options.data(), options.seed(), models::info(options.arch()));
+  setup.notes = setup.data.warnings;
   const TrainingCheckpoint* resumed = setup.resumed.checkpoint ? &*setup.resumed.checkpoint : nullptr;
   setup.model = build_model(options, setup.data, resumed ? &resumed->state_dict : nullptr, setup.notes);
   return setup;

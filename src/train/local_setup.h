@@ -19,7 +19,7 @@ struct LocalSetup {
   FoundCheckpoint resumed;  // --resume's checkpoint; unset checkpoint: a fresh start
   RunDatasets data;
   models::Classifier model{nullptr};  // on the CPU, in its starting weights
-  std::vector<std::string> notes;     // what the run's banner says of the starting weights
+  std::vector<std::string> notes;     // what the run's banner says of the data and the starting weights
 };
 
 // Throws ConfigError, DataError or CheckpointError naming the flag, folder or file. A resumed

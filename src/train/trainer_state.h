@@ -91,8 +91,8 @@ struct Trainer::State {
   // Set while train() runs, when CheckpointOptions::stop_signals names any.
   std::unique_ptr<StopSignals> stop_signals;
   bool stop_agreed = false;  // some rank caught a stop signal; every rank stops after this step
-  // For the banner: where the run resumed from, the newer files that did not read, and a
-  // --pretrained classifier made for other classes, left fresh.
+  // For the banner: the data's warnings, a --pretrained classifier made for other classes (left
+  // fresh), where the run resumed from and the newer files that did not read.
   std::vector<std::string> start_notes;
   // For the reports (rank 0): a training image's FLOPs, 2 x 3 x the model's forward multiply-adds,
   // and the attainable FLOP/s of every unit the ranks compute on, when measured.

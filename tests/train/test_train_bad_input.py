@@ -155,6 +155,26 @@ class BadInput(unittest.TestCase):
         self.assertTrue(err.endswith("\nthe images are too small for this model: raise --image-size (`dptrain "
                                      "models` lists the size each model was made for)\n"), err)
 
+    def test_splits_with_other_class_folders_and_a_hidden_folder(self):
+        # Each split numbers its classes by their sorted folder names: a folder in one split only
+        # would make validation score against other labels. A hidden one (.ipynb_checkpoints) sorts
+        # first and would shift every class: it is no class.
+        with tempfile.TemporaryDirectory(prefix="dpt_classes_") as data:
+            code, out, err = run([dptrain(), "make-dataset", data, "--classes", "2", "--train-size", "8",
+                                  "--val-size", "4", "--image-size", "16"], timeout=60)
+            self.assertEqual(code, 0, err)
+            os.makedirs(os.path.join(data, "train", ".ipynb_checkpoints"))
+            small = (data, "-a", "resnet20", "--image-size", "16", "-b", "4", "-j", "1", "--epochs", "1")
+            code, out, err = train(*small)
+            self.assertEqual(code, 0, err)
+            self.assertIn("data: ImageFolder, 8 training and 4 validation images, 2 classes", out)
+            self.assertIn(f"warning: folder {data}/train/.ipynb_checkpoints is hidden: not a class, left out", out)
+            os.makedirs(os.path.join(data, "val", "class_002"))
+            code, out, err = train(*small)
+            self.assertEqual((code, err), (1, "dptrain: error: train/ has 2 class folders and val/ 3, and each split "
+                                              "numbers its classes by their sorted names: both need the same "
+                                              "folders (only in train/: none; only in val/: class_002)\n"))
+
     def test_missing_resume_checkpoint(self):
         code, out, err = train("--dummy", "--resume", "/nonexistent/checkpoint.pt")
         self.assertEqual((code, err), (1, "dptrain: error: checkpoint /nonexistent/checkpoint.pt does not exist; "

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 
@@ -97,6 +98,27 @@ TEST(ImageFolder, MissingAndEmptyFoldersAreDataErrors) {
   EXPECT_EQ(skipping.num_classes(), 3);
   EXPECT_EQ(skipping.label(1), 2);  // class indices keep the empty folder's slot
   ASSERT_EQ(skipping.warnings().size(), 1u);
+}
+
+// A hidden folder sorts before every class: as a class it would shift each index (and, empty,
+// fail the run). It is left out and said so, under either policy.
+TEST(ImageFolder, AHiddenFolderIsNoClass) {
+  dpt::testing::TempDir dir;
+  put_jpeg(dir.path() + "/a/1.jpg");
+  put_jpeg(dir.path() + "/b/1.jpg");
+  fs::create_directories(dir.path() + "/.ipynb_checkpoints");
+  put_jpeg(dir.path() + "/.thumbnails/1.jpg");
+  for (const auto policy : {BadImagePolicy::Error, BadImagePolicy::Skip}) {
+    ImageFolder folder(dir.path(), small_eval(), policy);
+    EXPECT_EQ(folder.classes(), (std::vector<std::string>{"a", "b"}));
+    EXPECT_EQ(folder.size(), 2);
+    EXPECT_EQ(folder.label(1), 1);
+    auto warnings = folder.warnings();
+    std::sort(warnings.begin(), warnings.end());
+    EXPECT_EQ(warnings, (std::vector<std::string>{
+                            "folder " + dir.path() + "/.ipynb_checkpoints is hidden: not a class, left out",
+                            "folder " + dir.path() + "/.thumbnails is hidden: not a class, left out"}));
+  }
 }
 
 TEST(ImageFolder, FollowsLinksToFoldersButNamesALinkLoop) {
