@@ -96,7 +96,7 @@ RunDatasets open_datasets(const DataOptions& options, uint64_t seed, const model
                 train_transform(options, shared, seed, sizes.train_crop, kSmallImageScaleMin)),
             std::make_shared<data::SyntheticDataset>(synthetic(options.dummy_val_size(), seed + 1),
                                                      eval_transform(shared, sizes.val_crop, sizes.val_resize)),
-            "synthetic", sizes.train_crop};
+            "synthetic", sizes.train_crop, /*warnings=*/{}};
   }
   const fs::path root(options.root());
   DPT_CHECK(!options.root().empty(), ConfigError, "no data folder given: pass DATA (an ImageFolder with train/ and val/, "
@@ -108,7 +108,7 @@ RunDatasets open_datasets(const DataOptions& options, uint64_t seed, const model
                                             train_transform(options, shared, seed, sizes.train_crop, kSmallImageScaleMin)),
             std::make_shared<data::Cifar10>(root.string(), false,
                                             eval_transform(shared, sizes.val_crop, sizes.val_resize)),
-            "CIFAR-10", sizes.train_crop};
+            "CIFAR-10", sizes.train_crop, /*warnings=*/{}};
   }
   for (const char* split : {"train", "val"}) {
     DPT_CHECK(fs::is_directory(root / split), DataError, "data folder '", root.string(), "' has no ", split,
@@ -128,7 +128,7 @@ RunDatasets open_datasets(const DataOptions& options, uint64_t seed, const model
   auto val = std::make_shared<data::ImageFolder>(
       (root / "val").string(), eval_transform(shared, sizes.val_crop, sizes.val_resize), options.bad_images());
   check_same_classes(*train, *val);
-  RunDatasets datasets{train, val, "ImageFolder", sizes.train_crop};
+  RunDatasets datasets{train, val, "ImageFolder", sizes.train_crop, /*warnings=*/{}};
   for (const auto* split : {train.get(), val.get()}) {
     for (const auto& warning : split->warnings()) datasets.warnings.push_back("warning: " + warning);
   }

@@ -40,10 +40,10 @@ Trainer::Trainer(TrainOptions options) : state_(std::make_unique<State>(std::mov
   if (resumed.checkpoint) {
     s.restore(*resumed.checkpoint, resumed.file);
     s.start_notes.push_back(str("resuming from ", resumed.file.string(), " (epoch ", s.epoch, ", step ",
-                                 s.step_in_epoch, " of it, global step ", s.global_step(), ")"));
+                                s.step_in_epoch, " of it, global step ", s.global_step(), ")"));
   } else if (s.options.checkpoint().resume() == kResumeAuto) {
     s.start_notes.push_back(str("--resume auto: no checkpoint in ", s.options.checkpoint().output_dir(),
-                                 " yet; starting fresh"));
+                                " yet; starting fresh"));
   }
   s.style->start();
   s.open_logs();

@@ -163,10 +163,10 @@ void Trainer::State::adapt_to_world(const TrainingCheckpoint& cp) {
                                ", so it becomes ", global_batch(), " and the learning rate is rescaled by ",
                                global_batch(), "/", cp.global_batch, ": ", before, " -> ", schedule->peak_lr());
   start_notes.push_back(str("world size ", cp.world_size, " -> ", comm->size(), ": ", how,
-                             samples_in_epoch > 0 ? str("; the rest of epoch ", epoch, " (from sample ",
-                                                        samples_in_epoch, ") is re-sharded over ", comm->size(),
-                                                        " process(es)")
-                                                  : ""));
+                            samples_in_epoch > 0 ? str("; the rest of epoch ", epoch, " (from sample ",
+                                                       samples_in_epoch, ") is re-sharded over ", comm->size(),
+                                                       " process(es)")
+                                                 : ""));
 }
 
 void Trainer::State::open_logs() {
