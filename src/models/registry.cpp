@@ -6,6 +6,7 @@
 #include <torch/nn/modules/container/any.h>
 
 #include "dptrain/common/error.h"
+#include "dptrain/common/text.h"
 #include "dptrain/models/classic.h"
 #include "dptrain/models/convnext.h"
 #include "dptrain/models/densenet.h"
@@ -147,9 +148,7 @@ const Entry* find(const std::string& name) {
 }
 
 [[noreturn]] void unknown(const std::string& name) {
-  std::string known;
-  for (const auto& entry : names()) known += (known.empty() ? "" : ", ") + entry;
-  throw ConfigError(str("unknown model architecture '", name, "'; choose one of: ", known, ", or ",
+  throw ConfigError(str("unknown model architecture '", name, "'; choose one of: ", join(names(), ", "), ", or ",
                         kTorchScriptPrefix, "PATH for a module saved with torch.jit.script or torch.jit.trace"));
 }
 

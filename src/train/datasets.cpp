@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "dptrain/common/error.h"
+#include "dptrain/common/text.h"
 #include "dptrain/data/cifar.h"
 #include "dptrain/data/image_folder.h"
 #include "dptrain/data/synthetic.h"
@@ -63,9 +64,7 @@ void check_same_classes(const data::ImageFolder& train, const data::ImageFolder&
   auto only_in = [](const std::vector<std::string>& these, const std::vector<std::string>& those) {
     std::vector<std::string> only;
     std::set_difference(these.begin(), these.end(), those.begin(), those.end(), std::back_inserter(only));
-    std::string names;
-    for (const auto& name : only) names += (names.empty() ? "" : ", ") + name;
-    return names.empty() ? std::string("none") : names;
+    return only.empty() ? std::string("none") : join(only, ", ");
   };
   throw DataError(str("train/ has ", train.num_classes(), " class folders and val/ ", val.num_classes(),
                       ", and each split numbers its classes by their sorted names: both need the same folders "

@@ -8,6 +8,7 @@
 #include <filesystem>
 
 #include "dptrain/common/error.h"
+#include "dptrain/common/text.h"
 #include "dptrain/models/inception.h"
 #include "dptrain/models/registry.h"
 #include "dptrain/train/checkpoint/checkpoint_file.h"
@@ -57,10 +58,8 @@ models::Classifier build_model(const TrainOptions& options, const RunDatasets& d
     const auto fresh = models::keep_own_classifier(weights, *model, data.train->num_classes());
     models::load_state_dict(*model, weights);
     if (!fresh.keys.empty()) {
-      std::string keys;
-      for (const auto& key : fresh.keys) keys += (keys.empty() ? "" : ", ") + key;
       notes.push_back(str("--pretrained ", options.checkpoint().pretrained(), " was made for ", fresh.weights_classes,
-                          " classes and this data has ", data.train->num_classes(), ": ", keys,
+                          " classes and this data has ", data.train->num_classes(), ": ", join(fresh.keys, ", "),
                           " start fresh (fine-tuning); its other ", weights.size() - fresh.keys.size(),
                           " entries are loaded"));
     }

@@ -3,6 +3,7 @@
 //
 //   if (dpt::ascii_lower(name) == "cosineannealinglr") ...   // torchvision's names, any case
 //   for (auto variable : dpt::nul_terminated_entries(environ_text)) ...
+//   dpt::join(names, ", ")   // "a, b, c"
 
 #include <algorithm>
 #include <cctype>
@@ -28,6 +29,16 @@ inline std::vector<std::string_view> nul_terminated_entries(std::string_view tex
     text.remove_prefix(end == std::string_view::npos ? text.size() : end + 1);
   }
   return entries;
+}
+
+// `items` with `separator` between them ("" for none).
+inline std::string join(const std::vector<std::string>& items, std::string_view separator) {
+  std::string text;
+  for (size_t i = 0; i < items.size(); ++i) {
+    if (i > 0) text += separator;
+    text += items[i];
+  }
+  return text;
 }
 
 }  // namespace dpt
