@@ -1,8 +1,9 @@
 #pragma once
 // LibTorch's own errors, reported as dptrain reports its own: one line, and what to do where the
-// message says what went wrong (memory that ran out, images too small for the model). LibTorch
-// 1.13 puts its stack of 30-odd frames into every message; it is shown only when
-// TORCH_SHOW_CPP_STACKTRACES=1 asks for it, as PyTorch shows it.
+// message says what went wrong (memory that ran out, images too small for the model, a batch of
+// one image at a BatchNorm whose input is 1x1). LibTorch 1.13 puts its stack of 30-odd frames
+// into every message; it is shown only when TORCH_SHOW_CPP_STACKTRACES=1 asks for it, as PyTorch
+// shows it.
 
 #include <c10/util/Exception.h>
 
