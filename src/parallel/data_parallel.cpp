@@ -8,10 +8,10 @@
 #include <torch/csrc/autograd/autograd.h>
 #include <torch/csrc/autograd/engine.h>
 #include <torch/csrc/autograd/function.h>
-#include <torch/cuda.h>
 
 #include "dptrain/common/error.h"
 #include "dptrain/compat/autograd_node.h"
+#include "dptrain/dist/cuda_device.h"
 #include "dptrain/parallel/replicas.h"
 #include "replica_threads.h"
 
@@ -144,14 +144,8 @@ std::vector<torch::Device> cuda_devices(const std::vector<int>& gpus) {
   throw ConfigError(str("DataParallel: GPUs ", listed, " requested but this build of dptrain is CPU-only; "
                         "build it against a CUDA LibTorch, or use CPU replicas"));
 #else
-  const int visible = static_cast<int>(torch::cuda::device_count());
   std::vector<torch::Device> devices;
-  for (int gpu : gpus) {
-    DPT_CHECK(gpu >= 0 && gpu < visible, ConfigError, "DataParallel: GPU ", gpu, " does not exist in this process, ",
-              "which sees ", visible, " GPU(s) (indices 0..", visible - 1,
-              ", numbered after CUDA_VISIBLE_DEVICES); list indices from that range");
-    devices.emplace_back(torch::kCUDA, static_cast<c10::DeviceIndex>(gpu));
-  }
+  for (int gpu : gpus) devices.push_back(dist::cuda_device(gpu, "DataParallel: --gpus"));
   return devices;
 #endif
 }

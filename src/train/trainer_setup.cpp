@@ -4,7 +4,6 @@
 
 #include <ATen/Parallel.h>
 #include <fmt/format.h>
-#include <torch/cuda.h>
 
 #include <filesystem>
 #include <iostream>
@@ -13,6 +12,7 @@
 
 #include "dptrain/common/cpu_platform.h"
 #include "dptrain/common/error.h"
+#include "dptrain/dist/cuda_device.h"
 #include "dptrain/dist/init.h"
 #include "dptrain/models/multiply_adds.h"
 #include "dptrain/parallel/convert_sync_batchnorm.h"
@@ -54,9 +54,7 @@ void Trainer::State::join() {
   }
   device = comm->device();
   if (parallel.gpu()) {
-    DPT_CHECK(torch::cuda::is_available(), ConfigError, "rank ", comm->rank(), ": --gpu ", *parallel.gpu(),
-              " given but no CUDA device is visible");
-    device = at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(*parallel.gpu()));
+    device = dist::cuda_device(*parallel.gpu(), str("rank ", comm->rank(), ": --gpu"));
   }
   // DataParallel's model lives on its first replica's device.
   if (parallel.mode() == ParallelMode::Dp) device = data_parallel_devices(parallel).front();

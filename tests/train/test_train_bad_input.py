@@ -155,6 +155,20 @@ class BadInput(unittest.TestCase):
         self.assertTrue(err.endswith("\nthe images are too small for this model: raise --image-size (`dptrain "
                                      "models` lists the size each model was made for)\n"), err)
 
+    def test_a_gpu_the_process_does_not_see_is_named_in_one_line(self):
+        # LibTorch refuses it only at the first tensor moved there, in lines that name no flag:
+        # "invalid device ordinal" on a GPU machine, every backend it has without CUDA.
+        commands = [("train", "--dummy", "--dummy-train-size", "2", "--dummy-val-size", "2", "--epochs", "1"),
+                    ("bench-peak",), ("bench-models", "resnet20")]
+        for command in commands:
+            with self.subTest(command=command[0]):
+                code, out, err = run([dptrain(), *command, "--gpu", "64"], timeout=60)
+                self.assertEqual(code, 2, err)
+                self.assertEqual(len(err.splitlines()), 1, err)
+                self.assertRegex(err, r"^dptrain: error: (rank 0: )?--gpu 64: (this process sees no CUDA device|"
+                                      r"no such GPU in this process)")
+                self.assertIn("CUDA_VISIBLE_DEVICES", err)
+
     def test_splits_with_other_class_folders_and_a_hidden_folder(self):
         # Each split numbers its classes by their sorted folder names: a folder in one split only
         # would make validation score against other labels. A hidden one (.ipynb_checkpoints) sorts

@@ -27,6 +27,7 @@
 #include "device_phases.h"
 #include "number_bounds.h"
 #include "dptrain/compat/compat.h"
+#include "dptrain/dist/cuda_device.h"
 #include "dptrain/models/multiply_adds.h"
 #include "dptrain/models/operation_counts.h"
 #include "dptrain/models/registry.h"
@@ -146,11 +147,7 @@ int run_bench_models(const BenchModelsFlags& flags) {
   if (flags.threads > 0) at::set_num_threads(flags.threads);
   at::Device device(at::kCPU);
   if (flags.gpu) {
-    if (!torch::cuda::is_available()) {
-      std::cerr << "dptrain bench-models: --gpu " << *flags.gpu << " given but no CUDA device is visible\n";
-      return 2;
-    }
-    device = at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(*flags.gpu));
+    device = dist::cuda_device(*flags.gpu, "--gpu");
     at::globalContext().setBenchmarkCuDNN(true);  // fixed shapes: as `dptrain train` on a GPU
   }
   for (const auto& arch : flags.archs) {

@@ -13,6 +13,7 @@
 #include "number_bounds.h"
 #include "dptrain/common/atomic_file.h"
 #include "dptrain/common/error.h"
+#include "dptrain/dist/cuda_device.h"
 
 namespace dpt::cli {
 
@@ -26,7 +27,7 @@ struct BenchPeakFlags {
 
 int run_bench_peak(const BenchPeakFlags& flags) {
   PeakOptions options;
-  if (flags.gpu) options.device = torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(*flags.gpu));
+  if (flags.gpu) options.device = dist::cuda_device(*flags.gpu, "--gpu");
   options.seconds_per_kernel = flags.seconds;
   const nlohmann::json peak = measure_peak(options);
   for (const auto& [precision, rate] : peak["precisions"].items()) {
