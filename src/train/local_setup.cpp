@@ -29,8 +29,7 @@ FoundCheckpoint read_resume_checkpoint(const TrainOptions& o) {
     found = find_resume_checkpoint(c.output_dir());
   } else {
     found.file = c.resume();
-    DPT_CHECK(fs::is_regular_file(found.file), CheckpointError, "checkpoint ", found.file.string(),
-              " does not exist; check the path given to --resume (or use --resume auto)");
+    check_checkpoint_file(found.file, "checkpoint", "--resume");
     found.checkpoint = TrainingCheckpoint::from_ivalue(load_checkpoint(found.file), found.file);
   }
   if (found.checkpoint) {
@@ -40,31 +39,33 @@ FoundCheckpoint read_resume_checkpoint(const TrainOptions& o) {
   return found;
 }
 
-// Weights: resumed, pretrained or seeded (the same on every rank). What the run's banner says of
-// them goes to `notes`.
-models::Classifier build_model(const TrainOptions& options, const RunDatasets& data,
-                               const models::StateDict* resumed_weights, std::vector<std::string>& notes) {
+// Weights: resumed, pretrained or seeded (the same on every rank), into setup.model; what the
+// run's banner says of them goes to setup.notes.
+void build_model(const TrainOptions& options, const models::StateDict* resumed_weights, LocalSetup& setup) {
+  const int64_t classes = setup.data.train->num_classes();
   torch::manual_seed(options.seed());  // the same initial weights on every rank
-  auto model = models::create(options.arch(), models::ClassifierOptions()
-                                                  .num_classes(data.train->num_classes())
-                                                  .image_size(data.image_size)
-                                                  .aux_logits(options.aux_logits())
-                                                  .dropout(options.dropout()));
+  setup.model = models::create(options.arch(), models::ClassifierOptions()
+                                                   .num_classes(classes)
+                                                   .image_size(setup.data.image_size)
+                                                   .aux_logits(options.aux_logits())
+                                                   .dropout(options.dropout()));
   if (resumed_weights) {
-    models::load_state_dict(*model, *resumed_weights);
+    models::load_state_dict(*setup.model, *resumed_weights);
   } else if (!options.checkpoint().pretrained().empty()) {
-    auto weights = read_weights(options.checkpoint().pretrained());
+    const std::string& file = options.checkpoint().pretrained();
+    auto weights = read_weights(file);
     if (!options.aux_logits()) models::drop_auxiliary_heads(weights);  // torchvision's GoogLeNet/Inception weights
-    const auto fresh = models::keep_own_classifier(weights, *model, data.train->num_classes());
-    models::load_state_dict(*model, weights);
+    const auto fresh = models::keep_own_classifier(weights, *setup.model, classes);
+    models::load_state_dict(*setup.model, weights);
     if (!fresh.keys.empty()) {
-      notes.push_back(str("--pretrained ", options.checkpoint().pretrained(), " was made for ", fresh.weights_classes,
-                          " classes and this data has ", data.train->num_classes(), ": ", join(fresh.keys, ", "),
-                          " start fresh (fine-tuning); its other ", weights.size() - fresh.keys.size(),
-                          " entries are loaded"));
+      const std::string made_for = str("the weights in ", file, " were made for ", fresh.weights_classes,
+                                       " classes and this data has ", classes);
+      setup.notes.push_back(str(made_for, ": ", join(fresh.keys, ", "), " start fresh (fine-tuning); their other ",
+                                weights.size() - fresh.keys.size(), " entries are loaded"));
+      setup.untrained_classifier = str(made_for, ", so their classifier (", join(fresh.keys, ", "),
+                                       ") would be random");
     }
   }
-  return model;
 }
 
 }  // namespace
@@ -87,7 +88,7 @@ LocalSetup prepare_locally(TrainOptions& options) {
   setup.data = open_datasets(options.data(), options.seed(), models::info(options.arch()));
   setup.notes = setup.data.warnings;
   const TrainingCheckpoint* resumed = setup.resumed.checkpoint ? &*setup.resumed.checkpoint : nullptr;
-  setup.model = build_model(options, setup.data, resumed ? &resumed->state_dict : nullptr, setup.notes);
+  build_model(options, resumed ? &resumed->state_dict : nullptr, setup);
   return setup;
 }
 

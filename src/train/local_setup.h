@@ -20,6 +20,9 @@ struct LocalSetup {
   RunDatasets data;
   models::Classifier model{nullptr};  // on the CPU, in its starting weights
   std::vector<std::string> notes;     // what the run's banner says of the data and the starting weights
+  // Why the classifier starts random although weights were given (they were made for other
+  // classes: training fine-tunes it, evaluation alone would score chance); empty otherwise.
+  std::string untrained_classifier;
 };
 
 // Throws ConfigError, DataError or CheckpointError naming the flag, folder or file. A resumed

@@ -35,6 +35,7 @@ Trainer::Trainer(TrainOptions options) : state_(std::make_unique<State>(std::mov
   s.build_step();
   s.epoch = s.options.start_epoch();
   s.start_notes = std::move(local.notes);
+  s.untrained_classifier = std::move(local.untrained_classifier);
   const FoundCheckpoint& resumed = local.resumed;
   for (const auto& skipped : resumed.passed_over) s.start_notes.push_back("warning: " + skipped);
   if (resumed.checkpoint) {
@@ -140,6 +141,7 @@ bool Trainer::State::any_rank_stopping() {
 TrainResult Trainer::train() {
   State& s = *state_;
   TrainResult result;
+  s.untrained_classifier.clear();  // the epochs fit it before their validation
   if (!s.options.checkpoint().stop_signals().empty()) {
     s.stop_signals = std::make_unique<StopSignals>(s.options.checkpoint().stop_signals());
   }
@@ -209,6 +211,8 @@ TrainResult Trainer::train() {
 }
 
 MetricSums Trainer::evaluate() {
+  DPT_CHECK(state_->untrained_classifier.empty(), ConfigError, state_->untrained_classifier,
+            ": evaluate them on data with their classes, or train to fine-tune them to these");
   state_->style->before_evaluate();
   return state_->evaluate(*state_->model, "val");
 }

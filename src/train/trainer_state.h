@@ -94,6 +94,7 @@ struct Trainer::State {
   // For the banner: the data's warnings, a --pretrained classifier made for other classes (left
   // fresh), where the run resumed from and the newer files that did not read.
   std::vector<std::string> start_notes;
+  std::string untrained_classifier;  // LocalSetup's, until train() starts fitting it
   // For the reports (rank 0): a training image's FLOPs, 2 x 3 x the model's forward multiply-adds,
   // and the attainable FLOP/s of every unit the ranks compute on, when measured.
   double train_flop_per_image = 0;

@@ -5,6 +5,7 @@ Bad images are never silent: each pass names how many were skipped and which; pa
 checkpoint; a pass without a usable image is an error."""
 
 import glob
+import json
 import os
 import re
 import shutil
@@ -192,7 +193,7 @@ class BadInput(unittest.TestCase):
     def test_missing_resume_checkpoint(self):
         code, out, err = train("--dummy", "--resume", "/nonexistent/checkpoint.pt")
         self.assertEqual((code, err), (1, "dptrain: error: checkpoint /nonexistent/checkpoint.pt does not exist; "
-                                          "check the path given to --resume (or use --resume auto)\n"))
+                                          "check the path given to --resume\n"))
 
     def test_missing_pretrained_weights(self):
         code, out, err = train("--dummy", "--pretrained", "/nonexistent/w.pt")
@@ -228,6 +229,43 @@ class BadInput(unittest.TestCase):
         code, out, err = run([dptrain(), "eval", "--dummy", "--checkpoint", "/nonexistent/w.pt"], timeout=60)
         self.assertEqual((code, err), (1, "dptrain: error: checkpoint /nonexistent/w.pt does not exist; check the "
                                           "path given to --checkpoint\n"))
+
+    def test_a_runs_folder_given_as_its_checkpoint_names_the_files_in_it(self):
+        with tempfile.TemporaryDirectory(prefix="dpt_folder_") as tmp:
+            for name in ("model_best.pt", "checkpoint.pt", "metrics.jsonl"):
+                open(os.path.join(tmp, name), "wb").close()
+            for command, flag, what in [(("eval", "--dummy", "-a", "resnet20"), "--checkpoint", "checkpoint"),
+                                        (("train", "--dummy", "-a", "resnet20"), "--resume", "checkpoint"),
+                                        (("train", "--dummy", "-a", "resnet20"), "--pretrained", "weights file")]:
+                with self.subTest(flag=flag):
+                    code, out, err = run([dptrain(), *command, flag, tmp], timeout=60)
+                    self.assertEqual((code, err), (1, f"dptrain: error: {what} {tmp} is a folder; give {flag} one "
+                                                      "of its files: checkpoint.pt, model_best.pt\n"))
+
+    def test_weights_made_for_other_classes_are_not_evaluated(self):
+        # Fine-tuning starts their classifier fresh; a pass before any training would score chance.
+        with tempfile.TemporaryDirectory(prefix="dpt_classes_") as tmp:
+            small = ("--dummy", "-a", "resnet20", "--image-size", "16", "--dummy-train-size", "8",
+                     "--dummy-val-size", "8", "-b", "4", "-j", "1")
+            code, out, err = train(*small, "--max-steps", "1", "--output", tmp)
+            self.assertEqual(code, 0, err)
+            weights = os.path.join(tmp, "checkpoint.pt")
+            refused = (f"dptrain: error: the weights in {weights} were made for 10 classes and this data has 5, so "
+                       "their classifier (fc.weight, fc.bias) would be random: evaluate them on data with their "
+                       "classes, or train to fine-tune them to these\n")
+            for command in [("eval", *small, "--checkpoint", weights),
+                            ("train", *small, "--evaluate", "--pretrained", weights)]:
+                with self.subTest(command=command[0]):
+                    code, out, err = run([dptrain(), *command, "--dummy-classes", "5"], timeout=60)
+                    self.assertEqual((code, err), (2, refused))
+            # Training fine-tunes the fresh classifier, then validates it.
+            code, out, err = train(*small, "--epochs", "1", "--pretrained", weights, "--dummy-classes", "5")
+            self.assertEqual(code, 0, err)
+            self.assertIn("Epoch: [0] val ", out)
+            # With its own classes, the same file evaluates.
+            code, out, err = run([dptrain(), "eval", *small, "--checkpoint", weights], timeout=60)
+            self.assertEqual(code, 0, err)
+            self.assertEqual(json.loads(out.splitlines()[-1])["count"], 8)
 
 
 

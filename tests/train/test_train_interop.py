@@ -118,8 +118,8 @@ class Interop(unittest.TestCase):
                                   "--max-steps", "1", "--lr", "1e-30", "--wd", "0", "--pretrained", weights,
                                   "--output", tmp], timeout=240, env=alone())
             self.assertEqual(code, 0, out + err)
-            self.assertIn(f"--pretrained {weights} was made for 1000 classes and this data has 10: fc.weight, "
-                          "fc.bias start fresh (fine-tuning); its other 120 entries are loaded", out)
+            self.assertIn(f"the weights in {weights} were made for 1000 classes and this data has 10: fc.weight, "
+                          "fc.bias start fresh (fine-tuning); their other 120 entries are loaded", out)
             code, out, err = run([PYTHON, "-c", SAME_BODY, weights, os.path.join(tmp, "checkpoint.pt")], timeout=120)
             self.assertEqual(code, 0, err)
             self.assertEqual(out.split(), ["62", "parameters:", "60", "equal,", "fc", "[10,", "512]"])

@@ -23,8 +23,6 @@ struct EvalFlags {
 
 // The model name a dptrain checkpoint records; plain state dicts record none.
 std::string checkpoint_arch(const std::string& file) {
-  DPT_CHECK(std::filesystem::is_regular_file(file), CheckpointError, "checkpoint ", file,
-            " does not exist; check the path given to --checkpoint");
   const auto loaded = train::load_checkpoint(file);
   if (loaded.isGenericDict()) {
     const auto dict = loaded.toGenericDict();
@@ -36,6 +34,7 @@ std::string checkpoint_arch(const std::string& file) {
 
 int run_eval(const EvalFlags& f, bool arch_given) {
   train::TrainOptions options = f.options;
+  train::check_checkpoint_file(f.checkpoint, "checkpoint", "--checkpoint");
   if (!arch_given) options.arch(checkpoint_arch(f.checkpoint));
   options.checkpoint().pretrained(f.checkpoint);
   train::Trainer trainer(options);

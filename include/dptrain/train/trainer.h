@@ -49,7 +49,8 @@ class Trainer {
   TrainResult train();
 
   // One validation pass over the whole validation set, split over the ranks; the sums are over
-  // all ranks. Reports a "val" EpochReport. Collective.
+  // all ranks. Reports a "val" EpochReport. Collective. Before train(), ConfigError when the
+  // classifier is random because --pretrained's weights were made for other classes.
   MetricSums evaluate();
 
   int rank() const;

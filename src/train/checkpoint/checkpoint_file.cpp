@@ -10,6 +10,7 @@
 
 #include "dptrain/common/error.h"
 #include "dptrain/common/read_file.h"
+#include "dptrain/common/text.h"
 #include "dptrain/compat/pickle.h"
 
 namespace dpt::train {
@@ -31,6 +32,23 @@ int64_t save_checkpoint(const c10::IValue& state, const fs::path& path) {
   return write_file_atomically(path, [&](const compat::ByteSink& write) { compat::pickle_save(state, write); });
 }
 
+void check_checkpoint_file(const fs::path& path, const std::string& what, const std::string& flag) {
+  if (fs::is_regular_file(path)) return;
+  DPT_CHECK(fs::is_directory(path), CheckpointError, what, " ", path.string(),
+            " does not exist; check the path given to ", flag);
+  std::vector<std::string> files;
+  std::error_code error;
+  for (const auto& entry : fs::directory_iterator(path, error)) {
+    if (entry.is_regular_file() && entry.path().extension() == ".pt") files.push_back(entry.path().filename().string());
+  }
+  std::sort(files.begin(), files.end());
+  if (files.empty()) {
+    throw CheckpointError(str(what, " ", path.string(), " is a folder holding no .pt file; give ", flag, " a file"));
+  }
+  throw CheckpointError(str(what, " ", path.string(), " is a folder; give ", flag, " one of its files: ",
+                            join(files, ", ")));
+}
+
 c10::IValue load_checkpoint(const fs::path& path) {
   DPT_CHECK(fs::exists(path), CheckpointError, "checkpoint ", path.string(),
             " does not exist; check the path given to resume from");
@@ -41,8 +59,8 @@ c10::IValue load_checkpoint(const fs::path& path) {
     throw CheckpointError(str(
         "checkpoint ", path.string(), " (", bytes.size(), " bytes) is truncated or corrupt: ",
         first_line(e.what()),
-        "; it was not written by dptrain or was damaged after writing: resume from an older "
-        "checkpoint_epoch<N>.pt in the same folder, or start without --resume"));
+        "; it was not written by dptrain or torch.save, or was damaged after writing: an older "
+        "checkpoint_epoch<N>.pt in its folder may be whole"));
   }
 }
 

@@ -109,8 +109,7 @@ TrainingCheckpoint TrainingCheckpoint::from_ivalue(const c10::IValue& value, con
 }
 
 models::StateDict read_weights(const std::filesystem::path& file) {
-  DPT_CHECK(std::filesystem::is_regular_file(file), CheckpointError, "weights file ", file.string(),
-            " does not exist; check the path given to --pretrained");
+  check_checkpoint_file(file, "weights file", "--pretrained");
   const c10::IValue loaded = load_checkpoint(file);
   DPT_CHECK(loaded.isGenericDict(), CheckpointError, "weights file ", file.string(), " holds a ", loaded.tagKind(),
             ", not a dict; save one from Python with torch.save(dict(model.state_dict()), path)");

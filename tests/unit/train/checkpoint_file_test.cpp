@@ -102,7 +102,7 @@ TEST_F(CheckpointFile, TruncatedOrCorruptFilesGiveACheckpointError) {
                            " bytes) is truncated or corrupt: "),
               std::string::npos)
         << message;
-    EXPECT_NE(message.find("resume from an older checkpoint_epoch<N>.pt"), std::string::npos)
+    EXPECT_NE(message.find("an older checkpoint_epoch<N>.pt in its folder may be whole"), std::string::npos)
         << message;
   }
   std::ofstream(file, std::ios::binary) << std::string(4096, '\x5a');
@@ -110,6 +110,28 @@ TEST_F(CheckpointFile, TruncatedOrCorruptFilesGiveACheckpointError) {
   EXPECT_EQ(load_error(dir / "missing.pt"),
             "checkpoint " + (dir / "missing.pt").string() +
                 " does not exist; check the path given to resume from");
+}
+
+// A path that is no file says what it is: a run's output folder lists the .pt files to choose from.
+TEST_F(CheckpointFile, APathThatIsNoFileSaysWhatItIs) {
+  const auto message = [](const fs::path& path) {
+    try {
+      check_checkpoint_file(path, "checkpoint", "--resume");
+    } catch (const dpt::CheckpointError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_EQ(message(dir / "missing.pt"),
+            "checkpoint " + (dir / "missing.pt").string() + " does not exist; check the path given to --resume");
+  EXPECT_EQ(message(dir), "checkpoint " + dir.string() + " is a folder holding no .pt file; give --resume a file");
+  for (const char* name : {"model_best.pt", "metrics.jsonl", "checkpoint_epoch2.pt"}) {
+    std::ofstream(dir / name) << "x";
+  }
+  fs::create_directories(dir / "old.pt");  // a folder, whatever its name
+  EXPECT_EQ(message(dir), "checkpoint " + dir.string() +
+                              " is a folder; give --resume one of its files: checkpoint_epoch2.pt, model_best.pt");
+  EXPECT_EQ(message(dir / "model_best.pt"), "no error");
 }
 
 // What fuzz/checkpoint_fuzzer.cpp found: archives whose zip directory sends LibTorch's reader past

@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <string>
 #include <vector>
 
 #include <ATen/core/ivalue.h>
@@ -26,6 +27,11 @@ inline constexpr const char* kLatestCheckpointName = "checkpoint.pt";
 // Pickles `state` (the format torch.load reads) into the file as it goes, atomically. Returns the
 // file's size.
 int64_t save_checkpoint(const c10::IValue& state, const std::filesystem::path& path);
+
+// CheckpointError unless `path` names a file, saying what it is instead: missing, or a folder
+// (a run's --output folder, the usual slip) with the .pt files it holds. `what` ("checkpoint",
+// "weights file") and `flag` ("--resume") are how the message names the path.
+void check_checkpoint_file(const std::filesystem::path& path, const std::string& what, const std::string& flag);
 
 // Reads what save_checkpoint wrote. A missing, truncated or corrupt file throws CheckpointError
 // naming the file and what to do.
