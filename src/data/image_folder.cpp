@@ -3,10 +3,11 @@
 #include <sys/stat.h>
 
 #include <algorithm>
-#include <array>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <string>
+#include <vector>
 
 #include "dptrain/common/error.h"
 #include "dptrain/common/text.h"
@@ -18,12 +19,15 @@ namespace dpt::data {
 namespace {
 
 // torchvision.datasets.folder.IMG_EXTENSIONS
+const std::vector<std::string>& image_extensions() {
+  static const std::vector<std::string> kExtensions = {".jpg", ".jpeg", ".png",  ".ppm", ".bmp",
+                                                       ".pgm", ".tif",  ".tiff", ".webp"};
+  return kExtensions;
+}
+
 bool has_image_extension(const std::string& name) {
-  static const std::array<const char*, 9> kExtensions = {".jpg", ".jpeg", ".png",  ".ppm", ".bmp",
-                                                         ".pgm", ".tif",  ".tiff", ".webp"};
   const std::string lower = ascii_lower(name);
-  for (const char* ext : kExtensions) {
-    const std::string e(ext);
+  for (const std::string& e : image_extensions()) {
     if (lower.size() >= e.size() && lower.compare(lower.size() - e.size(), e.size(), e) == 0) return true;
   }
   return false;
@@ -106,6 +110,10 @@ ImageFolder::ImageFolder(const std::string& root, Transform transform, BadImageP
       labels_.push_back(static_cast<int64_t>(label));
     }
   }
+  // Empty class folders are skipped with a warning; all of them empty is a wrong folder.
+  DPT_CHECK(!files_.empty(), DataError, "image folder ", root, " has ", classes_.size(),
+            " class folder(s) and no image file in any of them (", join(image_extensions(), ", "),
+            "); expected ROOT/<class>/<image> files");
 }
 
 int64_t ImageFolder::get(int64_t index, int64_t epoch, float* out) const {

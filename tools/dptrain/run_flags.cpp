@@ -31,9 +31,15 @@ void add_run_flags(CLI::App& app, train::TrainOptions& o) {
   app.add_option("--seed", o.seed(), "seeds weights, shuffles and augmentation")->capture_default_str();
   app.add_option("--gpu", o.parallel().gpu(), "CUDA device index for this process")->check(at_least(0));
   app.add_flag("--dummy", data.dummy(), "train on the learnable synthetic set instead of DATA");
-  app.add_option("--dummy-train-size", data.dummy_train_size())->capture_default_str();
-  app.add_option("--dummy-val-size", data.dummy_val_size())->capture_default_str();
-  app.add_option("--dummy-classes", data.dummy_classes())->capture_default_str();
+  app.add_option("--dummy-train-size", data.dummy_train_size(), "--dummy: training images")
+      ->check(at_least(1))
+      ->capture_default_str();
+  app.add_option("--dummy-val-size", data.dummy_val_size(), "--dummy: validation images")
+      ->check(at_least(1))
+      ->capture_default_str();
+  app.add_option("--dummy-classes", data.dummy_classes(), "--dummy: classes (sample i is of class i % classes)")
+      ->check(at_least(1))
+      ->capture_default_str();
   app.add_option("--image-size", data.image_size(), "input side (default 224 for ImageFolder, 32 otherwise)");
   app.add_option("--train-crop-size", data.train_crop_size(), "training crop side (default: --image-size)");
   app.add_option("--val-crop-size", data.val_crop_size(), "validation center-crop side (default: --image-size)");

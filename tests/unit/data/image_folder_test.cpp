@@ -83,6 +83,20 @@ TEST(ImageFolder, MissingAndEmptyFoldersAreDataErrors) {
                                          "ROOT/<class>/<image> files");
   }
   EXPECT_THROW(ImageFolder(dir.path(), small_eval()), dpt::DataError);  // no classes
+  // Class folders, none holding an image: even when empty classes are skipped.
+  fs::create_directories(dir.path() + "/a");
+  fs::create_directories(dir.path() + "/b");
+  put_jpeg(dir.path() + "/a/notes.txt");
+  try {
+    ImageFolder(dir.path(), small_eval(), BadImagePolicy::Skip);
+    FAIL() << "no error for class folders without images";
+  } catch (const dpt::DataError& e) {
+    EXPECT_EQ(std::string(e.what()), "image folder " + dir.path() +
+                                         " has 2 class folder(s) and no image file in any of them (.jpg, .jpeg, "
+                                         ".png, .ppm, .bmp, .pgm, .tif, .tiff, .webp); expected ROOT/<class>/<image> "
+                                         "files");
+  }
+  fs::remove_all(dir.path() + "/a");
   put_jpeg(dir.path() + "/a/1.jpg");
   fs::create_directories(dir.path() + "/b");
   put_jpeg(dir.path() + "/c/1.jpg");
