@@ -8,6 +8,7 @@ thread the system refuses ended the program in std::terminate; now it is one lin
 
 import os
 import resource
+import shutil
 import tempfile
 import unittest
 
@@ -55,6 +56,25 @@ class CommandFlags(unittest.TestCase):
             self.assertEqual(code, 0, err)
             self.assertEqual([len(os.listdir(os.path.join(out, "val", c))) for c in sorted(os.listdir(
                 os.path.join(out, "val")))], [1, 1, 1])
+
+    def test_make_dataset_never_writes_over_a_set(self):
+        # A 5-class set rewritten with 2 classes kept the other 3 folders: it read back as 5 classes.
+        with tempfile.TemporaryDirectory() as out:
+            small = ("--val-size", "5", "--image-size", "8")
+            code, stdout, err = command("make-dataset", out, "--train-size", "10", "--classes", "5", *small)
+            self.assertEqual(code, 0, err)
+            code, stdout, err = command("make-dataset", out, "--train-size", "4", "--classes", "2", *small)
+            self.assertEqual((code, err), (2, f"dptrain: error: {out}/train already holds files, which would mix "
+                                              "with the new images: choose an empty or new folder, or remove "
+                                              f"{out}/train and {out}/val first\n"))
+            self.assertEqual(sum(len(files) for _, _, files in os.walk(os.path.join(out, "train"))), 10)
+            # an empty split folder holds no set
+            shutil.rmtree(os.path.join(out, "train"))
+            shutil.rmtree(os.path.join(out, "val"))
+            os.makedirs(os.path.join(out, "train"))
+            code, stdout, err = command("make-dataset", out, "--train-size", "4", "--classes", "2", *small)
+            self.assertEqual(code, 0, err)
+            self.assertEqual(sorted(os.listdir(os.path.join(out, "train"))), ["class_000", "class_001"])
 
     def test_a_loader_thread_the_system_refuses_is_a_clear_error(self):
         # Under a 3 GB address-space limit the system refuses a thread's stack after some hundred:

@@ -64,9 +64,24 @@ void write_cifar_file(const MakeDatasetFlags& f, const std::string& path, const 
   data::write_file(path, data::cifar_records(images, labels));
 }
 
+// Whether `dir` exists and holds anything.
+bool holds_files(const fs::path& dir) {
+  std::error_code error;
+  return fs::is_directory(dir, error) && !fs::is_empty(dir, error);
+}
+
 // The flags' agreement, checked once they are parsed: nothing is written before.
 void check_make_dataset_flags(const MakeDatasetFlags& f) {
   if (f.format == "imagefolder") {
+    // An earlier set's other classes and numbers would stay beside this one's (a 5-class set
+    // rewritten with 2 classes read back as 5), and OUTPUT may be a real dataset: neither is
+    // overwritten or deleted.
+    for (const char* split : {"train", "val"}) {
+      const fs::path dir = fs::path(f.output) / split;
+      DPT_CHECK(!holds_files(dir), ConfigError, dir.string(), " already holds files, which would mix with the new ",
+                "images: choose an empty or new folder, or remove ", (fs::path(f.output) / "train").string(), " and ",
+                (fs::path(f.output) / "val").string(), " first");
+    }
     // Sample i is of class i % classes: a class past a split's size would be an empty folder, which
     // ImageFolder refuses (and a class count in the billions filled the disk with them).
     DPT_CHECK(f.classes <= std::min(f.train_size, f.val_size), ConfigError, "--classes ", f.classes,
