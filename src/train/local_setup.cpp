@@ -72,6 +72,11 @@ void build_model(const TrainOptions& options, const models::StateDict* resumed_w
 
 LocalSetup prepare_locally(TrainOptions& options) {
   check_options(options);
+  // Rank 0 alone creates the folder, once the ranks have met: a file in its place fails them all here.
+  const fs::path output = options.checkpoint().output_dir();
+  std::error_code error;
+  DPT_CHECK(output.empty() || !fs::exists(output, error) || fs::is_directory(output, error), ConfigError, "--output ",
+            output.string(), " is a file, not a folder: name a folder for the run's checkpoints and logs");
   if (options.deterministic()) {  // before any kernel runs
     at::set_num_threads(1);
     at::globalContext().setDeterministicAlgorithms(true, /*warn_only=*/false);

@@ -179,7 +179,12 @@ void Trainer::State::open_logs() {
   }
   if (!leader()) return;
   const std::string& output_dir = options.checkpoint().output_dir();
-  if (!output_dir.empty()) fs::create_directories(output_dir);
+  if (!output_dir.empty()) {
+    std::error_code error;
+    fs::create_directories(output_dir, error);
+    DPT_CHECK(!error, ConfigError, "cannot create the --output folder ", output_dir, ": ", error.message(),
+              "; choose a folder this process can write");
+  }
   if (options.logs()) {
     LogOptions logs = *options.logs();
     if (logs.output_dir().empty()) logs.output_dir(output_dir);

@@ -190,6 +190,19 @@ class BadInput(unittest.TestCase):
                                               "numbers its classes by their sorted names: both need the same "
                                               "folders (only in train/: none; only in val/: class_002)\n"))
 
+    def test_an_output_folder_that_cannot_be_one(self):
+        # Both ended in the library's words ("filesystem error: cannot create directories: Not a
+        # directory"), exit 1, the first only after the ranks had met.
+        with tempfile.NamedTemporaryFile(prefix="dpt_output_") as file:
+            code, out, err = train("--dummy", "-a", "resnet20", "--output", file.name)
+            self.assertEqual((code, err), (2, f"dptrain: error: --output {file.name} is a file, not a folder: name a "
+                                              "folder for the run's checkpoints and logs\n"))
+            small = ("--dummy", "-a", "resnet20", "--image-size", "16", "--dummy-train-size", "8",
+                     "--dummy-val-size", "8", "-b", "4", "-j", "1")
+            code, out, err = train(*small, "--output", os.path.join(file.name, "run"))
+            self.assertEqual((code, err), (2, f"dptrain: error: cannot create the --output folder {file.name}/run: "
+                                              "Not a directory; choose a folder this process can write\n"))
+
     def test_missing_resume_checkpoint(self):
         code, out, err = train("--dummy", "--resume", "/nonexistent/checkpoint.pt")
         self.assertEqual((code, err), (1, "dptrain: error: checkpoint /nonexistent/checkpoint.pt does not exist; "
