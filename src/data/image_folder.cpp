@@ -40,11 +40,24 @@ std::pair<dev_t, ino_t> folder_id(const fs::path& path) {
   return {status.st_dev, status.st_ino};
 }
 
+// What list_images found under one class folder.
+struct ImageListing {
+  std::vector<std::string> paths;
+  int64_t hidden = 0;        // hidden image files and folders left out
+  std::string first_hidden;  // the first of them by path, for the warning
+};
+
 // Image files under dir in the order of Python's sorted(os.walk(dir)) then sorted(files): by
 // directory path, then by name within a directory (byte order, as Python compares str). Links to
 // folders are followed, as torchvision follows them; a link back to a folder it is in would be
-// followed forever (os.walk does), so it is an error that names it.
-std::vector<std::string> list_images(const fs::path& dir) {
+// followed forever (os.walk does), so it is an error that names it. Hidden entries are left out:
+// macOS's ._ files (metadata beside every image copied off its disks) and Jupyter's checkpoint
+// folders are no images of the class, and torchvision lists them, then fails to open the ._ files.
+ImageListing list_images(const fs::path& dir) {
+  ImageListing listing;
+  auto leave_out = [&listing](const fs::path& path) {  // the walk is unordered: the first by name
+    if (listing.hidden++ == 0 || path.string() < listing.first_hidden) listing.first_hidden = path.string();
+  };
   std::vector<std::pair<std::string, std::string>> found;  // (directory, file name)
   std::error_code ec;
   fs::recursive_directory_iterator it(dir, fs::directory_options::follow_directory_symlink, ec), end;
@@ -54,7 +67,18 @@ std::vector<std::string> list_images(const fs::path& dir) {
   for (; it != end; it.increment(ec)) {
     DPT_CHECK(!ec, DataError, "cannot list ", dir.string(), ": ", ec.message());
     std::error_code type_error;  // a link to nowhere is no folder: a file, which fails when read
-    if (it->is_directory(type_error)) {
+    const bool is_folder = it->is_directory(type_error);
+    const std::string name = it->path().filename().string();
+    if (name.front() == '.') {
+      if (is_folder) {
+        it.disable_recursion_pending();
+        leave_out(it->path());
+      } else if (has_image_extension(name)) {
+        leave_out(it->path());
+      }
+      continue;
+    }
+    if (is_folder) {
       open_folders.resize(static_cast<size_t>(it.depth()) + 1);
       const auto id = folder_id(it->path());
       DPT_CHECK(std::find(open_folders.begin(), open_folders.end(), id) == open_folders.end(), DataError,
@@ -63,14 +87,12 @@ std::vector<std::string> list_images(const fs::path& dir) {
       open_folders.push_back(id);
       continue;
     }
-    const std::string name = it->path().filename().string();
     if (has_image_extension(name)) found.emplace_back(it->path().parent_path().string(), name);
   }
   std::sort(found.begin(), found.end());
-  std::vector<std::string> paths;
-  paths.reserve(found.size());
-  for (auto& [directory, name] : found) paths.push_back(directory + "/" + name);
-  return paths;
+  listing.paths.reserve(found.size());
+  for (auto& [directory, name] : found) listing.paths.push_back(directory + "/" + name);
+  return listing;
 }
 
 }  // namespace
@@ -96,9 +118,13 @@ ImageFolder::ImageFolder(const std::string& root, Transform transform, BadImageP
   std::sort(classes_.begin(), classes_.end());
   DPT_CHECK(!classes_.empty(), DataError, "image folder ", root,
             " has no class sub-folders; expected ROOT/<class>/<image> files");
+  int64_t hidden = 0;
+  std::string first_hidden;
   for (size_t label = 0; label < classes_.size(); ++label) {
     const fs::path dir = fs::path(root) / classes_[label];
-    auto paths = list_images(dir);
+    auto [paths, hidden_here, first_hidden_here] = list_images(dir);
+    if (hidden == 0) first_hidden = first_hidden_here;
+    hidden += hidden_here;
     if (paths.empty()) {
       const std::string message = str("class folder ", dir.string(), " (class ", label, ") has no image files");
       DPT_CHECK(policy == BadImagePolicy::Skip, DataError, message,
@@ -109,6 +135,10 @@ ImageFolder::ImageFolder(const std::string& root, Transform transform, BadImageP
       files_.push_back(std::move(p));
       labels_.push_back(static_cast<int64_t>(label));
     }
+  }
+  if (hidden > 0) {
+    warnings_.push_back(str(hidden, " hidden file(s) and folder(s) in the class folders of ", root, ", such as ",
+                            first_hidden, ", are no images: left out"));
   }
   // Empty class folders are skipped with a warning; all of them empty is a wrong folder.
   DPT_CHECK(!files_.empty(), DataError, "image folder ", root, " has ", classes_.size(),

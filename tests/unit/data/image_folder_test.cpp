@@ -135,6 +135,28 @@ TEST(ImageFolder, AHiddenFolderIsNoClass) {
   }
 }
 
+// macOS leaves a ._ metadata file beside every image copied off its disks: torchvision lists
+// them as images and fails to open them. Hidden files and folders in a class are no images of it.
+TEST(ImageFolder, HiddenFilesAndFoldersInAClassAreNoImages) {
+  dpt::testing::TempDir dir;
+  put_jpeg(dir.path() + "/a/1.jpg");
+  put_jpeg(dir.path() + "/a/sub/2.jpg");
+  std::ofstream(dir.path() + "/a/._1.jpg") << "AppleDouble metadata, not an image";
+  put_jpeg(dir.path() + "/a/.ipynb_checkpoints/1-checkpoint.jpg");
+  put_jpeg(dir.path() + "/b/1.png");
+  std::ofstream(dir.path() + "/b/.DS_Store") << "no image extension: never listed";
+  for (const auto policy : {BadImagePolicy::Error, BadImagePolicy::Skip}) {
+    ImageFolder folder(dir.path(), small_eval(), policy);
+    EXPECT_EQ(folder.size(), 3);
+    EXPECT_EQ(folder.path(0), dir.path() + "/a/1.jpg");
+    EXPECT_EQ(folder.path(1), dir.path() + "/a/sub/2.jpg");
+    EXPECT_EQ(folder.path(2), dir.path() + "/b/1.png");
+    EXPECT_EQ(folder.warnings(), (std::vector<std::string>{
+                                     "2 hidden file(s) and folder(s) in the class folders of " + dir.path() +
+                                     ", such as " + dir.path() + "/a/._1.jpg, are no images: left out"}));
+  }
+}
+
 TEST(ImageFolder, FollowsLinksToFoldersButNamesALinkLoop) {
   dpt::testing::TempDir dir;
   const std::string root = dir.path();
