@@ -55,9 +55,6 @@ struct ImageListing {
 // folders are no images of the class, and torchvision lists them, then fails to open the ._ files.
 ImageListing list_images(const fs::path& dir) {
   ImageListing listing;
-  auto leave_out = [&listing](const fs::path& path) {  // the walk is unordered: the first by name
-    if (listing.hidden++ == 0 || path.string() < listing.first_hidden) listing.first_hidden = path.string();
-  };
   std::vector<std::pair<std::string, std::string>> found;  // (directory, file name)
   std::error_code ec;
   fs::recursive_directory_iterator it(dir, fs::directory_options::follow_directory_symlink, ec), end;
@@ -70,11 +67,10 @@ ImageListing list_images(const fs::path& dir) {
     const bool is_folder = it->is_directory(type_error);
     const std::string name = it->path().filename().string();
     if (name.front() == '.') {
-      if (is_folder) {
-        it.disable_recursion_pending();
-        leave_out(it->path());
-      } else if (has_image_extension(name)) {
-        leave_out(it->path());
+      if (is_folder) it.disable_recursion_pending();
+      if (is_folder || has_image_extension(name)) {
+        const std::string path = it->path().string();  // the walk is unordered: keep the first by path
+        if (listing.hidden++ == 0 || path < listing.first_hidden) listing.first_hidden = path;
       }
       continue;
     }
