@@ -5,7 +5,6 @@
 #include <signal.h>
 
 #include "dptrain/common/error.h"
-#include "agreement.h"
 #include "failure.h"
 #include "hang_survey.h"
 
@@ -73,63 +72,47 @@ void survive_closed_sockets() {
 }  // namespace
 
 Communicator::Communicator(compat::BackendPtr backend, WorldInfo world, const CommunicatorOptions& options)
-    : backend_(std::move(backend)),
-      world_(std::move(world)),
+    : world_(std::move(world)),
       timeout_(options.timeout()),
       device_(options.device()),
       store_(options.store()),
-      check_agreement_(options.check_agreement() && detail::can_check_agreement(*backend_)),
       recorder_(options.flight_recorder_size()),
       failure_log_(options.failure_log()) {
-  DPT_ASSERT(backend_, "a communicator needs a backend");
+  DPT_ASSERT(backend, "a communicator needs a backend");
   survive_closed_sockets();
-  DPT_ASSERT(backend_->getRank() == world_.rank && backend_->getSize() == world_.world_size,
-             "backend rank/size ", backend_->getRank(), "/", backend_->getSize(), " disagree with world ",
+  DPT_ASSERT(backend->getRank() == world_.rank && backend->getSize() == world_.world_size,
+             "backend rank/size ", backend->getRank(), "/", backend->getSize(), " disagree with world ",
              world_.rank, "/", world_.world_size);
-  // Asked of the backend itself, in the same order on every rank (compat::backend_reduces).
-  for (const auto type : {at::kHalf, at::kBFloat16}) {
-    try {
-      if (!compat::backend_reduces(*backend_, type)) through_float_.push_back(type);
-    } catch (const std::exception& e) {
-      throw DistError(str("rank ", world_.rank, ": the group's first collective (a one-element all_reduce of ", type,
-                          ", asking the backend which types it reduces) failed: ", e.what(),
-                          ". Every rank of the job must start; look for one that did not, or that failed first"));
-    }
-  }
   transport_ = transport::make_transport(
-      backend_, world_,
+      std::move(backend), world_,
       transport::TransportOptions()
           .timeout(timeout_)
           .shared_memory(options.shared_memory())
           .store(store_)
-          .check_agreement(check_agreement_));
+          .check_agreement(options.check_agreement()));
 }
 
-Communicator::~Communicator() {
-  transport_.reset();  // a transport's thread finishes or fails what is queued before the backend goes
-  compat::shutdown_backend(*backend_);
-}
+Communicator::~Communicator() = default;
 
-std::string Communicator::backend_name() const { return backend_->getBackendName(); }
+std::string Communicator::backend_name() const { return transport_->backend_name(); }
 
 std::string Communicator::transport() const { return transport_->describe(); }
 
-Work Communicator::start_on_backend(const std::string& what, const at::Tensor& tensor,
-                                    const std::function<compat::WorkPtr()>& launch, std::function<void()> finish) {
+Work Communicator::start(const std::string& operation, const std::string& what, const at::Tensor& described, int peer,
+                         const Launch& launch, std::function<void()> finish) {
   CollectiveRecord record;
-  const uint64_t id = recorder_.start(what, tensor, -1, &record);
+  const uint64_t id = recorder_.start(operation, described, peer, &record);
   compat::WorkPtr work;
   try {
-    agree(record);
-    work = launch();
+    work = launch(record);
   } catch (...) {
     fail(id, what, std::current_exception(), timeout_);
   }
-  return Work(std::move(work), std::move(finish), this, id, what, timeout_);
-}
-
-void Communicator::agree(const CollectiveRecord& record) {
-  if (check_agreement_) detail::check_agreement(*backend_, record, timeout_);
+  // A transport that bounds its operations itself says which peer it waited for; a wait that
+  // ended first would only say that it took too long.
+  Work started(std::move(work), std::move(finish), this, id, what, timeout_ + transport_->failure_report_delay());
+  if (!device_.is_cuda()) started.watch_completion();
+  return started;
 }
 
 void Communicator::fail(uint64_t id, const std::string& what, std::exception_ptr cause,
@@ -159,56 +142,33 @@ void Communicator::fail(uint64_t id, const std::string& what, std::exception_ptr
   detail::throw_collective_failure(rank(), named, cause, waited, survey);
 }
 
+at::Tensor Communicator::wire_tensor(const at::Tensor& tensor) const {
+  return transport_->reduces(tensor.scalar_type()) ? tensor.contiguous() : tensor.to(at::kFloat).contiguous();
+}
+
 namespace {
 
-c10d::ReduceOp to_c10d(ReduceOp op) {
-  switch (op) {
-    case ReduceOp::Sum: return c10d::ReduceOp::SUM;
-    case ReduceOp::Mean: return c10d::ReduceOp::AVG;
-    case ReduceOp::Max: return c10d::ReduceOp::MAX;
-    case ReduceOp::Min: return c10d::ReduceOp::MIN;
-  }
-  return c10d::ReduceOp::SUM;
+// `then` to run once the result is in `tensor`, with `tensor` written back from `wire` first where
+// the two differ.
+std::function<void()> write_back(const at::Tensor& tensor, const at::Tensor& wire, std::function<void()> then) {
+  if (wire.is_same(tensor)) return then;
+  return [tensor, wire, then = std::move(then)]() mutable {
+    tensor.copy_(wire);
+    if (then) then();
+  };
 }
 
 }  // namespace
-
-at::Tensor Communicator::wire_tensor(const at::Tensor& tensor) const {
-  const bool through_float =
-      std::find(through_float_.begin(), through_float_.end(), tensor.scalar_type()) != through_float_.end();
-  return through_float ? tensor.to(at::kFloat).contiguous() : tensor.contiguous();
-}
 
 Work Communicator::start_all_reduce(at::Tensor tensor, ReduceOp op, std::function<void()> then) {
   const std::string what = "all_reduce(" + to_string(op) + ")";
   DPT_CHECK(op != ReduceOp::Mean || at::isFloatingType(tensor.scalar_type()), ConfigError, "rank ", rank(),
             ": ", what, " with mean needs a floating-point tensor, got ", tensor.scalar_type());
   at::Tensor wire = wire_tensor(tensor);
-  std::function<void()> finish = std::move(then);
-  if (!wire.is_same(tensor)) {
-    finish = [tensor, wire, then = std::move(finish)]() mutable {
-      tensor.copy_(wire);
-      if (then) then();
-    };
-  }
-  return start_transported(what, tensor, std::move(wire), op, std::move(finish));
-}
-
-Work Communicator::start_transported(const std::string& what, const at::Tensor& described, at::Tensor wire,
-                                     ReduceOp op, std::function<void()> finish) {
-  CollectiveRecord record;
-  const uint64_t id = recorder_.start(what, described, -1, &record);
-  compat::WorkPtr work;
-  try {
-    work = transport_->all_reduce(std::move(wire), op, record);
-  } catch (...) {
-    fail(id, what, std::current_exception(), timeout_);
-  }
-  // A transport that bounds its operations itself says which peer it waited for; a wait that
-  // ended first would only say that it took too long.
-  Work started(std::move(work), std::move(finish), this, id, what, timeout_ + transport_->failure_report_delay());
-  if (!device_.is_cuda()) started.watch_completion();
-  return started;
+  return start(
+      what, what, tensor, /*peer=*/-1,
+      [&](const CollectiveRecord& record) { return transport_->all_reduce(wire, op, record); },
+      write_back(tensor, wire, std::move(then)));
 }
 
 void Communicator::all_reduce(at::Tensor& tensor, ReduceOp op) { start_all_reduce(tensor, op).wait(); }
@@ -219,42 +179,32 @@ Work Communicator::broadcast_async(at::Tensor tensor, int root) {
   DPT_CHECK(root >= 0 && root < size(), ConfigError, "rank ", rank(), ": broadcast from rank ", root,
             ", which is outside the world of ", size());
   at::Tensor wire = wire_tensor(tensor);
-  std::vector<at::Tensor> tensors{wire};
-  c10d::BroadcastOptions options;
-  options.rootRank = root;
-  options.timeout = timeout_;
-  std::function<void()> finish;
-  if (!wire.is_same(tensor)) finish = [tensor, wire]() mutable { tensor.copy_(wire); };
-  return start_on_backend(
-      "broadcast", tensor, [&] { return backend_->broadcast(tensors, options); }, std::move(finish));
+  return start(
+      "broadcast", "broadcast", tensor, /*peer=*/-1,
+      [&](const CollectiveRecord& record) { return transport_->broadcast(wire, root, record); },
+      write_back(tensor, wire, nullptr));
 }
 
 void Communicator::broadcast(at::Tensor& tensor, int root) { broadcast_async(tensor, root).wait(); }
 
-Work Communicator::start_point_to_point(const std::string& operation, at::Tensor tensor, int peer, int tag) {
-  const std::string what = str(operation, operation == "recv" ? " from rank " : " to rank ", peer, " (tag ", tag, ")");
+Work Communicator::start_point_to_point(PointToPoint direction, at::Tensor tensor, int peer, int tag) {
+  const bool receives = direction == PointToPoint::Recv;
+  const std::string operation = receives ? "recv" : "send";
+  const std::string what = str(operation, receives ? " from rank " : " to rank ", peer, " (tag ", tag, ")");
   DPT_CHECK(peer >= 0 && peer < size() && peer != rank(), ConfigError, "rank ", rank(), ": ", what,
             ": the peer must be another rank of the world of ", size());
   DPT_CHECK(tensor.is_contiguous(), ConfigError, "rank ", rank(), ": ", what, " needs a contiguous tensor");
-  std::vector<at::Tensor> tensors{tensor};
-  const uint64_t id = recorder_.start(operation, tensor, peer);
-  compat::WorkPtr work;
-  try {
-    work = operation == "recv" ? backend_->recv(tensors, peer, tag) : backend_->send(tensors, peer, tag);
-  } catch (...) {
-    fail(id, what, std::current_exception(), timeout_);
-  }
-  Work started(std::move(work), nullptr, this, id, what, timeout_);
-  if (!device_.is_cuda()) started.watch_completion();
-  return started;
+  return start(operation, what, tensor, peer, [&](const CollectiveRecord& /*record*/) {
+    return receives ? transport_->recv(tensor, peer, tag) : transport_->send(tensor, peer, tag);
+  });
 }
 
 Work Communicator::send_async(at::Tensor tensor, int peer, int tag) {
-  return start_point_to_point("send", std::move(tensor), peer, tag);
+  return start_point_to_point(PointToPoint::Send, std::move(tensor), peer, tag);
 }
 
 Work Communicator::recv_async(at::Tensor tensor, int peer, int tag) {
-  return start_point_to_point("recv", std::move(tensor), peer, tag);
+  return start_point_to_point(PointToPoint::Recv, std::move(tensor), peer, tag);
 }
 
 void Communicator::send(const at::Tensor& tensor, int peer, int tag) { send_async(tensor, peer, tag).wait(); }
@@ -262,33 +212,17 @@ void Communicator::send(const at::Tensor& tensor, int peer, int tag) { send_asyn
 void Communicator::recv(at::Tensor& tensor, int peer, int tag) { recv_async(tensor, peer, tag).wait(); }
 
 std::vector<at::Tensor> Communicator::all_gather(const at::Tensor& tensor) {
-  if (transport_->reduces_in_shared_memory(tensor)) {
-    const int64_t n = tensor.numel();
-    at::Tensor slots = at::empty({size() * n}, tensor.options().memory_format(at::MemoryFormat::Contiguous));
-    CollectiveRecord record;
-    const uint64_t id = recorder_.start("all_gather", tensor, -1, &record);
-    compat::WorkPtr work;
-    try {
-      work = transport_->all_gather(tensor.contiguous(), slots, record);
-    } catch (...) {
-      fail(id, "all_gather", std::current_exception(), timeout_);
-    }
-    Work(std::move(work), nullptr, this, id, "all_gather", timeout_ + transport_->failure_report_delay()).wait();
-    std::vector<at::Tensor> parts;
-    for (int r = 0; r < size(); ++r) parts.push_back(slots.narrow(0, r * n, n).view(tensor.sizes()));
-    return parts;
-  }
-  at::Tensor wire = wire_tensor(tensor);
-  std::vector<std::vector<at::Tensor>> outputs(1);
-  for (int r = 0; r < size(); ++r) outputs[0].push_back(at::empty_like(wire));
-  std::vector<at::Tensor> inputs{wire};
-  c10d::AllgatherOptions options;
-  options.timeout = timeout_;
-  start_on_backend("all_gather", tensor, [&] { return backend_->allgather(outputs, inputs, options); }).wait();
-  if (wire.scalar_type() != tensor.scalar_type()) {
-    for (auto& t : outputs[0]) t = t.to(tensor.scalar_type());
-  }
-  return outputs[0];
+  const at::Tensor wire = wire_tensor(tensor);
+  const int64_t n = wire.numel();
+  at::Tensor slots = at::empty({size() * n}, wire.options().memory_format(at::MemoryFormat::Contiguous));
+  start(
+      "all_gather", "all_gather", tensor, /*peer=*/-1,
+      [&](const CollectiveRecord& record) { return transport_->all_gather(wire, slots, record); }, nullptr)
+      .wait();
+  if (wire.scalar_type() != tensor.scalar_type()) slots = slots.to(tensor.scalar_type());
+  std::vector<at::Tensor> parts;
+  for (int r = 0; r < size(); ++r) parts.push_back(slots.narrow(0, r * n, n).view(tensor.sizes()));
+  return parts;
 }
 
 at::Tensor Communicator::reduce_scatter(const at::Tensor& tensor, ReduceOp op) {
@@ -299,15 +233,9 @@ at::Tensor Communicator::reduce_scatter(const at::Tensor& tensor, ReduceOp op) {
   at::Tensor output = at::empty(shape, tensor.options().memory_format(at::MemoryFormat::Contiguous));
   // The caller's tensor stays as it was: a copy where the reduction runs in place.
   at::Tensor input = tensor.contiguous();
-  if (!scatters_natively(input, op) && input.is_same(tensor)) input = input.clone();
+  if (!transport_->scatters(input, op) && input.is_same(tensor)) input = input.clone();
   reduce_scatter_async(input, output, op).wait();
   return output;
-}
-
-bool Communicator::scatters_natively(const at::Tensor& tensor, ReduceOp op) const {
-  return compat::backend_supports_reduce_scatter(*backend_) &&
-         (op != ReduceOp::Mean || compat::backend_supports_avg(*backend_)) &&
-         !transport_->reduces_in_shared_memory(tensor);
 }
 
 Work Communicator::reduce_scatter_async(at::Tensor tensor, at::Tensor output, ReduceOp op) {
@@ -317,19 +245,16 @@ Work Communicator::reduce_scatter_async(at::Tensor tensor, at::Tensor output, Re
             size(), " divides, and a contiguous output of its slice's size; got shapes ", tensor.sizes(), " and ",
             output.sizes());
   const int64_t rows = tensor.size(0) / size();
-  if (!scatters_natively(tensor, op)) {
+  if (!transport_->scatters(tensor, op)) {
     // Reduce everything in place, keep our slice: twice the traffic of a true reduce_scatter.
     const int64_t first = rank() * rows;
     return start_all_reduce(tensor, op, [tensor, output, first, rows]() mutable {
       output.copy_(tensor.narrow(0, first, rows).view(output.sizes()));
     });
   }
-  std::vector<std::vector<at::Tensor>> inputs{tensor.split(rows, 0)};
-  std::vector<at::Tensor> outputs{output.view(inputs[0][0].sizes())};
-  c10d::ReduceScatterOptions options;
-  options.reduceOp = to_c10d(op);
-  options.timeout = timeout_;
-  return start_on_backend("reduce_scatter", tensor, [&] { return backend_->reduce_scatter(outputs, inputs, options); });
+  return start("reduce_scatter", "reduce_scatter", tensor, /*peer=*/-1, [&](const CollectiveRecord& record) {
+    return transport_->reduce_scatter(tensor, output, op, record);
+  });
 }
 
 void Communicator::barrier() {
@@ -340,7 +265,9 @@ void Communicator::barrier() {
   // that the agreement check compares it by name: a float would pair silently there with another
   // rank's one-element sum.
   at::Tensor token = at::zeros({1}, at::TensorOptions().dtype(at::kLong).device(device_));
-  start_transported("barrier", at::Tensor(), token, ReduceOp::Sum, nullptr).wait();
+  start("barrier", "barrier", at::Tensor(), /*peer=*/-1, [&](const CollectiveRecord& record) {
+    return transport_->all_reduce(token, ReduceOp::Sum, record);
+  }).wait();
   // NCCL's wait holds back only the GPU's stream; the host is through the barrier once it reads.
   if (device_.is_cuda()) token.item<int64_t>();
 }

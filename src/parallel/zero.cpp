@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <numeric>
 
+#include <torch/nn/utils/clip_grad.h>
+
 #include "dptrain/common/error.h"
 #include "dptrain/compat/compat.h"
 #include "shard_gather.h"
@@ -29,85 +31,54 @@ std::vector<std::vector<int>> assign_shards(const std::vector<std::vector<int64_
   return owners;
 }
 
-// What the constructor works out before its base class can be built: the base takes the local
-// optimizer's defaults, so the local optimizer comes first.
-struct ZeroRedundancyOptimizer::Sharding {
-  Sharding(std::shared_ptr<dist::Communicator> comm, std::vector<torch::optim::OptimizerParamGroup> groups,
-           const LocalOptimizerFactory& make_local);
+namespace {
 
-  std::shared_ptr<dist::Communicator> comm;
-  std::vector<torch::optim::OptimizerParamGroup> groups;
-  compat::GroupOptions given;  // the groups' options, which the base's constructor may merge
-  std::vector<std::vector<int>> owners;
-  std::vector<int64_t> shard_numel;  // by rank
-  std::shared_ptr<torch::optim::Optimizer> local;
-};
-
-ZeroRedundancyOptimizer::Sharding::Sharding(std::shared_ptr<dist::Communicator> comm_,
-                                            std::vector<torch::optim::OptimizerParamGroup> groups_,
-                                            const LocalOptimizerFactory& make_local)
-    : comm(std::move(comm_)), groups(std::move(groups_)), shard_numel(comm->size(), 0) {
-  detail::check_gatherable(groups, comm->rank(), "ZeroRedundancyOptimizer");
+std::vector<std::vector<int64_t>> numels_of(const std::vector<torch::optim::OptimizerParamGroup>& groups) {
   std::vector<std::vector<int64_t>> numels;
   for (const auto& group : groups) {
     numels.emplace_back();
     for (const auto& p : group.params()) numels.back().push_back(p.numel());
   }
-  owners = assign_shards(numels, comm->size());
-  std::vector<torch::optim::OptimizerParamGroup> shard;
-  for (size_t g = 0; g < groups.size(); ++g) {
-    std::vector<at::Tensor> mine;
-    const auto& params = groups[g].params();
-    for (size_t i = 0; i < params.size(); ++i) {
-      shard_numel[owners[g][i]] += params[i].numel();
-      if (owners[g][i] == comm->rank()) mine.push_back(params[i]);
-    }
-    shard.emplace_back(std::move(mine));
-    if (groups[g].has_options()) shard.back().set_options(groups[g].options().clone());
-  }
-  given = compat::clone_group_options(groups);
-  local = make_local(std::move(shard));
-  DPT_ASSERT(local && local->param_groups().size() == groups.size(),
-             "the local optimizer must keep the groups it is given, one for each of the ", groups.size());
+  return numels;
 }
+
+}  // namespace
 
 ZeroRedundancyOptimizer::ZeroRedundancyOptimizer(std::shared_ptr<dist::Communicator> comm,
                                                  std::vector<torch::optim::OptimizerParamGroup> groups,
                                                  const LocalOptimizerFactory& make_local)
-    : ZeroRedundancyOptimizer(Sharding(std::move(comm), std::move(groups), make_local)) {}
+    : ZeroRedundancyOptimizer(comm, assign_shards(numels_of(groups), comm->size()), std::move(groups), make_local) {}
 
-ZeroRedundancyOptimizer::ZeroRedundancyOptimizer(Sharding sharding)
-    : torch::optim::Optimizer(std::move(sharding.groups), sharding.local->defaults().clone()),
-      comm_(std::move(sharding.comm)),
-      owners_(std::move(sharding.owners)),
-      shard_numel_(std::move(sharding.shard_numel)),
-      local_(std::move(sharding.local)) {
-  compat::restore_group_options(*this, std::move(sharding.given));
-}
+// Each parameter is a part of its own, whole, stepped by its owner.
+ZeroRedundancyOptimizer::ZeroRedundancyOptimizer(std::shared_ptr<dist::Communicator> comm,
+                                                 std::vector<std::vector<int>> owners,
+                                                 std::vector<torch::optim::OptimizerParamGroup>&& groups,
+                                                 const LocalOptimizerFactory& make_local)
+    : ShardedOptimizer(
+          comm,
+          [&] {
+            Shard shard(*comm, std::move(groups), "ZeroRedundancyOptimizer");
+            std::vector<std::vector<at::Tensor>> mine(shard.groups.size());
+            int64_t index = 0;
+            for (size_t g = 0; g < shard.groups.size(); ++g) {
+              for (size_t i = 0; i < shard.groups[g].params().size(); ++i, ++index) {
+                const at::Tensor& param = shard.groups[g].params()[i];
+                shard.parts_by_rank[owners[g][i]].push_back(detail::flat_storage(param));
+                if (owners[g][i] != comm->rank()) continue;
+                mine[g].push_back(param);
+                shard.local_parts.push_back({index, 0, param.numel()});
+              }
+            }
+            shard.make_local_optimizer(std::move(mine), make_local);
+            return shard;
+          }(),
+          "ZeroRedundancyOptimizer"),
+      owners_(std::move(owners)) {}
 
-void ZeroRedundancyOptimizer::save(torch::serialize::OutputArchive& /*archive*/) const {
-  detail::refuse_archive(comm_->rank(), "ZeroRedundancyOptimizer", /*saving=*/true);
-}
-
-void ZeroRedundancyOptimizer::load(torch::serialize::InputArchive& /*archive*/) {
-  detail::refuse_archive(comm_->rank(), "ZeroRedundancyOptimizer", /*saving=*/false);
-}
-
-at::Tensor ZeroRedundancyOptimizer::step(LossClosure closure) {
-  DPT_CHECK(!closure, ConfigError, "rank ", comm_->rank(),
-            ": ZeroRedundancyOptimizer::step takes no closure (each rank steps its own shard)");
-  detail::step_shard(param_groups(), *local_);
-  if (comm_->size() > 1) gather_shards();
-  return {};
-}
-
-void ZeroRedundancyOptimizer::gather_shards() {
-  std::vector<std::vector<at::Tensor>> parts(comm_->size());
-  for (size_t g = 0; g < owners_.size(); ++g) {
-    const auto& params = param_groups()[g].params();
-    for (size_t i = 0; i < params.size(); ++i) parts[owners_[g][i]].push_back(detail::flat_storage(params[i]));
-  }
-  detail::gather_shards(*comm_, parts);
+double ZeroRedundancyOptimizer::clip_grad_norm(double max_norm) {
+  std::vector<at::Tensor> params;
+  for (const auto& group : param_groups()) params.insert(params.end(), group.params().begin(), group.params().end());
+  return torch::nn::utils::clip_grad_norm_(params, max_norm);
 }
 
 }  // namespace dpt

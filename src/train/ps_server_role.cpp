@@ -2,18 +2,15 @@
 
 #include "dptrain/common/error.h"
 #include "dptrain/dist/init.h"
-#include "dptrain/dist/world.h"
+#include "dptrain/train/style_traits.h"
 #include "local_setup.h"
-#include "parallel_style.h"
+#include "styles/ps.h"
 
 namespace dpt::train {
 
 bool serves_parameters(const TrainOptions& options, const Environment& env) {
-  const ParallelOptions& parallel = options.parallel();
-  if (parallel.mode() != ParallelMode::Ps) return false;
-  ps_sgd_rule(options);  // what the servers cannot run is refused first, on every rank alike
-  const dist::WorldInfo world = dist::detect_world(env, parallel.dist().world());
-  return ps::Roles(world.world_size, parallel.ps().servers()).is_server(world.rank);
+  check_style_options(options);  // what the servers cannot run is refused first, on every rank alike
+  return style_traits(options.parallel().mode()).serves(options, env);
 }
 
 ps::ServerReport serve_parameters(TrainOptions options) {

@@ -3,6 +3,7 @@
 #include "dptrain/common/error.h"
 #include "dptrain/data/loader.h"
 #include "dptrain/train/checkpoint/auto_resume.h"
+#include "dptrain/train/style_traits.h"
 
 namespace dpt::train {
 
@@ -55,8 +56,7 @@ void check_options(const TrainOptions& o) {
   const int zero = o.parallel().zero_stage();
   DPT_CHECK(zero >= 0 && zero <= 2, ConfigError, "--zero takes 0 (off), 1 (optimizer state sharded) or 2 (and the "
             "reduced gradients), got ", zero);
-  DPT_CHECK(zero == 0 || o.parallel().mode() == ParallelMode::Ddp, ConfigError,
-            "--zero needs --mode ddp: the other styles keep their optimizer whole (hvd, dp) or on the servers (ps)");
+  check_style_options(o);
 }
 
 }  // namespace dpt::train

@@ -96,9 +96,9 @@ TrainingCheckpoint Trainer::State::checkpoint_state() {
   cp.seed = options.seed();
   cp.sampler = sampler->state();
   cp.state_dict = models::state_dict(*model);
-  // Under ZeRO, what save_checkpoint gathered (before the first checkpoint: nothing, so the
+  // Sharded, what save_checkpoint gathered (before the first checkpoint: nothing, so the
   // writer's prepared memory falls short by the optimizer state).
-  cp.optimizer = sharded() ? zero_state : optimizer_state_dict(*optimizer);
+  cp.optimizer = sharded ? gathered_optimizer_state : optimizer_state_dict(*optimizer);
   cp.scaler = scaler->state_dict();
   if (ema) cp.model_ema = ema->state_dict();
   at::Generator generator = at::detail::getDefaultCPUGenerator();
@@ -113,8 +113,7 @@ void Trainer::State::prepare_checkpoints() {
 void Trainer::State::save_checkpoint(RunCheckpoints::Cause cause, BestModel best) {
   if (!checkpoints->enabled()) return;
   // Every rank sends its shard of the optimizer state; rank 0 writes the whole.
-  if (zero1) zero_state = consolidated_optimizer_state_dict(*zero1, /*to=*/0);
-  if (zero2) zero_state = consolidated_optimizer_state_dict(*zero2, /*to=*/0);
+  if (sharded) gathered_optimizer_state = consolidated_optimizer_state_dict(*sharded, /*to=*/0);
   if (!leader()) return;
   const auto snapshot = span_of(timeline.get(), "checkpoint", {{"step", global_step()}});
   style->gather_state();

@@ -16,10 +16,9 @@
 #include "dptrain/dist/init.h"
 #include "dptrain/models/multiply_adds.h"
 #include "dptrain/parallel/convert_sync_batchnorm.h"
-#include "dptrain/parallel/ps/options.h"
 #include "dptrain/train/checkpoint/optimizer_state.h"
 #include "dptrain/train/logs/observers.h"
-#include "dptrain/train/optimizer.h"
+#include "dptrain/train/style_traits.h"
 
 namespace dpt::train {
 
@@ -46,18 +45,14 @@ bool has_batch_norm_statistics(const torch::nn::Module& model) {
 
 void Trainer::State::join() {
   const ParallelOptions& parallel = options.parallel();
-  job = comm = dist::init_process_group(parallel.dist());
-  // --mode ps: this process is a worker (serves_parameters() said so); the workers train as a
-  // group of their own, and the job's communicator reaches the servers.
-  if (parallel.mode() == ParallelMode::Ps) {
-    comm = dist::new_group(*job, 0, ps::Roles(job->size(), parallel.ps().servers()).workers(), parallel.dist());
-  }
+  const StyleTraits& traits = style_traits(parallel.mode());
+  job = dist::init_process_group(parallel.dist());
+  comm = traits.trainers(job, parallel);
   device = comm->device();
   if (parallel.gpu()) {
     device = dist::cuda_device(*parallel.gpu(), str("rank ", comm->rank(), ": --gpu"));
   }
-  // DataParallel's model lives on its first replica's device.
-  if (parallel.mode() == ParallelMode::Dp) device = data_parallel_devices(parallel).front();
+  device = traits.model_device(device, parallel);
   model->to(device);
   if (options.channels_last()) to_channels_last(*model);
   if (parallel.sync_bn()) {
@@ -71,31 +66,15 @@ void Trainer::State::join() {
 
 void Trainer::State::build_step() {
   const TrainOptions& o = options;
-  const double lr = o.schedule().base_lr();
-  const auto make_local = [&](std::vector<torch::optim::OptimizerParamGroup> shard) {
-    return make_optimizer(std::move(shard), o.optimizer(), lr);
-  };
-  if (o.parallel().zero_stage() == 1) {
-    zero1 = std::make_shared<ZeroRedundancyOptimizer>(comm, optimizer_param_groups(*model, o.optimizer(), lr),
-                                                      make_local);
-    optimizer = zero1;
-  } else if (o.parallel().zero_stage() == 0) {
-    optimizer = make_optimizer(*model, o.optimizer(), lr);
-  }
-  style = make_parallel_style(o, model, optimizer, comm, job);
-  if (o.parallel().zero_stage() == 2) {
-    // It steps the parts of the gradients the style's reducer keeps, so it comes after the style.
-    zero2 = std::make_shared<ZeroStage2Optimizer>(comm, *style->reducer(),
-                                                  optimizer_param_groups(*model, o.optimizer(), lr), make_local);
-    optimizer = zero2;
-  }
+  style = style_kind(o.parallel().mode()).make({o, model, comm, job});
+  optimizer = style->optimizer();
+  sharded = style->sharded_optimizer();
   accum_steps = o.accum_steps();
-  DPT_CHECK(accum_steps == 1 || style->accumulates(), ConfigError,
-            "--accum-steps needs --mode ddp or dp: the Horovod style reduces the gradients in every backward");
   // Loss scaling keeps fp16 gradients from underflowing; bf16 has float32's range and needs none.
   scaler = std::make_unique<GradScaler>(GradScalerOptions().enabled(o.amp() && amp_needs_loss_scaling(device)), comm);
-  DPT_CHECK(!zero2 || !scaler->is_enabled(), ConfigError, "--zero 2 cannot scale fp16 losses yet: the scaler "
-            "unscales whole gradients, and ZeRO-2 keeps parts of them. Use --zero 1 with --amp on this device");
+  DPT_CHECK(!sharded || sharded->holds_whole_gradients() || !scaler->is_enabled(), ConfigError,
+            "--zero 2 cannot scale fp16 losses yet: the scaler unscales whole gradients, and ZeRO-2 keeps parts of "
+            "them. Use --zero 1 with --amp on this device");
   sampler = std::make_unique<data::DistributedSampler>(
       data.train->size(),
       data::SamplerOptions(comm->size(), comm->rank()).seed(o.seed()).repetitions(o.data().repeated_augmentations()));
@@ -142,7 +121,8 @@ void Trainer::State::restore(const TrainingCheckpoint& cp, const fs::path& file)
 
 void Trainer::State::adapt_to_world(const TrainingCheckpoint& cp) {
   const int64_t per_micro_step = options.batch_size() * comm->size();
-  const bool kept = style->accumulates() && cp.global_batch % per_micro_step == 0;
+  const bool accumulates = style_traits(options.parallel().mode()).accepts(StyleFlag::AccumSteps);
+  const bool kept = accumulates && cp.global_batch % per_micro_step == 0;
   if (kept) accum_steps = cp.global_batch / per_micro_step;
   // The rate follows the global batch from the batch the base rate was set for: --lr's reference
   // batch, or without linear scaling the checkpoint's record of it (the first run's global batch),
@@ -157,7 +137,7 @@ void Trainer::State::adapt_to_world(const TrainingCheckpoint& cp) {
                                " accumulation step(s) per optimizer step; the learning rate is unchanged")
                          : str("a global batch of ", cp.global_batch, " does not split into ", comm->size(),
                                " process(es) x ", options.batch_size(),
-                               style->accumulates() ? "" : " (no accumulation in this mode)",
+                               accumulates ? "" : " (no accumulation in this mode)",
                                ", so it becomes ", global_batch(), " and the learning rate is rescaled by ",
                                global_batch(), "/", cp.global_batch, ": ", before, " -> ", schedule->peak_lr());
   start_notes.push_back(str("world size ", cp.world_size, " -> ", comm->size(), ": ", how,
@@ -214,8 +194,8 @@ void Trainer::State::print_banner() const {
   if (!leader() || options.log() == nullptr) return;
   auto& out = *options.log();
   out << "dptrain train: " << options.arch() << ", " << comm->size() << " process(es), batch " << options.batch_size();
-  // Under --mode dp one process drives the replicas: -b is the batch of a step, as nn.DataParallel's.
-  if (options.parallel().mode() == ParallelMode::Dp) {
+  // One process driving replicas (--mode dp): -b is the batch of a step, as nn.DataParallel's.
+  if (style_traits(options.parallel().mode()).one_process()) {
     out << " per step (split over the replicas)";
   } else {
     out << " per process";
@@ -228,15 +208,13 @@ void Trainer::State::print_banner() const {
     out << " (" << lr.base_lr() << " x " << global_batch() << "/" << *lr.reference_batch() << ")";
   }
   out << ", " << to_string(options.optimizer().kind());
-  if (sharded()) {
+  if (sharded) {
     int64_t elements = 0;
-    for (const auto& group : optimizer->param_groups()) {
+    for (const auto& group : sharded->param_groups()) {
       for (const auto& p : group.params()) elements += p.numel();
     }
-    out << " (ZeRO-" << options.parallel().zero_stage() << ": each process keeps its shard's state"
-        << (zero2 ? " and reduced gradients" : "") << ", rank 0 that of "
-        << (zero1 ? zero1->local_numel() : zero2->local_numel())
-        << " of " << elements << " weights)";
+    out << " (" << sharded->describe() << ", rank 0 that of " << sharded->local_numel() << " of " << elements
+        << " weights)";
   }
   out << ", " << (lr.warmup_method() == WarmupMethod::Constant ? "constant " : "") << "warm-up "
       << lr.warmup_epochs() << " epoch(s), " << to_string(lr.decay()) << " schedule"

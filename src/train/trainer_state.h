@@ -23,8 +23,7 @@
 #include "dptrain/data/sampler.h"
 #include "dptrain/dist/communicator.h"
 #include "dptrain/models/classifier.h"
-#include "dptrain/parallel/zero.h"
-#include "dptrain/parallel/zero_stage2.h"
+#include "dptrain/parallel/sharded_optimizer.h"
 #include "dptrain/train/amp.h"
 #include "dptrain/train/bad_images.h"
 #include "dptrain/train/batch_mixing.h"
@@ -63,13 +62,12 @@ struct Trainer::State {
   std::shared_ptr<dist::Communicator> comm;  // the ranks that train (--mode ps: the workers)
   std::shared_ptr<dist::Communicator> job;   // every process of the job (--mode ps: the servers too)
   at::Device device{at::kCPU};
-  std::shared_ptr<torch::optim::Optimizer> optimizer;
-  // --zero 1 and 2: `optimizer` itself, each rank stepping its shard; checkpoints gather its state.
-  std::shared_ptr<ZeroRedundancyOptimizer> zero1;
-  std::shared_ptr<ZeroStage2Optimizer> zero2;
-  bool sharded() const { return zero1 || zero2; }
-  c10::impl::GenericDict zero_state = compat::string_dict();  // rank 0: gathered for the checkpoint being written
   std::unique_ptr<ParallelStyle> style;
+  std::shared_ptr<torch::optim::Optimizer> optimizer;  // the style's
+  // The same optimizer where the style shards it over the ranks (--zero), each stepping its part;
+  // checkpoints gather its state. Null where it is whole.
+  std::shared_ptr<ShardedOptimizer> sharded;
+  c10::impl::GenericDict gathered_optimizer_state = compat::string_dict();  // rank 0, under `sharded`: for the checkpoint being written
   std::unique_ptr<GradScaler> scaler;
   std::unique_ptr<data::DistributedSampler> sampler;
   std::unique_ptr<LrSchedule> schedule;

@@ -3,7 +3,6 @@
 #include "trainer_state.h"
 
 #include <fmt/format.h>
-#include <torch/nn/utils/clip_grad.h>
 
 #include <algorithm>
 #include <cmath>
@@ -117,11 +116,7 @@ std::optional<MetricSums> Trainer::State::step(data::DevicePrefetcher& batches) 
     if (const auto max_norm = options.optimizer().clip_grad_norm()) {
       // On the reduced gradients, so every rank clips alike; unscaled first, as torchvision does.
       scaler->unscale_(*optimizer);
-      if (zero2) {
-        zero2->clip_grad_norm(*max_norm);  // the parameters' .grad are unset: ZeRO-2 holds the parts
-      } else {
-        torch::nn::utils::clip_grad_norm_(model->parameters(), *max_norm);
-      }
+      style->clip_grad_norm(*max_norm);
     }
     scaler->step(*optimizer);
     scaler->update();
@@ -217,10 +212,10 @@ void Trainer::State::report_straggler(StragglerReport slow) {
 }
 
 bool Trainer::State::periodic_checkpoint_due() {
-  if ((!leader() && !sharded()) || step_in_epoch == steps_per_epoch()) return false;
+  if ((!leader() && !sharded) || step_in_epoch == steps_per_epoch()) return false;
   const bool steps_due = checkpoints->steps_due(global_step());
   bool time_due = leader() && checkpoints->time_due();
-  if (sharded() && options.checkpoint().every_minutes()) {
+  if (sharded && options.checkpoint().every_minutes()) {
     at::Tensor flag = at::full({1}, time_due ? 1 : 0, at::kInt).to(comm->device());
     comm->broadcast(flag, 0);
     time_due = flag.cpu().item<int>() != 0;

@@ -20,6 +20,7 @@
 #include "dptrain/launch/spawn.h"
 #include "dptrain/launch/visible_gpus.h"
 #include "dptrain/train/ps_server_role.h"
+#include "dptrain/train/style_traits.h"
 #include "dptrain/train/trainer.h"
 #include "slurm_requeue.h"
 #include "train_flags.h"
@@ -78,8 +79,9 @@ int run_train(TrainFlags f) {
     f.slurm_job_id = *job;
   }
   if (!f.multiprocessing_distributed) return train_process(f);
-  DPT_CHECK(f.options.parallel().mode() != train::ParallelMode::Dp, ConfigError,
-            "--mode dp is one process; it cannot be combined with --multiprocessing-distributed");
+  DPT_CHECK(!train::style_traits(f.options.parallel().mode()).one_process(), ConfigError, "--mode ",
+            train::to_string(f.options.parallel().mode()),
+            " is one process; it cannot be combined with --multiprocessing-distributed");
   DPT_CHECK(f.nprocs || !launch::visible_gpus(Environment::current()).empty(), ConfigError,
             "--multiprocessing-distributed starts one worker per visible GPU and none is visible; give the "
             "number of workers with --nprocs N");

@@ -5,6 +5,7 @@
 #include "dptrain/common/error.h"
 #include "dptrain/dist/init_method.h"
 #include "dptrain/train/optimizer.h"
+#include "dptrain/train/style_traits.h"
 #include "number_bounds.h"
 
 namespace dpt::cli {
@@ -216,18 +217,21 @@ void add_parallel_flags(CLI::App& app, TrainFlags& flags) {
       ->check(at_least(1));
 }
 
-// Flags that belong to one mode, given with another: a mistake, not something to ignore.
+// Flags that belong to some modes, given with another: a mistake, not something to ignore. The
+// style says which it takes (the flags its options show, such as --zero or --amp, are asked by
+// check_style_options as the library's options are checked).
 void check_mode_flags(const CLI::App& app, const train::TrainOptions& options) {
-  const bool ps_flags =
-      app.count("--ps-servers") + app.count("--ps-sync") + app.count("--ps-async") + app.count("--ps-staleness") > 0;
-  DPT_CHECK(!ps_flags || options.parallel().mode() == train::ParallelMode::Ps, ConfigError,
-            "--ps-servers, --ps-sync, --ps-async and --ps-staleness belong to --mode ps");
-  const bool bucket_flags = app.count("--bucket-cap-mb") + app.count("--first-bucket-cap-mb") +
-                                app.count("--last-bucket-cap-mb") + app.count("--find-unused-parameters") > 0;
-  const train::ParallelMode mode = options.parallel().mode();
-  DPT_CHECK(!bucket_flags || mode == train::ParallelMode::Ddp || mode == train::ParallelMode::Ps, ConfigError,
-            "--bucket-cap-mb, --first-bucket-cap-mb, --last-bucket-cap-mb and --find-unused-parameters belong to "
-            "--mode ddp and ps (--mode hvd fuses tensors as Horovod does; --mode dp has no buckets)");
+  const std::pair<train::StyleFlag, std::vector<const char*>> given[] = {
+      {train::StyleFlag::ParameterServer, {"--ps-servers", "--ps-sync", "--ps-async", "--ps-staleness"}},
+      {train::StyleFlag::Buckets,
+       {"--bucket-cap-mb", "--first-bucket-cap-mb", "--last-bucket-cap-mb", "--find-unused-parameters"}},
+  };
+  const train::StyleTraits& style = train::style_traits(options.parallel().mode());
+  for (const auto& [flag, names] : given) {
+    size_t count = 0;
+    for (const char* name : names) count += app.count(name);
+    DPT_CHECK(count == 0 || style.accepts(flag), ConfigError, style.refusal(flag));
+  }
 }
 
 }  // namespace

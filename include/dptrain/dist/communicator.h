@@ -16,10 +16,11 @@
 // out ask each other through the store how far each got, and the error names the rank that did
 // not arrive; the recorder's entries are printed to `failure_log` before the error is thrown.
 //
-// A Communicator wraps one c10d backend (Gloo or NCCL). Backend gaps (Gloo has no AVG, and no
-// bfloat16 before LibTorch 2.3) are filled here, so callers never see them. all_reduce travels
-// through the transport chosen at construction (transport/transport.h): when all ranks share a
-// host, float tensors go through shared memory instead of Gloo's loopback TCP.
+// A Communicator wraps one c10d backend (Gloo or NCCL) in the transport chosen at construction
+// (transport/transport.h), through which every operation travels: when all ranks share a host,
+// float tensors are reduced and gathered through shared memory instead of Gloo's loopback TCP.
+// Backend gaps (Gloo has no AVG, and no bfloat16 before LibTorch 2.3) are filled here and in the
+// transport, so callers never see them.
 
 #include <atomic>
 #include <chrono>
@@ -165,41 +166,36 @@ class Communicator {
 
  private:
   friend class Work;
+  enum class PointToPoint { Send, Recv };
+  // Starts an operation on the transport, given the flight recorder's record of it.
+  using Launch = std::function<compat::WorkPtr(const CollectiveRecord&)>;
 
-  // Whether reduce_scatter of `tensor` runs as the backend's own (else an in-place all_reduce).
-  bool scatters_natively(const at::Tensor& tensor, ReduceOp op) const;
-  // What travels on the wire for `tensor`: itself when the backend can reduce it in place, else a
-  // contiguous (and, for a type the backend cannot reduce, float32) copy, written back afterwards.
+  // What travels on the wire for `tensor`: itself when the transport can reduce it in place, else a
+  // contiguous (and, for a type the transport cannot reduce, float32) copy, written back afterwards.
   at::Tensor wire_tensor(const at::Tensor& tensor) const;
   // `then` runs once the result is in `tensor`.
   Work start_all_reduce(at::Tensor tensor, ReduceOp op, std::function<void()> then = {});
-  // Records `what` (on `described`, undefined for a barrier) and starts the transport's all_reduce
-  // of `wire`; `finish` runs once the wait is over.
-  Work start_transported(const std::string& what, const at::Tensor& described, at::Tensor wire, ReduceOp op,
-                         std::function<void()> finish);
-  Work start_point_to_point(const std::string& operation, at::Tensor tensor, int peer, int tag);
-  // Records `what` on `tensor`, has the ranks agree on it, and starts it on the backend with
-  // `launch`; a failure to start goes through fail() as one to finish does. `finish` as Work's.
-  Work start_on_backend(const std::string& what, const at::Tensor& tensor,
-                        const std::function<compat::WorkPtr()>& launch, std::function<void()> finish = {});
-  // With check_agreement, compares every rank's `record` of the collective about to start.
-  void agree(const CollectiveRecord& record);
+  Work start_point_to_point(PointToPoint direction, at::Tensor tensor, int peer, int tag);
+  // Records `operation` on `described` (undefined for a barrier; `peer` for point to point) and
+  // starts it with `launch`; a failure to start goes through fail() as one to finish does, named
+  // `what`. `finish` as Work's.
+  Work start(const std::string& operation, const std::string& what, const at::Tensor& described, int peer,
+             const Launch& launch, std::function<void()> finish = {});
   // Marks the flight recorder's entry `id` failed, finds the ranks that did not arrive when a
   // collective timed out, prints the flight recorder to the failure log, and throws the error
   // that names all of it.
   [[noreturn]] void fail(uint64_t id, const std::string& what, std::exception_ptr cause,
                          std::chrono::milliseconds waited);
 
-  compat::BackendPtr backend_;
   WorldInfo world_;
   std::chrono::milliseconds timeout_;
   at::Device device_;
   compat::StorePtr store_;
-  bool check_agreement_;
-  std::unique_ptr<transport::Transport> transport_;
-  std::vector<at::ScalarType> through_float_;  // types the backend cannot reduce itself
   FlightRecorder recorder_;
   std::ostream* failure_log_;
+  // Declared last, destroyed first: its threads finish or fail what is queued, and the backend
+  // shuts down, while the rest of the communicator is still whole.
+  std::unique_ptr<transport::Transport> transport_;
 };
 
 }  // namespace dpt::dist

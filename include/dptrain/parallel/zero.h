@@ -15,21 +15,21 @@
 //   loss.backward();        // DDP averages the gradients
 //   optimizer.step();       // this rank's shard steps, then every rank gathers the others'
 //
-// It is a torch::optim::Optimizer over every parameter, so what works on an optimizer's groups
-// works on it: a schedule sets the lr of its groups (each step hands them to the shard's
-// optimizer), a GradScaler unscales and steps it, zero_grad() clears every gradient. Its own
-// state() stays empty: the state lives in local_optimizer(), and the trainer's checkpoints gather
-// it on one rank in the ordinary format (train/checkpoint/optimizer_state.h).
+// It is a ShardedOptimizer (sharded_optimizer.h), so a torch::optim::Optimizer over every
+// parameter: what works on an optimizer's groups works on it: a schedule sets the lr of its groups
+// (each step hands them to the shard's optimizer), a GradScaler unscales and steps it, zero_grad()
+// clears every gradient. Its own state() stays empty: the state lives in local_optimizer(), whose
+// parameters are whole ones, and the trainer's checkpoints gather it on one rank in the ordinary
+// format (train/checkpoint/sharded_optimizer_state.h).
 //
 // The shards are balanced by size as PyTorch balances them (assign_shards).
 
-#include <functional>
 #include <memory>
+#include <string>
 #include <vector>
 
-#include <torch/optim/optimizer.h>
-
 #include "dptrain/dist/communicator.h"
+#include "dptrain/parallel/sharded_optimizer.h"
 
 namespace dpt {
 
@@ -38,51 +38,29 @@ namespace dpt {
 // fewest elements so far over all groups (ties to the lowest rank).
 std::vector<std::vector<int>> assign_shards(const std::vector<std::vector<int64_t>>& group_numels, int world_size);
 
-class ZeroRedundancyOptimizer : public torch::optim::Optimizer {
+class ZeroRedundancyOptimizer : public ShardedOptimizer {
  public:
-  // Builds this rank's optimizer over its shard: the groups it is given mirror the ones passed to
-  // the constructor, in order, each with that group's options, holding only the parameters this
-  // rank owns (possibly none).
-  using LocalOptimizerFactory =
-      std::function<std::shared_ptr<torch::optim::Optimizer>(std::vector<torch::optim::OptimizerParamGroup>)>;
-
   // `groups`: every trained parameter, in the groups an optimizer over all of them would take (a
   // group without options takes the local optimizer's defaults). The parameters must share one
   // dtype and device. Collective only in step().
   ZeroRedundancyOptimizer(std::shared_ptr<dist::Communicator> comm, std::vector<torch::optim::OptimizerParamGroup> groups,
                           const LocalOptimizerFactory& make_local);
-  ZeroRedundancyOptimizer(const ZeroRedundancyOptimizer&) = delete;
-  ZeroRedundancyOptimizer& operator=(const ZeroRedundancyOptimizer&) = delete;
 
-  // Collective: this rank's optimizer steps its shard with this optimizer's group options (the lr
-  // a schedule set), then all_gathers bring every rank the updated parameters of the others.
-  // A closure is not supported (each rank would evaluate the loss for its shard alone).
-  at::Tensor step(LossClosure closure = nullptr) override;
+  // Every rank holds the whole averaged gradient: clips it here, as clip_grad_norm_ over the
+  // parameters does, without a collective.
+  double clip_grad_norm(double max_norm) override;
+  bool holds_whole_gradients() const override { return true; }
+  std::string describe() const override { return "ZeRO-1: each process keeps its shard's state"; }
 
-  // torch::serialize archives would hold this rank's shard only, which no optimizer could load:
-  // both throw ConfigError. Checkpoints gather the whole state instead.
-  void save(torch::serialize::OutputArchive& archive) const override;
-  void load(torch::serialize::InputArchive& archive) override;
-
-  // This rank's optimizer. Its param groups mirror the given ones: a schedule sets their lr.
-  torch::optim::Optimizer& local_optimizer() { return *local_; }
-  const torch::optim::Optimizer& local_optimizer() const { return *local_; }
   // The rank that owns parameter `index` of group `group`.
   int owner(size_t group, size_t index) const { return owners_.at(group).at(index); }
-  // Elements of the parameters this rank owns.
-  int64_t local_numel() const { return shard_numel_.at(comm_->rank()); }
-  dist::Communicator& communicator() const { return *comm_; }
 
  private:
-  struct Sharding;
-  explicit ZeroRedundancyOptimizer(Sharding sharding);
-  // Every rank's updated parameters to every other rank.
-  void gather_shards();
+  // `groups` by reference: the owners are worked out from them in the same call.
+  ZeroRedundancyOptimizer(std::shared_ptr<dist::Communicator> comm, std::vector<std::vector<int>> owners,
+                          std::vector<torch::optim::OptimizerParamGroup>&& groups, const LocalOptimizerFactory& make_local);
 
-  std::shared_ptr<dist::Communicator> comm_;
   std::vector<std::vector<int>> owners_;
-  std::vector<int64_t> shard_numel_;             // by rank
-  std::shared_ptr<torch::optim::Optimizer> local_;
 };
 
 }  // namespace dpt

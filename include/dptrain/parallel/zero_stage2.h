@@ -15,74 +15,36 @@
 //   loss.backward();        // buckets reduce-scattered: this rank's parts only
 //   optimizer.step();       // its parts step, then every rank gathers the others'
 //
-// Like ZeroRedundancyOptimizer it is a torch::optim::Optimizer over every parameter (a schedule
-// sets its groups' lr), whose own state() stays empty. The parameters' .grad are unset after a
-// reducing backward: clip with clip_grad_norm() here, not over the parameters.
+// Like ZeroRedundancyOptimizer it is a ShardedOptimizer (sharded_optimizer.h): an optimizer over
+// every parameter (a schedule sets its groups' lr), whose own state() stays empty; its local
+// optimizer's parameters are the flat parts. The parameters' .grad are unset after a reducing
+// backward: clip with clip_grad_norm() here, not over the parameters.
 
-#include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
-
-#include <torch/optim/optimizer.h>
 
 #include "dptrain/dist/communicator.h"
 #include "dptrain/parallel/reducer.h"
-#include "dptrain/parallel/zero.h"
+#include "dptrain/parallel/sharded_optimizer.h"
 
 namespace dpt {
 
-class ZeroStage2Optimizer : public torch::optim::Optimizer {
+class ZeroStage2Optimizer : public ShardedOptimizer {
  public:
-  using LocalOptimizerFactory = ZeroRedundancyOptimizer::LocalOptimizerFactory;
-
-  // Elements [offset, offset + length), in memory order, of parameter `index` (numbered across the
-  // groups in order, as a state dict numbers them).
-  struct Segment {
-    int64_t index = 0;
-    int64_t offset = 0;
-    int64_t length = 0;
-  };
-
   // `reducer`: DistributedDataParallel's, built with shard_gradients, over the same parameters as
   // `groups` (every trained parameter, in the groups one optimizer over them would take); it must
   // outlive this optimizer. Collective only in step() and clip_grad_norm().
   ZeroStage2Optimizer(std::shared_ptr<dist::Communicator> comm, const Reducer& reducer,
                       std::vector<torch::optim::OptimizerParamGroup> groups, const LocalOptimizerFactory& make_local);
-  ZeroStage2Optimizer(const ZeroStage2Optimizer&) = delete;
-  ZeroStage2Optimizer& operator=(const ZeroStage2Optimizer&) = delete;
 
-  // Collective: this rank's parts step with this optimizer's group options, then every rank's
-  // updated parts are gathered into every rank's weights. No closure.
-  at::Tensor step(LossClosure closure = nullptr) override;
-
-  // Collective: scales the reduced gradients (this rank's parts, every rank alike) down to a total
-  // 2-norm of `max_norm` when above it, as torch.nn.utils.clip_grad_norm_ does over whole
-  // gradients; returns the total norm before clipping. The squares are summed per rank, then over
-  // ranks, so the norm equals the whole gradient's up to the order of that sum.
-  double clip_grad_norm(double max_norm);
-
-  // Throw ConfigError, as ZeroRedundancyOptimizer's: archives would hold one rank's parts.
-  void save(torch::serialize::OutputArchive& archive) const override;
-  void load(torch::serialize::InputArchive& archive) override;
-
-  // The optimizer over this rank's parts: one flat tensor per segment, in local_segments()' order,
-  // its groups mirroring this optimizer's.
-  torch::optim::Optimizer& local_optimizer() { return *local_; }
-  const torch::optim::Optimizer& local_optimizer() const { return *local_; }
-  // What each of the local optimizer's parameters is part of.
-  const std::vector<Segment>& local_segments() const { return local_segments_; }
-  // Elements this rank steps.
-  int64_t local_numel() const;
-  dist::Communicator& communicator() const { return *comm_; }
-
- private:
-  struct Parts;
-  explicit ZeroStage2Optimizer(Parts parts);
-
-  std::shared_ptr<dist::Communicator> comm_;
-  std::vector<Segment> local_segments_;
-  std::vector<std::vector<at::Tensor>> parts_by_rank_;  // flat views of the parameters, for the gather
-  std::shared_ptr<torch::optim::Optimizer> local_;
+  // Collective: the squares of this rank's parts are summed, then over the ranks, so the norm
+  // equals the whole gradient's up to the order of that sum.
+  double clip_grad_norm(double max_norm) override;
+  bool holds_whole_gradients() const override { return false; }
+  std::string describe() const override {
+    return "ZeRO-2: each process keeps its shard's state and reduced gradients";
+  }
 };
 
 }  // namespace dpt

@@ -8,11 +8,6 @@
 
 namespace dpt::dist::transport {
 
-compat::WorkPtr Transport::all_gather(at::Tensor /*input*/, at::Tensor /*output*/, const CollectiveRecord& /*record*/) {
-  throw InternalError(str("the ", describe(), " transport gathers nothing: the communicator asks only a transport that "
-                          "reduces in shared memory"));
-}
-
 std::unique_ptr<Transport> make_transport(compat::BackendPtr backend, const WorldInfo& world,
                                           const TransportOptions& options) {
   DPT_ASSERT(backend, "a transport needs a backend");
@@ -25,9 +20,9 @@ std::unique_ptr<Transport> make_transport(compat::BackendPtr backend, const Worl
     c10d::PrefixStore store("shm", options.store());
     auto local = shm::Allreduce::attach(store, world, shm::Options().timeout(options.timeout()), &why_not);
     if (local) {
-      return std::make_unique<shm::Transport>(
-          std::move(local),
-          std::make_unique<process_group::Transport>(std::move(backend), options.timeout(), options.check_agreement()));
+      auto fallback =
+          std::make_unique<process_group::Transport>(std::move(backend), options.timeout(), options.check_agreement());
+      return std::make_unique<shm::Transport>(std::move(local), std::move(fallback));
     }
     why_not = "no shared memory: " + why_not;
   }

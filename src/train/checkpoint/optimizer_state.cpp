@@ -240,9 +240,7 @@ void load_into(torch::optim::Optimizer& optimizer, const Dict& saved) {
 }  // namespace
 
 Dict optimizer_state_dict(const torch::optim::Optimizer& optimizer) {
-  DPT_CHECK(!dynamic_cast<const ZeroRedundancyOptimizer*>(&optimizer) &&
-                !dynamic_cast<const ZeroStage2Optimizer*>(&optimizer),
-            Error,
+  DPT_CHECK(!dynamic_cast<const ShardedOptimizer*>(&optimizer), Error,
             "optimizer_state_dict: a ZeRO optimizer's state is spread over its ranks; "
             "consolidated_optimizer_state_dict gathers it (collective)");
   if (dynamic_cast<const torch::optim::SGD*>(&optimizer)) {
@@ -259,11 +257,8 @@ Dict optimizer_state_dict(const torch::optim::Optimizer& optimizer) {
 }
 
 void load_optimizer_state_dict(torch::optim::Optimizer& optimizer, const Dict& saved) {
-  if (auto* zero = dynamic_cast<ZeroRedundancyOptimizer*>(&optimizer)) {
-    return load_sharded_optimizer_state_dict(*zero, saved);
-  }
-  if (auto* zero = dynamic_cast<ZeroStage2Optimizer*>(&optimizer)) {
-    return load_sharded_optimizer_state_dict(*zero, saved);
+  if (auto* sharded = dynamic_cast<ShardedOptimizer*>(&optimizer)) {
+    return load_sharded_optimizer_state_dict(*sharded, saved);
   }
   if (dynamic_cast<torch::optim::SGD*>(&optimizer)) {
     return load_into<SgdFormat>(optimizer, saved);

@@ -15,20 +15,6 @@ namespace {
 
 using Dict = c10::impl::GenericDict;
 
-// The whole optimizer's index (parameters numbered across groups in order) of each parameter that
-// `rank` owns, in the order its local optimizer numbers them.
-std::vector<int64_t> owned_indices(const ZeroRedundancyOptimizer& zero, int rank) {
-  std::vector<int64_t> indices;
-  int64_t index = 0;
-  const auto& groups = zero.param_groups();
-  for (size_t g = 0; g < groups.size(); ++g) {
-    for (size_t i = 0; i < groups[g].params().size(); ++i, ++index) {
-      if (zero.owner(g, i) == rank) indices.push_back(index);
-    }
-  }
-  return indices;
-}
-
 Dict entry_dict(const Dict& dict, const char* key) {
   const auto found = dict.find(key);
   DPT_CHECK(found != dict.end() && found->value().isGenericDict(), CheckpointError, "optimizer state has no '", key,
@@ -127,15 +113,15 @@ Dict message_of(dist::Communicator& comm, const Dict& own, int rank, int to) {
   return rank == to ? own : compat::pickle_load(receive_bytes(comm, rank)).toGenericDict();
 }
 
-// ZeRO-2: elements [offset, offset + length) in memory order of a tensor laid out as `param`.
+// Elements [offset, offset + length) in memory order of a tensor laid out as `param`.
 at::Tensor memory_slice(const at::Tensor& laid_out, int64_t offset, int64_t length) {
   return laid_out.as_strided({laid_out.numel()}, {1}, laid_out.storage_offset()).narrow(0, offset, length);
 }
 
 // Lays one rank's parts into `entries` (by the whole optimizer's number). A part that is a whole
-// parameter (most are: only those where a bucket's shards meet are split) lends its tensors,
-// viewed as the parameter; a split one is copied into a tensor laid out as the parameter, made by
-// its first part.
+// parameter (every one of ZeRO-1's; most of ZeRO-2's, where only those at which a bucket's shards
+// meet are split) lends its tensors, viewed as the parameter; a split one is copied into a tensor
+// laid out as the parameter, made by its first part.
 void lay_parts(const Dict& shard, const std::vector<at::Tensor>& params, std::map<int64_t, Dict>& entries) {
   const at::Tensor table = shard.at("segments").toTensor();
   for (const auto& item : shard.at("state").toGenericDict()) {
@@ -169,93 +155,66 @@ std::vector<at::Tensor> parameters_in_order(const torch::optim::Optimizer& optim
 
 }  // namespace
 
-Dict consolidated_optimizer_state_dict(const ZeroRedundancyOptimizer& zero, int to) {
-  dist::Communicator& comm = zero.communicator();
-  const Dict local = optimizer_state_dict(zero.local_optimizer());
-  Dict message = compat::string_dict();
-  message.insert("state", local.at("state"));
-  if (comm.rank() != to) {
-    send_bytes(comm, compat::pickle_save(message), to);
-    return compat::string_dict();
-  }
-  // Each rank's entries under the whole optimizer's numbers, in that order (as Python's are).
-  std::vector<std::pair<int64_t, c10::IValue>> entries;
-  for (int rank = 0; rank < comm.size(); ++rank) {
-    const std::vector<int64_t> indices = owned_indices(zero, rank);
-    for (const auto& item : message_of(comm, message, rank, to).at("state").toGenericDict()) {
-      entries.emplace_back(indices.at(static_cast<size_t>(item.key().toInt())), item.value());
-    }
-  }
-  std::sort(entries.begin(), entries.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
-  Dict state(c10::IntType::get(), c10::AnyType::get());
-  for (auto& [index, value] : entries) state.insert(index, std::move(value));
-  return whole_dict(local, state, zero.param_groups());
-}
-
 // Each rank sends its parts' state and what they are parts of; `to` lays every part's tensors into
 // a tensor shaped and strided as its parameter (the other entries, step counts, are the same in
 // every part of a parameter).
-Dict consolidated_optimizer_state_dict(const ZeroStage2Optimizer& zero, int to) {
-  dist::Communicator& comm = zero.communicator();
-  const Dict local = optimizer_state_dict(zero.local_optimizer());
-  at::Tensor segments = at::empty({static_cast<int64_t>(zero.local_segments().size()), 3}, at::kLong);
-  for (size_t k = 0; k < zero.local_segments().size(); ++k) {
-    const auto& segment = zero.local_segments()[k];
-    segments[static_cast<int64_t>(k)] = at::tensor({segment.index, segment.offset, segment.length}, at::kLong);
+Dict consolidated_optimizer_state_dict(const ShardedOptimizer& sharded, int to) {
+  dist::Communicator& comm = sharded.communicator();
+  const Dict local = optimizer_state_dict(sharded.local_optimizer());
+  const std::vector<ShardPart>& parts = sharded.local_parts();
+  at::Tensor table = at::empty({static_cast<int64_t>(parts.size()), 3}, at::kLong);
+  for (size_t k = 0; k < parts.size(); ++k) {
+    table[static_cast<int64_t>(k)] = at::tensor({parts[k].index, parts[k].offset, parts[k].length}, at::kLong);
   }
   Dict message = compat::string_dict();
   message.insert("state", local.at("state"));
-  message.insert("segments", segments);
+  message.insert("segments", table);
   if (comm.rank() != to) {
     send_bytes(comm, compat::pickle_save(message), to);
     return compat::string_dict();
   }
   // One rank's message at a time, each dropped once laid out: the whole state, not twice it.
-  const std::vector<at::Tensor> params = parameters_in_order(zero);
+  const std::vector<at::Tensor> params = parameters_in_order(sharded);
   std::map<int64_t, Dict> whole_entries;  // by the whole optimizer's number, in order
   for (int rank = 0; rank < comm.size(); ++rank) lay_parts(message_of(comm, message, rank, to), params, whole_entries);
   Dict state(c10::IntType::get(), c10::AnyType::get());
   for (auto& [index, entry] : whole_entries) state.insert(index, entry);
-  return whole_dict(local, state, zero.param_groups());
+  return whole_dict(local, state, sharded.param_groups());
 }
 
-void load_sharded_optimizer_state_dict(ZeroRedundancyOptimizer& zero, const Dict& whole) {
+// Each part takes its elements of its parameter's saved tensors, laid out as the parameter first,
+// and viewed as the local optimizer's parameter is over the whole one's memory: the parameter
+// itself under ZeRO-1, a flat slice of it under ZeRO-2.
+void load_sharded_optimizer_state_dict(ShardedOptimizer& sharded, const Dict& whole) {
   const Dict state = entry_dict(whole, "state");
-  const std::vector<int64_t> indices = owned_indices(zero, zero.communicator().rank());
+  const std::vector<at::Tensor> params = parameters_in_order(sharded);
+  const std::vector<at::Tensor> locals = parameters_in_order(sharded.local_optimizer());
   Dict local_state(c10::IntType::get(), c10::AnyType::get());
-  for (size_t k = 0; k < indices.size(); ++k) {
-    const auto found = state.find(indices[k]);
-    if (found != state.end()) local_state.insert(static_cast<int64_t>(k), found->value());
-  }
-  load_local(zero, zero.local_optimizer(), whole, local_state);
-}
-
-// Each part takes its elements of its parameter's saved tensors, laid out as the parameter first.
-void load_sharded_optimizer_state_dict(ZeroStage2Optimizer& zero, const Dict& whole) {
-  const Dict state = entry_dict(whole, "state");
-  const std::vector<at::Tensor> params = parameters_in_order(zero);
-  Dict local_state(c10::IntType::get(), c10::AnyType::get());
-  for (size_t k = 0; k < zero.local_segments().size(); ++k) {
-    const auto& segment = zero.local_segments()[k];
-    const auto found = state.find(segment.index);
+  for (size_t k = 0; k < sharded.local_parts().size(); ++k) {
+    const ShardPart& part = sharded.local_parts()[k];
+    const auto found = state.find(part.index);
     if (found == state.end()) continue;
-    const at::Tensor& param = params.at(static_cast<size_t>(segment.index));
-    Dict part = compat::string_dict();
+    const at::Tensor& param = params.at(static_cast<size_t>(part.index));
+    const at::Tensor& local = locals.at(k);
+    Dict entry = compat::string_dict();
     for (const auto& field : found->value().toGenericDict()) {
       const c10::IValue& value = field.value();
       if (!value.isTensor() || value.toTensor().dim() == 0) {
-        part.insert(field.key(), value);
+        entry.insert(field.key(), value);
         continue;
       }
       const at::Tensor& saved = value.toTensor();
       DPT_CHECK(saved.sizes() == param.sizes(), CheckpointError, "optimizer state: '", field.key().toStringRef(),
                 "' has shape ", saved.sizes(), ", its parameter ", param.sizes());
       const at::Tensor laid_out = at::empty_like(param, saved.options()).copy_(saved);
-      part.insert(field.key(), memory_slice(laid_out, segment.offset, segment.length).clone());
+      entry.insert(field.key(), laid_out
+                                    .as_strided(local.sizes(), local.strides(),
+                                                laid_out.storage_offset() + part.offset)
+                                    .clone(at::MemoryFormat::Preserve));
     }
-    local_state.insert(static_cast<int64_t>(k), part);
+    local_state.insert(static_cast<int64_t>(k), entry);
   }
-  load_local(zero, zero.local_optimizer(), whole, local_state);
+  load_local(sharded, sharded.local_optimizer(), whole, local_state);
 }
 
 }  // namespace dpt::train

@@ -85,3 +85,41 @@ TEST(Transport, SharedMemoryTakesFloatsAndPassesTheRestOn) {
     EXPECT_TRUE(counts.equal(torch::full({3}, 3, torch::kLong))) << counts;
   });
 }
+
+// Every operation the communicator offers travels through the transport, on either kind: a
+// broadcast, a gather (floats through shared memory where it is there, integers through Gloo), a
+// reduce-scatter (none native over Gloo, so the communicator is told to all-reduce instead), and
+// point to point.
+TEST(Transport, CarriesEveryOperationOnEitherKind) {
+  for (const bool shared_memory : {false, true}) {
+    SCOPED_TRACE(shared_memory ? "shared memory" : "gloo");
+    run_two([shared_memory](const auto& world, auto backend, auto store) {
+      auto transport = make_transport(
+          backend, world, TransportOptions().timeout(kTimeout).shared_memory(shared_memory).store(store));
+      const double r = world.rank;
+
+      auto rooted = torch::full({4}, r + 1.0);
+      transport->broadcast(rooted, /*root=*/1, kSameOnEveryRank)->wait(kTimeout);
+      EXPECT_TRUE(rooted.equal(torch::full({4}, 2.0))) << rooted;
+
+      for (const auto type : {torch::kFloat, torch::kLong}) {
+        auto gathered = torch::empty({6}, type);
+        transport->all_gather(torch::arange(3, type) + 10 * world.rank, gathered, kSameOnEveryRank)->wait(kTimeout);
+        EXPECT_TRUE(gathered.equal(torch::tensor({0, 1, 2, 10, 11, 12}, type))) << gathered;
+      }
+
+      EXPECT_FALSE(transport->scatters(torch::ones({4}), ReduceOp::Sum)) << "Gloo has no reduce_scatter";
+      EXPECT_TRUE(transport->reduces(torch::kFloat));
+      EXPECT_EQ(transport->backend_name(), "gloo");
+
+      auto message = torch::full({5}, 7.0);
+      if (world.rank == 0) {
+        transport->send(message, /*peer=*/1, /*tag=*/3)->wait(kTimeout);
+      } else {
+        auto received = torch::zeros({5});
+        transport->recv(received, /*peer=*/0, /*tag=*/3)->wait(kTimeout);
+        EXPECT_TRUE(received.equal(message)) << received;
+      }
+    });
+  }
+}

@@ -1,16 +1,21 @@
 #pragma once
-// How all_reduce travels between ranks: one small interface, one folder per way with the same file
-// names (process_group/transport.h: the c10d backend itself, Gloo or NCCL; shm/transport.h: shared
-// memory between ranks of one host), and one factory that picks, used by init_process_group and by
-// the tests' thread ranks alike. The communicator owns the transport it was built with and sends
-// every all_reduce through it; its other collectives use the c10d backend directly.
+// How bytes travel between ranks: every collective and every point-to-point operation the
+// Communicator offers goes through one small interface, as c10d's ProcessGroup has them, with one
+// folder per way and the same file names (process_group/transport.h: the c10d backend itself, Gloo
+// or NCCL; shm/transport.h: shared memory between ranks of one host, the backend for the rest),
+// and one factory that picks, used by init_process_group and by the tests' thread ranks alike.
+// The communicator owns the transport it was built with and calls nothing else: the agreement
+// check, the flight recorder and the bound wrap every operation in one place.
 //
 //   auto transport = dpt::dist::transport::make_transport(
 //       backend, world, dpt::dist::transport::TransportOptions().shared_memory(true).store(store));
 //   transport->all_reduce(bucket, dpt::dist::ReduceOp::Mean, record)->wait(timeout);
+//   transport->send(message, /*peer=*/1, /*tag=*/7)->wait(timeout);
 //   std::cout << transport->describe();   // "gloo + shared memory"
 //
-// The parameter server's point-to-point traffic will go through this seam too.
+// Tensors reach a transport contiguous and of a type it reduces (reduces()); the communicator
+// converts the others. Collectives carry their flight-recorder `record`: a transport that can
+// checks that every rank's says the same (the step, the shape) before it moves anything.
 
 #include <chrono>
 #include <memory>
@@ -31,24 +36,31 @@ class Transport {
 
   // For Communicator::transport(): "gloo", "gloo + shared memory", or why shared memory is not used.
   virtual std::string describe() const = 0;
+  // The c10d backend underneath: "gloo" or "nccl".
+  virtual std::string backend_name() const = 0;
 
-  // Starts op over `tensor`, in place. `tensor` is contiguous and of a type the c10d backend
-  // reduces. When the work completes the result is final, Mean included: each transport divides
-  // where it costs least (shared memory while it sums; Gloo, which has no average, before it sends,
-  // on the calling thread, as PyTorch's reducer does; NCCL natively). `record` is the flight
-  // recorder's entry for it: a transport that can checks that every rank's says the same (the
-  // step, the shape) before it reduces anything.
+  // Whether tensors of `type` travel as they are (else the communicator sends them as float32).
+  virtual bool reduces(at::ScalarType type) const = 0;
+  // Whether reduce_scatter() of tensors like `like` with `op` is a true reduce-scatter here; where
+  // not, the communicator all-reduces the whole tensor and keeps its slice.
+  virtual bool scatters(const at::Tensor& like, ReduceOp op) const = 0;
+
+  // Starts op over `tensor`, in place. When the work completes the result is final, Mean
+  // included: each transport divides where it costs least (shared memory while it sums; Gloo,
+  // which has no average, before it sends, on the calling thread, as PyTorch's reducer does;
+  // NCCL natively).
   virtual compat::WorkPtr all_reduce(at::Tensor tensor, ReduceOp op, const CollectiveRecord& record) = 0;
-
-  // Whether all_reduce of tensors like `like` runs through memory the ranks share. Then the
-  // communicator gathers them through it too (all_gather below) and reduce-scatters them as a
-  // whole sum and a slice, which there costs about a copy in and out per rank; over a network that
-  // sum would carry world times the bytes of a true reduce_scatter.
-  virtual bool reduces_in_shared_memory(const at::Tensor& /*like*/) const { return false; }
-
-  // Where reduces_in_shared_memory(input): every rank's `input` (contiguous) into `output` (world x
-  // its size, rank r's at r x size). Other transports leave gathers to the c10d backend.
-  virtual compat::WorkPtr all_gather(at::Tensor input, at::Tensor output, const CollectiveRecord& record);
+  // Every rank ends with `root`'s `tensor`.
+  virtual compat::WorkPtr broadcast(at::Tensor tensor, int root, const CollectiveRecord& record) = 0;
+  // Every rank's `input` into `output` (world x its size, rank r's at r x size, contiguous).
+  virtual compat::WorkPtr all_gather(at::Tensor input, at::Tensor output, const CollectiveRecord& record) = 0;
+  // Where scatters(input, op): this rank's slice of op(input over ranks), `input`'s dim 0 cut into
+  // world equal parts, into `output`.
+  virtual compat::WorkPtr reduce_scatter(at::Tensor input, at::Tensor output, ReduceOp op,
+                                         const CollectiveRecord& record) = 0;
+  // Point to point: operations on one pair and tag arrive in the order they were started.
+  virtual compat::WorkPtr send(at::Tensor tensor, int peer, int tag) = 0;
+  virtual compat::WorkPtr recv(at::Tensor tensor, int peer, int tag) = 0;
 
   // An operation that runs out of time fails within this long after its timeout, with an error
   // that names the peer it waited for; whoever waits on it gives it that much more.
@@ -69,9 +81,9 @@ struct TransportOptions {
   TORCH_ARG(bool, check_agreement) = true;
 };
 
-// Collective when options.shared_memory() and every rank is on this host: every rank calls it at
-// the same point and all of them get the same kind of transport. Without shared memory, what
-// travels through `backend` says why in describe().
+// Collective: every rank calls it at the same point and all of them get the same kind of transport
+// (the ranks agree on shared memory, and ask Gloo which types it reduces). Without shared memory,
+// what travels through `backend` says why in describe().
 std::unique_ptr<Transport> make_transport(compat::BackendPtr backend, const WorldInfo& world,
                                           const TransportOptions& options = {});
 

@@ -19,12 +19,13 @@
 namespace dpt::train {
 
 // Tensors are copied to the CPU. Throws Error for an optimizer class other than the three (a
-// ZeroRedundancyOptimizer's is gathered by consolidated_optimizer_state_dict, a collective).
+// ShardedOptimizer's is gathered by consolidated_optimizer_state_dict, a collective).
 c10::impl::GenericDict optimizer_state_dict(const torch::optim::Optimizer& optimizer);
 
 // Restores the per-parameter state (onto each parameter's device) and the group
-// hyper-parameters (a ZeroRedundancyOptimizer: load_sharded_optimizer_state_dict). Throws CheckpointError when the state is another optimizer's (naming both),
-// the groups or parameter counts differ, or an entry is missing or mistyped, naming it.
+// hyper-parameters (a ShardedOptimizer: load_sharded_optimizer_state_dict). Throws CheckpointError
+// when the state is another optimizer's (naming both), the groups or parameter counts differ, or an
+// entry is missing or mistyped, naming it.
 void load_optimizer_state_dict(torch::optim::Optimizer& optimizer, const c10::impl::GenericDict& state);
 
 }  // namespace dpt::train

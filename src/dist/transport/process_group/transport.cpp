@@ -1,6 +1,9 @@
 #include "dptrain/dist/transport/process_group/transport.h"
 
-#include "../../agreement.h"
+#include <algorithm>
+
+#include "dptrain/common/error.h"
+#include "agreement.h"
 
 namespace dpt::dist::transport::process_group {
 namespace {
@@ -22,15 +25,40 @@ Transport::Transport(compat::BackendPtr backend, std::chrono::milliseconds timeo
     : backend_(std::move(backend)),
       timeout_(timeout),
       check_agreement_(check_agreement && detail::can_check_agreement(*backend_)),
-      note_(std::move(note)) {}
+      note_(std::move(note)) {
+  for (const auto type : {at::kHalf, at::kBFloat16}) {
+    try {
+      if (!compat::backend_reduces(*backend_, type)) through_float_.push_back(type);
+    } catch (const std::exception& e) {
+      throw DistError(str("rank ", backend_->getRank(), ": the group's first collective (a one-element all_reduce of ",
+                          type, ", asking the backend which types it reduces) failed: ", e.what(),
+                          ". Every rank of the job must start; look for one that did not, or that failed first"));
+    }
+  }
+}
+
+Transport::~Transport() { compat::shutdown_backend(*backend_); }
 
 std::string Transport::describe() const {
   const std::string name = backend_->getBackendName();
   return note_.empty() ? name : name + " (" + note_ + ")";
 }
 
-compat::WorkPtr Transport::all_reduce(at::Tensor tensor, ReduceOp op, const CollectiveRecord& record) {
+bool Transport::reduces(at::ScalarType type) const {
+  return std::find(through_float_.begin(), through_float_.end(), type) == through_float_.end();
+}
+
+bool Transport::scatters(const at::Tensor& /*like*/, ReduceOp op) const {
+  return compat::backend_supports_reduce_scatter(*backend_) &&
+         (op != ReduceOp::Mean || compat::backend_supports_avg(*backend_));
+}
+
+void Transport::agree(const CollectiveRecord& record) {
   if (check_agreement_) detail::check_agreement(*backend_, record, timeout_);
+}
+
+compat::WorkPtr Transport::all_reduce(at::Tensor tensor, ReduceOp op, const CollectiveRecord& record) {
+  agree(record);
   const bool native_avg = compat::backend_supports_avg(*backend_);
   // Gloo has no average: divide before the sum, here, while the caller (DDP's backward) is still
   // producing gradients, rather than after it, when the reducer waits for every bucket at once.
@@ -41,6 +69,49 @@ compat::WorkPtr Transport::all_reduce(at::Tensor tensor, ReduceOp op, const Coll
   options.reduceOp = to_c10d(op, native_avg);
   options.timeout = timeout_;
   return backend_->allreduce(tensors, options);
+}
+
+compat::WorkPtr Transport::broadcast(at::Tensor tensor, int root, const CollectiveRecord& record) {
+  agree(record);
+  std::vector<at::Tensor> tensors{std::move(tensor)};
+  c10d::BroadcastOptions options;
+  options.rootRank = root;
+  options.timeout = timeout_;
+  return backend_->broadcast(tensors, options);
+}
+
+compat::WorkPtr Transport::all_gather(at::Tensor input, at::Tensor output, const CollectiveRecord& record) {
+  agree(record);
+  // c10d's list form, into views of `output`: Gloo (and NCCL) copy each rank's part into them.
+  const int64_t n = input.numel();
+  std::vector<std::vector<at::Tensor>> outputs(1);
+  for (int r = 0; r < backend_->getSize(); ++r) outputs[0].push_back(output.narrow(0, r * n, n).view(input.sizes()));
+  std::vector<at::Tensor> inputs{std::move(input)};
+  c10d::AllgatherOptions options;
+  options.timeout = timeout_;
+  return backend_->allgather(outputs, inputs, options);
+}
+
+compat::WorkPtr Transport::reduce_scatter(at::Tensor input, at::Tensor output, ReduceOp op,
+                                          const CollectiveRecord& record) {
+  DPT_ASSERT(scatters(input, op), "reduce_scatter through ", describe(), ", which has none: ask scatters() first");
+  agree(record);
+  std::vector<std::vector<at::Tensor>> inputs{input.split(input.size(0) / backend_->getSize(), 0)};
+  std::vector<at::Tensor> outputs{output.view(inputs[0][0].sizes())};
+  c10d::ReduceScatterOptions options;
+  options.reduceOp = to_c10d(op, /*native_avg=*/true);
+  options.timeout = timeout_;
+  return backend_->reduce_scatter(outputs, inputs, options);
+}
+
+compat::WorkPtr Transport::send(at::Tensor tensor, int peer, int tag) {
+  std::vector<at::Tensor> tensors{std::move(tensor)};
+  return backend_->send(tensors, peer, tag);
+}
+
+compat::WorkPtr Transport::recv(at::Tensor tensor, int peer, int tag) {
+  std::vector<at::Tensor> tensors{std::move(tensor)};
+  return backend_->recv(tensors, peer, tag);
 }
 
 }  // namespace dpt::dist::transport::process_group

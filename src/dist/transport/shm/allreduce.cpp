@@ -14,7 +14,7 @@
 #include <thread>
 #include <vector>
 
-#include "../../agreement.h"
+#include "../process_group/agreement.h"
 #include "dptrain/common/error.h"
 #include "dptrain/dist/store_text.h"
 #include "reduce_parts.h"

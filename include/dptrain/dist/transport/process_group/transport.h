@@ -1,9 +1,12 @@
 #pragma once
-// all_reduce through the c10d backend (Gloo or NCCL) itself. A backend without an average (Gloo)
-// gets each rank's tensor divided by n before the sum: PyTorch's DDP gradients, bit for bit, which
-// may differ from sum / n in the last bit when n is not a power of two.
+// Every operation through the c10d backend (Gloo or NCCL) itself. A backend without an average
+// (Gloo) gets each rank's tensor divided by n before the sum: PyTorch's DDP gradients, bit for bit,
+// which may differ from sum / n in the last bit when n is not a power of two. Over Gloo, each
+// collective first compares every rank's record of it (agreement.h); point-to-point operations
+// involve one peer and are not compared.
 
 #include <string>
+#include <vector>
 
 #include "dptrain/dist/transport/transport.h"
 
@@ -11,19 +14,35 @@ namespace dpt::dist::transport::process_group {
 
 class Transport : public transport::Transport {
  public:
-  // `note`, when set, says why a faster way was not taken; describe() repeats it. With
-  // `check_agreement`, a Gloo all_reduce first compares every rank's record of it (agreement.h).
+  // Collective: asks the backend which of half and bfloat16 it reduces (compat::backend_reduces),
+  // every rank at the same point. `note`, when set, says why a faster way was not taken;
+  // describe() repeats it. With `check_agreement`, Gloo's collectives first compare every rank's
+  // record of them.
   Transport(compat::BackendPtr backend, std::chrono::milliseconds timeout, bool check_agreement,
             std::string note = {});
+  ~Transport() override;
 
   std::string describe() const override;
+  std::string backend_name() const override { return backend_->getBackendName(); }
+  bool reduces(at::ScalarType type) const override;
+  bool scatters(const at::Tensor& like, ReduceOp op) const override;
   compat::WorkPtr all_reduce(at::Tensor tensor, ReduceOp op, const CollectiveRecord& record) override;
+  compat::WorkPtr broadcast(at::Tensor tensor, int root, const CollectiveRecord& record) override;
+  compat::WorkPtr all_gather(at::Tensor input, at::Tensor output, const CollectiveRecord& record) override;
+  compat::WorkPtr reduce_scatter(at::Tensor input, at::Tensor output, ReduceOp op,
+                                 const CollectiveRecord& record) override;
+  compat::WorkPtr send(at::Tensor tensor, int peer, int tag) override;
+  compat::WorkPtr recv(at::Tensor tensor, int peer, int tag) override;
 
  private:
+  // With check_agreement, compares every rank's `record` of the collective about to start.
+  void agree(const CollectiveRecord& record);
+
   compat::BackendPtr backend_;
   std::chrono::milliseconds timeout_;
   bool check_agreement_;
   std::string note_;
+  std::vector<at::ScalarType> through_float_;  // types the backend cannot reduce itself
 };
 
 }  // namespace dpt::dist::transport::process_group

@@ -1,6 +1,9 @@
 #pragma once
-// all_reduce through shared memory (shm/allreduce.h) for what it can reduce, float32 and float64
-// CPU tensors; everything else through the c10d backend it was given.
+// all_reduce and all_gather through shared memory (shm/allreduce.h) for what it takes, float32 and
+// float64 CPU tensors; everything else, and every broadcast and point-to-point operation, through
+// the c10d backend it was given. A reduce-scatter of such tensors is no true one here: the whole
+// sum through shared memory costs about a copy in and out per rank, where over a network it would
+// carry world times the bytes of a true reduce_scatter.
 
 #include <memory>
 #include <string>
@@ -17,11 +20,25 @@ class Transport : public transport::Transport {
   ~Transport() override;
 
   std::string describe() const override;
+  std::string backend_name() const override { return fallback_->backend_name(); }
+  bool reduces(at::ScalarType type) const override { return fallback_->reduces(type); }
+  bool scatters(const at::Tensor& like, ReduceOp op) const override {
+    return !local_->accepts(like, ReduceOp::Sum) && fallback_->scatters(like, op);
+  }
   compat::WorkPtr all_reduce(at::Tensor tensor, ReduceOp op, const CollectiveRecord& record) override;
-  // What the shared memory reduces: float32 and float64 on the CPU.
-  bool reduces_in_shared_memory(const at::Tensor& like) const override { return local_->accepts(like, ReduceOp::Sum); }
-  compat::WorkPtr all_gather(at::Tensor input, at::Tensor output, const CollectiveRecord& record) override {
-    return local_->all_gather(std::move(input), std::move(output), record.step);
+  compat::WorkPtr broadcast(at::Tensor tensor, int root, const CollectiveRecord& record) override {
+    return fallback_->broadcast(std::move(tensor), root, record);
+  }
+  compat::WorkPtr all_gather(at::Tensor input, at::Tensor output, const CollectiveRecord& record) override;
+  compat::WorkPtr reduce_scatter(at::Tensor input, at::Tensor output, ReduceOp op,
+                                 const CollectiveRecord& record) override {
+    return fallback_->reduce_scatter(std::move(input), std::move(output), op, record);
+  }
+  compat::WorkPtr send(at::Tensor tensor, int peer, int tag) override {
+    return fallback_->send(std::move(tensor), peer, tag);
+  }
+  compat::WorkPtr recv(at::Tensor tensor, int peer, int tag) override {
+    return fallback_->recv(std::move(tensor), peer, tag);
   }
   std::chrono::milliseconds failure_report_delay() const override { return Allreduce::kFailureReportDelay; }
 

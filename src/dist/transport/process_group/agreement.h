@@ -1,5 +1,5 @@
 #pragma once
-// Before a collective goes to Gloo: do all ranks mean the same one? Private to the dist layer.
+// Before a collective goes to Gloo: do all ranks mean the same one? Private to the transports.
 //
 // Gloo pairs the ranks' operations by order alone. A rank that skipped a collective silently sums
 // its next one with the others' current one, and ranks whose tensors differ in size abort the
