@@ -27,7 +27,7 @@
 #include "dptrain/models/resnet.h"
 #include "dptrain/parallel/convert_sync_batchnorm.h"
 #include "dptrain/parallel/ddp.h"
-#include "dptrain/train/grad_scaler.h"
+#include "dptrain/optim/grad_scaler.h"
 
 namespace {
 
@@ -81,7 +81,7 @@ int run(const Flags& flags) {
   dpt::DistributedDataParallel ddp(model, comm);
   torch::optim::SGD optimizer(ddp.parameters(), torch::optim::SGDOptions(flags.lr).momentum(0.9).weight_decay(5e-4));
   // Loss scaling only for float16; with a communicator every rank skips the same steps.
-  dpt::train::GradScaler scaler(dpt::train::GradScalerOptions().enabled(flags.amp && cuda), comm);
+  dpt::optim::GradScaler scaler(dpt::optim::GradScalerOptions().enabled(flags.amp && cuda), comm);
   data::DistributedSampler sampler(train_set->size(), data::SamplerOptions(world, rank).seed(0));
   data::EvalSampler val_sampler(val_set->size(), world, rank);
 

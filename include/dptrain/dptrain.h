@@ -9,4 +9,5 @@
 #include "dptrain/launch.h"
 #include "dptrain/parallel.h"
 #include "dptrain/models.h"
+#include "dptrain/optim.h"
 #include "dptrain/train.h"

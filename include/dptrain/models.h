@@ -15,6 +15,7 @@
 #include "dptrain/models/inception.h"
 #include "dptrain/models/layers.h"
 #include "dptrain/models/mobilenet.h"
+#include "dptrain/models/norm_layer_holder.h"
 #include "dptrain/models/regnet.h"
 #include "dptrain/models/registry.h"
 #include "dptrain/models/resnet.h"

@@ -10,7 +10,6 @@
 #include "dptrain/parallel/ddp.h"
 #include "dptrain/parallel/join.h"
 #include "dptrain/parallel/hvd.h"
-#include "dptrain/parallel/norm_layer_holder.h"
 #include "dptrain/parallel/ps.h"
 #include "dptrain/parallel/reducer.h"
 #include "dptrain/parallel/replicas.h"

@@ -6,7 +6,7 @@
 
 #include "dptrain/common/error.h"
 #include "dptrain/parallel/replicas.h"
-#include "dptrain/train/optimizer.h"
+#include "dptrain/optim/optimizer.h"
 
 namespace dpt::train {
 
@@ -18,22 +18,25 @@ void ParallelStyle::before_evaluate() {
 }
 
 double ParallelStyle::clip_grad_norm(double max_norm) {
-  // A sharded optimizer knows where the reduced gradients are (ZeRO-2 leaves the parameters' .grad unset).
-  if (sharded_) return sharded_->clip_grad_norm(max_norm);
+  // Where the ranks hold parts of the reduced gradients (ZeRO-2 leaves the parameters' .grad
+  // unset), their optimizer sums the norm over them. Where every rank holds them whole, over the
+  // model's parameters in the model's order, as torchvision clips and whether sharded or not: the
+  // order of the norm's sum decides its last bits, and so the weights'.
+  if (sharded_ && !sharded_->holds_whole_gradients()) return sharded_->clip_grad_norm(max_norm);
   return torch::nn::utils::clip_grad_norm_(model_->parameters(), max_norm);
 }
 
 std::shared_ptr<torch::optim::Optimizer> StyleInputs::make_optimizer() const {
-  return train::make_optimizer(*model, options.optimizer(), options.schedule().base_lr());
+  return optim::make_optimizer(*model, options.optimizer(), options.schedule().base_lr());
 }
 
 std::shared_ptr<torch::optim::Optimizer> StyleInputs::make_optimizer(
     std::vector<torch::optim::OptimizerParamGroup> groups) const {
-  return train::make_optimizer(std::move(groups), options.optimizer(), options.schedule().base_lr());
+  return optim::make_optimizer(std::move(groups), options.optimizer(), options.schedule().base_lr());
 }
 
 std::vector<torch::optim::OptimizerParamGroup> StyleInputs::param_groups() const {
-  return optimizer_param_groups(*model, options.optimizer(), options.schedule().base_lr());
+  return optim::optimizer_param_groups(*model, options.optimizer(), options.schedule().base_lr());
 }
 
 const StyleKind& style_kind(ParallelMode mode) {

@@ -3,7 +3,6 @@
 #include "dptrain/train/trainer.h"
 
 #include <ATen/CPUGeneratorImpl.h>
-#include <torch/nn/functional/loss.h>
 #include <torch/utils.h>
 
 #include <algorithm>
@@ -48,6 +47,8 @@ Trainer::Trainer(TrainOptions options) : state_(std::make_unique<State>(std::mov
   }
   s.style->start();
   s.open_logs();
+  s.train_step = std::make_unique<TrainStep>(StepParts{s.options, s.model, s.device, *s.style, *s.scaler, *s.mixing,
+                                                       s.ema.get(), s.phase_hook(), s.timeline.get()});
   s.print_banner();
 }
 
@@ -57,20 +58,6 @@ Trainer::~Trainer() {
 
 int Trainer::rank() const { return state_->comm->rank(); }
 int Trainer::world_size() const { return state_->comm->size(); }
-
-at::Tensor Trainer::State::criterion(const at::Tensor& logits, const at::Tensor& targets) const {
-  namespace F = torch::nn::functional;
-  return F::cross_entropy(logits, targets,
-                          F::CrossEntropyFuncOptions().label_smoothing(options.loss().label_smoothing()));
-}
-
-std::pair<at::Tensor, at::Tensor> Trainer::State::to_device(const data::Batch& batch) const {
-  // A GPU's batches are there already (DevicePrefetcher): then this returns the same tensor.
-  auto images = batch.images.to(device, /*non_blocking=*/true);
-  // --channels-last: a CPU run's batches already are (batch_loading); a GPU converts its own copy.
-  if (options.channels_last()) images = images.contiguous(at::MemoryFormat::ChannelsLast);
-  return {images, batch.labels.to(device, /*non_blocking=*/true)};
-}
 
 data::LoaderOptions batch_loading(const TrainOptions& options, at::Device device) {
   return data::LoaderOptions()
@@ -226,11 +213,11 @@ MetricSums Trainer::State::evaluate(models::ClassifierImpl& net, const std::stri
   data::DevicePrefetcher batches(loader, data::DevicePrefetcherOptions(device));  // as train_epoch's
   MetricSums local;
   while (auto batch = batches.next()) {
-    auto [images, labels] = to_device(*batch);
+    auto [images, labels] = batch_to_device(*batch, device, options.channels_last());
     const at::Tensor logits = eval_logits(net, images);
     // Per-sample losses in float64: the sum then depends on the samples, not on how the ranks
     // batched them (a float32 batch mean rounds differently for every batch composition).
-    const auto loss = criterion(logits.to(at::kDouble), labels);
+    const auto loss = classification_loss(logits.to(at::kDouble), labels, options.loss().label_smoothing());
     local.add(logits, labels, loss.item<double>());
   }
   local.skipped_images = loader.skipped_count();
@@ -240,7 +227,7 @@ MetricSums Trainer::State::evaluate(models::ClassifierImpl& net, const std::stri
 }
 
 at::Tensor Trainer::State::eval_logits(models::ClassifierImpl& net, const at::Tensor& images) const {
-  compat::AutocastGuard autocast(device.type(), amp_dtype(device), options.amp());
+  compat::AutocastGuard autocast(device.type(), optim::amp_dtype(device), options.amp());
   return net.forward(images).to(at::kFloat);
 }
 

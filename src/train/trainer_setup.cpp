@@ -71,7 +71,7 @@ void Trainer::State::build_step() {
   sharded = style->sharded_optimizer();
   accum_steps = o.accum_steps();
   // Loss scaling keeps fp16 gradients from underflowing; bf16 has float32's range and needs none.
-  scaler = std::make_unique<GradScaler>(GradScalerOptions().enabled(o.amp() && amp_needs_loss_scaling(device)), comm);
+  scaler = std::make_unique<optim::GradScaler>(optim::GradScalerOptions().enabled(o.amp() && optim::amp_needs_loss_scaling(device)), comm);
   DPT_CHECK(!sharded || sharded->holds_whole_gradients() || !scaler->is_enabled(), ConfigError,
             "--zero 2 cannot scale fp16 losses yet: the scaler unscales whole gradients, and ZeRO-2 keeps parts of "
             "them. Use --zero 1 with --amp on this device");
@@ -86,10 +86,10 @@ void Trainer::State::build_step() {
             " training images each of the ", comm->size(), " process(es) takes per epoch (", data.train->size(),
             " in all): every epoch would be one short step, its learning rate scaled for a full one; use -b",
             accum_steps > 1 ? " x --accum-steps" : "", " of at most ", share);
-  schedule = std::make_unique<LrSchedule>(
-      LrScheduleOptions(o.schedule()).global_batch(global_batch()).epochs(o.epochs()), steps_per_epoch());
+  schedule = std::make_unique<optim::LrSchedule>(
+      optim::LrScheduleOptions(o.schedule()).global_batch(global_batch()).epochs(o.epochs()), steps_per_epoch());
   mixing = std::make_unique<BatchMixing>(o.loss().mixing(), data.train->num_classes());
-  if (o.model_ema()) ema = std::make_unique<ModelEma>(model, ema_decay(*o.model_ema(), global_batch(), o.epochs()));
+  if (o.model_ema()) ema = std::make_unique<optim::ModelEma>(model, optim::ema_decay(*o.model_ema(), global_batch(), o.epochs()));
 }
 
 void Trainer::State::restore(const TrainingCheckpoint& cp, const fs::path& file) {
@@ -127,10 +127,10 @@ void Trainer::State::adapt_to_world(const TrainingCheckpoint& cp) {
   // The rate follows the global batch from the batch the base rate was set for: --lr's reference
   // batch, or without linear scaling the checkpoint's record of it (the first run's global batch),
   // so that a job that shrinks and grows back returns to its rate.
-  LrScheduleOptions lr(options.schedule());
+  optim::LrScheduleOptions lr(options.schedule());
   if (!lr.reference_batch()) lr.reference_batch(cp.lr_reference_batch > 0 ? cp.lr_reference_batch : cp.global_batch);
-  const double before = scaled_lr(LrScheduleOptions(lr).global_batch(cp.global_batch));
-  schedule = std::make_unique<LrSchedule>(lr.global_batch(global_batch()).epochs(options.epochs()), steps_per_epoch());
+  const double before = optim::scaled_lr(optim::LrScheduleOptions(lr).global_batch(cp.global_batch));
+  schedule = std::make_unique<optim::LrSchedule>(lr.global_batch(global_batch()).epochs(options.epochs()), steps_per_epoch());
   // The position in the new steps, for the schedule; the data continues from samples_in_epoch.
   step_in_epoch = samples_in_epoch / global_batch();
   std::string how = kept ? str("the global batch stays ", cp.global_batch, " through ", accum_steps,
@@ -203,7 +203,7 @@ void Trainer::State::print_banner() const {
     out << " (" << global_batch() << " global)";
   }
   out << ", lr " << schedule->peak_lr();
-  const LrScheduleOptions& lr = options.schedule();
+  const optim::LrScheduleOptions& lr = options.schedule();
   if (lr.reference_batch()) {
     out << " (" << lr.base_lr() << " x " << global_batch() << "/" << *lr.reference_batch() << ")";
   }
@@ -216,7 +216,7 @@ void Trainer::State::print_banner() const {
     out << " (" << sharded->describe() << ", rank 0 that of " << sharded->local_numel() << " of " << elements
         << " weights)";
   }
-  out << ", " << (lr.warmup_method() == WarmupMethod::Constant ? "constant " : "") << "warm-up "
+  out << ", " << (lr.warmup_method() == optim::WarmupMethod::Constant ? "constant " : "") << "warm-up "
       << lr.warmup_epochs() << " epoch(s), " << to_string(lr.decay()) << " schedule"
       << (lr.per_epoch() ? " stepped per epoch" : "") << ", amp "
       << (options.amp() ? precision() : "off") << ", device "

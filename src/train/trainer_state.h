@@ -1,7 +1,7 @@
 #pragma once
 // What a Trainer holds, shared by the files that make up its work:
 //   trainer_setup.cpp  building the run: the process group, the step's parts, a resume, the logs;
-//   trainer_step.cpp   the training steps of an epoch;
+//   trainer_step.cpp   the training steps of an epoch, each one a TrainStep (train_step.h);
 //   trainer.cpp        the run's epochs, validation, checkpoints and stop requests.
 
 #include <ATen/ATen.h>
@@ -24,21 +24,22 @@
 #include "dptrain/dist/communicator.h"
 #include "dptrain/models/classifier.h"
 #include "dptrain/parallel/sharded_optimizer.h"
-#include "dptrain/train/amp.h"
+#include "dptrain/optim/amp.h"
 #include "dptrain/train/bad_images.h"
 #include "dptrain/train/batch_mixing.h"
 #include "dptrain/train/checkpoint/training_checkpoint.h"
-#include "dptrain/train/grad_scaler.h"
+#include "dptrain/optim/grad_scaler.h"
 #include "dptrain/train/logs/report.h"
 #include "dptrain/train/logs/timeline.h"
-#include "dptrain/train/lr_schedule.h"
+#include "dptrain/optim/lr_schedule.h"
 #include "dptrain/train/metrics.h"
-#include "dptrain/train/model_ema.h"
+#include "dptrain/optim/model_ema.h"
 #include "dptrain/train/stop_signals.h"
 #include "dptrain/train/straggler_watch.h"
 #include "dptrain/train/trainer.h"
 #include "parallel_style.h"
 #include "run_checkpoints.h"
+#include "train_step.h"
 
 namespace dpt::train {
 
@@ -68,11 +69,12 @@ struct Trainer::State {
   // checkpoints gather its state. Null where it is whole.
   std::shared_ptr<ShardedOptimizer> sharded;
   c10::impl::GenericDict gathered_optimizer_state = compat::string_dict();  // rank 0, under `sharded`: for the checkpoint being written
-  std::unique_ptr<GradScaler> scaler;
+  std::unique_ptr<optim::GradScaler> scaler;
   std::unique_ptr<data::DistributedSampler> sampler;
-  std::unique_ptr<LrSchedule> schedule;
+  std::unique_ptr<optim::LrSchedule> schedule;
   std::unique_ptr<BatchMixing> mixing;
-  std::unique_ptr<ModelEma> ema;  // --model-ema
+  std::unique_ptr<TrainStep> train_step;  // over the parts above, once the logs are open
+  std::unique_ptr<optim::ModelEma> ema;  // --model-ema
   std::unique_ptr<Timeline> timeline;  // --timeline: this rank's
   std::unique_ptr<StragglerWatch> stragglers;  // the step's phase hook, passing phases on to the timeline
   std::vector<std::string> hosts;              // each rank's, gathered when a straggler is first named
@@ -112,10 +114,10 @@ struct Trainer::State {
   void print_banner() const;
   void print_hints(std::ostream& out) const;
 
-  // The arithmetic the step runs in, as bench-peak names it: amp_dtype()'s, or "fp32" without --amp.
+  // The arithmetic the step runs in, as bench-peak names it: optim::amp_dtype()'s, or "fp32" without --amp.
   std::string precision() const {
     if (!options.amp()) return "fp32";
-    return amp_dtype(device) == at::kHalf ? "fp16" : "bf16";
+    return optim::amp_dtype(device) == at::kHalf ? "fp16" : "bf16";
   }
   ModelRate model_rate(double images_per_s) const;
 
@@ -135,33 +137,25 @@ struct Trainer::State {
     for (auto& observer : options.observers()) tell(*observer);
   }
 
-  // Cross-entropy against class indices or soft (mixed) targets, with --label-smoothing.
-  at::Tensor criterion(const at::Tensor& logits, const at::Tensor& targets) const;
-  std::pair<at::Tensor, at::Tensor> to_device(const data::Batch& batch) const;
+  // Where the next step stands, for train_step.
+  StepPosition position() const {
+    StepPosition at;
+    at.epoch = epoch;
+    at.step_in_epoch = step_in_epoch;
+    at.number = global_step() + 1;
+    at.accum_steps = accum_steps;
+    at.rank = comm->rank();
+    at.world_size = comm->size();
+    return at;
+  }
 
   // trainer_step.cpp.
-  // `loss` is the logits' (what the metrics report); `objective`, what backward differentiates,
-  // adds the auxiliary classifiers' weighted losses (GoogLeNet, Inception v3).
-  struct Forward {
-    at::Tensor logits, loss, objective;
-  };
-  // The training forward pass and losses, in the precision --amp asks for: bf16 autocast on the
-  // CPU, fp16 on CUDA. The losses are computed in float32 outside autocast. `targets`: class
-  // indices, or soft targets [N, classes] of a mixed batch.
-  Forward train_forward(const at::Tensor& images, const at::Tensor& targets);
-  // --mixup-alpha, --cutmix-alpha: mixes micro-batch `k` of this step in place and returns its soft
-  // targets. The draws depend on (seed, epoch, step, micro-batch, rank) only, so a resumed run
-  // draws what an uninterrupted one would.
-  at::Tensor mix(at::Tensor& images, const at::Tensor& labels, int64_t k) const;
   // One optimizer step over the next accum_steps micro-batches of `batches` (fewer at the epoch's
   // end); returns the step's sums over all ranks, or nothing when the loader had none left.
   std::optional<MetricSums> step(data::DevicePrefetcher& batches);
   // Trains one epoch from step_in_epoch on; returns false when max_steps stopped it early.
   // `skipped` gets this rank's bad images of the pass.
   bool train_epoch(MetricSums& sums, std::vector<data::SkippedSample>& skipped);
-  // After a backward that reduced: its buckets' all-reduces on the timeline's communication track,
-  // and the wait for them after backward's compute on the training track.
-  void trace_reduction(int64_t at_step);
   // Who hears of each step's phases: the straggler watch, which tells the timeline.
   StepPhaseHook* phase_hook() const {
     return stragglers ? static_cast<StepPhaseHook*>(stragglers.get()) : timeline.get();

@@ -1,51 +1,23 @@
-// The training steps of an epoch (trainer_state.h): each micro-batch's forward and backward,
-// the reduced gradients' update, the step's sums over the ranks, and what is reported of it.
+// The training steps of an epoch (trainer_state.h): each step's micro-batches, its TrainStep
+// (train_step.h), the step's sums over the ranks, and what is reported of it.
 #include "trainer_state.h"
 
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <cmath>
 #include <optional>
 #include <string>
-#include <tuple>
 #include <vector>
 
 #include "dptrain/common/error.h"
 #include "dptrain/common/host_name.h"
-#include "dptrain/compat/compat.h"
 #include "dptrain/dist/all_gather_strings.h"
 
 namespace dpt::train {
 
-Trainer::State::Forward Trainer::State::train_forward(const at::Tensor& images, const at::Tensor& targets) {
-  at::Tensor logits;
-  std::vector<models::AuxiliaryLogits> auxiliary;
-  {
-    compat::AutocastGuard autocast(device.type(), amp_dtype(device), options.amp());
-    logits = style->forward(images);
-    // Every style's training forward runs this process's model (--mode dp refuses heads).
-    auxiliary = model->take_auxiliary_logits();
-  }
-  logits = logits.to(at::kFloat);
-  auto loss = criterion(logits, targets);
-  auto objective = loss;
-  for (const auto& head : auxiliary) {
-    objective = objective + head.loss_weight * criterion(head.logits.to(at::kFloat), targets);
-  }
-  return {logits, loss, objective};
-}
-
-at::Tensor Trainer::State::mix(at::Tensor& images, const at::Tensor& labels, int64_t k) const {
-  constexpr uint64_t kMixingStream = 0x6d6978696e67;  // apart from the per-sample crop streams
-  data::SampleRng rng(options.seed() ^ kMixingStream, epoch,
-                      (step_in_epoch * accum_steps + k) * comm->size() + comm->rank());
-  return mixing->apply(images, labels, mixing->draw(rng, images.size(2), images.size(3)));
-}
-
 std::optional<MetricSums> Trainer::State::step(data::DevicePrefetcher& batches) {
   const auto step_began = Clock::now();
-  const int64_t at_step = global_step() + 1;  // steps count from 1 in logs and messages
+  const StepPosition at = position();
   StepPhaseHook* phases = phase_hook();
   std::vector<data::Batch> micro_batches;
   while (static_cast<int64_t>(micro_batches.size()) < accum_steps) {
@@ -54,81 +26,25 @@ std::optional<MetricSums> Trainer::State::step(data::DevicePrefetcher& batches) 
     micro_batches.push_back(std::move(*batch));
   }
   if (micro_batches.empty()) return std::nullopt;  // (no step: nothing to trace)
-  if (phases != nullptr) phases->on_phase(StepPhase::Data, step_began, Clock::now(), at_step);
-  int64_t step_samples = 0;
-  for (const auto& batch : micro_batches) step_samples += batch.labels.size(0);
-  comm->flight_recorder().set_step(at_step);
-  set_lr(*optimizer, schedule->lr_at(global_step()));
-  style->zero_grad();
-  MetricSums local;
-  for (size_t k = 0; k < micro_batches.size(); ++k) {
-    at::Tensor images, labels, targets;
-    {
-      StepPhaseTimer copying(phases, StepPhase::CopyToDevice, at_step);
-      std::tie(images, labels) = to_device(micro_batches[k]);
-      targets = mixing->enabled() ? mix(images, labels, static_cast<int64_t>(k)) : labels;
-    }
-    Forward forward;
-    {
-      StepPhaseTimer forwarding(phases, StepPhase::Forward, at_step);
-      forward = train_forward(images, targets);
-    }
-    // Each micro-batch's mean loss weighted by its share of the step's samples: the gradient of the
-    // whole step's mean loss, as if its micro-batches were one batch.
-    const at::Tensor step_loss =
-        micro_batches.size() == 1
-            ? forward.objective
-            : forward.objective * (static_cast<double>(labels.size(0)) / static_cast<double>(step_samples));
-    const bool reduce = k + 1 == micro_batches.size();
-    {
-      StepPhaseTimer backward(phases, StepPhase::Backward, at_step);
-      style->backward(scaler->scale(step_loss), reduce);
-    }
-    if (reduce) trace_reduction(at_step);
-    // A mixed sample counts as its larger class, as torchvision's accuracy takes it.
-    local.add(forward.logits.detach(), mixing->enabled() ? targets.argmax(1) : labels, forward.loss.item<double>());
-  }
-  {
-    StepPhaseTimer synchronizing(phases, StepPhase::Synchronize, at_step);
-    style->synchronize();
-  }
+  if (phases != nullptr) phases->on_phase(StepPhase::Data, step_began, Clock::now(), at.number);
+  comm->flight_recorder().set_step(at.number);
+  optim::set_lr(*optimizer, schedule->lr_at(global_step()));
+  MetricSums local = train_step->forward_backward(micro_batches, at);
   local.stop_votes = stop_vote();
   local.skipped_images = batches.skipped_count() - skipped_stepped;
   skipped_stepped += local.skipped_images;
-  if (stragglers) local.rank_rows = stragglers->rows_to_send(at_step);
-  StepPhaseTimer reducing_metrics(phases, StepPhase::MetricsAllReduce, at_step);
+  if (stragglers) local.rank_rows = stragglers->rows_to_send(at.number);
+  StepPhaseTimer reducing_metrics(phases, StepPhase::MetricsAllReduce, at.number);
   MetricSums all = ranks().sum(local);
   reducing_metrics.stop();
   if (stragglers && !all.rank_rows.empty()) {
-    const auto slow = stragglers->judge(all.rank_rows, at_step);
-    notify([&](TrainObserver& o) { o.on_rank_busy(at_step, stragglers->last_busy_ms()); });
+    const auto slow = stragglers->judge(all.rank_rows, at.number);
+    notify([&](TrainObserver& o) { o.on_rank_busy(at.number, stragglers->last_busy_ms()); });
     if (slow) report_straggler(*slow);
   }
-  // NaN or inf on any rank makes the summed loss non-finite on every rank, so all ranks decide
-  // alike. The scaler skips such steps; without it, continuing would spread NaN into the weights.
-  if (!scaler->is_enabled()) {
-    DPT_CHECK(std::isfinite(all.loss_sum), Error, "rank ", comm->rank(), ": the loss is not finite at step ",
-              at_step, " (epoch ", epoch + 1, ", step ", step_in_epoch + 1,
-              "); lower --lr or lengthen --warmup-epochs");
-  }
-  StepPhaseTimer stepping(phases, StepPhase::Optimizer, at_step);
-  if (!style->applies_update()) {
-    if (const auto max_norm = options.optimizer().clip_grad_norm()) {
-      // On the reduced gradients, so every rank clips alike; unscaled first, as torchvision does.
-      scaler->unscale_(*optimizer);
-      style->clip_grad_norm(*max_norm);
-    }
-    scaler->step(*optimizer);
-    scaler->update();
-  }
-  if (ema && step_in_epoch % options.model_ema()->steps() == 0) {
-    ema->update(*model);
-    // During warm-up the average keeps copying the weights, as torchvision's recipe does.
-    if (epoch < options.schedule().warmup_epochs()) ema->reset();
-  }
-  stepping.stop();
+  train_step->update(all, at);
   if (timeline) {
-    timeline->add(Timeline::Track::Training, "step", step_began, Clock::now(), {{"step", at_step}});
+    timeline->add(Timeline::Track::Training, "step", step_began, Clock::now(), {{"step", at.number}});
     timeline->flush();
   }
   ++step_in_epoch;
@@ -221,22 +137,6 @@ bool Trainer::State::periodic_checkpoint_due() {
     time_due = flag.cpu().item<int>() != 0;
   }
   return steps_due || time_due;
-}
-
-void Trainer::State::trace_reduction(int64_t at_step) {
-  const Reducer* reducer = style->reducer();
-  if (reducer == nullptr) return;
-  const ReductionTimes times = reducer->last_reduction();
-  if (timeline) {
-    for (size_t b = 0; b < times.buckets.size(); ++b) {
-      const auto& bucket = times.buckets[b];
-      timeline->add(Timeline::Track::Communication, str("bucket ", b), bucket.launched, bucket.completed,
-                    {{"step", at_step}, {"bytes", bucket.bytes}});
-    }
-  }
-  if (StepPhaseHook* phases = phase_hook()) {
-    phases->on_phase(StepPhase::WaitForCommunication, times.wait_began, times.finished, at_step);
-  }
 }
 
 }  // namespace dpt::train

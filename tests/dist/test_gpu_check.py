@@ -1,6 +1,7 @@
 """scripts/gpu-check on a machine without a GPU: it says so and exits 2 within seconds, having
 built nothing; and before that it refuses an --only name that is none of its steps, so that a
-misspelt rerun does not spend a lease's minutes on nothing."""
+misspelt rerun does not spend a lease's minutes on nothing. And scripts/gtest-no-skips, through
+which gpu-check runs the CUDA suite: a suite with a skipped test fails, naming it and why."""
 
 import os
 import shutil
@@ -10,6 +11,7 @@ import unittest
 from proc import run
 
 SCRIPT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "scripts", "gpu-check"))
+NO_SKIPS = os.path.join(os.path.dirname(SCRIPT), "gtest-no-skips")
 NO_GPU = "no CUDA GPU here"
 
 
@@ -44,6 +46,40 @@ class GpuCheckWithoutAGpu(unittest.TestCase):
                 self.assertEqual(code, 2)
                 self.assertIn(f"--only {wrong}: no such step", err)
                 self.assertNotIn(NO_GPU, out)
+
+
+# What a gtest binary prints, less the timing lines, for a run with `results`: (name, outcome, reason).
+def fake_gtest(results, exit_code):
+    lines = ["[==========] Running %d tests from 1 test suite." % len(results)]
+    for name, outcome, reason in results:
+        lines.append("[ RUN      ] " + name)
+        if reason:
+            lines.append("tests/unit/dist/nccl_communicator_test.cpp:45: Skipped")
+            lines.append(reason)
+        lines.append("[%s] %s (1 ms)" % ({"ok": "       OK ", "skipped": "  SKIPPED ", "failed": "  FAILED  "}[outcome],
+                                        name))
+    lines.append("[  PASSED  ] %d tests." % sum(outcome == "ok" for _, outcome, _ in results))
+    text = "\n".join(lines) + "\n"
+    return ["bash", "-c", 'printf "%s" "$1"; exit "$2"', "gtest", text, str(exit_code)]
+
+
+class GtestNoSkips(unittest.TestCase):
+    NCCL = "NcclCommunicator.EveryCollectiveOnTheVisibleGpusGivesTheSumOverRanks_CUDA"
+
+    def test_a_skipped_test_fails_the_run_naming_it_and_why(self):
+        reason = "one visible GPU: NCCL's collectives need two ranks on two GPUs to be proven, so none was"
+        code, out, err = run([NO_SKIPS, *fake_gtest([("BackendChoice.Auto_CUDA", "ok", None),
+                                                     (self.NCCL, "skipped", reason)], 0)], timeout=30)
+        self.assertEqual(code, 3, out + err)
+        self.assertIn("1 test(s) skipped, so this run proves nothing of them", out)
+        self.assertIn(f"  {self.NCCL}: {reason}", out)
+
+    def test_a_run_without_skips_passes_and_a_failure_keeps_its_status(self):
+        code, out, err = run([NO_SKIPS, *fake_gtest([(self.NCCL, "ok", None)], 0)], timeout=30)
+        self.assertEqual(code, 0, out + err)
+        self.assertIn("[       OK ] " + self.NCCL, out)  # the program's output passes through
+        code, out, err = run([NO_SKIPS, *fake_gtest([(self.NCCL, "failed", None)], 1)], timeout=30)
+        self.assertEqual(code, 1, out + err)
 
 
 if __name__ == "__main__":

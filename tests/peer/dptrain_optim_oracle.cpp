@@ -22,9 +22,10 @@
 #include "dptrain/models.h"
 #include "dptrain/train/checkpoint/checkpoint_file.h"
 #include "dptrain/train/checkpoint/optimizer_state.h"
-#include "dptrain/train/optimizer.h"
+#include "dptrain/optim/optimizer.h"
 
 namespace models = dpt::models;
+namespace optim = dpt::optim;
 namespace train = dpt::train;
 
 namespace {
@@ -33,21 +34,21 @@ struct Flags {
   std::string dir, arch, opt = "sgd";
   int64_t image_size = 32;
   double lr = 0.1;
-  train::OptimizerOptions options;
+  optim::OptimizerOptions options;
 };
 
 int run(Flags& flags) {
-  flags.options.kind(train::parse_optimizer_kind(flags.opt));
+  flags.options.kind(optim::parse_optimizer_kind(flags.opt));
   const auto& options = flags.options;
   auto model = models::create(flags.arch, models::ClassifierOptions().num_classes(10).image_size(flags.image_size));
   models::load_state_dict(*model, models::read_state_dict(flags.dir + "/initial.pt"));
-  for (const auto& group : train::weight_decay_groups(*model, options)) {
+  for (const auto& group : optim::weight_decay_groups(*model, options)) {
     std::cout << group.weight_decay;
     for (const auto& name : group.parameter_names) std::cout << " " << name;
     std::cout << "\n";
   }
   const auto grads = models::read_state_dict(flags.dir + "/grads.pt");
-  auto optimizer = train::make_optimizer(*model, options, flags.lr);
+  auto optimizer = optim::make_optimizer(*model, options, flags.lr);
   const int64_t steps = grads[model->named_parameters().begin()->key()].size(0);
   for (int64_t step = 0; step < steps; ++step) {
     for (auto& param : model->named_parameters()) param.value().mutable_grad() = grads[param.key()][step].clone();

@@ -31,9 +31,9 @@
 #include "dptrain/models/multiply_adds.h"
 #include "dptrain/models/operation_counts.h"
 #include "dptrain/models/registry.h"
-#include "dptrain/train/amp.h"
-#include "dptrain/train/grad_scaler.h"
-#include "dptrain/train/optimizer.h"
+#include "dptrain/optim/amp.h"
+#include "dptrain/optim/grad_scaler.h"
+#include "dptrain/optim/optimizer.h"
 
 namespace dpt::cli {
 
@@ -86,16 +86,16 @@ StepTimes time_steps(models::Classifier& model, const BenchModelsFlags& flags, c
   }
   model->train();
   std::shared_ptr<torch::optim::Optimizer> optimizer;
-  if (flags.sgd) optimizer = train::make_optimizer(*model, train::OptimizerOptions(), /*lr=*/0.1);
+  if (flags.sgd) optimizer = optim::make_optimizer(*model, optim::OptimizerOptions(), /*lr=*/0.1);
   // As `dptrain train`: fp16 on a GPU needs loss scaling, bf16 on the CPU does not.
-  train::GradScaler scaler(train::GradScalerOptions().enabled(flags.amp && train::amp_needs_loss_scaling(device)));
+  optim::GradScaler scaler(optim::GradScalerOptions().enabled(flags.amp && optim::amp_needs_loss_scaling(device)));
   // One step; the update's milliseconds go to `update_ms` where given, the phases' ends to `phases`.
   const auto step = [&](std::vector<double>* update_ms, DevicePhases* phases) {
     if (phases) phases->start();
     model->zero_grad(/*set_to_none=*/true);
     at::Tensor logits;
     {
-      compat::AutocastGuard autocast(device.type(), train::amp_dtype(device), flags.amp);
+      compat::AutocastGuard autocast(device.type(), optim::amp_dtype(device), flags.amp);
       logits = model(images);
     }
     const auto loss = torch::nn::functional::cross_entropy(logits.to(at::kFloat), labels);

@@ -26,7 +26,7 @@ train::TrainOptions command_line_options();
 // named "--arch" (`dptrain eval` asks whether it was given).
 void add_run_flags(CLI::App& app, train::TrainOptions& options);
 
-// A flag whose text the library parses into `target` (train::parse_lr_decay, parse_parallel_mode);
+// A flag whose text the library parses into `target` (optim::parse_lr_decay, parse_parallel_mode);
 // the parser's ConfigError, which names the accepted values, becomes the command line's error.
 // An optional target (unset: a default decided later, e.g. the model's) shows no default.
 template <typename T, typename Target>

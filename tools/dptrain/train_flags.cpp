@@ -4,7 +4,7 @@
 
 #include "dptrain/common/error.h"
 #include "dptrain/dist/init_method.h"
-#include "dptrain/train/optimizer.h"
+#include "dptrain/optim/optimizer.h"
 #include "dptrain/train/style_traits.h"
 #include "number_bounds.h"
 
@@ -12,7 +12,7 @@ namespace dpt::cli {
 
 namespace {
 
-void add_schedule_flags(CLI::App& app, train::LrScheduleOptions& lr) {
+void add_schedule_flags(CLI::App& app, optim::LrScheduleOptions& lr) {
   app.add_option("--lr", lr.base_lr(), "base learning rate for a global batch of 256")
       ->check(above(0))
       ->capture_default_str();
@@ -21,17 +21,17 @@ void add_schedule_flags(CLI::App& app, train::LrScheduleOptions& lr) {
   app.add_option("--warmup-epochs,--lr-warmup-epochs", lr.warmup_epochs(), "warm-up length")
       ->check(at_least(0))
       ->capture_default_str();
-  add_parsed_option(app, "--lr-warmup-method", lr.warmup_method(), train::parse_warmup_method,
+  add_parsed_option(app, "--lr-warmup-method", lr.warmup_method(), optim::parse_warmup_method,
                     "linear (from the start rate to the peak) or constant (the start rate, then the peak)");
   app.add_option("--lr-warmup-decay", lr.warmup_decay(), "warm-up start rate as a fraction of the peak")
       ->check(within(0, 1));
-  add_parsed_option(app, "--lr-schedule", lr.decay(), train::parse_lr_decay,
+  add_parsed_option(app, "--lr-schedule", lr.decay(), optim::parse_lr_decay,
                     "step, multistep, cosine, exponential or none");
   app.add_option_function<std::string>(
       "--lr-scheduler",
       [&lr](const std::string& name) {
         try {
-          lr.decay(train::parse_torchvision_lr_scheduler(name)).per_epoch(true);
+          lr.decay(optim::parse_torchvision_lr_scheduler(name)).per_epoch(true);
         } catch (const ConfigError& e) {
           throw CLI::ValidationError("--lr-scheduler", e.what());
         }
@@ -50,8 +50,8 @@ void add_schedule_flags(CLI::App& app, train::LrScheduleOptions& lr) {
   app.add_option("--lr-min", lr.min_lr(), "cosine: the final rate")->check(at_least(0))->capture_default_str();
 }
 
-void add_optimizer_flags(CLI::App& app, train::OptimizerOptions& opt, OptionalFlags<train::ModelEmaOptions>& ema) {
-  add_parsed_option(app, "--opt", opt.kind(), train::parse_optimizer_kind, "sgd, sgd_nesterov, rmsprop or adamw");
+void add_optimizer_flags(CLI::App& app, optim::OptimizerOptions& opt, OptionalFlags<optim::ModelEmaOptions>& ema) {
+  add_parsed_option(app, "--opt", opt.kind(), optim::parse_optimizer_kind, "sgd, sgd_nesterov, rmsprop or adamw");
   app.add_option("--momentum", opt.momentum(), "SGD's and RMSprop's momentum")
       ->check(at_least(0))
       ->capture_default_str();

@@ -33,7 +33,7 @@ struct SwitchedFlags {
   explicit SwitchedFlags(train::TrainOptions& options)
       : model_ema(options.model_ema()), auto_augment(options.data().auto_augment()) {}
 
-  OptionalFlags<train::ModelEmaOptions> model_ema;
+  OptionalFlags<optim::ModelEmaOptions> model_ema;
   OptionalFlags<data::AutoAugmentOptions> auto_augment;
   bool ra_sampler = false;
   int64_t ra_reps = 3;

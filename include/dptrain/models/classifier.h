@@ -26,7 +26,7 @@
 #include <torch/nn/pimpl.h>
 
 #include "dptrain/models/layers.h"
-#include "dptrain/parallel/norm_layer_holder.h"
+#include "dptrain/models/norm_layer_holder.h"
 
 namespace dpt::models {
 

@@ -25,7 +25,7 @@
 #include <torch/nn/modules/pooling.h>
 #include <torch/nn/pimpl.h>
 
-#include "dptrain/parallel/norm_layer_holder.h"
+#include "dptrain/models/norm_layer_holder.h"
 
 namespace dpt::models {
 

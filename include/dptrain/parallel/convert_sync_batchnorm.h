@@ -33,7 +33,7 @@
 #include <torch/nn/module.h>
 
 #include "dptrain/dist/communicator.h"
-#include "dptrain/parallel/norm_layer_holder.h"
+#include "dptrain/models/norm_layer_holder.h"
 
 namespace dpt {
 

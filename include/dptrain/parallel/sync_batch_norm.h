@@ -43,7 +43,7 @@
 #include <torch/nn/pimpl.h>
 
 #include "dptrain/dist/communicator.h"
-#include "dptrain/parallel/norm_layer_holder.h"
+#include "dptrain/models/norm_layer_holder.h"
 
 namespace dpt {
 

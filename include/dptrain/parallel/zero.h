@@ -47,7 +47,8 @@ class ZeroRedundancyOptimizer : public ShardedOptimizer {
                           const LocalOptimizerFactory& make_local);
 
   // Every rank holds the whole averaged gradient: clips it here, as clip_grad_norm_ over the
-  // parameters does, without a collective.
+  // parameters does, without a collective, summing the norm in the order of the groups (which may
+  // differ from a model's own order in the last bits).
   double clip_grad_norm(double max_norm) override;
   bool holds_whole_gradients() const override { return true; }
   std::string describe() const override { return "ZeRO-1: each process keeps its shard's state"; }

@@ -28,9 +28,9 @@
 #include "dptrain/parallel/ps/options.h"
 #include "dptrain/parallel/reducer.h"
 #include "dptrain/train/batch_mixing.h"
-#include "dptrain/train/lr_schedule.h"
-#include "dptrain/train/model_ema.h"
-#include "dptrain/train/optimizer.h"
+#include "dptrain/optim/lr_schedule.h"
+#include "dptrain/optim/model_ema.h"
+#include "dptrain/optim/optimizer.h"
 #include "dptrain/train/straggler_watch.h"
 #include "dptrain/train/logs/observers.h"
 #include "dptrain/train/logs/report.h"
@@ -182,13 +182,13 @@ struct TrainOptions {
   // The learning rate: base_lr for a global batch of reference_batch (linear scaling; unset: the
   // rate as given), warm-up and decay. The trainer sets global_batch (batch_size x world size) and
   // epochs (those above) itself.
-  TORCH_ARG(LrScheduleOptions, schedule) = LrScheduleOptions(0.1);
+  TORCH_ARG(optim::LrScheduleOptions, schedule) = optim::LrScheduleOptions(0.1);
   // The optimizer and its parameter groups; its rate is the schedule's.
-  TORCH_ARG(OptimizerOptions, optimizer) = {};
+  TORCH_ARG(optim::OptimizerOptions, optimizer) = {};
   TORCH_ARG(LossOptions, loss) = {};
   // An exponential moving average of the weights, validated after each epoch beside the model and
   // checkpointed as "model_ema". Unset: none.
-  TORCH_ARG(std::optional<ModelEmaOptions>, model_ema) = std::nullopt;
+  TORCH_ARG(std::optional<optim::ModelEmaOptions>, model_ema) = std::nullopt;
   TORCH_ARG(CheckpointOptions, checkpoint) = {};
   TORCH_ARG(ParallelOptions, parallel) = {};
 

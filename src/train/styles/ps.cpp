@@ -40,7 +40,7 @@ class PsStyle : public ParallelStyle {
   }
   at::Tensor forward(const at::Tensor& images) override { return model_->forward(images); }
   void backward(const at::Tensor& loss, bool reduce) override {
-    // Every group holds the schedule's rate (set_lr): the first one's is the step's.
+    // Every group holds the schedule's rate (optim::set_lr): the first one's is the step's.
     if (reduce) client_.prepare_for_backward(optimizer_->param_groups().front().options().get_lr(), ++pushes_);
     loss.backward();
   }
@@ -108,8 +108,8 @@ class PsKind : public StyleKind {
     return StyleKind::refusal(flag);
   }
   void check(const TrainOptions& options) const override {
-    const OptimizerKind kind = options.optimizer().kind();
-    DPT_CHECK(kind == OptimizerKind::Sgd || kind == OptimizerKind::SgdNesterov, ConfigError,
+    const optim::OptimizerKind kind = options.optimizer().kind();
+    DPT_CHECK(kind == optim::OptimizerKind::Sgd || kind == optim::OptimizerKind::SgdNesterov, ConfigError,
               "--mode ps runs SGD on the servers; --opt ", to_string(kind), " is not supported there (use sgd or ",
               "sgd_nesterov)");
   }
@@ -135,9 +135,9 @@ const StyleKind& ps_style_kind() {
   return kind;
 }
 
-std::vector<ps::ServedParameter> served_parameters(const torch::nn::Module& model, const OptimizerOptions& options) {
+std::vector<ps::ServedParameter> served_parameters(const torch::nn::Module& model, const optim::OptimizerOptions& options) {
   std::map<std::string, double> weight_decay;
-  for (const auto& group : weight_decay_groups(model, options)) {
+  for (const auto& group : optim::weight_decay_groups(model, options)) {
     for (const auto& name : group.parameter_names) weight_decay[name] = group.weight_decay;
   }
   std::vector<ps::ServedParameter> served;
@@ -148,8 +148,8 @@ std::vector<ps::ServedParameter> served_parameters(const torch::nn::Module& mode
 }
 
 ps::SgdRule ps_sgd_rule(const TrainOptions& options) {
-  const OptimizerOptions& o = options.optimizer();
-  return ps::SgdRule().momentum(o.momentum()).nesterov(o.kind() == OptimizerKind::SgdNesterov);
+  const optim::OptimizerOptions& o = options.optimizer();
+  return ps::SgdRule().momentum(o.momentum()).nesterov(o.kind() == optim::OptimizerKind::SgdNesterov);
 }
 
 ps::PsOptions ps_options(const TrainOptions& options) {

@@ -12,12 +12,16 @@
 #include "dptrain/train/checkpoint/checkpoint_file.h"
 #include "dptrain/train/checkpoint/optimizer_state.h"
 #include "dptrain/train/checkpoint/training_checkpoint.h"
-#include "dptrain/train/lr_schedule.h"
-#include "dptrain/train/optimizer.h"
+#include "dptrain/optim/lr_schedule.h"
+#include "dptrain/optim/optimizer.h"
 #include "support/temp_dir.h"
 #include "support/tiny_training.h"
 
 using namespace dpt::train;
+using dpt::optim::make_optimizer;
+using dpt::optim::OptimizerKind;
+using dpt::optim::OptimizerOptions;
+using dpt::optim::set_lr;
 
 namespace {
 

@@ -1,4 +1,4 @@
-#include "dptrain/train/lr_schedule.h"
+#include "dptrain/optim/lr_schedule.h"
 
 #include <algorithm>
 #include <cmath>
@@ -6,7 +6,7 @@
 #include "dptrain/common/error.h"
 #include "dptrain/common/text.h"
 
-namespace dpt::train {
+namespace dpt::optim {
 
 LrDecay parse_lr_decay(const std::string& name) {
   if (name == "none") return LrDecay::None;
@@ -144,4 +144,4 @@ void set_lr(torch::optim::Optimizer& optimizer, double lr) {
   for (auto& group : optimizer.param_groups()) group.options().set_lr(lr);
 }
 
-}  // namespace dpt::train
+}  // namespace dpt::optim

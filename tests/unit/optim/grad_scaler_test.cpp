@@ -14,13 +14,13 @@
 
 #include "dptrain/common/error.h"
 #include "dptrain/compat/compat.h"
-#include "dptrain/train/fused_sgd.h"
-#include "dptrain/train/grad_scaler.h"
+#include "dptrain/optim/fused_sgd.h"
+#include "dptrain/optim/grad_scaler.h"
 #include "support/thread_ranks.h"
 #include "support/tiny_training.h"
 
-using dpt::train::GradScaler;
-using dpt::train::GradScalerOptions;
+using dpt::optim::GradScaler;
+using dpt::optim::GradScalerOptions;
 
 namespace {
 
@@ -221,7 +221,7 @@ void expect_torch_amp_sequence() {
 #if defined(DPTRAIN_WITH_CUDA)
   // With FusedSGD the whole iteration stays on the GPU once the scale is there (the first one
   // copies it over).
-  const bool on_the_device = std::is_same_v<Sgd, dpt::train::FusedSGD> && dpt::compat::has_fused_sgd();
+  const bool on_the_device = std::is_same_v<Sgd, dpt::optim::FusedSGD> && dpt::compat::has_fused_sgd();
 #endif
   float weight = 0.125f;
   for (int i = 0; i < 8; ++i) {
@@ -254,5 +254,5 @@ void expect_torch_amp_sequence() {
 TEST(GradScaler, HalfGradientsOverflowAndBackOffAsTorchAmp_CUDA) {
   if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
   expect_torch_amp_sequence<torch::optim::SGD>();
-  expect_torch_amp_sequence<dpt::train::FusedSGD>();
+  expect_torch_amp_sequence<dpt::optim::FusedSGD>();
 }

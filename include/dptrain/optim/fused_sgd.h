@@ -1,7 +1,7 @@
 #pragma once
 // torch::optim::SGD with each parameter's update in one pass over memory:
 //
-//   auto optimizer = std::make_shared<dpt::train::FusedSGD>(model->parameters(),
+//   auto optimizer = std::make_shared<dpt::optim::FusedSGD>(model->parameters(),
 //                                                          torch::optim::SGDOptions(0.1).momentum(0.9));
 //
 // LibTorch's step makes four passes per parameter (the decayed gradient into a fresh temporary,
@@ -18,7 +18,7 @@
 
 #include <torch/optim/sgd.h>
 
-namespace dpt::train {
+namespace dpt::optim {
 
 class FusedSGD : public torch::optim::SGD {
  public:
@@ -36,4 +36,4 @@ class FusedSGD : public torch::optim::SGD {
   bool step_unless_found_inf(const at::Tensor& found_inf);
 };
 
-}  // namespace dpt::train
+}  // namespace dpt::optim

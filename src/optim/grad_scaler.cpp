@@ -1,4 +1,4 @@
-#include "dptrain/train/grad_scaler.h"
+#include "dptrain/optim/grad_scaler.h"
 
 #include <algorithm>
 #include <cmath>
@@ -9,9 +9,9 @@
 #include <torch/utils.h>
 
 #include "dptrain/common/error.h"
-#include "dptrain/train/fused_sgd.h"
+#include "dptrain/optim/fused_sgd.h"
 
-namespace dpt::train {
+namespace dpt::optim {
 
 GradScaler::GradScaler(GradScalerOptions options, std::shared_ptr<dist::Communicator> comm)
     : options_(std::move(options)),
@@ -193,4 +193,4 @@ void GradScaler::load_state_dict(const c10::impl::GenericDict& state) {
   this_iteration_.clear();
 }
 
-}  // namespace dpt::train
+}  // namespace dpt::optim

@@ -1,4 +1,4 @@
-#include "dptrain/train/fused_sgd.h"
+#include "dptrain/optim/fused_sgd.h"
 
 #include <gtest/gtest.h>
 
@@ -9,7 +9,7 @@
 
 #include "dptrain/compat/compat.h"
 
-using dpt::train::FusedSGD;
+using dpt::optim::FusedSGD;
 
 namespace {
 

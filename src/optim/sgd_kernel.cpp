@@ -2,7 +2,7 @@
 
 #include <cmath>
 
-namespace dpt::train {
+namespace dpt::optim {
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #define DPT_SGD_TARGET __attribute__((target("avx2,fma")))
@@ -70,4 +70,4 @@ void sgd_update_fused(float* param, const float* grad, float* buffer, int64_t n,
   update(param, grad, buffer, n, step);
 }
 
-}  // namespace dpt::train
+}  // namespace dpt::optim

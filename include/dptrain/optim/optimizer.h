@@ -3,9 +3,9 @@
 // `--opt`), built over parameter groups as its set_weight_decay builds them, so that a recipe's
 // flags give the same groups, hyper-parameters and steps as in Python:
 //
-//   auto options = dpt::train::OptimizerOptions().kind(dpt::train::OptimizerKind::AdamW)
+//   auto options = dpt::optim::OptimizerOptions().kind(dpt::optim::OptimizerKind::AdamW)
 //                      .weight_decay(0.05).norm_weight_decay(0.0);
-//   auto optimizer = dpt::train::make_optimizer(*model, options, /*lr=*/1e-3);
+//   auto optimizer = dpt::optim::make_optimizer(*model, options, /*lr=*/1e-3);
 //
 //   sgd            torch.optim.SGD(momentum, weight_decay)
 //   sgd_nesterov   the same with nesterov=True
@@ -21,7 +21,7 @@
 #include <torch/nn/module.h>
 #include <torch/optim/optimizer.h>
 
-namespace dpt::train {
+namespace dpt::optim {
 
 enum class OptimizerKind { Sgd, SgdNesterov, RmsProp, AdamW };
 
@@ -71,4 +71,4 @@ std::vector<torch::optim::OptimizerParamGroup> optimizer_param_groups(const torc
 std::shared_ptr<torch::optim::Optimizer> make_optimizer(std::vector<torch::optim::OptimizerParamGroup> groups,
                                                         const OptimizerOptions& options, double lr);
 
-}  // namespace dpt::train
+}  // namespace dpt::optim

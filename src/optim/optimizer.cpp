@@ -1,4 +1,4 @@
-#include "dptrain/train/optimizer.h"
+#include "dptrain/optim/optimizer.h"
 
 #include <algorithm>
 #include <memory>
@@ -17,9 +17,9 @@
 #include "dptrain/compat/compat.h"
 #include "dptrain/models/layers.h"
 #include "dptrain/parallel/sync_batch_norm.h"
-#include "dptrain/train/fused_sgd.h"
+#include "dptrain/optim/fused_sgd.h"
 
-namespace dpt::train {
+namespace dpt::optim {
 
 namespace {
 
@@ -137,4 +137,4 @@ std::shared_ptr<torch::optim::Optimizer> make_optimizer(const torch::nn::Module&
   return make_optimizer(optimizer_param_groups(model, options, lr), options, lr);
 }
 
-}  // namespace dpt::train
+}  // namespace dpt::optim

@@ -6,12 +6,12 @@
 #include <vector>
 
 #include "dptrain/common/error.h"
-#include "dptrain/train/lr_schedule.h"
+#include "dptrain/optim/lr_schedule.h"
 #include "support/python_oracle.h"
 
-using dpt::train::LrDecay;
-using dpt::train::LrSchedule;
-using dpt::train::LrScheduleOptions;
+using dpt::optim::LrDecay;
+using dpt::optim::LrSchedule;
+using dpt::optim::LrScheduleOptions;
 
 // The expected rates after warm-up come from Python PyTorch 1.13 (/usr/bin/python3): an SGD
 // optimizer with lr=0.4 (the scaled peak below) and the named scheduler, recording
@@ -113,9 +113,9 @@ TEST(LrSchedule, RejectsOptionsThatCannotWork) {
   EXPECT_THROW(LrSchedule(goyal(LrDecay::MultiStep).milestones({5, 3}), 10), dpt::ConfigError);
   EXPECT_THROW(LrSchedule(goyal(LrDecay::Cosine).epochs(2), 10), dpt::ConfigError);
   EXPECT_THROW(LrSchedule(goyal(LrDecay::Step).step_epochs(0), 10), dpt::ConfigError);
-  EXPECT_EQ(dpt::train::parse_lr_decay("multistep"), LrDecay::MultiStep);
+  EXPECT_EQ(dpt::optim::parse_lr_decay("multistep"), LrDecay::MultiStep);
   try {
-    dpt::train::parse_lr_decay("linear");
+    dpt::optim::parse_lr_decay("linear");
     FAIL() << "no error";
   } catch (const dpt::ConfigError& e) {
     EXPECT_STREQ(e.what(),
@@ -129,7 +129,7 @@ TEST(LrSchedule, SetLrReachesEveryParamGroup) {
   torch::optim::SGD sgd({torch::optim::OptimizerParamGroup({a}),
                          torch::optim::OptimizerParamGroup({b})},
                         torch::optim::SGDOptions(1.0));
-  dpt::train::set_lr(sgd, 0.25);
+  dpt::optim::set_lr(sgd, 0.25);
   for (auto& group : sgd.param_groups()) EXPECT_EQ(group.options().get_lr(), 0.25);
 }
 
@@ -168,7 +168,7 @@ rates("steplr", 0, "linear", 0.01, step_size=5, gamma=0.5)
 
 constexpr int64_t kEpochSteps = 5;
 
-LrScheduleOptions torchvision(LrDecay decay, int64_t warmup, dpt::train::WarmupMethod method, double decay_factor) {
+LrScheduleOptions torchvision(LrDecay decay, int64_t warmup, dpt::optim::WarmupMethod method, double decay_factor) {
   return LrScheduleOptions(0.5)
       .reference_batch(std::nullopt)
       .per_epoch(true)
@@ -187,7 +187,7 @@ TEST(LrSchedule, PerEpochMatchesTorchvisionsSchedulers) {
   auto out = dpt::testing::run_python(kTorchvisionSchedules);
   if (!out) DPT_MISSING_DEPENDENCY(dpt::testing::oracle_missing("torch"));
   const auto expected = dpt::testing::parse_lines<double>(*out);
-  using dpt::train::WarmupMethod;
+  using dpt::optim::WarmupMethod;
   const std::vector<LrScheduleOptions> ours = {
       torchvision(LrDecay::Step, 2, WarmupMethod::Linear, 0.01).step_epochs(3).gamma(0.1),
       torchvision(LrDecay::Cosine, 3, WarmupMethod::Constant, 0.1).min_lr(1e-5),
@@ -208,14 +208,14 @@ TEST(LrSchedule, PerEpochMatchesTorchvisionsSchedulers) {
 }
 
 TEST(LrSchedule, TorchvisionNamesAndWarmupMethods) {
-  EXPECT_EQ(dpt::train::parse_torchvision_lr_scheduler("CosineAnnealingLR"), LrDecay::Cosine);
-  EXPECT_EQ(dpt::train::parse_torchvision_lr_scheduler("exponentiallr"), LrDecay::Exponential);
-  EXPECT_THROW(dpt::train::parse_torchvision_lr_scheduler("cosine"), dpt::ConfigError);
-  EXPECT_EQ(dpt::train::parse_warmup_method("constant"), dpt::train::WarmupMethod::Constant);
-  EXPECT_THROW(dpt::train::parse_warmup_method("cosine"), dpt::ConfigError);
+  EXPECT_EQ(dpt::optim::parse_torchvision_lr_scheduler("CosineAnnealingLR"), LrDecay::Cosine);
+  EXPECT_EQ(dpt::optim::parse_torchvision_lr_scheduler("exponentiallr"), LrDecay::Exponential);
+  EXPECT_THROW(dpt::optim::parse_torchvision_lr_scheduler("cosine"), dpt::ConfigError);
+  EXPECT_EQ(dpt::optim::parse_warmup_method("constant"), dpt::optim::WarmupMethod::Constant);
+  EXPECT_THROW(dpt::optim::parse_warmup_method("cosine"), dpt::ConfigError);
   // Per step, a constant warm-up holds the start rate until the peak.
   LrSchedule constant(LrScheduleOptions(0.4).reference_batch(std::nullopt).warmup_epochs(1).warmup_decay(0.25)
-                          .warmup_method(dpt::train::WarmupMethod::Constant).decay(LrDecay::None),
+                          .warmup_method(dpt::optim::WarmupMethod::Constant).decay(LrDecay::None),
                       kEpochSteps);
   EXPECT_DOUBLE_EQ(constant.lr_at(kEpochSteps - 1), 0.1);
   EXPECT_DOUBLE_EQ(constant.lr_at(kEpochSteps), 0.4);

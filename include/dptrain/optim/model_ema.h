@@ -2,7 +2,7 @@
 // An exponential moving average of a model's weights and buffers, as torchvision's recipes keep
 // it (`--model-ema`: utils.ExponentialMovingAverage, an AveragedModel with use_buffers=True):
 //
-//   dpt::train::ModelEma ema(model, dpt::train::ema_decay(dpt::train::ModelEmaOptions(), global_batch, epochs));
+//   dpt::optim::ModelEma ema(model, dpt::optim::ema_decay(dpt::optim::ModelEmaOptions(), global_batch, epochs));
 //   ... optimizer.step(); if (step % 32 == 0) ema.update(*model);
 //   evaluate(ema.module());
 //   checkpoint.insert("model_ema", ema.state_dict());   // AveragedModel.state_dict()'s names
@@ -18,7 +18,7 @@
 #include "dptrain/models/classifier.h"
 #include "dptrain/models/state_dict.h"
 
-namespace dpt::train {
+namespace dpt::optim {
 
 struct ModelEmaOptions {
   // Optimizer steps between updates (torchvision's --model-ema-steps).
@@ -54,4 +54,4 @@ class ModelEma {
   int64_t n_averaged_ = 0;
 };
 
-}  // namespace dpt::train
+}  // namespace dpt::optim

@@ -1,4 +1,4 @@
-#include "dptrain/train/model_ema.h"
+#include "dptrain/optim/model_ema.h"
 
 #include <algorithm>
 #include <string>
@@ -8,7 +8,7 @@
 
 #include "dptrain/common/error.h"
 
-namespace dpt::train {
+namespace dpt::optim {
 
 namespace {
 
@@ -81,4 +81,4 @@ void ModelEma::load_state_dict(const models::StateDict& state) {
   n_averaged_ = state["n_averaged"].item<int64_t>();
 }
 
-}  // namespace dpt::train
+}  // namespace dpt::optim

@@ -1,4 +1,4 @@
-#include "dptrain/train/model_ema.h"
+#include "dptrain/optim/model_ema.h"
 
 #include <gtest/gtest.h>
 
@@ -12,7 +12,7 @@
 #include "support/python_oracle.h"
 #include "support/temp_dir.h"
 
-using namespace dpt::train;
+using namespace dpt::optim;
 namespace models = dpt::models;
 
 namespace {

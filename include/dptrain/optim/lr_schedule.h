@@ -3,12 +3,12 @@
 // linear warm-up, then step, multistep or cosine decay (Goyal et al., "Accurate, Large Minibatch
 // SGD", and the schedules of torch.optim.lr_scheduler).
 //
-//   dpt::train::LrSchedule schedule(
-//       dpt::train::LrScheduleOptions(0.1).global_batch(1024).warmup_epochs(5)
-//           .decay(dpt::train::LrDecay::MultiStep).milestones({30, 60, 80}),
+//   dpt::optim::LrSchedule schedule(
+//       dpt::optim::LrScheduleOptions(0.1).global_batch(1024).warmup_epochs(5)
+//           .decay(dpt::optim::LrDecay::MultiStep).milestones({30, 60, 80}),
 //       /*steps_per_epoch=*/1251);
 //   for (...) {
-//     dpt::train::set_lr(optimizer, schedule.lr_at(epoch, step_in_epoch));
+//     dpt::optim::set_lr(optimizer, schedule.lr_at(epoch, step_in_epoch));
 //     ...
 //   }
 //
@@ -29,7 +29,7 @@
 #include <torch/arg.h>
 #include <torch/optim/optimizer.h>
 
-namespace dpt::train {
+namespace dpt::optim {
 
 enum class LrDecay {
   None,       // the scaled rate throughout
@@ -125,4 +125,4 @@ class LrSchedule {
 // Sets the rate of every parameter group of `optimizer`.
 void set_lr(torch::optim::Optimizer& optimizer, double lr);
 
-}  // namespace dpt::train
+}  // namespace dpt::optim

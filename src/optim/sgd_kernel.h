@@ -3,7 +3,7 @@
 
 #include <cstdint>
 
-namespace dpt::train {
+namespace dpt::optim {
 
 // The hyper-parameters as LibTorch's kernels see them: each double rounded once to float.
 struct SgdElementwise {
@@ -21,4 +21,4 @@ bool sgd_update_fused_available();
 // One SGD step of n elements: `param` and `buffer` (null when momentum is 0) updated in place.
 void sgd_update_fused(float* param, const float* grad, float* buffer, int64_t n, const SgdElementwise& step);
 
-}  // namespace dpt::train
+}  // namespace dpt::optim

@@ -1,7 +1,7 @@
 #pragma once
 // Loss scaling for mixed-precision training, with torch.cuda.amp.GradScaler's semantics.
 //
-//   dpt::train::GradScaler scaler(dpt::train::GradScalerOptions(), comm);
+//   dpt::optim::GradScaler scaler(dpt::optim::GradScalerOptions(), comm);
 //   for (...) {
 //     optimizer.zero_grad();
 //     scaler.scale(loss).backward();
@@ -32,7 +32,7 @@
 
 #include "dptrain/dist/communicator.h"
 
-namespace dpt::train {
+namespace dpt::optim {
 
 struct GradScalerOptions {
   // The scale the first step multiplies the loss by.
@@ -109,4 +109,4 @@ class GradScaler {
   std::unordered_map<const torch::optim::Optimizer*, PerOptimizer> this_iteration_;
 };
 
-}  // namespace dpt::train
+}  // namespace dpt::optim

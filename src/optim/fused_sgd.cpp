@@ -1,4 +1,4 @@
-#include "dptrain/train/fused_sgd.h"
+#include "dptrain/optim/fused_sgd.h"
 
 #include <algorithm>
 #include <vector>
@@ -10,7 +10,7 @@
 #include "dptrain/compat/compat.h"
 #include "sgd_kernel.h"
 
-namespace dpt::train {
+namespace dpt::optim {
 
 namespace {
 
@@ -204,4 +204,4 @@ torch::Tensor FusedSGD::step(LossClosure closure) {
   return loss;
 }
 
-}  // namespace dpt::train
+}  // namespace dpt::optim

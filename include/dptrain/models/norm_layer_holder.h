@@ -1,6 +1,8 @@
 #pragma once
-// The hook dpt::convert_sync_batchnorm uses to swap norm layers that a module calls through
-// members of its own (LibTorch modules call their children directly, not through the registry).
+// The hook dpt::convert_sync_batchnorm (parallel layer) uses to swap norm layers that a module
+// calls through members of its own (LibTorch modules call their children directly, not through
+// the registry). The models implement it and know nothing of SyncBatchNorm: they take a
+// NormLayerFactory, and the parallel layer, which uses this one, hands them its own.
 //
 //   class BlockImpl : public torch::nn::Cloneable<BlockImpl>, public dpt::NormLayerHolder {
 //     void replace_norm_layer(const std::string& name, torch::nn::AnyModule layer,
