@@ -4,8 +4,10 @@
 // block's sums and per-channel factors stay in registers. The compiler's own vectorization of
 // the portable loops kept them in memory and spent most of its instructions packing bf16 in
 // 256-bit halves: those loops took 3 to 6 times as long as copying the data. The same sums in
-// the same order per channel as the portable loops. Other CPUs (and architectures, where these
-// are stubs) run the portable loops.
+// the same order per channel as the portable loops, each product rounded before it is added as
+// there (no fused multiply-add; the files compile with -ffp-contract=off): the same bits, which
+// BatchNormReLU.PortableAndAvx512LoopsAgreeToTheBit checks. Other CPUs (and architectures, where
+// these are stubs) run the portable loops.
 // Private to the models layer.
 
 #include <cstdint>

@@ -32,4 +32,17 @@ struct InputGradient {
 void relu_norm_input_grad(const uint16_t* grad, const uint16_t* y, const uint16_t* x, const InputGradient& terms,
                           int64_t rows, int64_t channels, uint16_t* grad_x, uint16_t* grad_residual);
 
+// The row loops the four above run on a CPU without AVX-512, on one chunk of rows (each sum in
+// float over the chunk's rows, in order), declared for the test that holds
+// batch_norm_relu_avx512.h's loops to them bit for bit. Their definitions are cloned for AVX2 and
+// the baseline (the clone is picked when the library loads), which a declaration must not repeat:
+// a caller that saw the attribute would build a dispatcher of its own, to clones it cannot reach.
+void chunk_moments_portable(const uint16_t* x, int64_t rows, int64_t channels, float* mean, float* m2);
+void scale_shift_relu_rows_portable(const uint16_t* x, const uint16_t* residual, const float* scale,
+                                    const float* shift, int64_t rows, int64_t channels, uint16_t* y);
+void chunk_grad_sums_portable(const uint16_t* grad, const uint16_t* y, const uint16_t* x, const float* mean,
+                              int64_t rows, int64_t channels, float* sum_grad, float* sum_grad_centred);
+void input_grad_rows_portable(const uint16_t* grad, const uint16_t* y, const uint16_t* x, const InputGradient& terms,
+                              int64_t rows, int64_t channels, uint16_t* grad_x, uint16_t* grad_residual);
+
 }  // namespace dpt::models::kernel

@@ -111,15 +111,19 @@ class Exposure(unittest.TestCase):
                 if b"RANK" in env:  # a worker (the test's own environment may name a port too)
                     ports.add(int(env[b"MASTER_PORT"]))
             self.assertEqual(len(ports), 1, ports)
+            port = ports.pop()
+            # The rendezvous store listens, and is found listening: a look that found no socket at
+            # all (none read, or the wrong namespace) would prove nothing of where it listens.
+            self.assertIn(port, {int(a.rsplit(":", 1)[1]) for a in ours}, ours)
             exposed = [a for a in ours if not is_loopback(a)]
             if major >= 2:
                 self.assertEqual(exposed, [], ours)
             else:
                 # Only the store, on every interface: LibTorch 1.x cannot bind it to one address.
                 self.assertEqual(len(exposed), 1, ours)
-                host, port = exposed[0].rsplit(":", 1)
+                host, exposed_port = exposed[0].rsplit(":", 1)
                 self.assertIn(host, ("::", "0.0.0.0"))
-                self.assertEqual(int(port), ports.pop())
+                self.assertEqual(int(exposed_port), port)
             self.assertEqual(set(our_segments()) - before, set(), "a shared-memory segment is visible")
             # SIGKILL to every process of the job: nothing of it stays in /dev/shm.
             for pid in tree:

@@ -1,7 +1,7 @@
 """Training that survives a crash: `dptrain launch --max-restarts 1 -- dptrain train --resume auto
 --checkpoint-every 4 --deterministic` on 2 processes, with rank 1 killed by SIGKILL before the first
-checkpoint, just after one, mid-epoch after several, and during validation, ends with weights and
-momentum bitwise equal to a run that never failed; one command line serves the first start and the
+checkpoint, just after one, mid-epoch after several, during validation, and (rank 0) while it
+writes one, ends with weights and momentum bitwise equal to a run that never failed; one command line serves the first start and the
 restart. --resume auto passes over a truncated newest checkpoint with a warning naming it."""
 
 import json
@@ -22,30 +22,85 @@ def launch(output, restarts, extra=()):
             dptrain(), "train", *SMALL, *extra, "--output", output]
 
 
-def run_signalling(output, when, sig=signal.SIGKILL, to_launcher=False, rank=1, restarts=1, extra=(), env=None):
-    """Launches with `restarts` restarts allowed and sends `sig` to `rank` (or to the launcher) as
-    soon as a line of the launcher's output matches `when`; returns (code, out, err, the line it
-    signalled at)."""
-    started = Started(launch(output, restarts, extra), env=env or alone())
-    signalled_at, out_lines = None, []
+def run_watching(args, on_line, env=None):
+    """Starts `args` and hands each line of its output, as it comes, to `on_line(line, pid of the
+    launcher)`; returns (code, out, err) once it ends, bounded at 240 s."""
+    started = Started(args, env=env or alone())
+    out_lines = []
     try:
         deadline = time.monotonic() + 240
-        # Read to the end here: lines that readline() has buffered past the signal's would be lost
-        # to wait(), which reads the pipe itself.
+        # Read to the end here: lines that readline() has buffered past the last one handed on
+        # would be lost to wait(), which reads the pipe itself.
         while time.monotonic() < deadline:
             line = started.proc.stdout.readline()
             if not line:
                 break
             out_lines.append(line)
-            if signalled_at is None and re.search(when, line):
-                pid = started.proc.pid if to_launcher else worker_of_rank(started.proc.pid, rank)
-                if pid is not None:
-                    os.kill(pid, sig)
-                    signalled_at = line.strip()
+            on_line(line, started.proc.pid)
         code, out, err = started.wait(timeout=max(1, deadline - time.monotonic()))
     finally:
         started.close()
-    return code, "".join(out_lines) + out, err, signalled_at
+    return code, "".join(out_lines) + out, err
+
+
+def run_signalling(output, when, sig=signal.SIGKILL, to_launcher=False, rank=1, restarts=1, extra=(), env=None):
+    """Launches with `restarts` restarts allowed and sends `sig` to `rank` (or to the launcher) as
+    soon as a line of the launcher's output matches `when`; returns (code, out, err, the line it
+    signalled at)."""
+    signalled_at = []
+
+    def signal_at(line, launcher):
+        if not signalled_at and re.search(when, line):
+            pid = launcher if to_launcher else worker_of_rank(launcher, rank)
+            if pid is not None:
+                os.kill(pid, sig)
+                signalled_at.append(line.strip())
+
+    code, out, err = run_watching(launch(output, restarts, extra), signal_at, env)
+    return code, out, err, signalled_at[0] if signalled_at else None
+
+
+def unfinished_writes(output):
+    """The temporary files `<file>.tmp.<pid>` of atomic writes in `output`."""
+    try:
+        return [name for name in os.listdir(output) if ".tmp." in name]
+    except FileNotFoundError:
+        return []
+
+
+def run_killing_the_writer(output, armed_at):
+    """Launches with one restart allowed; from the first line matching `armed_at` at which no write
+    is under way, kills the process named in the next temporary file that appears in `output`
+    (rank 0, whose writer thread made it) the moment it appears. Returns (code, out, err, the
+    file's name or None, whether it was still there after the kill: the kill landed mid-write)."""
+    done = threading.Event()
+    killed = {}
+
+    def kill_the_writer():
+        while not done.is_set():
+            for name in unfinished_writes(output):
+                try:
+                    os.kill(int(name.rsplit(".", 1)[1]), signal.SIGKILL)
+                except ProcessLookupError:
+                    continue
+                time.sleep(0.2)  # a write the kill missed has been renamed by now
+                killed.update(file=name, mid_write=name in unfinished_writes(output))
+                return
+            time.sleep(0.0005)
+
+    watcher = threading.Thread(target=kill_the_writer, daemon=True)
+
+    def arm(line, _launcher):
+        if not watcher.is_alive() and not killed and re.search(armed_at, line) and not unfinished_writes(output):
+            watcher.start()
+
+    try:
+        code, out, err = run_watching(launch(output, restarts=1), arm)
+    finally:
+        done.set()
+        if watcher.is_alive():
+            watcher.join()
+    return code, out, err, killed.get("file"), killed.get("mid_write")
 
 
 class ExactRecovery(unittest.TestCase):
@@ -131,6 +186,24 @@ class ExactRecovery(unittest.TestCase):
         self.recover("in_validation", r"Epoch: \[0\] train",
                      r"resuming from .*checkpoint\.pt \((epoch 0, step [48]|epoch 1, step 0) ")
 
+
+    def test_rank0_killed_while_it_writes_a_checkpoint(self):
+        """SIGKILL to rank 0 as soon as the temporary file of its second checkpoint (step 8's)
+        appears: the restart resumes from the last whole one (step 4's; step 8's where the write
+        was renamed before the signal landed), removes the file the dead writer left, and ends
+        bitwise where the run that never failed ends."""
+        output = os.path.join(self.tmp.name, "writer_killed")
+        code, out, err, file, mid_write = run_killing_the_writer(output, r"Epoch: \[0\]\[ ?[67]/12\]")
+        self.assertIsNotNone(file, f"no checkpoint write was seen after step 6:\n{out}\n{err}")
+        self.assertEqual(code, 0, f"killed at {file}\n{out}\n{err}")
+        self.assertIn("dptrain launch: restarting the local group (restart 1 of 1)", err)
+        self.assertRegex(out, r"resuming from .*checkpoint\.pt \(epoch 0, step %d of it" % (4 if mid_write else 8))
+        if mid_write:
+            self.assertRegex(out, r"checkpoint: removed .*%s, a write its killed process left unfinished" %
+                             re.escape(file))
+        self.assertEqual(unfinished_writes(output), [])
+        self.assertEqual(last_json(out)["global_step"], STEPS, out)
+        self.assert_same_as_reference(output, f"killed while writing {file}")
 
     def test_sigterm_to_one_rank_stops_all_at_one_step(self):
         # The rank's own code tells the launcher not to restart: the group stopped on request.

@@ -3,10 +3,15 @@
 #include <ATen/Parallel.h>
 #include <torch/torch.h>
 
+#include <algorithm>
+#include <string>
 #include <vector>
 
 #include "dptrain/models/batch_norm_relu.h"
+#include "models/batch_norm_relu_avx512.h"
+#include "models/batch_norm_relu_kernel.h"
 #include "support/bf16_compare.h"
+#include "support/python_oracle.h"
 
 namespace models = dpt::models;
 
@@ -239,4 +244,70 @@ TEST(BatchNormReLU, ANarrowerNormOutputTakesTheWiderSum) {
   EXPECT_TRUE(y.equal(want));
   // The residual's small values are lost in a bf16 sum, so a rounded result would fail above.
   EXPECT_FALSE(want.equal(torch::relu((x * 2).to(torch::kBFloat16) + residual.to(torch::kBFloat16)).to(torch::kFloat)));
+}
+
+namespace {
+
+// `rows` x `channels` bf16 values from N(mean, 1), as their bits.
+std::vector<uint16_t> bf16_bits(int64_t rows, int64_t channels, double mean) {
+  const at::Tensor values = (torch::randn({rows, channels}) + mean).to(torch::kBFloat16).contiguous();
+  const auto* bits = reinterpret_cast<const uint16_t*>(values.data_ptr<at::BFloat16>());
+  return std::vector<uint16_t>(bits, bits + values.numel());
+}
+
+std::vector<float> floats(int64_t n, double mean) {
+  const at::Tensor values = (torch::randn({n}) + mean).contiguous();
+  return std::vector<float>(values.data_ptr<float>(), values.data_ptr<float>() + n);
+}
+
+}  // namespace
+
+// The AVX-512 loops take the same sums in the same order per channel as the portable ones, so the
+// fused layer's results must not depend on which the CPU runs: every loop, on a chunk whose
+// channels are not a multiple of 16 (the vector width's tail) and one whose are, with and without
+// the residual, agrees to the bit. Held to CI, whose machines have AVX-512.
+TEST(BatchNormReLU, PortableAndAvx512LoopsAgreeToTheBit) {
+  namespace kernel = dpt::models::kernel;
+  if (!kernel::have_avx512()) DPT_MISSING_DEPENDENCY("this CPU has no AVX-512, so its loops cannot be compared");
+  torch::manual_seed(21);
+  for (const int64_t channels : {37, 64}) {
+    SCOPED_TRACE(std::to_string(channels) + " channels");
+    const int64_t rows = 53, n = rows * channels;
+    const auto x = bf16_bits(rows, channels, 3.0);  // off zero, where a careless sum would show
+    const auto residual = bf16_bits(rows, channels, 0.0);
+    const auto grad = bf16_bits(rows, channels, 0.0);
+
+    std::vector<float> mean_p(channels), m2_p(channels), mean_v(channels), m2_v(channels);
+    kernel::chunk_moments_portable(x.data(), rows, channels, mean_p.data(), m2_p.data());
+    kernel::chunk_moments_avx512(x.data(), rows, channels, mean_v.data(), m2_v.data());
+    EXPECT_EQ(mean_p, mean_v);
+    EXPECT_EQ(m2_p, m2_v);
+
+    const auto scale = floats(channels, 1.0), shift = floats(channels, 0.0);
+    std::vector<uint16_t> y_p(n), y_v(n);
+    for (const uint16_t* added : {static_cast<const uint16_t*>(nullptr), residual.data()}) {
+      kernel::scale_shift_relu_rows_portable(x.data(), added, scale.data(), shift.data(), rows, channels, y_p.data());
+      kernel::scale_shift_relu_rows_avx512(x.data(), added, scale.data(), shift.data(), rows, channels, y_v.data());
+      EXPECT_EQ(y_p, y_v) << (added ? "with" : "without") << " the residual";
+    }
+    EXPECT_NE(std::count(y_p.begin(), y_p.end(), uint16_t{0}), 0) << "ReLU cut nothing: the test shows little";
+
+    std::vector<float> sum_p(channels), centred_p(channels), sum_v(channels), centred_v(channels);
+    kernel::chunk_grad_sums_portable(grad.data(), y_p.data(), x.data(), mean_p.data(), rows, channels, sum_p.data(),
+                                     centred_p.data());
+    kernel::chunk_grad_sums_avx512(grad.data(), y_p.data(), x.data(), mean_p.data(), rows, channels, sum_v.data(),
+                                   centred_v.data());
+    EXPECT_EQ(sum_p, sum_v);
+    EXPECT_EQ(centred_p, centred_v);
+
+    const auto a = floats(channels, 1.0), b = floats(channels, 0.0), c = floats(channels, 0.0);
+    const kernel::InputGradient terms{mean_p.data(), a.data(), b.data(), c.data()};
+    std::vector<uint16_t> gx_p(n), gx_v(n), gr_p(n), gr_v(n);
+    kernel::input_grad_rows_portable(grad.data(), y_p.data(), x.data(), terms, rows, channels, gx_p.data(),
+                                     gr_p.data());
+    kernel::input_grad_rows_avx512(grad.data(), y_p.data(), x.data(), terms, rows, channels, gx_v.data(),
+                                   gr_v.data());
+    EXPECT_EQ(gx_p, gx_v);
+    EXPECT_EQ(gr_p, gr_v);
+  }
 }

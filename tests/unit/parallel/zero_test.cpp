@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <functional>
 #include <memory>
 #include <string>
@@ -11,6 +12,7 @@
 #include <torch/torch.h>
 
 #include "dptrain/compat/compat.h"
+#include "dptrain/parallel/sharded_optimizer.h"
 #include "support/thread_ranks.h"
 #include "support/tiny_training.h"
 
@@ -65,11 +67,16 @@ struct Trained {
 };
 
 enum class Stage { Plain, Zero1, Zero2 };
+// Before each step: no clipping; by the whole reduced gradient's norm (clip_grad_norm_ over the
+// model's parameters, or the sharded optimizer's own); or, wrongly under ZeRO-2, each rank its
+// parts by their own norm, the mistake a test of the right one must be able to tell apart.
+enum class Clip { None, WholeNorm, EachRanksOwnNorm };
+constexpr double kMaxNorm = 0.05;
 
 // Each rank its slice of every batch through DistributedDataParallel, stepping with the recipe's
 // optimizer over every parameter, or with ZeRO-1 or ZeRO-2 over it. Small buckets (closed past
 // 60 floats: the MLP's 275 weights in a few), so that ZeRO-2's parts cut through parameters.
-Trained train(Communicator& comm, const Batches& data, const Recipe& recipe, Stage stage) {
+Trained train(Communicator& comm, const Batches& data, const Recipe& recipe, Stage stage, Clip clip = Clip::None) {
   auto model = dpt::testing::make_mlp();
   dpt::testing::fill(*model, 100);
   const double cap_mb = 240.0 / (1 << 20);
@@ -101,6 +108,17 @@ Trained train(Communicator& comm, const Batches& data, const Recipe& recipe, Sta
     torch::nn::functional::cross_entropy(ddp->forward(x), y).backward();
     if (zero2) {
       for (const auto& p : model->parameters()) EXPECT_FALSE(p.grad().defined()) << "ZeRO-2 left a whole gradient";
+    }
+    if (clip == Clip::WholeNorm && zero2) {
+      zero2->clip_grad_norm(kMaxNorm);
+    } else if (clip == Clip::WholeNorm) {
+      torch::nn::utils::clip_grad_norm_(model->parameters(), kMaxNorm);
+    } else if (clip == Clip::EachRanksOwnNorm) {
+      std::vector<at::Tensor> parts;
+      for (const auto& group : zero2->local_optimizer().param_groups()) {
+        parts.insert(parts.end(), group.params().begin(), group.params().end());
+      }
+      torch::nn::utils::clip_grad_norm_(parts, kMaxNorm);
     }
     optimizer->step();
   }
@@ -205,6 +223,35 @@ TEST(ZeroStage2Optimizer, EqualsDdpBitForBitWhileEachRankKeepsItsPartsOnly) {
   }
 }
 
+// Under ZeRO-2 no rank holds a whole gradient, so clipping sums the squares of each rank's parts
+// and then over the ranks: the norm of the whole gradient, in another order than clip_grad_norm_
+// over the parameters, so the weights stay within rounding of plain DDP's, clipped the same.
+// The bound is the one test_train_zero.py holds the trainer to; each rank clipping its parts by
+// their own norm, and not clipping at all, must land outside it.
+TEST(ZeroStage2Optimizer, ClipsByTheNormOfTheWholeGradient) {
+  constexpr double kBound = 1e-4;
+  const Recipe recipe = recipes().back();  // AdamW: its update follows the gradient's scale
+  const Batches data = dpt::testing::make_batches(/*steps=*/12, /*batch=*/12);
+  std::vector<double> right(2), own_norm(2), unclipped(2);
+  dpt::testing::run_ranks(2, [&](Communicator& comm) {
+    const Trained plain = train(comm, data, recipe, Stage::Plain, Clip::WholeNorm);
+    const int r = comm.rank();
+    right[r] = dpt::testing::max_difference(train(comm, data, recipe, Stage::Zero2, Clip::WholeNorm).weights,
+                                            plain.weights);
+    own_norm[r] = dpt::testing::max_difference(
+        train(comm, data, recipe, Stage::Zero2, Clip::EachRanksOwnNorm).weights, plain.weights);
+    unclipped[r] = dpt::testing::max_difference(train(comm, data, recipe, Stage::Plain).weights, plain.weights);
+  });
+  std::printf("[ figures  ] ZeRO-2 clipped to %g, 12 AdamW steps, 2 ranks: max |delta| from DDP clipped alike %.2e "
+              "(each rank by its own parts' norm %.2e, unclipped %.2e)\n",
+              kMaxNorm, right[0], own_norm[0], unclipped[0]);
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_LE(right[r], kBound) << "rank " << r;
+    EXPECT_GT(own_norm[r], kBound) << "rank " << r << ": the wrong norm lands inside the bound";
+    EXPECT_GT(unclipped[r], kBound) << "rank " << r << ": clipping changed nothing";
+  }
+}
+
 TEST(ZeroStage2Optimizer, NeedsAReducerThatShardsGradients) {
   dpt::testing::run_ranks(2, [&](Communicator& comm) {
     auto model = dpt::testing::make_mlp();
@@ -216,6 +263,77 @@ TEST(ZeroStage2Optimizer, NeedsAReducerThatShardsGradients) {
     } catch (const dpt::ConfigError& e) {
       EXPECT_NE(std::string(e.what()).find("needs a reducer built with ReducerOptions::shard_gradients"),
                 std::string::npos)
+          << e.what();
+    }
+  });
+}
+
+// Both stages behind the one interface the trainer and the checkpoints hold: each rank's table of
+// parts covers every element of every parameter exactly once over the ranks (ZeRO-1's parts whole
+// parameters, ZeRO-2's cut through them), the local optimizer has one parameter a part, and what
+// each says of its gradients and of itself.
+TEST(ShardedOptimizer, EveryElementIsInExactlyOneRanksPartsAtEitherStage) {
+  const Recipe recipe = recipes().back();
+  for (const int stage : {1, 2}) {
+    SCOPED_TRACE("stage " + std::to_string(stage));
+    std::vector<std::vector<dpt::ShardPart>> parts(2);
+    std::vector<int64_t> numels;
+    dpt::testing::run_ranks(2, [&](Communicator& comm) {
+      auto model = dpt::testing::make_mlp();
+      const double cap_mb = 240.0 / (1 << 20);  // small buckets, so that ZeRO-2's parts cut parameters
+      DistributedDataParallel ddp(model, borrow(comm),
+                                  dpt::DDPOptions().reducer(dpt::ReducerOptions()
+                                                                .bucket_cap_mb(cap_mb)
+                                                                .first_bucket_cap_mb(cap_mb)
+                                                                .last_bucket_cap_mb(cap_mb)
+                                                                .shard_gradients(stage == 2)));
+      const auto sharded = dpt::make_sharded_optimizer(stage, borrow(comm), weights_and_biases(*model, recipe),
+                                                       recipe.make, &ddp.reducer());
+      EXPECT_EQ(sharded->holds_whole_gradients(), stage == 1);
+      EXPECT_EQ(sharded->describe().rfind("ZeRO-" + std::to_string(stage) + ": ", 0), 0u) << sharded->describe();
+      size_t local_parameters = 0;
+      for (const auto& group : sharded->local_optimizer().param_groups()) local_parameters += group.params().size();
+      EXPECT_EQ(local_parameters, sharded->local_parts().size());
+      int64_t local = 0;
+      for (const auto& part : sharded->local_parts()) local += part.length;
+      EXPECT_EQ(local, sharded->local_numel());
+      parts[comm.rank()] = sharded->local_parts();
+      if (comm.rank() == 0) {
+        for (const auto& group : sharded->param_groups()) {
+          for (const auto& p : group.params()) numels.push_back(p.numel());
+        }
+      }
+    });
+    std::vector<std::vector<int>> covered;
+    for (const int64_t n : numels) covered.emplace_back(static_cast<size_t>(n), 0);
+    bool cut = false;
+    for (const auto& rank_parts : parts) {
+      for (const auto& part : rank_parts) {
+        const int64_t n = numels.at(static_cast<size_t>(part.index));
+        ASSERT_LE(part.offset + part.length, n);
+        cut = cut || part.length < n;
+        if (stage == 1) EXPECT_EQ(part.offset, 0);
+        for (int64_t e = part.offset; e < part.offset + part.length; ++e) ++covered[part.index][e];
+      }
+    }
+    for (const auto& elements : covered) {
+      for (const int times : elements) ASSERT_EQ(times, 1);
+    }
+    EXPECT_EQ(cut, stage == 2) << "ZeRO-1 keeps parameters whole; these buckets cut some under ZeRO-2";
+  }
+}
+
+TEST(ShardedOptimizer, OnlyStagesOneAndTwoAndTwoNeedsItsReducer) {
+  dpt::testing::run_ranks(2, [&](Communicator& comm) {
+    auto model = dpt::testing::make_mlp();
+    const Recipe recipe = recipes().front();
+    EXPECT_THROW(dpt::make_sharded_optimizer(3, borrow(comm), weights_and_biases(*model, recipe), recipe.make),
+                 dpt::ConfigError);
+    try {
+      dpt::make_sharded_optimizer(2, borrow(comm), weights_and_biases(*model, recipe), recipe.make);
+      ADD_FAILURE() << "stage 2 built without a reducer";
+    } catch (const dpt::ConfigError& e) {
+      EXPECT_NE(std::string(e.what()).find("ZeRO-2 steps the parts of the gradients a reducer keeps"), std::string::npos)
           << e.what();
     }
   });
