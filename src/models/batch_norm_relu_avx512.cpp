@@ -105,7 +105,8 @@ DPT_AVX512 void input_grad_rows_avx512(const uint16_t* grad, const uint16_t* y, 
       const int64_t at = r * channels + c;
       const __m512 g = relu_grad(grad + at, y + at, lanes);
       const __m512 centred = _mm512_sub_ps(load_bf16(x + at, lanes), load_float(terms.mean + c, lanes));
-      const __m512 rest = _mm512_add_ps(_mm512_mul_ps(centred, load_float(terms.c + c, lanes)), load_float(terms.b + c, lanes));
+      const __m512 rest =
+          _mm512_add_ps(_mm512_mul_ps(centred, load_float(terms.c + c, lanes)), load_float(terms.b + c, lanes));
       store_bf16(grad_x + at, lanes, _mm512_mul_ps(load_float(terms.a + c, lanes), _mm512_sub_ps(g, rest)));
       if (grad_residual != nullptr) store_bf16(grad_residual + at, lanes, g);
     }

@@ -61,7 +61,9 @@ void cut_parts(const dist::Communicator& comm, const Reducer& reducer, ShardedOp
     }
   }
   // The local optimizer numbers its parameters group after group.
-  for (const auto& parts : parts_by_group) shard.local_parts.insert(shard.local_parts.end(), parts.begin(), parts.end());
+  for (const auto& parts : parts_by_group) {
+    shard.local_parts.insert(shard.local_parts.end(), parts.begin(), parts.end());
+  }
 }
 
 }  // namespace

@@ -71,7 +71,8 @@ void Trainer::State::build_step() {
   sharded = style->sharded_optimizer();
   accum_steps = o.accum_steps();
   // Loss scaling keeps fp16 gradients from underflowing; bf16 has float32's range and needs none.
-  scaler = std::make_unique<optim::GradScaler>(optim::GradScalerOptions().enabled(o.amp() && optim::amp_needs_loss_scaling(device)), comm);
+  scaler = std::make_unique<optim::GradScaler>(
+      optim::GradScalerOptions().enabled(o.amp() && optim::amp_needs_loss_scaling(device)), comm);
   DPT_CHECK(!sharded || sharded->holds_whole_gradients() || !scaler->is_enabled(), ConfigError,
             "--zero 2 cannot scale fp16 losses yet: the scaler unscales whole gradients, and ZeRO-2 keeps parts of "
             "them. Use --zero 1 with --amp on this device");
@@ -89,7 +90,9 @@ void Trainer::State::build_step() {
   schedule = std::make_unique<optim::LrSchedule>(
       optim::LrScheduleOptions(o.schedule()).global_batch(global_batch()).epochs(o.epochs()), steps_per_epoch());
   mixing = std::make_unique<BatchMixing>(o.loss().mixing(), data.train->num_classes());
-  if (o.model_ema()) ema = std::make_unique<optim::ModelEma>(model, optim::ema_decay(*o.model_ema(), global_batch(), o.epochs()));
+  if (o.model_ema()) {
+    ema = std::make_unique<optim::ModelEma>(model, optim::ema_decay(*o.model_ema(), global_batch(), o.epochs()));
+  }
 }
 
 void Trainer::State::restore(const TrainingCheckpoint& cp, const fs::path& file) {
@@ -130,7 +133,8 @@ void Trainer::State::adapt_to_world(const TrainingCheckpoint& cp) {
   optim::LrScheduleOptions lr(options.schedule());
   if (!lr.reference_batch()) lr.reference_batch(cp.lr_reference_batch > 0 ? cp.lr_reference_batch : cp.global_batch);
   const double before = optim::scaled_lr(optim::LrScheduleOptions(lr).global_batch(cp.global_batch));
-  schedule = std::make_unique<optim::LrSchedule>(lr.global_batch(global_batch()).epochs(options.epochs()), steps_per_epoch());
+  schedule =
+      std::make_unique<optim::LrSchedule>(lr.global_batch(global_batch()).epochs(options.epochs()), steps_per_epoch());
   // The position in the new steps, for the schedule; the data continues from samples_in_epoch.
   step_in_epoch = samples_in_epoch / global_batch();
   std::string how = kept ? str("the global batch stays ", cp.global_batch, " through ", accum_steps,

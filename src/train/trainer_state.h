@@ -68,7 +68,8 @@ struct Trainer::State {
   // The same optimizer where the style shards it over the ranks (--zero), each stepping its part;
   // checkpoints gather its state. Null where it is whole.
   std::shared_ptr<ShardedOptimizer> sharded;
-  c10::impl::GenericDict gathered_optimizer_state = compat::string_dict();  // rank 0, under `sharded`: for the checkpoint being written
+  // Rank 0, under `sharded`: its state gathered for the checkpoint being written.
+  c10::impl::GenericDict gathered_optimizer_state = compat::string_dict();
   std::unique_ptr<optim::GradScaler> scaler;
   std::unique_ptr<data::DistributedSampler> sampler;
   std::unique_ptr<optim::LrSchedule> schedule;

@@ -88,7 +88,8 @@ class ShardedOptimizer : public torch::optim::Optimizer {
     Shard(const dist::Communicator& comm, std::vector<torch::optim::OptimizerParamGroup> groups, const char* kind);
     // With the parts worked out: the local optimizer over `local_groups` (this rank's parts, by
     // group, each its own tensor over the weights' memory), made by `make_local`.
-    void make_local_optimizer(std::vector<std::vector<at::Tensor>> local_groups, const LocalOptimizerFactory& make_local);
+    void make_local_optimizer(std::vector<std::vector<at::Tensor>> local_groups,
+                              const LocalOptimizerFactory& make_local);
 
     std::vector<torch::optim::OptimizerParamGroup> groups;
     compat::GroupOptions given;  // the groups' options, which the base's constructor may merge

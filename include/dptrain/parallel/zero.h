@@ -59,7 +59,8 @@ class ZeroRedundancyOptimizer : public ShardedOptimizer {
  private:
   // `groups` by reference: the owners are worked out from them in the same call.
   ZeroRedundancyOptimizer(std::shared_ptr<dist::Communicator> comm, std::vector<std::vector<int>> owners,
-                          std::vector<torch::optim::OptimizerParamGroup>&& groups, const LocalOptimizerFactory& make_local);
+                          std::vector<torch::optim::OptimizerParamGroup>&& groups,
+                          const LocalOptimizerFactory& make_local);
 
   std::vector<std::vector<int>> owners_;
 };

@@ -17,8 +17,8 @@ namespace dpt::ps {
 
 namespace {
 
-// Part of a chunk that belongs to one parameter: the weight decay is a parameter's.
-struct Segment {
+// The part of a chunk that is one parameter's: the weight decay is a parameter's.
+struct ParameterRange {
   int64_t offset = 0;  // in the chunk
   int64_t numel = 0;
   double weight_decay = 0;
@@ -30,7 +30,7 @@ struct Shard {
   at::Tensor weights;
   at::Tensor momentum;
   bool has_momentum = false;
-  std::vector<Segment> segments;
+  std::vector<ParameterRange> parameters;
   std::mutex mutex;
   std::condition_variable updated;
   int64_t version = 0;  // updates applied
@@ -99,7 +99,7 @@ ParameterServer::State::State(const std::vector<ServedParameter>& params,
     for (size_t i : layout.bucket(b)) {
       const int64_t begin = std::max(lo, layout.placement(i).offset);
       const int64_t end = std::min(hi, layout.placement(i).offset + params[i].tensor.numel());
-      if (begin < end) shard->segments.push_back(Segment{begin - lo, end - begin, params[i].weight_decay});
+      if (begin < end) shard->parameters.push_back(ParameterRange{begin - lo, end - begin, params[i].weight_decay});
     }
     if (options.consistency() == Consistency::Sync) {
       for (int w = 0; w < roles.workers(); ++w) shard->deposits.push_back(at::zeros_like(shard->weights));
@@ -123,14 +123,14 @@ void ParameterServer::State::receive_start() {
 }
 
 void ParameterServer::State::apply(Shard& shard, const at::Tensor& grad, double lr) {
-  // torch.optim.SGD's step, segment by segment (each parameter's own weight decay).
+  // torch.optim.SGD's step, parameter by parameter (each one's own weight decay).
   torch::NoGradGuard no_grad;
-  for (const Segment& segment : shard.segments) {
-    at::Tensor p = shard.weights.narrow(0, segment.offset, segment.numel);
-    at::Tensor d_p = grad.narrow(0, segment.offset, segment.numel);
-    if (segment.weight_decay != 0) d_p = d_p.add(p, segment.weight_decay);
+  for (const ParameterRange& range : shard.parameters) {
+    at::Tensor p = shard.weights.narrow(0, range.offset, range.numel);
+    at::Tensor d_p = grad.narrow(0, range.offset, range.numel);
+    if (range.weight_decay != 0) d_p = d_p.add(p, range.weight_decay);
     if (sgd.momentum() != 0) {
-      at::Tensor buf = shard.momentum.narrow(0, segment.offset, segment.numel);
+      at::Tensor buf = shard.momentum.narrow(0, range.offset, range.numel);
       if (shard.has_momentum) {
         buf.mul_(sgd.momentum()).add_(d_p, 1 - sgd.dampening());
       } else {

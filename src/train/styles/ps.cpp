@@ -135,7 +135,8 @@ const StyleKind& ps_style_kind() {
   return kind;
 }
 
-std::vector<ps::ServedParameter> served_parameters(const torch::nn::Module& model, const optim::OptimizerOptions& options) {
+std::vector<ps::ServedParameter> served_parameters(const torch::nn::Module& model,
+                                                   const optim::OptimizerOptions& options) {
   std::map<std::string, double> weight_decay;
   for (const auto& group : optim::weight_decay_groups(model, options)) {
     for (const auto& name : group.parameter_names) weight_decay[name] = group.weight_decay;

@@ -13,7 +13,8 @@ namespace dpt::train {
 
 // The parameters the servers hold (those that require gradients, in the model's order), each with
 // its optimizer group's weight decay.
-std::vector<ps::ServedParameter> served_parameters(const torch::nn::Module& model, const optim::OptimizerOptions& options);
+std::vector<ps::ServedParameter> served_parameters(const torch::nn::Module& model,
+                                                   const optim::OptimizerOptions& options);
 
 // The servers' options and their SGD rule, from the run's (whose checks are the style's:
 // check_style_options).

@@ -131,7 +131,9 @@ TEST(MaxPool, DoesNotDependOnTheNumberOfThreads) {
 
 TEST(MaxPool, PortableAndAvx512LoopsAgreeToTheBit) {
   // Held to CI, whose machines have AVX-512.
-  if (!dpt::models::kernel::have_avx512()) DPT_MISSING_DEPENDENCY("this CPU has no AVX-512, so its loops cannot be compared");
+  if (!dpt::models::kernel::have_avx512()) {
+    DPT_MISSING_DEPENDENCY("this CPU has no AVX-512, so its loops cannot be compared");
+  }
   namespace kernel = dpt::models::kernel;
   torch::manual_seed(14);
   auto values = torch::randn({1, 70, 11, 10});

@@ -17,7 +17,9 @@ compat::WorkPtr Transport::all_reduce(at::Tensor tensor, ReduceOp op, const Coll
 }
 
 compat::WorkPtr Transport::all_gather(at::Tensor input, at::Tensor output, const CollectiveRecord& record) {
-  if (local_->accepts(input, ReduceOp::Sum)) return local_->all_gather(std::move(input), std::move(output), record.step);
+  if (local_->accepts(input, ReduceOp::Sum)) {
+    return local_->all_gather(std::move(input), std::move(output), record.step);
+  }
   return fallback_->all_gather(std::move(input), std::move(output), record);
 }
 
