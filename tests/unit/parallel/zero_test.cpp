@@ -312,7 +312,9 @@ TEST(ShardedOptimizer, EveryElementIsInExactlyOneRanksPartsAtEitherStage) {
         const int64_t n = numels.at(static_cast<size_t>(part.index));
         ASSERT_LE(part.offset + part.length, n);
         cut = cut || part.length < n;
-        if (stage == 1) EXPECT_EQ(part.offset, 0);
+        if (stage == 1) {
+          EXPECT_EQ(part.offset, 0);
+        }
         for (int64_t e = part.offset; e < part.offset + part.length; ++e) ++covered[part.index][e];
       }
     }
