@@ -41,7 +41,7 @@ DPT_AVX512 void chunk_moments_avx512(const uint16_t* x, int64_t rows, int64_t ch
       const uint16_t* row = x + r * channels + c0;
       for (int b = 0; b < kBlocks; ++b) {
         const __m512 centred = _mm512_sub_ps(load_bf16(row + b * kLanes, lanes[b]), average[b]);
-        squares[b] = _mm512_add_ps(squares[b], _mm512_mul_ps(centred, centred));
+        squares[b] = _mm512_add_ps(squares[b], rounded_product(centred, centred));
       }
     }
     for (int b = 0; b < kBlocks; ++b) {
@@ -58,7 +58,7 @@ DPT_AVX512 void scale_shift_relu_rows_avx512(const uint16_t* x, const uint16_t* 
     for (int64_t c = 0; c < channels; c += kLanes) {
       const __mmask16 lanes = lanes_from(c, channels);
       const int64_t at = r * channels + c;
-      __m512 value = _mm512_add_ps(_mm512_mul_ps(load_bf16(x + at, lanes), load_float(scale + c, lanes)),
+      __m512 value = _mm512_add_ps(rounded_product(load_bf16(x + at, lanes), load_float(scale + c, lanes)),
                                    load_float(shift + c, lanes));
       if (residual != nullptr) value = _mm512_add_ps(value, load_bf16(residual + at, lanes));
       // max(value, 0) that keeps a NaN, as ReLU does.
@@ -86,7 +86,7 @@ DPT_AVX512 void chunk_grad_sums_avx512(const uint16_t* grad, const uint16_t* y, 
         const int64_t at = row + b * kLanes;
         const __m512 g = relu_grad(grad + at, y + at, lanes[b]);
         sum[b] = _mm512_add_ps(sum[b], g);
-        centred[b] = _mm512_add_ps(centred[b], _mm512_mul_ps(g, _mm512_sub_ps(load_bf16(x + at, lanes[b]), m[b])));
+        centred[b] = _mm512_add_ps(centred[b], rounded_product(g, _mm512_sub_ps(load_bf16(x + at, lanes[b]), m[b])));
       }
     }
     for (int b = 0; b < kBlocks; ++b) {
@@ -106,7 +106,7 @@ DPT_AVX512 void input_grad_rows_avx512(const uint16_t* grad, const uint16_t* y, 
       const __m512 g = relu_grad(grad + at, y + at, lanes);
       const __m512 centred = _mm512_sub_ps(load_bf16(x + at, lanes), load_float(terms.mean + c, lanes));
       const __m512 rest =
-          _mm512_add_ps(_mm512_mul_ps(centred, load_float(terms.c + c, lanes)), load_float(terms.b + c, lanes));
+          _mm512_add_ps(rounded_product(centred, load_float(terms.c + c, lanes)), load_float(terms.b + c, lanes));
       store_bf16(grad_x + at, lanes, _mm512_mul_ps(load_float(terms.a + c, lanes), _mm512_sub_ps(g, rest)));
       if (grad_residual != nullptr) store_bf16(grad_residual + at, lanes, g);
     }

@@ -5,7 +5,7 @@
 // the portable loops kept them in memory and spent most of its instructions packing bf16 in
 // 256-bit halves: those loops took 3 to 6 times as long as copying the data. The same sums in
 // the same order per channel as the portable loops, each product rounded before it is added as
-// there (no fused multiply-add; the files compile with -ffp-contract=off): the same bits, which
+// there (no fused multiply-add: rounded_product): the same bits, which
 // BatchNormReLU.PortableAndAvx512LoopsAgreeToTheBit checks. Other CPUs (and architectures, where
 // these are stubs) run the portable loops.
 // Private to the models layer.

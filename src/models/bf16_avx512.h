@@ -31,6 +31,16 @@ constexpr __mmask16 kAllLanes = 0xffff;
 // (-Wmaybe-uninitialized) inside the plain forms, whose pass-through operand is left undefined.
 // Both compile to the same unmasked instruction.
 
+// a * b, rounded to float before anything is added to it, as the portable loops round it: the
+// empty asm makes the product a value of its own, which no compiler can fuse with the add that
+// follows. A flag cannot promise it: GCC 14 fused them into FMA under -ffp-contract=off when the
+// file was compiled with the build's precompiled header, whose intrinsics keep its own setting.
+DPT_AVX512 inline __m512 rounded_product(__m512 a, __m512 b) {
+  __m512 product = _mm512_mul_ps(a, b);
+  __asm__("" : "+v"(product));
+  return product;
+}
+
 DPT_AVX512 inline __mmask16 lanes_from(int64_t c, int64_t channels) {
   const int64_t left = channels - c;
   return left >= kLanes ? kAllLanes : static_cast<__mmask16>((1u << left) - 1);
