@@ -12,6 +12,7 @@
 
 #include "dptrain/common/cpu_platform.h"
 #include "dptrain/common/error.h"
+#include "dptrain/compat/onednn.h"
 #include "dptrain/dist/cuda_device.h"
 #include "dptrain/dist/init.h"
 #include "dptrain/models/multiply_adds.h"
@@ -243,6 +244,7 @@ void Trainer::State::print_banner() const {
 // Once per run, what would make this machine train faster, where it pays.
 void Trainer::State::print_hints(std::ostream& out) const {
   if (device.is_cpu()) {
+    if (const auto why = compat::onednn_cannot_plan_here()) out << "warning: " << *why << std::endl;
     const BlasLibrary blas = blas_in_use();
     if (blas.is_reference()) out << "warning: " << blas.advice() << std::endl;
     // DataParallel's replicas are threads of this process, beside LibTorch's OpenMP threads.

@@ -26,6 +26,7 @@
 #include <torch/torch.h>
 
 #include "dptrain/common/error.h"
+#include "dptrain/compat/onednn.h"
 #include "dptrain/models.h"
 
 namespace models = dpt::models;
@@ -164,6 +165,8 @@ int run(const std::vector<std::string>& args) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // As dptrain-torch and the Python side (torchvision_zoo.py): where oneDNN cannot plan, neither uses it.
+  dpt::compat::avoid_onednn_where_it_cannot_plan();
   try {
     return run(std::vector<std::string>(argv + 1, argv + argc));
   } catch (const dpt::Error& error) {

@@ -1,7 +1,5 @@
 // dptrain-torch: every dptrain command, with LibTorch loaded. Users call it through `dptrain`.
 
-#include <iostream>
-
 #include "dptrain/common/host_memory.h"
 #include "dptrain/compat/compat.h"
 #include "dptrain/compat/onednn.h"
@@ -10,8 +8,9 @@
 int main(int argc, char** argv) {
   // Before any training allocates: every step then reuses the memory the one before it freed.
   dpt::keep_freed_host_memory(dpt::Environment::current());
-  // Before any convolution: one that oneDNN cannot plan here ends the process with SIGFPE.
-  if (const auto why = dpt::compat::avoid_onednn_where_it_cannot_plan()) std::cerr << "warning: " << *why << std::endl;
+  // Before any convolution: one that oneDNN cannot plan here ends the process or computes wrong
+  // numbers. The training banner says so (print_hints); other commands' output stays as it is.
+  dpt::compat::avoid_onednn_where_it_cannot_plan();
   CLI::App app{"dptrain: data-parallel training of image classifiers on LibTorch", "dptrain"};
   app.require_subcommand(1);
   app.set_version_flag("--version", "dptrain 0.1.0 (LibTorch " + dpt::compat::torch_version() + ")");
