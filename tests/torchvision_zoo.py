@@ -1,17 +1,11 @@
 """Python's side of dptrain's model zoo: each registered architecture as torchvision (or, for
-GhostNet, its authors' reference layout) builds it, with the peer tests' 10 classes. On a machine
-that hides its caches' topology, Python's torch runs without oneDNN, as dptrain does there
-(compat/onednn.h: oneDNN 3.x divides by zero planning a convolution)."""
+GhostNet, its authors' reference layout) builds it, with the peer tests' 10 classes; without
+oneDNN where dptrain runs without it (onednn_guard.py)."""
 
-import os
-
-import torch
 import torchvision
 
 import ghostnet_reference
-
-if not os.path.exists("/sys/devices/system/cpu/cpu0/cache/index0") and int(torch.__version__.split(".")[0]) >= 2:
-    torch.backends.mkldnn.enabled = False
+import onednn_guard  # noqa: F401 (imported for its effect)
 
 NUM_CLASSES = 10
 

@@ -44,6 +44,7 @@ print("max_abs_logit_diff", (a - b).abs().max().item())
 # each, or "imagenet").
 PYTHON_EVAL = r"""
 import json, sys, torch, torchvision
+import onednn_guard  # without oneDNN where dptrain runs without it
 from torchvision import transforms as T
 data, weights, arch, resize, interpolation, stats = sys.argv[1:]
 torch.manual_seed(5)
