@@ -238,25 +238,32 @@ c10::intrusive_ptr<c10d::TCPStore> agent_store() {
 }
 
 // Every rank of `world_size` rendezvous through `method` as torchrun's round `restart` starts
-// them, its agent's store at 127.0.0.1:`port`; "" per rank that joined, else its error.
+// them, its agent's store at 127.0.0.1:`port`; "" per rank that joined, else its error. Each rank
+// keeps its store until every rank has joined, as a process keeps it in its process group: rank 0
+// dropping the store it hosts while rank 1 still reads from it would fail rank 1.
 std::vector<std::string> torchrun_round(int port, int world_size, int restart, const InitMethod& method = {}) {
-  std::vector<std::future<std::string>> ranks;
+  struct Joined {
+    std::string error;
+    dpt::compat::StorePtr store;
+  };
+  std::vector<std::future<Joined>> ranks;
   for (int r = 0; r < world_size; ++r) {
     WorldInfo w = local_world(r, world_size);
     w.master_port = port;
     w.agent_store = dpt::dist::StoreAddress{w.master_addr, port};
     w.restart_count = restart;
-    ranks.push_back(std::async(std::launch::async, [w, method]() -> std::string {
+    ranks.push_back(std::async(std::launch::async, [w, method]() -> Joined {
       try {
-        dpt::dist::rendezvous(method, w, RendezvousOptions(5s));
-        return "";
+        return {"", dpt::dist::rendezvous(method, w, RendezvousOptions(5s))};
       } catch (const dpt::Error& e) {
-        return e.what();
+        return {e.what(), nullptr};
       }
     }));
   }
+  std::vector<Joined> joined;
+  for (auto& f : ranks) joined.push_back(f.get());
   std::vector<std::string> errors;
-  for (auto& f : ranks) errors.push_back(f.get());
+  for (const auto& j : joined) errors.push_back(j.error);
   return errors;
 }
 
