@@ -34,6 +34,17 @@ DistributedSampler::DistributedSampler(int64_t dataset_size, SamplerOptions opti
   const int64_t world = options.world_size();
   DPT_CHECK(options.repetitions() >= 1, ConfigError, "sampler: repetitions must be at least 1, got ",
             options.repetitions());
+  if (!options.shard_sizes().empty()) {
+    int64_t total = 0;
+    for (int64_t size : options.shard_sizes()) {
+      DPT_CHECK(size >= 0, ConfigError, "sampler: a shard's size must not be negative, got ", size);
+      total += size;
+    }
+    DPT_CHECK(total == dataset_size, ConfigError, "sampler: the shards hold ", total, " samples, the dataset ",
+              dataset_size);
+    DPT_CHECK(options.open_shards() >= 1, ConfigError, "sampler: open shards must be at least 1, got ",
+              options.open_shards());
+  }
   if (options.repetitions() > 1) {
     // RASampler keeps whole multiples of 256 samples per epoch, split over the ranks.
     num_samples_ = dataset_size / 256 * 256 / world;
@@ -47,9 +58,38 @@ DistributedSampler::DistributedSampler(int64_t dataset_size, SamplerOptions opti
       options.drop_last() && dataset_size % world != 0 ? dataset_size / world : ceil_div(dataset_size, world);
 }
 
+namespace {
+
+// The shard-aware permutation SamplerOptions::shard_sizes describes. Group g's samples are permuted
+// from a seed of its own, derived from the epoch's seed and g by an odd multiplier (Weyl sequence),
+// so no two groups of one epoch, nor the same group in nearby epochs, share a permutation.
+std::vector<int64_t> shard_aware_order(const std::vector<int64_t>& shard_sizes, int64_t open_shards, uint64_t seed) {
+  std::vector<int64_t> starts{0};
+  for (int64_t size : shard_sizes) starts.push_back(starts.back() + size);
+  const std::vector<int64_t> shards = seeded_permutation(static_cast<int64_t>(shard_sizes.size()), seed);
+  std::vector<int64_t> order;
+  order.reserve(static_cast<size_t>(starts.back()));
+  for (size_t first = 0, group = 0; first < shards.size(); first += static_cast<size_t>(open_shards), ++group) {
+    std::vector<int64_t> members;
+    for (size_t s = first; s < std::min(shards.size(), first + static_cast<size_t>(open_shards)); ++s) {
+      for (int64_t i = starts[shards[s]]; i < starts[shards[s] + 1]; ++i) members.push_back(i);
+    }
+    const uint64_t group_seed = seed * 0x9E3779B97F4A7C15ULL + group + 1;
+    for (int64_t position : seeded_permutation(static_cast<int64_t>(members.size()), group_seed)) {
+      order.push_back(members[position]);
+    }
+  }
+  return order;
+}
+
+}  // namespace
+
 std::vector<int64_t> DistributedSampler::epoch_order() const {
   std::vector<int64_t> order;
-  if (options_.shuffle()) {
+  if (options_.shuffle() && !options_.shard_sizes().empty()) {
+    order = shard_aware_order(options_.shard_sizes(), options_.open_shards(),
+                              options_.seed() + static_cast<uint64_t>(epoch_));
+  } else if (options_.shuffle()) {
     order = seeded_permutation(dataset_size_, options_.seed() + static_cast<uint64_t>(epoch_));
   } else {
     order.resize(dataset_size_);

@@ -4,9 +4,11 @@
 //   if (dpt::ascii_lower(name) == "cosineannealinglr") ...   // torchvision's names, any case
 //   for (auto variable : dpt::nul_terminated_entries(environ_text)) ...
 //   dpt::join(names, ", ")   // "a, b, c"
+//   dpt::zero_padded(17, 6)  // "000017", as shard and sample names number themselves
 
 #include <algorithm>
 #include <cctype>
+#include <cstdint>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -17,6 +19,13 @@ namespace dpt {
 inline std::string ascii_lower(std::string text) {
   std::transform(text.begin(), text.end(), text.begin(), [](unsigned char c) { return std::tolower(c); });
   return text;
+}
+
+// A non-negative number in decimal, with leading zeros up to `width` digits.
+inline std::string zero_padded(int64_t value, size_t width) {
+  std::string digits = std::to_string(value);
+  if (digits.size() < width) digits.insert(0, width - digits.size(), '0');
+  return digits;
 }
 
 // The entries of NUL-terminated text, as /proc's environ and cmdline hold them ("a\0\0b\0" is

@@ -36,6 +36,15 @@ struct SamplerOptions {
   // of its share. Copy k of sample i is handed out as the draw i + k * dataset_size (see
   // draw_sample), which the loader augments apart from the other copies.
   TORCH_ARG(int64_t, repetitions) = 1;
+  // A shard-aware shuffle for a dataset kept in shards (ShardSet::shard_sizes(), which must sum to
+  // the dataset's size): the epoch's order permutes the shards, takes them `open_shards` at a time
+  // in that order, and permutes the samples of each such group among themselves. Every rank then
+  // reads from at most `open_shards` shards at a time (the same ones: a machine's ranks share what
+  // is read), and a batch mixes that many shards. Like the plain permutation it is a function of
+  // (seed, epoch) alone, the same over every world size, so a resume at another world size goes on
+  // in the same order. Empty: PyTorch's permutation of all samples.
+  TORCH_ARG(std::vector<int64_t>, shard_sizes);
+  TORCH_ARG(int64_t, open_shards) = 8;
 };
 
 // A sampler's draw names a sample and which of its repeated copies this is, numbered

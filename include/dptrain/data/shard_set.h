@@ -1,0 +1,71 @@
+#pragma once
+// A dataset kept as tar shards (WebDataset's format): samples are read with one positioned read
+// each from the shard that holds them, through the shard's index. A shard set is named by
+//   - its manifest (`OUT/train/manifest.json`, written by `dptrain make-shards`),
+//   - a folder: its manifest.json, else every .tar in it in name order,
+//   - WebDataset's brace notation, `shards/train-{000000..000146}.tar`,
+//   - one .tar file.
+// Without a manifest (shards of webdataset's ShardWriter or of `tar`), the classes are the labels'
+// numbers, "0" to the largest label. Sample i is the i-th sample of the shards in order: with
+// `make-shards --order folder`, image i of the ImageFolder it was written from, with the same
+// label, bytes and augmentation.
+//
+//   auto train = std::make_shared<dpt::data::ShardSet>("/data/imagenet-shards/train", transform);
+//   sampler_options.shard_sizes(train->shard_sizes()).open_shards(4);
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "dptrain/data/dataset.h"
+#include "dptrain/data/shard_index.h"
+#include "dptrain/data/transform.h"
+
+namespace dpt::data {
+
+// Whether `path` names a shard set rather than an image folder: a manifest, a .tar, a brace
+// pattern, or a folder holding a manifest.json or .tar files.
+bool is_shard_set(const std::string& path);
+
+// The names WebDataset's brace notation stands for: "a-{00..02}.tar" -> a-00.tar, a-01.tar,
+// a-02.tar (numbers keep the first bound's width); "{a,b}" lists alternatives; several braces
+// multiply. ConfigError for an unbalanced or empty brace or a range of more than 10 million.
+std::vector<std::string> expand_braces(const std::string& pattern);
+
+class ShardSet : public Dataset {
+ public:
+  // Reads the manifest (if any) and every shard's index, building those missing from a scan of
+  // the shard. Throws DataError naming the shard for a missing or unreadable shard, one whose
+  // size differs from the manifest's, or a set without samples; bad samples as index_shard says.
+  ShardSet(const std::string& spec, Transform transform, BadImagePolicy policy = BadImagePolicy::Error);
+
+  int64_t size() const override { return starts_.back(); }
+  int64_t num_classes() const override { return static_cast<int64_t>(classes_.size()); }
+  std::vector<int64_t> sample_shape() const override { return transform_.sample_shape(); }
+  int64_t get(int64_t index, int64_t epoch, float* out) const override;
+  // "<shard path>#<key>.<extension>"
+  std::string describe(int64_t index) const override;
+
+  const std::vector<std::string>& classes() const { return classes_; }
+  int64_t label(int64_t index) const;
+  // The encoded image of sample `index`, as stored.
+  std::vector<uint8_t> image_bytes(int64_t index) const;
+  // Samples per shard, in order: what a shard-aware sampler needs.
+  std::vector<int64_t> shard_sizes() const;
+  const std::vector<std::string>& shard_paths() const { return paths_; }
+  // Samples left out under BadImagePolicy::Skip, one line each.
+  const std::vector<std::string>& warnings() const { return warnings_; }
+
+ private:
+  // (shard, sample in it) of a sample of the set.
+  std::pair<size_t, size_t> locate(int64_t index) const;
+
+  Transform transform_;
+  std::vector<std::string> classes_;
+  std::vector<std::string> paths_;
+  std::vector<ShardIndex> indices_;
+  std::vector<int64_t> starts_;  // first sample of each shard, and the total at the end
+  std::vector<std::string> warnings_;
+};
+
+}  // namespace dpt::data

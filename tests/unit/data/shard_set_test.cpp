@@ -1,0 +1,214 @@
+#include "dptrain/data/shard_set.h"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <set>
+
+#include "dptrain/common/error.h"
+#include "dptrain/common/read_file.h"
+#include "dptrain/common/text.h"
+#include "dptrain/data/image_folder.h"
+#include "dptrain/data/sampler.h"
+#include "dptrain/data/shard_writer.h"
+#include "support/error_of.h"
+#include "support/temp_dir.h"
+#include "support/test_images.h"
+
+using namespace dpt::data;
+namespace fs = std::filesystem;
+
+namespace {
+
+// An ImageFolder of `per_class` JPEGs in each of three classes, of varied sizes and qualities.
+std::string make_folder(const std::string& root, int per_class) {
+  for (int c = 0; c < 3; ++c) {
+    fs::create_directories(root + "/class" + std::to_string(c));
+    for (int i = 0; i < per_class; ++i) {
+      const auto image = dpt::testing::gradient_image(24 + 3 * i, 20 + c, i + c);
+      write_file(root + "/class" + std::to_string(c) + "/" + std::to_string(i) + ".jpg", encode_jpeg(image, 70 + 3 * i));
+    }
+  }
+  return root;
+}
+
+std::vector<SourceImage> sources_of(const ImageFolder& folder) {
+  std::vector<SourceImage> images;
+  for (int64_t i = 0; i < folder.size(); ++i) images.push_back({folder.path(i), folder.label(i)});
+  return images;
+}
+
+Transform train_crop() {
+  return Transform(TransformOptions().mode(TransformMode::Train).size(16).scale_min(0.3).seed(5));
+}
+
+std::string contents(const fs::path& path) { return *dpt::read_file<std::string>(path.string()); }
+
+}  // namespace
+
+// Written in the folder's order, a shard set is the ImageFolder: the same labels, the same bytes,
+// and with the same transform the same samples bit for bit, epoch after epoch.
+TEST(ShardSet, InTheFoldersOrderEqualsTheImageFolderBitForBit) {
+  dpt::testing::TempDir dir;
+  const ImageFolder folder(make_folder(dir.path() + "/src", 7), train_crop());
+  write_shards(sources_of(folder), folder.classes(), dir.path() + "/out",
+               ShardWriterOptions().order("folder").shard_bytes(12000).prefix("train"));
+  const ShardSet shards(dir.path() + "/out", train_crop());
+  ASSERT_EQ(shards.size(), folder.size());
+  EXPECT_EQ(shards.classes(), folder.classes());
+  EXPECT_GT(shards.shard_sizes().size(), 2u);
+  std::vector<float> a(folder.sample_numel()), b(folder.sample_numel());
+  for (int64_t epoch : {0, 3}) {
+    for (int64_t i = 0; i < folder.size(); ++i) {
+      ASSERT_EQ(shards.get(i, epoch, a.data()), folder.get(i, epoch, b.data())) << i;
+      ASSERT_EQ(a, b) << "sample " << i << " of epoch " << epoch;
+      EXPECT_EQ(shards.image_bytes(i), read_file(folder.path(i)));
+    }
+  }
+  EXPECT_EQ(shards.describe(shards.shard_sizes()[0]), dir.path() + "/out/train-000001.tar#" +
+                                                           dpt::zero_padded(shards.shard_sizes()[0], 9) + ".jpg");
+}
+
+// Shuffled, every shard mixes the classes and the set holds each image once; the same input
+// gives the same bytes, and a run over an interrupted one keeps the shards already whole.
+TEST(ShardSet, ShuffledWritesAreDeterministicAndResumable) {
+  dpt::testing::TempDir dir;
+  const ImageFolder folder(make_folder(dir.path() + "/src", 8), train_crop());
+  auto options = ShardWriterOptions().seed(11).shard_bytes(20000).threads(2).prefix("t");
+  const auto manifest = write_shards(sources_of(folder), folder.classes(), dir.path() + "/a", options);
+  const ShardSet shards(dir.path() + "/a", train_crop());
+  std::multiset<std::vector<uint8_t>> from_folder, from_shards;
+  for (int64_t i = 0; i < folder.size(); ++i) {
+    from_folder.insert(read_file(folder.path(i)));
+    from_shards.insert(shards.image_bytes(i));
+  }
+  EXPECT_EQ(from_folder, from_shards);
+  std::set<int64_t> first_shard_labels;
+  for (int64_t i = 0; i < shards.shard_sizes()[0]; ++i) first_shard_labels.insert(shards.label(i));
+  EXPECT_GT(first_shard_labels.size(), 1u);
+
+  write_shards(sources_of(folder), folder.classes(), dir.path() + "/b", options.threads(1));
+  for (const auto& shard : manifest.shards) {
+    EXPECT_EQ(contents(dir.path() + "/a/" + shard.file), contents(dir.path() + "/b/" + shard.file)) << shard.file;
+  }
+  EXPECT_EQ(contents(dir.path() + "/a/manifest.json"), contents(dir.path() + "/b/manifest.json"));
+
+  // An interrupted run: one shard never written, one cut short, the manifest missing.
+  const fs::path kept = dir.path() + "/b/" + manifest.shards[0].file;
+  fs::remove(dir.path() + "/b/" + manifest.shards[1].file);
+  fs::resize_file(dir.path() + "/b/" + manifest.shards[2].file, 1024);
+  fs::remove(dir.path() + "/b/manifest.json");
+  const auto kept_time = fs::last_write_time(kept);
+  write_shards(sources_of(folder), folder.classes(), dir.path() + "/b", options);
+  EXPECT_EQ(fs::last_write_time(kept), kept_time);
+  for (const auto& shard : manifest.shards) {
+    EXPECT_EQ(contents(dir.path() + "/a/" + shard.file), contents(dir.path() + "/b/" + shard.file)) << shard.file;
+  }
+  EXPECT_EQ(contents(dir.path() + "/a/manifest.json"), contents(dir.path() + "/b/manifest.json"));
+}
+
+TEST(ShardSet, NamedByManifestFolderBracesOrOneTar) {
+  dpt::testing::TempDir dir;
+  const ImageFolder folder(make_folder(dir.path() + "/src", 5), train_crop());
+  const auto manifest = write_shards(sources_of(folder), folder.classes(), dir.path() + "/out",
+                                     ShardWriterOptions().order("folder").shard_bytes(8000).prefix("train"));
+  const int64_t shards = static_cast<int64_t>(manifest.shards.size());
+  ASSERT_GE(shards, 3);
+  EXPECT_EQ(ShardSet(dir.path() + "/out/manifest.json", train_crop()).size(), folder.size());
+  // Without the manifest or the indexes: the shards' own headers and labels, classes by number.
+  for (const auto& shard : manifest.shards) fs::remove(fs::path(dir.path() + "/out/" + shard.file).replace_extension(".idx"));
+  fs::remove(dir.path() + "/out/manifest.json");
+  const ShardSet scanned(dir.path() + "/out", train_crop());
+  EXPECT_EQ(scanned.size(), folder.size());
+  EXPECT_EQ(scanned.classes(), (std::vector<std::string>{"0", "1", "2"}));
+  const ShardSet braces(dir.path() + "/out/train-{000001..00000" + std::to_string(shards - 1) + "}.tar", train_crop());
+  EXPECT_EQ(braces.size(), folder.size() - manifest.shards[0].samples);
+  EXPECT_EQ(braces.label(0), folder.label(manifest.shards[0].samples));
+  EXPECT_EQ(ShardSet(dir.path() + "/out/train-000000.tar", train_crop()).size(), manifest.shards[0].samples);
+}
+
+TEST(ShardSet, AShardUnlikeItsManifestIsNamedBeforeTraining) {
+  dpt::testing::TempDir dir;
+  const ImageFolder folder(make_folder(dir.path() + "/src", 4), train_crop());
+  const auto manifest = write_shards(sources_of(folder), folder.classes(), dir.path() + "/out",
+                                     ShardWriterOptions().shard_bytes(8000).prefix("train"));
+  const std::string second = dir.path() + "/out/" + manifest.shards[1].file;
+  fs::resize_file(second, manifest.shards[1].bytes - 512);
+  EXPECT_EQ(dpt::testing::error_of<dpt::DataError>([&] { ShardSet(dir.path() + "/out", train_crop()); }),
+            "shard " + second + " has " + std::to_string(manifest.shards[1].bytes - 512) + " bytes and the manifest says " +
+                std::to_string(manifest.shards[1].bytes) + ": it was cut short or replaced; copy it again");
+  fs::remove(second);
+  EXPECT_NE(dpt::testing::error_of<dpt::DataError>([&] { ShardSet(dir.path() + "/out", train_crop()); })
+                .find("shard " + second + " cannot be read"),
+            std::string::npos);
+}
+
+TEST(ShardSet, BraceNotationAsWebDatasetWritesIt) {
+  EXPECT_EQ(expand_braces("a-{08..11}.tar"),
+            (std::vector<std::string>{"a-08.tar", "a-09.tar", "a-10.tar", "a-11.tar"}));
+  EXPECT_EQ(expand_braces("{x,y}/s-{0..1}.tar"),
+            (std::vector<std::string>{"x/s-0.tar", "x/s-1.tar", "y/s-0.tar", "y/s-1.tar"}));
+  EXPECT_EQ(expand_braces("plain.tar"), std::vector<std::string>{"plain.tar"});
+  EXPECT_NE(dpt::testing::error_of<dpt::ConfigError>([] { expand_braces("a-{1..3.tar"); }).find("without its '}'"),
+            std::string::npos);
+  EXPECT_NE(dpt::testing::error_of<dpt::ConfigError>([] { expand_braces("a-{5..3}.tar"); }).find("must go upwards"),
+            std::string::npos);
+}
+
+// The shard-aware order: each epoch a permutation of every sample, read a few shards at a time,
+// the same over every world size, and resumed at another world size without a sample twice.
+TEST(ShardAwareSampler, EachWindowReadsFewShardsAndEveryWorldSeesOneOrder) {
+  const std::vector<int64_t> sizes = {50, 50, 49, 50, 50, 50, 50, 50, 50, 48, 50, 50, 13};
+  int64_t total = 0;
+  std::vector<int64_t> shard_of;
+  for (size_t s = 0; s < sizes.size(); ++s) {
+    total += sizes[s];
+    shard_of.insert(shard_of.end(), static_cast<size_t>(sizes[s]), static_cast<int64_t>(s));
+  }
+  auto options = [&](int64_t world, int64_t rank) {
+    return SamplerOptions(world, rank).seed(9).shard_sizes(sizes).open_shards(3).drop_last(true);
+  };
+  DistributedSampler one(total, options(1, 0));
+  one.set_epoch(2);
+  const auto order = one.indices();
+  EXPECT_EQ(std::set<int64_t>(order.begin(), order.end()).size(), static_cast<size_t>(total));
+  // Within each 100 consecutive draws at most 2 x open_shards shards (a window may straddle two
+  // groups); a plain permutation touches nearly all 13.
+  for (size_t w = 0; w + 100 <= order.size(); w += 100) {
+    std::set<int64_t> touched;
+    for (size_t i = w; i < w + 100; ++i) touched.insert(shard_of[order[i]]);
+    EXPECT_LE(touched.size(), 6u) << "window at " << w;
+  }
+  DistributedSampler plain(total, SamplerOptions(1, 0).seed(9));
+  plain.set_epoch(2);
+  std::set<int64_t> plain_touched;
+  for (size_t i = 0; i < 100; ++i) plain_touched.insert(shard_of[plain.indices()[i]]);
+  EXPECT_GT(plain_touched.size(), 10u);
+  one.set_epoch(3);
+  EXPECT_NE(one.indices(), order);
+
+  // Four ranks stop after 40 steps; three ranks go on: every sample of the epoch exactly once.
+  std::vector<int64_t> seen;
+  for (int64_t rank = 0; rank < 4; ++rank) {
+    DistributedSampler four(total, options(4, rank));
+    four.set_epoch(2);
+    const auto mine = four.indices();
+    for (int64_t step = 0; step < 40; ++step) EXPECT_EQ(mine[step], order[step * 4 + rank]);
+    seen.insert(seen.end(), mine.begin(), mine.begin() + 40);
+  }
+  for (int64_t rank = 0; rank < 3; ++rank) {
+    DistributedSampler three(total, options(3, rank));
+    three.set_epoch(2);
+    const auto rest = three.indices_from(160);
+    seen.insert(seen.end(), rest.begin(), rest.end());
+  }
+  std::map<int64_t, int> count;
+  for (int64_t i : seen) ++count[i];
+  EXPECT_EQ(static_cast<int64_t>(seen.size()), total - (total - 160) % 3);  // drop_last drops what 3 cannot split
+  for (const auto& [index, times] : count) EXPECT_EQ(times, 1) << index;
+  EXPECT_NE(dpt::testing::error_of<dpt::ConfigError>([&] { DistributedSampler(total + 1, options(1, 0)); })
+                .find(dpt::str("the shards hold ", total, " samples, the dataset ", total + 1)),
+            std::string::npos);
+}
