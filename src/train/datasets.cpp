@@ -10,6 +10,7 @@
 #include "dptrain/common/text.h"
 #include "dptrain/data/cifar.h"
 #include "dptrain/data/image_folder.h"
+#include "dptrain/data/shard_set.h"
 #include "dptrain/data/synthetic.h"
 
 namespace dpt::train {
@@ -59,7 +60,8 @@ Sizes sizes_for(const DataOptions& options, int default_crop, double resize_rati
 // A class's index is its folder's place in the sorted list of each split: a folder that only one
 // split has would give the other split's later classes other indices, and validation would
 // silently score against the wrong labels.
-void check_same_classes(const data::ImageFolder& train, const data::ImageFolder& val) {
+template <class Split>
+void check_same_classes(const Split& train, const Split& val) {
   if (train.classes() == val.classes()) return;
   auto only_in = [](const std::vector<std::string>& these, const std::vector<std::string>& those) {
     std::vector<std::string> only;
@@ -70,6 +72,19 @@ void check_same_classes(const data::ImageFolder& train, const data::ImageFolder&
                       ", and each split numbers its classes by their sorted names: both need the same folders "
                       "(only in train/: ", only_in(train.classes(), val.classes()), "; only in val/: ",
                       only_in(val.classes(), train.classes()), ")"));
+}
+
+// The two splits of a folder (ImageFolders or shard sets), checked to number their classes alike,
+// with their warnings for the banner.
+template <class Split>
+RunDatasets split_datasets(std::shared_ptr<Split> train, std::shared_ptr<Split> val, const std::string& kind,
+                           int image_size, std::vector<int64_t> train_shard_sizes) {
+  check_same_classes(*train, *val);
+  RunDatasets datasets{train, val, kind, image_size, /*warnings=*/{}, std::move(train_shard_sizes)};
+  for (const auto* split : {train.get(), val.get()}) {
+    for (const auto& warning : split->warnings()) datasets.warnings.push_back("warning: " + warning);
+  }
+  return datasets;
 }
 
 }  // namespace
@@ -95,7 +110,7 @@ RunDatasets open_datasets(const DataOptions& options, uint64_t seed, const model
                 train_transform(options, shared, seed, sizes.train_crop, kSmallImageScaleMin)),
             std::make_shared<data::SyntheticDataset>(synthetic(options.dummy_val_size(), seed + 1),
                                                      eval_transform(shared, sizes.val_crop, sizes.val_resize)),
-            "synthetic", sizes.train_crop, /*warnings=*/{}};
+            "synthetic", sizes.train_crop, /*warnings=*/{}, /*train_shard_sizes=*/{}};
   }
   const fs::path root(options.root());
   DPT_CHECK(!options.root().empty(), ConfigError, "no data folder given: pass DATA (an ImageFolder with train/ and val/, "
@@ -107,11 +122,11 @@ RunDatasets open_datasets(const DataOptions& options, uint64_t seed, const model
                                             train_transform(options, shared, seed, sizes.train_crop, kSmallImageScaleMin)),
             std::make_shared<data::Cifar10>(root.string(), false,
                                             eval_transform(shared, sizes.val_crop, sizes.val_resize)),
-            "CIFAR-10", sizes.train_crop, /*warnings=*/{}};
+            "CIFAR-10", sizes.train_crop, /*warnings=*/{}, /*train_shard_sizes=*/{}};
   }
   for (const char* split : {"train", "val"}) {
     DPT_CHECK(fs::is_directory(root / split), DataError, "data folder '", root.string(), "' has no ", split,
-              "/ folder; expected an ImageFolder root with train/ and val/, or CIFAR-10 binary files");
+              "/ folder; expected train/ and val/ (ImageFolders or shard sets), or CIFAR-10 binary files");
   }
   // torchvision's recipe: RandomResizedCrop(crop) for training, Resize(resize) + CenterCrop(crop)
   // for validation, with the model's sizes (224 and 256 for most; other sizes keep the ratio),
@@ -121,17 +136,17 @@ RunDatasets open_datasets(const DataOptions& options, uint64_t seed, const model
   const Sizes sizes = sizes_for(options, static_cast<int>(model.crop_size),
                                 static_cast<double>(model.resize_size) / static_cast<double>(model.crop_size));
   const double scale_min = sizes.train_crop <= 64 ? kSmallImageScaleMin : 0.08;
-  auto train = std::make_shared<data::ImageFolder>(
-      (root / "train").string(), train_transform(options, shared, seed, sizes.train_crop, scale_min),
-      options.bad_images());
-  auto val = std::make_shared<data::ImageFolder>(
-      (root / "val").string(), eval_transform(shared, sizes.val_crop, sizes.val_resize), options.bad_images());
-  check_same_classes(*train, *val);
-  RunDatasets datasets{train, val, "ImageFolder", sizes.train_crop, /*warnings=*/{}};
-  for (const auto* split : {train.get(), val.get()}) {
-    for (const auto& warning : split->warnings()) datasets.warnings.push_back("warning: " + warning);
+  const auto train = train_transform(options, shared, seed, sizes.train_crop, scale_min);
+  const auto val = eval_transform(shared, sizes.val_crop, sizes.val_resize);
+  const std::string train_root = (root / "train").string(), val_root = (root / "val").string();
+  if (data::is_shard_set(train_root)) {
+    auto shards = std::make_shared<data::ShardSet>(train_root, train, options.bad_images());
+    return split_datasets(shards, std::make_shared<data::ShardSet>(val_root, val, options.bad_images()), "shards",
+                          sizes.train_crop, shards->shard_sizes());
   }
-  return datasets;
+  return split_datasets(std::make_shared<data::ImageFolder>(train_root, train, options.bad_images()),
+                        std::make_shared<data::ImageFolder>(val_root, val, options.bad_images()), "ImageFolder",
+                        sizes.train_crop, /*train_shard_sizes=*/{});
 }
 
 }  // namespace dpt::train

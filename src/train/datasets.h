@@ -14,12 +14,16 @@ namespace dpt::train {
 struct RunDatasets {
   std::shared_ptr<const data::Dataset> train;
   std::shared_ptr<const data::Dataset> val;
-  std::string kind;  // "synthetic", "CIFAR-10" or "ImageFolder"
+  std::string kind;  // "synthetic", "CIFAR-10", "ImageFolder" or "shards"
   int image_size = 0;  // side of the network's input
   std::vector<std::string> warnings;  // what the banner tells of the folders (empty classes, hidden folders)
+  // Samples per shard of a training set kept in shards, for the shard-aware shuffle; else empty.
+  std::vector<int64_t> train_shard_sizes;
 };
 
-// `model` gives ImageFolder data its defaults: torchvision's input size and evaluation resize for
+// DATA is a synthetic set (--dummy), CIFAR-10 files, or a folder with train/ and val/, each an
+// ImageFolder or a shard set (data::ShardSet: `dptrain make-shards` output, or .tar shards).
+// `model` gives ImageFolder and shard data its defaults: torchvision's input size and evaluation resize for
 // that architecture (299/342 for Inception v3, 224/232 for ResNet-50); an explicit image size
 // keeps the model's resize-to-crop ratio. Throws DataError naming the folder when the data is
 // missing or unreadable.

@@ -1,5 +1,5 @@
-// `dptrain bench-loader`: images per second of the training input pipeline on an ImageFolder
-// (read + decode + RandomResizedCrop + flip [+ auto-augment] + normalize [+ random erasing] +
+// `dptrain bench-loader`: images per second of the training input pipeline on an ImageFolder or a
+// shard set, in its shard-aware order (read + decode + RandomResizedCrop + flip [+ auto-augment] + normalize [+ random erasing] +
 // batch), with a given number of loader threads. bench/loader runs it next to torchvision's
 // DataLoader. Ends with one JSON line.
 
@@ -15,6 +15,7 @@
 #include "dptrain/data/image_folder.h"
 #include "dptrain/data/loader.h"
 #include "dptrain/data/sampler.h"
+#include "dptrain/data/shard_set.h"
 
 namespace dpt::cli {
 
@@ -39,9 +40,17 @@ int run_bench_loader(const BenchLoaderFlags& f) {
                                .erase_probability(f.random_erase);
   if (f.auto_augment) transform_options.auto_augment(data::AutoAugmentOptions().policy(*f.auto_augment));
   auto transform = data::Transform(transform_options);
-  auto dataset = std::make_shared<data::ImageFolder>(f.data, transform);
+  std::shared_ptr<data::Dataset> dataset;
+  data::SamplerOptions sampler_options(1, 0);
+  if (data::is_shard_set(f.data)) {
+    auto shards = std::make_shared<data::ShardSet>(f.data, transform);
+    sampler_options.shard_sizes(shards->shard_sizes());
+    dataset = shards;
+  } else {
+    dataset = std::make_shared<data::ImageFolder>(f.data, transform);
+  }
   DPT_CHECK(dataset->size() > 0, DataError, "no images under ", f.data);
-  data::DistributedSampler sampler(dataset->size(), data::SamplerOptions(1, 0));
+  data::DistributedSampler sampler(dataset->size(), sampler_options);
   // One buffer pool for all epochs, as a training loop would keep one.
   auto options = data::LoaderOptions()
                      .batch_size(f.batch_size)
@@ -94,8 +103,9 @@ int run_bench_loader(const BenchLoaderFlags& f) {
 
 Command add_bench_loader_command(CLI::App& root) {
   auto flags = std::make_shared<BenchLoaderFlags>();
-  CLI::App* app = root.add_subcommand("bench-loader", "Measure the training input pipeline on an ImageFolder");
-  app->add_option("data", flags->data, "ImageFolder root (ROOT/<class>/<image>)")->required();
+  CLI::App* app = root.add_subcommand("bench-loader", "Measure the training input pipeline on an ImageFolder or a shard set");
+  app->add_option("data", flags->data, "ImageFolder root (ROOT/<class>/<image>) or shard set (manifest, folder, "
+                 "brace pattern or .tar)")->required();
   app->add_option("--threads", flags->threads, "loader threads")->check(at_least(1))->capture_default_str();
   app->add_option("--batch-size", flags->batch_size, "images per batch")->check(at_least(1))->capture_default_str();
   app->add_option("--size", flags->size, "RandomResizedCrop output size")->check(at_least(1))->capture_default_str();

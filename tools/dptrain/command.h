@@ -39,6 +39,7 @@ using Launcher = std::function<int(const launch::LaunchOptions&, const std::vect
 Command add_launch_command(CLI::App& root, Launcher elastic, Launcher fixed = launch::launch);  // no LibTorch of its own
 Command add_check_command(CLI::App& root);
 Command add_make_dataset_command(CLI::App& root);
+Command add_make_shards_command(CLI::App& root);
 Command add_bench_loader_command(CLI::App& root);
 Command add_bench_ddp_command(CLI::App& root);
 Command add_train_command(CLI::App& root);

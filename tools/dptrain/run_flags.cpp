@@ -18,7 +18,8 @@ void add_run_flags(CLI::App& app, train::TrainOptions& o) {
   app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   train::DataOptions& data = o.data();
   dist::InitOptions& dist = o.parallel().dist();
-  app.add_option("data", data.root(), "ImageFolder root with train/ and val/, or a CIFAR-10 binary folder");
+  app.add_option("data", data.root(),
+                 "a folder with train/ and val/ (ImageFolders, or shard sets from make-shards), or CIFAR-10 files");
   app.add_option("-a,--arch", o.arch(), "model: a name `dptrain models` lists, or torchscript:PATH")
       ->capture_default_str();
   app.add_flag_callback("--no-aux-logits", [&o] { o.aux_logits(false); },
@@ -47,6 +48,10 @@ void add_run_flags(CLI::App& app, train::TrainOptions& o) {
                  "validation resize of the shorter side (default: the model's ratio to the crop)");
   add_parsed_option(app, "--interpolation", data.interpolation(), data::parse_interpolation,
                     "resize filter, bilinear or bicubic (default: the model's, see `dptrain models`)");
+  app.add_option("--open-shards", data.open_shards(),
+                 "shard sets: shuffle this many shards at a time (0: all samples at once, as a folder)")
+      ->check(at_least(0))
+      ->capture_default_str();
   app.add_flag_callback("--no-flip", [&data] { data.flip(false); }, "no random horizontal flips (for digits, text, ...)");
   app.add_flag("--amp", o.amp(), "mixed precision: bf16 autocast on CPU, fp16 with loss scaling on CUDA");
   app.add_flag("--channels-last", o.channels_last(), "NHWC memory format for weights and inputs");

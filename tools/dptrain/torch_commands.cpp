@@ -34,6 +34,7 @@ constexpr NamedCommand kCommands[] = {
     {"launch", add_elastic_launch_command},
     {"check", add_check_command},
     {"make-dataset", add_make_dataset_command},
+    {"make-shards", add_make_shards_command},
     {"bench-loader", add_bench_loader_command},
     {"bench-ddp", add_bench_ddp_command},
     {"train", add_train_command},

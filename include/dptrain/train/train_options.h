@@ -74,6 +74,10 @@ struct DataOptions {
   // Repeated augmentation (--ra-sampler --ra-reps): each sample this many times per epoch, each
   // copy augmented on its own, on neighbouring ranks (torchvision's RASampler); 1: off.
   TORCH_ARG(int64_t, repeated_augmentations) = 1;
+  // A training set kept in shards is shuffled a few shards at a time (data::SamplerOptions'
+  // shard_sizes): this many shards are read at once. 0: one permutation of all samples, as for a
+  // folder (for shards on local disk or in the page cache, where a random read costs no more).
+  TORCH_ARG(int64_t, open_shards) = 8;
   // The resize filter. Unset: bilinear, except for ImageFolder data, which takes the model's
   // (that of torchvision's weights: bicubic for most EfficientNets, ViT-H/14 and DeiT).
   TORCH_ARG(std::optional<data::Interpolation>, interpolation) = std::nullopt;

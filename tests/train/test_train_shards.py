@@ -1,0 +1,125 @@
+"""`dptrain make-shards` and training from tar shards: a set written in the folder's order trains
+bit for bit as its ImageFolder does; the shard-aware shuffle resumes mid-epoch bit for bit; shards
+written by `tar` and Python's tarfile (no index, no manifest) train; damaged shards are named
+before training starts."""
+
+import json
+import os
+import shutil
+import subprocess
+import tarfile
+import tempfile
+import unittest
+
+from proc import dptrain, run
+from train_runs import compare_checkpoints, last_json
+
+RUN = ["-a", "resnet20", "--image-size", "24", "-b", "8", "-j", "2", "--lr", "0.2", "--seed", "3",
+       "--deterministic", "-p", "100"]
+
+
+def launch(*args):
+    return [dptrain(), "launch", "--standalone", "--nproc-per-node", "2", "--", dptrain(), "train", *args]
+
+
+class Shards(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.TemporaryDirectory(prefix="dpt_shards_")
+        cls.folder = os.path.join(cls.tmp.name, "folder")
+        code, out, err = run([dptrain(), "make-dataset", cls.folder, "--train-size", "96", "--val-size", "40",
+                              "--classes", "4", "--image-size", "32"], timeout=60)
+        assert code == 0, out + err
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.tmp.cleanup()
+
+    def path(self, *parts):
+        return os.path.join(self.tmp.name, *parts)
+
+    def make_shards(self, out, *flags):
+        code, stdout, err = run([dptrain(), "make-shards", self.folder, out, "--shard-size", "0.04", *flags],
+                                timeout=60)
+        self.assertEqual(code, 0, stdout + err)
+        return json.loads(stdout.strip().splitlines()[-1])
+
+    def test_a_set_in_the_folders_order_trains_as_the_folder_bitwise(self):
+        report = self.make_shards(self.path("in_order"), "--order", "folder")
+        self.assertEqual((report["train"]["samples"], report["val"]["samples"]), (96, 40))
+        self.assertGreater(report["train"]["shards"], 3)
+        runs = {}
+        for name, data in (("folder", self.folder), ("shards", self.path("in_order"))):
+            out_dir = self.path("run_" + name)
+            code, out, err = run(launch(data, *RUN, "--epochs", "2", "--open-shards", "0", "--output", out_dir),
+                                 timeout=240)
+            self.assertEqual(code, 0, out + err)
+            runs[name] = (last_json(out), os.path.join(out_dir, "checkpoint.pt"))
+        self.assertEqual(runs["folder"][0]["val"], runs["shards"][0]["val"])
+        comparison = compare_checkpoints(runs["folder"][1], runs["shards"][1])
+        self.assertTrue(comparison.bitwise and comparison.optimizer_bitwise, comparison)
+        # The shard-aware shuffle is another order: the same data, other weights.
+        code, out, err = run(launch(self.path("in_order"), *RUN, "--epochs", "2", "--open-shards", "2",
+                                    "--output", self.path("run_aware")), timeout=240)
+        self.assertEqual(code, 0, out + err)
+        self.assertFalse(compare_checkpoints(runs["folder"][1], self.path("run_aware", "checkpoint.pt")).bitwise)
+
+    def test_the_shard_aware_order_resumes_mid_epoch_bitwise(self):
+        self.make_shards(self.path("shuffled"), "--seed", "4")
+        args = [self.path("shuffled"), *RUN, "--epochs", "2", "--open-shards", "2"]
+        code, out, err = run(launch(*args, "--max-steps", "9", "--output", self.path("straight")), timeout=240)
+        self.assertEqual(code, 0, out + err)
+        code, out, err = run(launch(*args, "--max-steps", "4", "--output", self.path("halves")), timeout=240)
+        self.assertEqual(code, 0, out + err)
+        code, out, err = run(launch(*args, "--max-steps", "9", "--output", self.path("halves"),
+                                    "--resume", self.path("halves", "checkpoint.pt")), timeout=240)
+        self.assertEqual(code, 0, out + err)
+        comparison = compare_checkpoints(self.path("straight", "checkpoint.pt"), self.path("halves", "checkpoint.pt"))
+        self.assertEqual(comparison.positions, "9 1 3 9 1 3")
+        self.assertTrue(comparison.bitwise and comparison.optimizer_bitwise, comparison)
+
+    def test_shards_of_tar_and_tarfile_train_without_index_or_manifest(self):
+        root = self.path("foreign")
+        for split in ("train", "val"):
+            members = self.path("members_" + split)
+            os.makedirs(members)
+            classes = sorted(os.listdir(os.path.join(self.folder, split)))
+            samples = [(c, os.path.join(self.folder, split, c, name), label) for label, c in enumerate(classes)
+                       for name in sorted(os.listdir(os.path.join(self.folder, split, c)))]
+            for k, (_, image, label) in enumerate(samples):
+                shutil.copy(image, os.path.join(members, f"s{k:05d}.jpg"))
+                with open(os.path.join(members, f"s{k:05d}.cls"), "w") as f:
+                    f.write(str(label))
+            os.makedirs(os.path.join(root, split))
+            names = sorted(os.listdir(members))
+            half = len(names) // 2
+            # One shard by GNU tar, one by Python's tarfile in pax format.
+            subprocess.run(["tar", "--format=gnu", "-cf", os.path.join(root, split, f"{split}-0.tar"), "-C", members,
+                            *names[:half]], check=True, timeout=60)
+            with tarfile.open(os.path.join(root, split, f"{split}-1.tar"), "w", format=tarfile.PAX_FORMAT) as t:
+                for name in names[half:]:
+                    t.add(os.path.join(members, name), arcname=name)
+        code, out, err = run(launch(root, *RUN, "--epochs", "1"), timeout=240)
+        self.assertEqual(code, 0, out + err)
+        self.assertEqual(last_json(out)["val"]["count"], 40)
+
+    def test_damaged_shards_are_named_before_training(self):
+        self.make_shards(self.path("damaged"), "--seed", "1")
+        shard = self.path("damaged", "train", "train-000001.tar")
+        with open(shard, "r+b") as f:
+            f.truncate(os.path.getsize(shard) - 700)
+        code, out, err = run(launch(self.path("damaged"), *RUN, "--epochs", "1"), timeout=120)
+        self.assertNotEqual(code, 0)
+        self.assertIn(f"shard {shard} has", err)
+        self.assertIn("and the manifest says", err)
+        self.assertNotIn("Epoch: [0]", out)
+        # Without the manifest and the index, the scan finds where the tar was cut.
+        os.remove(self.path("damaged", "train", "manifest.json"))
+        os.remove(shard[:-4] + ".idx")
+        code, out, err = run(launch(self.path("damaged"), *RUN, "--epochs", "1"), timeout=120)
+        self.assertNotEqual(code, 0)
+        self.assertIn(f"shard {shard} is truncated", err)
+
+
+if __name__ == "__main__":
+    unittest.main()
