@@ -23,6 +23,17 @@ class ImageFolder(_C.ImageFolder):
         super().__init__(os.fspath(root), fuse(transform, seed=seed, dct_scaling=dct_scaling), bad_images)
 
 
+class Shards(_C.ShardSet):
+    """A dataset kept as WebDataset tar shards (docs/datasets.md): `spec` is a manifest.json (from
+    `dptrain make-shards`), a folder, brace notation ("train-{000000..000146}.tar") or one .tar.
+    Written with `make-shards --order folder`, sample i is the ImageFolder's image i. Pass it to
+    DistributedSampler for the shard-aware shuffle (its `shard_sizes`).
+    """
+
+    def __init__(self, spec, transform, *, bad_images="fail", seed=0, dct_scaling=True):
+        super().__init__(os.fspath(spec), fuse(transform, seed=seed, dct_scaling=dct_scaling), bad_images)
+
+
 class CIFAR10(_C.Cifar10):
     """CIFAR-10 from its binary distribution (root holds data_batch_1.bin .. test_batch.bin).
 

@@ -43,13 +43,21 @@ class DistributedSampler(_Shard):
     """torch.utils.data.DistributedSampler: the same indices for the same seed and epoch (the
     permutation of torch.randperm with a generator seeded with seed + epoch, padded or cut to
     divide evenly, rank r taking every world-th from r). Call set_epoch before each epoch.
+
+    For a dataset kept in shards (datasets.Shards) the shuffle is shard-aware: the shards are
+    permuted, taken `open_shards` at a time, and the samples of each group permuted among
+    themselves, one order for every world size (open_shards=0: one permutation of all samples,
+    torch's own).
     """
 
-    def __init__(self, dataset, num_replicas=None, rank=None, shuffle=True, seed=0, drop_last=False):
+    def __init__(self, dataset, num_replicas=None, rank=None, shuffle=True, seed=0, drop_last=False, *,
+                 open_shards=8):
         self.num_replicas, self.rank = _world(num_replicas, rank)
         self.shuffle, self.seed, self.drop_last = shuffle, seed, drop_last
+        shard_sizes = getattr(dataset, "shard_sizes", []) if open_shards > 0 else []
         self._sampler = _C.DistributedSampler(dataset_size=len(dataset), world_size=self.num_replicas,
-                                              rank=self.rank, shuffle=shuffle, seed=seed, drop_last=drop_last)
+                                              rank=self.rank, shuffle=shuffle, seed=seed, drop_last=drop_last,
+                                              shard_sizes=shard_sizes, open_shards=max(1, open_shards))
 
     def set_epoch(self, epoch):
         self._sampler.set_epoch(epoch)

@@ -1,6 +1,7 @@
 #include "bindings.h"
 #include "dptrain/data/cifar.h"
 #include "dptrain/data/image_folder.h"
+#include "dptrain/data/shard_set.h"
 #include "dptrain/data/synthetic.h"
 
 namespace dpt::python {
@@ -62,6 +63,19 @@ void bind_datasets(py::module_& module) {
                                return samples;
                              })
       .def_property_readonly("warnings", &data::ImageFolder::warnings);
+
+  py::class_<data::ShardSet, data::Dataset, std::shared_ptr<data::ShardSet>>(module, "ShardSet")
+      .def(py::init([](const std::string& spec, data::Transform transform, const std::string& bad_images) {
+             py::gil_scoped_release released;  // the shards' indexes, or scans of shards without one
+             return std::make_shared<data::ShardSet>(spec, std::move(transform),
+                                                     data::parse_bad_image_policy(bad_images));
+           }),
+           py::arg("spec"), py::arg("transform"), py::arg("bad_images") = "fail")
+      .def_property_readonly("classes", &data::ShardSet::classes)
+      .def_property_readonly("targets", &targets_of<data::ShardSet>)
+      .def_property_readonly("shard_sizes", &data::ShardSet::shard_sizes)
+      .def_property_readonly("shard_paths", &data::ShardSet::shard_paths)
+      .def_property_readonly("warnings", &data::ShardSet::warnings);
 
   py::class_<data::Cifar10, data::Dataset, std::shared_ptr<data::Cifar10>>(module, "Cifar10")
       .def(py::init([](const std::string& root, bool train, data::Transform transform) {

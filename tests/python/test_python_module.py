@@ -4,6 +4,7 @@ indices equal torch's, and the loader's batches are the dataset's samples in the
 
 import io
 import os
+import subprocess
 import sys
 import tempfile
 import threading
@@ -78,6 +79,26 @@ class TransformsEqualTorchvision(unittest.TestCase):
         self.assertEqual(ours.samples, self.reference.samples)
         self.assertEqual(ours.targets, self.reference.targets)
         self.assertEqual(len(ours), 12)
+
+    def test_shards_in_the_folder_s_order_are_the_folder_bit_for_bit(self):
+        """make-shards --order folder: the same classes, labels and samples, PNGs included; the
+        sampler's shard-aware shuffle is a permutation of them."""
+        with tempfile.TemporaryDirectory() as out:
+            cli = os.path.join(os.environ.get("DPT_BUILD", "build"), "bin", "dptrain")
+            subprocess.run([cli, "make-shards", self.dir.name, out, "--order", "folder", "--shard-size", "0.02"],
+                           check=True, capture_output=True, timeout=60)
+            crop = T.Compose([T.RandomResizedCrop(24), T.RandomHorizontalFlip(), T.ToTensor()])
+            shards = dptrain.datasets.Shards(out, crop, seed=4)
+            folder = dptrain.datasets.ImageFolder(self.dir.name, crop, seed=4)
+            self.assertEqual((shards.classes, shards.targets), (folder.classes, folder.targets))
+            self.assertGreater(len(shards.shard_sizes), 1)
+            for i in range(len(folder)):
+                for epoch in (0, 2):
+                    ours, theirs = shards.get(i, epoch), folder.get(i, epoch)
+                    self.assertTrue(torch.equal(ours[0], theirs[0]) and ours[1] == theirs[1], (i, epoch))
+            sampler = dptrain.DistributedSampler(shards, num_replicas=1, rank=0, open_shards=1)
+            self.assertEqual(sorted(sampler.indices()), list(range(len(folder))))
+            self.assertNotEqual(sampler.indices(), dptrain.DistributedSampler(folder, num_replicas=1, rank=0).indices())
 
     def test_eval_pipeline_is_torchvision_s_bit_for_bit(self):
         for filter_ in (T.InterpolationMode.BILINEAR, T.InterpolationMode.BICUBIC):
