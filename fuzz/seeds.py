@@ -78,3 +78,30 @@ os.makedirs("fuzz/corpus/image_folder", exist_ok=True)
 for name, entries in trees.items():
     with open(f"fuzz/corpus/image_folder/{name}", "wb") as f:
         f.write(b"".join(bytes([kind, choice]) + entry + b"\0" for kind, choice, entry in entries))
+
+# shard: tar archives as make-shards, GNU tar (long names) and pax write them, with images, labels
+# and the members a reader leaves alone.
+import tarfile  # noqa: E402
+
+
+def archive(members, fmt):
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w", format=fmt) as tar:
+        for name, data in members:
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return buffer.getvalue()
+
+
+samples = [("s0.jpg", images["baseline.jpg"]), ("s0.cls", b"3"), ("s1.png", images["rgb.png"]), ("s1.cls", b"0\n"),
+           ("s1.json", b"{}")]
+shards = {
+    "ustar.tar": archive(samples, tarfile.USTAR_FORMAT),
+    "gnu-long-names.tar": archive([("d" * 120 + "/" + n, d) for n, d in samples[:2]], tarfile.GNU_FORMAT),
+    "pax.tar": archive([("p" * 130 + "/" + n, d) for n, d in samples[2:]], tarfile.PAX_FORMAT),
+}
+os.makedirs("fuzz/corpus/shard", exist_ok=True)
+for name, data in shards.items():
+    with open(f"fuzz/corpus/shard/{name}", "wb") as f:
+        f.write(data)

@@ -66,7 +66,9 @@ Resolved read_manifest(const fs::path& path) {
   DPT_CHECK(text, DataError, "cannot read manifest ", path.string(), ": ", std::strerror(errno));
   Resolved resolved;
   resolved.manifest = parse_manifest(*text, path.string());
-  for (const auto& shard : resolved.manifest->shards) resolved.paths.push_back((path.parent_path() / shard.file).string());
+  for (const auto& shard : resolved.manifest->shards) {
+    resolved.paths.push_back((path.parent_path() / shard.file).string());
+  }
   return resolved;
 }
 
@@ -78,7 +80,9 @@ Resolved resolve(const std::string& spec) {
     if (fs::exists(path / kManifestName)) return read_manifest(path / kManifestName);
     Resolved resolved;
     for (const auto& entry : fs::directory_iterator(path)) {
-      if (entry.is_regular_file() && entry.path().extension() == ".tar") resolved.paths.push_back(entry.path().string());
+      if (entry.is_regular_file() && entry.path().extension() == ".tar") {
+        resolved.paths.push_back(entry.path().string());
+      }
     }
     std::sort(resolved.paths.begin(), resolved.paths.end());
     DPT_CHECK(!resolved.paths.empty(), DataError, "folder ", spec, " holds neither a ", kManifestName,
@@ -117,7 +121,8 @@ bool is_shard_set(const std::string& path) {
 std::vector<std::string> expand_braces(const std::string& pattern) {
   const size_t open = pattern.find('{');
   if (open == std::string::npos) {
-    DPT_CHECK(pattern.find('}') == std::string::npos, ConfigError, "shard pattern has a '}' without its '{': ", pattern);
+    DPT_CHECK(pattern.find('}') == std::string::npos, ConfigError, "shard pattern has a '}' without its '{': ",
+              pattern);
     return {pattern};
   }
   const size_t close = pattern.find('}', open);
@@ -129,7 +134,8 @@ std::vector<std::string> expand_braces(const std::string& pattern) {
   if (dots != std::string::npos) {
     const std::string first = inside.substr(0, dots), last = inside.substr(dots + 2);
     const auto all_digits = [](const std::string& s) {
-      return !s.empty() && s.size() <= 18 && std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
+      const auto digit = [](char c) { return c >= '0' && c <= '9'; };
+      return !s.empty() && s.size() <= 18 && std::all_of(s.begin(), s.end(), digit);
     };
     DPT_CHECK(all_digits(first) && all_digits(last), ConfigError, "shard pattern range {", inside,
               "} needs two numbers, as in {000000..000146}");

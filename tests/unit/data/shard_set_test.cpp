@@ -28,7 +28,8 @@ std::string make_folder(const std::string& root, int per_class) {
     fs::create_directories(root + "/class" + std::to_string(c));
     for (int i = 0; i < per_class; ++i) {
       const auto image = dpt::testing::gradient_image(24 + 3 * i, 20 + c, i + c);
-      write_file(root + "/class" + std::to_string(c) + "/" + std::to_string(i) + ".jpg", encode_jpeg(image, 70 + 3 * i));
+      const std::string path = root + "/class" + std::to_string(c) + "/" + std::to_string(i) + ".jpg";
+      write_file(path, encode_jpeg(image, 70 + 3 * i));
     }
   }
   return root;
@@ -118,7 +119,9 @@ TEST(ShardSet, NamedByManifestFolderBracesOrOneTar) {
   ASSERT_GE(shards, 3);
   EXPECT_EQ(ShardSet(dir.path() + "/out/manifest.json", train_crop()).size(), folder.size());
   // Without the manifest or the indexes: the shards' own headers and labels, classes by number.
-  for (const auto& shard : manifest.shards) fs::remove(fs::path(dir.path() + "/out/" + shard.file).replace_extension(".idx"));
+  for (const auto& shard : manifest.shards) {
+    fs::remove(fs::path(dir.path() + "/out/" + shard.file).replace_extension(".idx"));
+  }
   fs::remove(dir.path() + "/out/manifest.json");
   const ShardSet scanned(dir.path() + "/out", train_crop());
   EXPECT_EQ(scanned.size(), folder.size());
@@ -137,8 +140,8 @@ TEST(ShardSet, AShardUnlikeItsManifestIsNamedBeforeTraining) {
   const std::string second = dir.path() + "/out/" + manifest.shards[1].file;
   fs::resize_file(second, manifest.shards[1].bytes - 512);
   EXPECT_EQ(dpt::testing::error_of<dpt::DataError>([&] { ShardSet(dir.path() + "/out", train_crop()); }),
-            "shard " + second + " has " + std::to_string(manifest.shards[1].bytes - 512) + " bytes and the manifest says " +
-                std::to_string(manifest.shards[1].bytes) + ": it was cut short or replaced; copy it again");
+            dpt::str("shard ", second, " has ", manifest.shards[1].bytes - 512, " bytes and the manifest says ",
+                     manifest.shards[1].bytes, ": it was cut short or replaced; copy it again"));
   fs::remove(second);
   EXPECT_NE(dpt::testing::error_of<dpt::DataError>([&] { ShardSet(dir.path() + "/out", train_crop()); })
                 .find("shard " + second + " cannot be read"),

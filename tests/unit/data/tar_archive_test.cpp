@@ -48,7 +48,9 @@ std::string python_bytes(const std::string& python) {
   const auto out = dpt::testing::run_python(python);
   if (!out) return {};
   std::string bytes;
-  for (size_t i = 0; i + 1 < out->size(); i += 2) bytes.push_back(static_cast<char>(std::stoi(out->substr(i, 2), nullptr, 16)));
+  for (size_t i = 0; i + 1 < out->size(); i += 2) {
+    bytes.push_back(static_cast<char>(std::stoi(out->substr(i, 2), nullptr, 16)));
+  }
   return bytes;
 }
 
