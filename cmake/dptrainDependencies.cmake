@@ -48,3 +48,5 @@ endif()
 # The data layer decodes JPEG with libjpeg-turbo (DCT scaling, partial decoding), PNG with libpng.
 find_package(libjpeg-turbo REQUIRED)
 find_package(PNG REQUIRED)
+# Shards over HTTP(S) and from S3-compatible stores (AWS Signature V4 signing) through libcurl.
+find_package(CURL REQUIRED)

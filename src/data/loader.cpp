@@ -22,6 +22,7 @@ Loader::Loader(std::shared_ptr<const Dataset> dataset, std::vector<int64_t> indi
             "loader: pin_memory needs a CUDA build of dptrain; this one is CPU-only");
 #endif
   pool_ = options.buffer_pool() ? options.buffer_pool() : std::make_shared<BufferPool>();
+  dataset_->will_read(indices_);
   const int64_t n = static_cast<int64_t>(indices_.size());
   const int64_t b = options.batch_size();
   num_batches_ = options.drop_last() ? n / b : (n + b - 1) / b;

@@ -7,26 +7,18 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
-#include <optional>
 
 #include "dptrain/common/error.h"
 #include "dptrain/common/read_file.h"
-#include "dptrain/common/text.h"
-#include "dptrain/data/shard_manifest.h"
 #include "dptrain/data/tar_archive.h"
+#include "shard_prefetcher.h"
+#include "shard_sources.h"
 
 namespace dpt::data {
 
 namespace fs = std::filesystem;
 
 namespace {
-
-constexpr const char* kManifestName = "manifest.json";
-constexpr int64_t kMaxBraceNames = 10'000'000;
-
-bool ends_with(const std::string& text, const std::string& end) {
-  return text.size() >= end.size() && text.compare(text.size() - end.size(), end.size(), end) == 0;
-}
 
 // A file open for positioned reads, closed when it goes.
 class ReadOnlyFile {
@@ -55,154 +47,78 @@ class ReadOnlyFile {
   int fd_;
 };
 
-// The set's shard files and, when it has one, its manifest.
-struct Resolved {
-  std::vector<std::string> paths;
-  std::optional<ShardManifest> manifest;
-};
-
-Resolved read_manifest(const fs::path& path) {
-  const auto text = dpt::read_file<std::string>(path.string());
-  DPT_CHECK(text, DataError, "cannot read manifest ", path.string(), ": ", std::strerror(errno));
-  Resolved resolved;
-  resolved.manifest = parse_manifest(*text, path.string());
-  for (const auto& shard : resolved.manifest->shards) {
-    resolved.paths.push_back((path.parent_path() / shard.file).string());
-  }
-  return resolved;
+// The index of the shard `name` from a scan of its bytes at `path`.
+ShardIndex scan_shard(const std::string& path, int64_t archive_size, const std::string& name, BadImagePolicy policy) {
+  const ReadOnlyFile file(path);
+  const ReadAt read_at = [&](int64_t offset, int64_t size, char* out) { return file.read_at(offset, size, out, name); };
+  return index_shard(scan_tar(read_at, archive_size, name), read_at, archive_size, name, policy);
 }
 
-Resolved resolve(const std::string& spec) {
-  if (spec.find('{') != std::string::npos) return {expand_braces(spec), std::nullopt};
-  const fs::path path(spec);
+// `text`'s index when it describes a shard of `archive_size` bytes (any, when negative).
+std::optional<ShardIndex> usable_index(const std::optional<std::string>& text, const std::string& name,
+                                       int64_t archive_size) {
+  if (!text) return std::nullopt;
+  ShardIndex index = parse_shard_index(*text, name);
+  if (archive_size >= 0 && index.archive_size != archive_size) return std::nullopt;
+  return index;
+}
+
+int64_t local_size(const std::string& path, bool listed) {
   std::error_code error;
-  if (fs::is_directory(path, error)) {
-    if (fs::exists(path / kManifestName)) return read_manifest(path / kManifestName);
-    Resolved resolved;
-    for (const auto& entry : fs::directory_iterator(path)) {
-      if (entry.is_regular_file() && entry.path().extension() == ".tar") {
-        resolved.paths.push_back(entry.path().string());
-      }
-    }
-    std::sort(resolved.paths.begin(), resolved.paths.end());
-    DPT_CHECK(!resolved.paths.empty(), DataError, "folder ", spec, " holds neither a ", kManifestName,
-              " nor .tar shards");
-    return resolved;
-  }
-  if (ends_with(spec, ".json")) return read_manifest(path);
-  return {{spec}, std::nullopt};
-}
-
-// The index beside a shard (`x.tar` -> `x.idx`) when it describes the shard as it is now, else one
-// from a scan of the shard's headers.
-ShardIndex load_index(const std::string& path, int64_t archive_size, const ReadOnlyFile& file, BadImagePolicy policy) {
-  const fs::path index_path = fs::path(path).replace_extension(".idx");
-  if (const auto text = dpt::read_file<std::string>(index_path.string())) {
-    ShardIndex index = parse_shard_index(*text, index_path.string());
-    if (index.archive_size == archive_size) return index;
-  }
-  const ReadAt read_at = [&](int64_t offset, int64_t size, char* out) { return file.read_at(offset, size, out, path); };
-  return index_shard(scan_tar(read_at, archive_size, path), read_at, archive_size, path, policy);
+  const auto bytes = fs::file_size(path, error);
+  DPT_CHECK(!error, DataError, "shard ", path, " cannot be read: ", error.message(),
+            listed ? " (the manifest lists it: write the set again, make-shards resumes)" : "");
+  return static_cast<int64_t>(bytes);
 }
 
 }  // namespace
 
-bool is_shard_set(const std::string& path) {
-  if (path.find('{') != std::string::npos || ends_with(path, ".tar") || ends_with(path, ".json")) return true;
-  std::error_code error;
-  if (!fs::is_directory(path, error)) return false;
-  if (fs::exists(fs::path(path) / kManifestName, error)) return true;
-  for (const auto& entry : fs::directory_iterator(path, error)) {
-    if (entry.path().extension() == ".tar") return true;
-  }
-  return false;
-}
-
-std::vector<std::string> expand_braces(const std::string& pattern) {
-  const size_t open = pattern.find('{');
-  if (open == std::string::npos) {
-    DPT_CHECK(pattern.find('}') == std::string::npos, ConfigError, "shard pattern has a '}' without its '{': ",
-              pattern);
-    return {pattern};
-  }
-  const size_t close = pattern.find('}', open);
-  DPT_CHECK(close != std::string::npos, ConfigError, "shard pattern has a '{' without its '}': ", pattern);
-  const std::string inside = pattern.substr(open + 1, close - open - 1);
-  const std::string head = pattern.substr(0, open);
-  std::vector<std::string> middles;
-  const size_t dots = inside.find("..");
-  if (dots != std::string::npos) {
-    const std::string first = inside.substr(0, dots), last = inside.substr(dots + 2);
-    const auto all_digits = [](const std::string& s) {
-      const auto digit = [](char c) { return c >= '0' && c <= '9'; };
-      return !s.empty() && s.size() <= 18 && std::all_of(s.begin(), s.end(), digit);
-    };
-    DPT_CHECK(all_digits(first) && all_digits(last), ConfigError, "shard pattern range {", inside,
-              "} needs two numbers, as in {000000..000146}");
-    const int64_t from = std::stoll(first), to = std::stoll(last);
-    DPT_CHECK(from <= to && to - from < kMaxBraceNames, ConfigError, "shard pattern range {", inside,
-              "} must go upwards and name at most ", kMaxBraceNames, " shards");
-    for (int64_t i = from; i <= to; ++i) {
-      middles.push_back(zero_padded(i, first.size()));
-    }
-  } else {
-    DPT_CHECK(!inside.empty(), ConfigError, "shard pattern has an empty {}: ", pattern);
-    for (size_t at = 0;;) {
-      const size_t comma = inside.find(',', at);
-      middles.push_back(inside.substr(at, comma - at));
-      if (comma == std::string::npos) break;
-      at = comma + 1;
-    }
-  }
-  // The first brace varies slowest, as the shell expands them.
-  const std::vector<std::string> tails = expand_braces(pattern.substr(close + 1));
-  std::vector<std::string> names;
-  names.reserve(middles.size() * tails.size());
-  for (const std::string& middle : middles) {
-    for (const std::string& tail : tails) names.push_back(head + middle + tail);
-  }
-  return names;
-}
-
-ShardSet::ShardSet(const std::string& spec, Transform transform, BadImagePolicy policy)
+ShardSet::ShardSet(const std::string& spec, Transform transform, BadImagePolicy policy,
+                   std::optional<ShardCacheOptions> cache)
     : transform_(std::move(transform)) {
-  Resolved resolved = resolve(spec);
-  paths_ = std::move(resolved.paths);
+  const ShardCacheOptions cache_options = cache.value_or(ShardCacheOptions(default_shard_cache_folder()));
+  const RemoteStore store(cache_options.remote());
+  ShardSources sources = resolve_shard_sources(spec, store);
+  if (sources.remote) cache_ = std::make_unique<ShardCache>(cache_options);
+  const auto& manifest = sources.manifest;
+  paths_ = std::move(sources.names);
   starts_.push_back(0);
   int64_t largest_label = -1;
   for (size_t s = 0; s < paths_.size(); ++s) {
-    const std::string& path = paths_[s];
-    std::error_code error;
-    const auto bytes = fs::file_size(path, error);
-    DPT_CHECK(!error, DataError, "shard ", path, " cannot be read: ", error.message(),
-              resolved.manifest ? " (the manifest lists it: write the set again, make-shards resumes)" : "");
-    const auto archive_size = static_cast<int64_t>(bytes);
-    if (resolved.manifest) {
-      const ShardFile& listed = resolved.manifest->shards[s];
-      DPT_CHECK(listed.bytes == archive_size, DataError, "shard ", path, " has ", archive_size,
-                " bytes and the manifest says ", listed.bytes, ": it was cut short or replaced; copy it again");
+    const std::string& name = paths_[s];
+    const int64_t listed = manifest ? manifest->shards[s].bytes : -1;
+    std::optional<ShardIndex> index;
+    if (cache_) {
+      index = usable_index(store.fetch_text_if_present(index_name_of(name)), index_name_of(name), listed);
+      if (!index) index = scan_shard(cache_->local(name, listed), listed >= 0 ? listed : 0, name, policy);
+    } else {
+      const int64_t bytes = local_size(name, manifest.has_value());
+      DPT_CHECK(listed < 0 || listed == bytes, DataError, "shard ", name, " has ", bytes,
+                " bytes and the manifest says ", listed, ": it was cut short or replaced; copy it again");
+      index = usable_index(dpt::read_file<std::string>(index_name_of(name)), index_name_of(name), bytes);
+      if (!index) index = scan_shard(name, bytes, name, policy);
     }
-    const ReadOnlyFile file(path);
-    indices_.push_back(load_index(path, archive_size, file, policy));
-    const ShardIndex& index = indices_.back();
-    if (resolved.manifest) {
-      DPT_CHECK(static_cast<int64_t>(index.samples.size()) == resolved.manifest->shards[s].samples, DataError,
-                "shard ", path, " holds ", index.samples.size(), " samples and the manifest says ",
-                resolved.manifest->shards[s].samples);
+    if (manifest) {
+      DPT_CHECK(static_cast<int64_t>(index->samples.size()) == manifest->shards[s].samples, DataError, "shard ", name,
+                " holds ", index->samples.size(), " samples and the manifest says ", manifest->shards[s].samples);
     }
-    for (const auto& sample : index.samples) largest_label = std::max(largest_label, sample.label);
-    warnings_.insert(warnings_.end(), index.skipped.begin(), index.skipped.end());
-    starts_.push_back(starts_.back() + static_cast<int64_t>(index.samples.size()));
+    for (const auto& sample : index->samples) largest_label = std::max(largest_label, sample.label);
+    warnings_.insert(warnings_.end(), index->skipped.begin(), index->skipped.end());
+    starts_.push_back(starts_.back() + static_cast<int64_t>(index->samples.size()));
+    archive_sizes_.push_back(index->archive_size);
+    indices_.push_back(std::move(*index));
   }
   DPT_CHECK(starts_.back() > 0, DataError, "shard set ", spec, " holds no samples");
-  if (resolved.manifest) {
-    classes_ = resolved.manifest->classes;
+  if (manifest) {
+    classes_ = manifest->classes;
     DPT_CHECK(largest_label < num_classes(), DataError, "shard set ", spec, " has a sample of class ", largest_label,
               " but its manifest names ", num_classes(), " classes");
   } else {
     for (int64_t c = 0; c <= largest_label; ++c) classes_.push_back(std::to_string(c));
   }
 }
+
+ShardSet::~ShardSet() = default;
 
 std::pair<size_t, size_t> ShardSet::locate(int64_t index) const {
   check_index(index);
@@ -215,13 +131,32 @@ int64_t ShardSet::label(int64_t index) const {
   return indices_[shard].samples[sample].label;
 }
 
+std::string ShardSet::readable_path(size_t shard) const {
+  if (!cache_) return paths_[shard];
+  {
+    std::lock_guard<std::mutex> lock(prefetch_mutex_);
+    if (prefetcher_) prefetcher_->reading(shard);
+  }
+  return cache_->local(paths_[shard], archive_sizes_[shard]);
+}
+
 std::vector<uint8_t> ShardSet::image_bytes(int64_t index) const {
   const auto [shard, sample] = locate(index);
   const ShardSample& s = indices_[shard].samples[sample];
   std::vector<uint8_t> bytes(static_cast<size_t>(s.size));
-  const ReadOnlyFile file(paths_[shard]);
-  DPT_CHECK(file.read_at(s.offset, s.size, reinterpret_cast<char*>(bytes.data()), paths_[shard]) == s.size, DataError,
-            "shard ", paths_[shard], " ends inside member ", s.key, ".", s.image, ": it changed after it was indexed");
+  auto read = [&] {
+    const ReadOnlyFile file(readable_path(shard));
+    return file.read_at(s.offset, s.size, reinterpret_cast<char*>(bytes.data()), paths_[shard]);
+  };
+  int64_t got = 0;
+  try {
+    got = read();
+  } catch (const DataError&) {
+    if (!cache_) throw;
+    got = read();  // the cache may have let the shard go between finding and opening it
+  }
+  DPT_CHECK(got == s.size, DataError, "shard ", paths_[shard], " ends inside member ", s.key, ".", s.image,
+            ": it changed after it was indexed");
   return bytes;
 }
 
@@ -234,6 +169,23 @@ std::string ShardSet::describe(int64_t index) const {
   const auto [shard, sample] = locate(index);
   const ShardSample& s = indices_[shard].samples[sample];
   return paths_[shard] + "#" + s.key + "." + s.image;
+}
+
+void ShardSet::will_read(const std::vector<int64_t>& indices) const {
+  if (!cache_) return;
+  std::vector<size_t> order;
+  std::vector<bool> seen(paths_.size(), false);
+  for (int64_t draw : indices) {
+    const size_t shard = locate(draw % size()).first;
+    if (!seen[shard]) {
+      seen[shard] = true;
+      order.push_back(shard);
+    }
+  }
+  std::lock_guard<std::mutex> lock(prefetch_mutex_);
+  prefetcher_.reset();  // the last epoch's, if any
+  prefetcher_ = std::make_unique<ShardPrefetcher>(*cache_, paths_, archive_sizes_, std::move(order),
+                                                  cache_->options().max_bytes() / 2);
 }
 
 std::vector<int64_t> ShardSet::shard_sizes() const {

@@ -115,8 +115,11 @@ RunDatasets open_datasets(const DataOptions& options, uint64_t seed, const model
   const fs::path root(options.root());
   DPT_CHECK(!options.root().empty(), ConfigError, "no data folder given: pass DATA (an ImageFolder with train/ and val/, "
             "or a CIFAR-10 binary folder), or --dummy for the synthetic set");
-  DPT_CHECK(fs::is_directory(root), DataError, "data folder '", root.string(), "' does not exist or is not a folder");
-  if (fs::exists(root / data::cifar_files(true).front())) {
+  // A URL (http://, https://, s3://) names a folder of shard sets, train/ and val/, on a server.
+  const bool remote = data::is_remote(options.root());
+  DPT_CHECK(remote || fs::is_directory(root), DataError, "data folder '", root.string(),
+            "' does not exist or is not a folder");
+  if (!remote && fs::exists(root / data::cifar_files(true).front())) {
     const Sizes sizes = sizes_for(options, data::kCifarSide, 1.0);
     return {std::make_shared<data::Cifar10>(root.string(), true,
                                             train_transform(options, shared, seed, sizes.train_crop, kSmallImageScaleMin)),
@@ -125,7 +128,7 @@ RunDatasets open_datasets(const DataOptions& options, uint64_t seed, const model
             "CIFAR-10", sizes.train_crop, /*warnings=*/{}, /*train_shard_sizes=*/{}};
   }
   for (const char* split : {"train", "val"}) {
-    DPT_CHECK(fs::is_directory(root / split), DataError, "data folder '", root.string(), "' has no ", split,
+    DPT_CHECK(remote || fs::is_directory(root / split), DataError, "data folder '", root.string(), "' has no ", split,
               "/ folder; expected train/ and val/ (ImageFolders or shard sets), or CIFAR-10 binary files");
   }
   // torchvision's recipe: RandomResizedCrop(crop) for training, Resize(resize) + CenterCrop(crop)
@@ -139,10 +142,13 @@ RunDatasets open_datasets(const DataOptions& options, uint64_t seed, const model
   const auto train = train_transform(options, shared, seed, sizes.train_crop, scale_min);
   const auto val = eval_transform(shared, sizes.val_crop, sizes.val_resize);
   const std::string train_root = (root / "train").string(), val_root = (root / "val").string();
-  if (data::is_shard_set(train_root)) {
-    auto shards = std::make_shared<data::ShardSet>(train_root, train, options.bad_images());
-    return split_datasets(shards, std::make_shared<data::ShardSet>(val_root, val, options.bad_images()), "shards",
-                          sizes.train_crop, shards->shard_sizes());
+  if (remote || data::is_shard_set(train_root)) {
+    const auto cache = data::ShardCacheOptions(options.shard_cache().empty() ? data::default_shard_cache_folder()
+                                                                             : options.shard_cache())
+                           .max_bytes(options.shard_cache_bytes());
+    auto shards = std::make_shared<data::ShardSet>(train_root, train, options.bad_images(), cache);
+    return split_datasets(shards, std::make_shared<data::ShardSet>(val_root, val, options.bad_images(), cache),
+                          "shards", sizes.train_crop, shards->shard_sizes());
   }
   return split_datasets(std::make_shared<data::ImageFolder>(train_root, train, options.bad_images()),
                         std::make_shared<data::ImageFolder>(val_root, val, options.bad_images()), "ImageFolder",

@@ -52,6 +52,15 @@ void add_run_flags(CLI::App& app, train::TrainOptions& o) {
                  "shard sets: shuffle this many shards at a time (0: all samples at once, as a folder)")
       ->check(at_least(0))
       ->capture_default_str();
+  app.add_option("--data-cache", data.shard_cache(),
+                 "remote shard sets: the folder their shards are fetched to, shared by a machine's processes "
+                 "(default: ~/.cache/dptrain/shards)");
+  app.add_option_function<double>(
+         "--data-cache-size",
+         [&data](double gib) { data.shard_cache_bytes(static_cast<int64_t>(gib * (int64_t{1} << 30))); },
+         "remote shard sets: the most GiB of shards the cache folder holds")
+      ->check(within(1e-6, 1 << 20))
+      ->default_str("20");
   app.add_flag_callback("--no-flip", [&data] { data.flip(false); }, "no random horizontal flips (for digits, text, ...)");
   app.add_flag("--amp", o.amp(), "mixed precision: bf16 autocast on CPU, fp16 with loss scaling on CUDA");
   app.add_flag("--channels-last", o.channels_last(), "NHWC memory format for weights and inputs");

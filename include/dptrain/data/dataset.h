@@ -39,6 +39,11 @@ class Dataset {
   // Where sample `index` comes from, for messages ("train/cat/001.jpg", "data_batch_2.bin#17").
   virtual std::string describe(int64_t index) const = 0;
 
+  // Says that the samples of `indices` (a sampler's draws: index + copy * size()) are read next,
+  // in that order, so that a dataset whose samples lie far away (ShardSet over HTTP or S3) fetches
+  // them ahead of need. The loader calls it; the default does nothing.
+  virtual void will_read(const std::vector<int64_t>& indices) const {}
+
  protected:
   // DataError unless 0 <= index < size().
   void check_index(int64_t index) const;

@@ -4,7 +4,11 @@
 //   - its manifest (`OUT/train/manifest.json`, written by `dptrain make-shards`),
 //   - a folder: its manifest.json, else every .tar in it in name order,
 //   - WebDataset's brace notation, `shards/train-{000000..000146}.tar`,
-//   - one .tar file.
+//   - one .tar file,
+// each also as an http(s):// or s3:// URL (remote_store.h; a remote folder is its manifest.json).
+// A remote set's indexes are fetched when it opens (or, for a shard without one, the shard, to be
+// scanned); its shards are fetched whole into a bounded cache shared by the machine's processes
+// (shard_cache.h), ahead of the loader in the order it will read them.
 // Without a manifest (shards of webdataset's ShardWriter or of `tar`), the classes are the labels'
 // numbers, "0" to the largest label. Sample i is the i-th sample of the shards in order: with
 // `make-shards --order folder`, image i of the ImageFolder it was written from, with the same
@@ -14,10 +18,14 @@
 //   sampler_options.shard_sizes(train->shard_sizes()).open_shards(4);
 
 #include <cstdint>
+#include <memory>
+#include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "dptrain/data/dataset.h"
+#include "dptrain/data/shard_cache.h"
 #include "dptrain/data/shard_index.h"
 #include "dptrain/data/transform.h"
 
@@ -32,12 +40,17 @@ bool is_shard_set(const std::string& path);
 // multiply. ConfigError for an unbalanced or empty brace or a range of more than 10 million.
 std::vector<std::string> expand_braces(const std::string& pattern);
 
+class ShardPrefetcher;
+
 class ShardSet : public Dataset {
  public:
   // Reads the manifest (if any) and every shard's index, building those missing from a scan of
   // the shard. Throws DataError naming the shard for a missing or unreadable shard, one whose
   // size differs from the manifest's, or a set without samples; bad samples as index_shard says.
-  ShardSet(const std::string& spec, Transform transform, BadImagePolicy policy = BadImagePolicy::Error);
+  // `cache`: where a remote set's shards go (default: default_shard_cache_folder(), 20 GiB).
+  ShardSet(const std::string& spec, Transform transform, BadImagePolicy policy = BadImagePolicy::Error,
+           std::optional<ShardCacheOptions> cache = std::nullopt);
+  ~ShardSet() override;
 
   int64_t size() const override { return starts_.back(); }
   int64_t num_classes() const override { return static_cast<int64_t>(classes_.size()); }
@@ -45,6 +58,8 @@ class ShardSet : public Dataset {
   int64_t get(int64_t index, int64_t epoch, float* out) const override;
   // "<shard path>#<key>.<extension>"
   std::string describe(int64_t index) const override;
+  // A remote set starts fetching the shards of `indices` in their order (the local one: nothing).
+  void will_read(const std::vector<int64_t>& indices) const override;
 
   const std::vector<std::string>& classes() const { return classes_; }
   int64_t label(int64_t index) const;
@@ -52,6 +67,7 @@ class ShardSet : public Dataset {
   std::vector<uint8_t> image_bytes(int64_t index) const;
   // Samples per shard, in order: what a shard-aware sampler needs.
   std::vector<int64_t> shard_sizes() const;
+  // Each shard's path or URL, in order.
   const std::vector<std::string>& shard_paths() const { return paths_; }
   // Samples left out under BadImagePolicy::Skip, one line each.
   const std::vector<std::string>& warnings() const { return warnings_; }
@@ -60,12 +76,19 @@ class ShardSet : public Dataset {
   // (shard, sample in it) of a sample of the set.
   std::pair<size_t, size_t> locate(int64_t index) const;
 
+  // Where shard `shard`'s bytes can be read now: its path, or its copy in the cache.
+  std::string readable_path(size_t shard) const;
+
   Transform transform_;
+  std::unique_ptr<ShardCache> cache_;  // for a remote set only
   std::vector<std::string> classes_;
   std::vector<std::string> paths_;
+  std::vector<int64_t> archive_sizes_;
   std::vector<ShardIndex> indices_;
   std::vector<int64_t> starts_;  // first sample of each shard, and the total at the end
   std::vector<std::string> warnings_;
+  mutable std::mutex prefetch_mutex_;  // over prefetcher_, which each epoch's will_read replaces
+  mutable std::unique_ptr<ShardPrefetcher> prefetcher_;
 };
 
 }  // namespace dpt::data

@@ -78,6 +78,10 @@ struct DataOptions {
   // shard_sizes): this many shards are read at once. 0: one permutation of all samples, as for a
   // folder (for shards on local disk or in the page cache, where a random read costs no more).
   TORCH_ARG(int64_t, open_shards) = 8;
+  // Where the shards of a remote set (http://, https://, s3://) are kept, shared by the processes
+  // of a machine, and how many bytes of them at most (data::ShardCache). Empty: the default folder.
+  TORCH_ARG(std::string, shard_cache);
+  TORCH_ARG(int64_t, shard_cache_bytes) = int64_t{20} << 30;
   // The resize filter. Unset: bilinear, except for ImageFolder data, which takes the model's
   // (that of torchvision's weights: bicubic for most EfficientNets, ViT-H/14 and DeiT).
   TORCH_ARG(std::optional<data::Interpolation>, interpolation) = std::nullopt;

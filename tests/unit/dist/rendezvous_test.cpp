@@ -256,7 +256,7 @@ std::vector<std::string> torchrun_round(int port, int world_size, int restart, c
       try {
         return {"", dpt::dist::rendezvous(method, w, RendezvousOptions(5s))};
       } catch (const dpt::Error& e) {
-        return {e.what(), nullptr};
+        return {e.what(), {}};
       }
     }));
   }

@@ -1,0 +1,174 @@
+"""Shard sets from real servers on loopback: nginx over HTTP, and s3rver, an S3-compatible store
+(it checks the access key and S3's headers, not the Signature V4 itself). Training from either
+equals training from the same shards on disk bit for bit; the ranks of a machine fetch each shard
+once into their shared cache; a small cache stays within its bound; 404, 403 and an unreachable
+server are named with what to do."""
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+import unittest
+from collections import Counter
+
+from proc import cannot_run, dptrain, env_with, free_port, run
+from train_runs import compare_checkpoints, last_json
+
+RUN = ["-a", "resnet20", "--image-size", "24", "-b", "8", "-j", "2", "--lr", "0.2", "--seed", "3",
+       "--deterministic", "-p", "100", "--epochs", "2"]
+S3_KEY = "S3RVER"  # s3rver's own credentials
+
+
+def launch(*args):
+    return [dptrain(), "launch", "--standalone", "--nproc-per-node", "2", "--", dptrain(), "train", *args]
+
+
+class Server:
+    """A server process in a session of its own, its output in a file, killed with its group."""
+
+    def __init__(self, args, port, log):
+        self.log = log
+        with open(log, "w") as out:
+            self.proc = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise AssertionError(f"{args[0]} exited with {self.proc.returncode}: {open(log).read()}")
+            with socket.socket() as s:
+                if s.connect_ex(("127.0.0.1", port)) == 0:
+                    return
+            time.sleep(0.05)
+        self.close()
+        raise AssertionError(f"{args[0]} did not listen on port {port} within 30 s: {open(log).read()}")
+
+    def close(self):
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait()
+
+
+def nginx_config(root, port, prefix):
+    return f"""daemon off; master_process off; worker_processes 1; pid {prefix}/nginx.pid; error_log stderr;
+events {{ worker_connections 64; }}
+http {{
+    access_log {prefix}/access.log;
+    client_body_temp_path {prefix}/body; proxy_temp_path {prefix}/proxy; fastcgi_temp_path {prefix}/fastcgi;
+    uwsgi_temp_path {prefix}/uwsgi; scgi_temp_path {prefix}/scgi;
+    server {{ listen 127.0.0.1:{port}; root {root}; }}
+}}
+"""
+
+
+class RemoteShards(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        for tool in ("nginx", "s3rver", "curl"):
+            if not any(os.access(os.path.join(d, tool), os.X_OK) for d in ("/usr/sbin", "/usr/bin", "/usr/local/bin")):
+                cannot_run(f"{tool} is not installed (scripts/install-deps installs it)")
+        cls.tmp = tempfile.TemporaryDirectory(prefix="dpt_remote_shards_")
+        cls.servers = []
+        try:
+            cls.set_up_servers()
+        except BaseException:
+            cls.tearDownClass()
+            raise
+
+    @classmethod
+    def set_up_servers(cls):
+        tmp = cls.tmp.name
+        folder, cls.shards = os.path.join(tmp, "folder"), os.path.join(tmp, "www", "sets", "shards")
+        code, out, err = run([dptrain(), "make-dataset", folder, "--train-size", "96", "--val-size", "40",
+                              "--classes", "4", "--image-size", "32"], timeout=60)
+        assert code == 0, out + err
+        code, out, err = run([dptrain(), "make-shards", folder, cls.shards, "--shard-size", "0.04"], timeout=60)
+        assert code == 0, out + err
+        cls.train_shards = json.loads(out.strip().splitlines()[-1])["train"]["shards"]
+        cls.http_port, cls.s3_port = free_port(), free_port()
+        nginx_dir = os.path.join(tmp, "nginx")
+        os.makedirs(nginx_dir)
+        with open(os.path.join(nginx_dir, "nginx.conf"), "w") as f:
+            f.write(nginx_config(os.path.join(tmp, "www"), cls.http_port, nginx_dir))
+        cls.access_log = os.path.join(nginx_dir, "access.log")
+        cls.servers.append(Server(["nginx", "-p", nginx_dir, "-c", os.path.join(nginx_dir, "nginx.conf")],
+                                  cls.http_port, os.path.join(tmp, "nginx.out")))
+        cls.servers.append(Server(["s3rver", "-d", os.path.join(tmp, "s3"), "-a", "127.0.0.1", "-p", str(cls.s3_port),
+                                   "--configure-bucket", "datasets", "--silent"], cls.s3_port,
+                                  os.path.join(tmp, "s3rver.out")))
+        endpoint = f"http://127.0.0.1:{cls.s3_port}"
+        for split in ("train", "val"):
+            for name in sorted(os.listdir(os.path.join(cls.shards, split))):
+                subprocess.run(["curl", "-sSf", "--aws-sigv4", "aws:amz:us-east-1:s3", "--user", f"{S3_KEY}:{S3_KEY}",
+                                "-H", "x-amz-content-sha256: UNSIGNED-PAYLOAD",
+                                "-T", os.path.join(cls.shards, split, name),
+                                f"{endpoint}/datasets/shards/{split}/{name}"], check=True, timeout=60)
+        cls.s3_env = env_with(AWS_ACCESS_KEY_ID=S3_KEY, AWS_SECRET_ACCESS_KEY=S3_KEY, AWS_REGION="us-east-1",
+                              AWS_ENDPOINT_URL=endpoint)
+
+    @classmethod
+    def tearDownClass(cls):
+        for server in cls.servers:
+            server.close()
+        cls.tmp.cleanup()
+
+    def path(self, *parts):
+        return os.path.join(self.tmp.name, *parts)
+
+    def train(self, data, name, *flags, env=None):
+        code, out, err = run(launch(data, *RUN, "--output", self.path(name), *flags), timeout=240, env=env)
+        self.assertEqual(code, 0, out + err)
+        return last_json(out), self.path(name, "checkpoint.pt")
+
+    def test_http_and_s3_train_as_the_same_shards_on_disk(self):
+        log_start = os.path.getsize(self.access_log)  # the other tests' requests come before
+        local = self.train(self.shards, "local")
+        over_http = self.train(f"http://127.0.0.1:{self.http_port}/sets/shards", "http",
+                               "--data-cache", self.path("http_cache"))
+        over_s3 = self.train("s3://datasets/shards", "s3", "--data-cache", self.path("s3_cache"), env=self.s3_env)
+        for remote in (over_http, over_s3):
+            self.assertEqual(remote[0]["val"], local[0]["val"])
+            comparison = compare_checkpoints(local[1], remote[1])
+            self.assertTrue(comparison.bitwise and comparison.optimizer_bitwise, comparison)
+        # Two ranks, two epochs, one cache: each shard crossed the network once.
+        with open(self.access_log) as f:
+            f.seek(log_start)
+            fetched = Counter(line.split('"')[1].split()[1] for line in f if '.tar HTTP' in line)
+        self.assertEqual(len([url for url in fetched if "/train/" in url]), self.train_shards)
+        self.assertEqual(set(fetched.values()), {1}, fetched)
+
+    def test_a_small_cache_stays_within_its_bound(self):
+        limit = 0.0002  # GiB: about 210 KB, some five of the shards
+        self.train(f"http://127.0.0.1:{self.http_port}/sets/shards", "small", "--data-cache", self.path("small"),
+                   "--data-cache-size", str(limit))
+        held = sum(os.path.getsize(self.path("small", name)) for name in os.listdir(self.path("small"))
+                   if name.endswith(".tar"))
+        whole = sum(os.path.getsize(os.path.join(self.shards, split, name)) for split in ("train", "val")
+                    for name in os.listdir(os.path.join(self.shards, split)) if name.endswith(".tar"))
+        self.assertGreater(whole, 1.5 * limit * 2**30)  # the bound binds: the set does not fit
+        self.assertGreater(held, 0)
+        self.assertLessEqual(held, limit * 2**30)
+
+    def test_failures_name_the_url_and_what_to_do(self):
+        missing = f"http://127.0.0.1:{self.http_port}/sets/nothing"
+        code, out, err = run(launch(missing, *RUN, "--data-cache", self.path("c1")), timeout=120)
+        self.assertNotEqual(code, 0)
+        self.assertIn(f"cannot fetch {missing}/train/manifest.json: HTTP 404; nothing is there", err)
+        wrong = env_with(AWS_ACCESS_KEY_ID="NOBODY", AWS_SECRET_ACCESS_KEY="wrong", AWS_REGION="us-east-1",
+                         AWS_ENDPOINT_URL=f"http://127.0.0.1:{self.s3_port}")
+        code, out, err = run(launch("s3://datasets/shards", *RUN, "--data-cache", self.path("c2")), timeout=120,
+                             env=wrong)
+        self.assertNotEqual(code, 0)
+        self.assertIn("cannot fetch s3://datasets/shards/train/manifest.json: HTTP 403; the store refused this "
+                      "request: check AWS_ACCESS_KEY_ID", err)
+        closed = f"http://127.0.0.1:{free_port()}/sets/shards"
+        started = time.monotonic()
+        code, out, err = run(launch(closed, *RUN, "--data-cache", self.path("c3")), timeout=120)
+        self.assertNotEqual(code, 0)
+        self.assertRegex(err, r"cannot fetch .*/train/manifest.json: .* after 6 attempts; check that the server is up")
+        self.assertLess(time.monotonic() - started, 60)
+
+
+if __name__ == "__main__":
+    unittest.main()
