@@ -6,6 +6,7 @@ server are named with what to do."""
 
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -65,8 +66,11 @@ http {{
 class RemoteShards(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
+        cls.tools = {}
         for tool in ("nginx", "s3rver", "curl"):
-            if not any(os.access(os.path.join(d, tool), os.X_OK) for d in ("/usr/sbin", "/usr/bin", "/usr/local/bin")):
+            # nginx lives in /usr/sbin, which a user's PATH may leave out.
+            cls.tools[tool] = shutil.which(tool, path=os.pathsep.join([os.environ.get("PATH", ""), "/usr/sbin"]))
+            if cls.tools[tool] is None:
                 cannot_run(f"{tool} is not installed (scripts/install-deps installs it)")
         cls.tmp = tempfile.TemporaryDirectory(prefix="dpt_remote_shards_")
         cls.servers = []
@@ -89,19 +93,20 @@ class RemoteShards(unittest.TestCase):
         cls.http_port, cls.s3_port = free_port(), free_port()
         nginx_dir = os.path.join(tmp, "nginx")
         os.makedirs(nginx_dir)
-        with open(os.path.join(nginx_dir, "nginx.conf"), "w") as f:
+        nginx_config_file = os.path.join(nginx_dir, "nginx.conf")
+        with open(nginx_config_file, "w") as f:
             f.write(nginx_config(os.path.join(tmp, "www"), cls.http_port, nginx_dir))
         cls.access_log = os.path.join(nginx_dir, "access.log")
-        cls.servers.append(Server(["nginx", "-p", nginx_dir, "-c", os.path.join(nginx_dir, "nginx.conf")],
+        cls.servers.append(Server([cls.tools["nginx"], "-p", nginx_dir, "-c", nginx_config_file],
                                   cls.http_port, os.path.join(tmp, "nginx.out")))
-        cls.servers.append(Server(["s3rver", "-d", os.path.join(tmp, "s3"), "-a", "127.0.0.1", "-p", str(cls.s3_port),
-                                   "--configure-bucket", "datasets", "--silent"], cls.s3_port,
+        cls.servers.append(Server([cls.tools["s3rver"], "-d", os.path.join(tmp, "s3"), "-a", "127.0.0.1",
+                                   "-p", str(cls.s3_port), "--configure-bucket", "datasets", "--silent"], cls.s3_port,
                                   os.path.join(tmp, "s3rver.out")))
         endpoint = f"http://127.0.0.1:{cls.s3_port}"
         for split in ("train", "val"):
             for name in sorted(os.listdir(os.path.join(cls.shards, split))):
-                subprocess.run(["curl", "-sSf", "--aws-sigv4", "aws:amz:us-east-1:s3", "--user", f"{S3_KEY}:{S3_KEY}",
-                                "-H", "x-amz-content-sha256: UNSIGNED-PAYLOAD",
+                subprocess.run([cls.tools["curl"], "-sSf", "--aws-sigv4", "aws:amz:us-east-1:s3",
+                                "--user", f"{S3_KEY}:{S3_KEY}", "-H", "x-amz-content-sha256: UNSIGNED-PAYLOAD",
                                 "-T", os.path.join(cls.shards, split, name),
                                 f"{endpoint}/datasets/shards/{split}/{name}"], check=True, timeout=60)
         cls.s3_env = env_with(AWS_ACCESS_KEY_ID=S3_KEY, AWS_SECRET_ACCESS_KEY=S3_KEY, AWS_REGION="us-east-1",
