@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "dptrain/common/error.h"
+#include "dptrain/common/text.h"
 
 namespace dpt::data {
 
@@ -33,8 +34,6 @@ std::string environment(const char* name) {
 
 // SHA-256 of no bytes.
 constexpr const char* kEmptyPayloadSha256 = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855";
-
-bool starts_with(const std::string& text, const std::string& start) { return text.rfind(start, 0) == 0; }
 
 // What one remote name asks of libcurl: the HTTP URL, and for S3 the signing.
 struct Request {

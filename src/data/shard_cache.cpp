@@ -14,6 +14,7 @@
 
 #include "dptrain/common/error.h"
 #include "dptrain/common/sha256.h"
+#include "dptrain/common/text.h"
 
 namespace dpt::data {
 
@@ -112,7 +113,7 @@ void ShardCache::make_room(int64_t bytes, const std::string& keep) const {
   for (const auto& entry : fs::directory_iterator(options_.folder(), error)) {
     const std::string name = entry.path().filename().string();
     if (!entry.is_regular_file(error) || name.front() == '.' || name.find(".part.") != std::string::npos ||
-        (name.size() > 5 && name.compare(name.size() - 5, 5, kLockSuffix) == 0) || entry.path() == keep) {
+        ends_with(name, kLockSuffix) || entry.path() == keep) {
       continue;
     }
     const auto size = static_cast<int64_t>(entry.file_size(error));

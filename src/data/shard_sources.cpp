@@ -19,10 +19,6 @@ namespace {
 constexpr const char* kManifestName = "manifest.json";
 constexpr int64_t kMaxBraceNames = 10'000'000;
 
-bool ends_with(const std::string& text, const std::string& end) {
-  return text.size() >= end.size() && text.compare(text.size() - end.size(), end.size(), end) == 0;
-}
-
 // A manifest's text and the folder (or URL prefix) its shards are named relative to.
 ShardSources from_manifest(const std::string& text, const std::string& name, const std::string& base, bool remote) {
   ShardSources sources;

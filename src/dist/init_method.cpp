@@ -1,16 +1,13 @@
 #include "dptrain/dist/init_method.h"
 
 #include "dptrain/common/error.h"
+#include "dptrain/common/text.h"
 
 namespace dpt::dist {
 
 namespace {
 
 const char* kForms = "use env://, tcp://HOST:PORT or file:///ABSOLUTE/PATH";
-
-bool starts_with(const std::string& s, const std::string& prefix) {
-  return s.compare(0, prefix.size(), prefix) == 0;
-}
 
 }  // namespace
 

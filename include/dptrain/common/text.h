@@ -5,6 +5,7 @@
 //   for (auto variable : dpt::nul_terminated_entries(environ_text)) ...
 //   dpt::join(names, ", ")   // "a, b, c"
 //   dpt::zero_padded(17, 6)  // "000017", as shard and sample names number themselves
+//   if (dpt::starts_with(url, "s3://")) ...; if (dpt::ends_with(name, ".tar")) ...
 
 #include <algorithm>
 #include <cctype>
@@ -19,6 +20,12 @@ namespace dpt {
 inline std::string ascii_lower(std::string text) {
   std::transform(text.begin(), text.end(), text.begin(), [](unsigned char c) { return std::tolower(c); });
   return text;
+}
+
+// Whether `text` begins, or ends, with `part` (C++20's string members, for C++17).
+inline bool starts_with(std::string_view text, std::string_view part) { return text.substr(0, part.size()) == part; }
+inline bool ends_with(std::string_view text, std::string_view part) {
+  return text.size() >= part.size() && text.substr(text.size() - part.size()) == part;
 }
 
 // A non-negative number in decimal, with leading zeros up to `width` digits.
