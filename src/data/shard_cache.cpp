@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <optional>
 #include <vector>
 
 #include "dptrain/common/error.h"
@@ -23,6 +24,7 @@ namespace fs = std::filesystem;
 namespace {
 
 constexpr const char* kLockSuffix = ".lock";
+constexpr const char* kReservationSuffix = ".reserved";
 
 // An exclusive flock on a file of the cache folder, released when it goes. flock locks an open
 // file description, so two threads of one process exclude each other as two processes do.
@@ -41,6 +43,25 @@ class FolderLock {
 
  private:
   int fd_;
+};
+
+// The room a fetch under way takes in the folder: a file of the shard's size (sparse: no disk is
+// used) that make_room counts and never evicts, removed when the fetch ends either way. Without
+// it, two processes fetching at once would each make room for their own shard only.
+class Reservation {
+ public:
+  Reservation(std::string path, int64_t bytes) : path_(std::move(path)) {
+    const int fd = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    DPT_CHECK(fd >= 0 && ::ftruncate(fd, bytes) == 0, DataError, "cannot reserve room in the shard cache (",
+              path_, "): ", std::strerror(errno), "; give a cache folder this process may write (--data-cache)");
+    ::close(fd);
+  }
+  ~Reservation() { ::unlink(path_.c_str()); }
+  Reservation(const Reservation&) = delete;
+  Reservation& operator=(const Reservation&) = delete;
+
+ private:
+  std::string path_;
 };
 
 bool has_size(const std::string& path, int64_t bytes) {
@@ -87,9 +108,11 @@ std::string ShardCache::local(const std::string& url, int64_t bytes) const {
             options_.max_bytes(), ": give a larger --data-cache-size");
   const FolderLock one_fetch(path + kLockSuffix);
   if (has_size(path, bytes)) return path;  // another process or thread fetched it meanwhile
+  std::optional<Reservation> reserved;
   {
     const FolderLock room(options_.folder() + "/.room" + kLockSuffix);
     make_room(std::max<int64_t>(bytes, 0), path);
+    reserved.emplace(path + kReservationSuffix, std::max<int64_t>(bytes, 0));
   }
   const int64_t fetched = store_.fetch_to_file(url, path);
   if (bytes >= 0 && fetched != bytes) {
@@ -117,8 +140,9 @@ void ShardCache::make_room(int64_t bytes, const std::string& keep) const {
       continue;
     }
     const auto size = static_cast<int64_t>(entry.file_size(error));
-    entries.push_back({entry.last_write_time(error), size, entry.path()});
     total += size;
+    // Another fetch's room counts, and stays: it is that fetch's to give back.
+    if (!ends_with(name, kReservationSuffix)) entries.push_back({entry.last_write_time(error), size, entry.path()});
   }
   std::sort(entries.begin(), entries.end(), [](const Entry& a, const Entry& b) { return a.used < b.used; });
   for (const Entry& entry : entries) {
