@@ -54,10 +54,10 @@ class DistributedSampler(_Shard):
                  open_shards=8):
         self.num_replicas, self.rank = _world(num_replicas, rank)
         self.shuffle, self.seed, self.drop_last = shuffle, seed, drop_last
-        shard_sizes = getattr(dataset, "shard_sizes", []) if open_shards > 0 else []
         self._sampler = _C.DistributedSampler(dataset_size=len(dataset), world_size=self.num_replicas,
                                               rank=self.rank, shuffle=shuffle, seed=seed, drop_last=drop_last,
-                                              shard_sizes=shard_sizes, open_shards=max(1, open_shards))
+                                              shard_sizes=getattr(dataset, "shard_sizes", []),
+                                              open_shards=open_shards)
 
     def set_epoch(self, epoch):
         self._sampler.set_epoch(epoch)

@@ -42,7 +42,7 @@ DistributedSampler::DistributedSampler(int64_t dataset_size, SamplerOptions opti
     }
     DPT_CHECK(total == dataset_size, ConfigError, "sampler: the shards hold ", total, " samples, the dataset ",
               dataset_size);
-    DPT_CHECK(options.open_shards() >= 1, ConfigError, "sampler: open shards must be at least 1, got ",
+    DPT_CHECK(options.open_shards() >= 0, ConfigError, "sampler: open shards must not be negative, got ",
               options.open_shards());
   }
   if (options.repetitions() > 1) {
@@ -86,7 +86,7 @@ std::vector<int64_t> shard_aware_order(const std::vector<int64_t>& shard_sizes, 
 
 std::vector<int64_t> DistributedSampler::epoch_order() const {
   std::vector<int64_t> order;
-  if (options_.shuffle() && !options_.shard_sizes().empty()) {
+  if (options_.shuffle() && !options_.shard_sizes().empty() && options_.open_shards() > 0) {
     order = shard_aware_order(options_.shard_sizes(), options_.open_shards(),
                               options_.seed() + static_cast<uint64_t>(epoch_));
   } else if (options_.shuffle()) {

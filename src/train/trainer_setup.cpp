@@ -5,7 +5,6 @@
 #include <ATen/Parallel.h>
 #include <fmt/format.h>
 
-#include <algorithm>
 #include <filesystem>
 #include <iostream>
 #include <string>
@@ -83,8 +82,8 @@ void Trainer::State::build_step() {
       data::SamplerOptions(comm->size(), comm->rank())
           .seed(o.seed())
           .repetitions(o.data().repeated_augmentations())
-          .shard_sizes(o.data().open_shards() > 0 ? data.train_shard_sizes : std::vector<int64_t>{})
-          .open_shards(std::max<int64_t>(1, o.data().open_shards())));
+          .shard_sizes(data.train_shard_sizes)
+          .open_shards(o.data().open_shards()));
   // A step larger than a rank's share of the set (compared without multiplying, which could
   // overflow) would make every epoch one short step, its learning rate scaled for a full one.
   const int64_t share = sampler->num_samples();

@@ -42,7 +42,7 @@ struct SamplerOptions {
   // reads from at most `open_shards` shards at a time (the same ones: a machine's ranks share what
   // is read), and a batch mixes that many shards. Like the plain permutation it is a function of
   // (seed, epoch) alone, the same over every world size, so a resume at another world size goes on
-  // in the same order. Empty: PyTorch's permutation of all samples.
+  // in the same order. Empty, or open_shards 0: PyTorch's permutation of all samples.
   TORCH_ARG(std::vector<int64_t>, shard_sizes);
   TORCH_ARG(int64_t, open_shards) = 8;
 };

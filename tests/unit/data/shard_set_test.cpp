@@ -191,6 +191,10 @@ TEST(ShardAwareSampler, EachWindowReadsFewShardsAndEveryWorldSeesOneOrder) {
   EXPECT_GT(plain_touched.size(), 10u);
   one.set_epoch(3);
   EXPECT_NE(one.indices(), order);
+  // No shards open at a time: the plain permutation, as for a folder.
+  DistributedSampler all_at_once(total, SamplerOptions(1, 0).seed(9).shard_sizes(sizes).open_shards(0));
+  all_at_once.set_epoch(2);
+  EXPECT_EQ(all_at_once.indices(), plain.indices());
 
   // Four ranks stop after 40 steps; three ranks go on: every sample of the epoch exactly once.
   std::vector<int64_t> seen;
