@@ -23,8 +23,8 @@ struct RunDatasets {
 
 // DATA is a synthetic set (--dummy), CIFAR-10 files, or a folder with train/ and val/, each an
 // ImageFolder or a shard set (data::ShardSet: `dptrain make-shards` output, or .tar shards).
-// `model` gives ImageFolder and shard data its defaults: torchvision's input size and evaluation resize for
-// that architecture (299/342 for Inception v3, 224/232 for ResNet-50); an explicit image size
+// `model` gives ImageFolder and shard data its defaults: torchvision's input size and evaluation
+// resize for that architecture (299/342 for Inception v3, 224/232 for ResNet-50); an explicit image size
 // keeps the model's resize-to-crop ratio. Throws DataError naming the folder when the data is
 // missing or unreadable.
 RunDatasets open_datasets(const DataOptions& options, uint64_t seed, const models::ModelInfo& model);

@@ -1,6 +1,6 @@
 // `dptrain bench-loader`: images per second of the training input pipeline on an ImageFolder or a
-// shard set, in its shard-aware order (read + decode + RandomResizedCrop + flip [+ auto-augment] + normalize [+ random erasing] +
-// batch), with a given number of loader threads. bench/loader runs it next to torchvision's
+// shard set, in its shard-aware order (read + decode + RandomResizedCrop + flip [+ auto-augment] +
+// normalize [+ random erasing] + batch), with a given number of loader threads. bench/loader runs it next to torchvision's
 // DataLoader. Ends with one JSON line.
 
 #include <chrono>
@@ -103,7 +103,8 @@ int run_bench_loader(const BenchLoaderFlags& f) {
 
 Command add_bench_loader_command(CLI::App& root) {
   auto flags = std::make_shared<BenchLoaderFlags>();
-  CLI::App* app = root.add_subcommand("bench-loader", "Measure the training input pipeline on an ImageFolder or a shard set");
+  CLI::App* app =
+      root.add_subcommand("bench-loader", "Measure the training input pipeline on an ImageFolder or a shard set");
   app->add_option("data", flags->data, "ImageFolder root (ROOT/<class>/<image>) or shard set (manifest, folder, "
                  "brace pattern or .tar)")->required();
   app->add_option("--threads", flags->threads, "loader threads")->check(at_least(1))->capture_default_str();
