@@ -1,7 +1,7 @@
 // `dptrain bench-loader`: images per second of the training input pipeline on an ImageFolder or a
 // shard set, in its shard-aware order (read + decode + RandomResizedCrop + flip [+ auto-augment] +
-// normalize [+ random erasing] + batch), with a given number of loader threads. bench/loader runs it next to torchvision's
-// DataLoader. Ends with one JSON line.
+// normalize [+ random erasing] + batch), with a given number of loader threads. bench/loader runs
+// it next to torchvision's DataLoader. Ends with one JSON line.
 
 #include <chrono>
 #include <iostream>
