@@ -1,22 +1,36 @@
 #include "dptrain/common/host_memory.h"
 
+#include <algorithm>
 #include <climits>
+#include <string>
+#include <string_view>
 
 #if defined(__GLIBC__)
 #include <malloc.h>
 #endif
 
+#include "dptrain/common/text.h"
+
 namespace dpt {
 namespace {
 
-// True when the user set any of glibc's malloc knobs through the environment.
+// True when the user set any of glibc's malloc knobs through the environment. All but one:
+// glibc.malloc.hugetlb says which pages back the heap and the mappings (transparent huge pages:
+// one fault per 2 MiB instead of per 4 KiB), not when memory goes back to the kernel, and it
+// composes with the thresholds set here.
 bool environment_configures_malloc(const Environment& env) {
   for (const char* name : {"MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_", "MALLOC_TOP_PAD_",
                            "MALLOC_MMAP_MAX_", "MALLOC_ARENA_MAX"}) {
     if (env.has(name)) return true;
   }
-  auto tunables = env.get("GLIBC_TUNABLES");
-  return tunables && tunables->find("glibc.malloc.") != std::string::npos;
+  const std::string tunables = env.get("GLIBC_TUNABLES").value_or("");
+  for (size_t start = 0; start < tunables.size();) {
+    const size_t end = std::min(tunables.find(':', start), tunables.size());
+    const std::string_view tunable = std::string_view(tunables).substr(start, end - start);
+    if (starts_with(tunable, "glibc.malloc.") && !starts_with(tunable, "glibc.malloc.hugetlb=")) return true;
+    start = end + 1;
+  }
+  return false;
 }
 
 }  // namespace

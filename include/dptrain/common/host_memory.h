@@ -30,8 +30,8 @@ struct HostMemoryOptions {
 
 enum class HostMemoryTuning {
   Applied,
-  // The environment configures glibc's malloc (MALLOC_*_ or GLIBC_TUNABLES=glibc.malloc.*): the
-  // user's choice stands.
+  // The environment configures glibc's malloc (MALLOC_*_ or GLIBC_TUNABLES=glibc.malloc.*, but
+  // for glibc.malloc.hugetlb, which composes with the thresholds): the user's choice stands.
   LeftToEnvironment,
   // Not glibc: its allocator decides.
   Unsupported,

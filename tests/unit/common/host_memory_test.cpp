@@ -42,6 +42,9 @@ TEST(HostMemory, MallocSettingsInTheEnvironmentWin) {
   EXPECT_EQ(keep_freed_host_memory(env({{"MALLOC_ARENA_MAX", "2"}})), HostMemoryTuning::LeftToEnvironment);
   EXPECT_EQ(keep_freed_host_memory(env({{"GLIBC_TUNABLES", "glibc.rtld.nns=2:glibc.malloc.tcache_count=0"}})),
             HostMemoryTuning::LeftToEnvironment);
+  // Huge pages beside a threshold: the threshold is the user's.
+  EXPECT_EQ(keep_freed_host_memory(env({{"GLIBC_TUNABLES", "glibc.malloc.hugetlb=1:glibc.malloc.mmap_threshold=4096"}})),
+            HostMemoryTuning::LeftToEnvironment);
 }
 
 namespace {
@@ -95,6 +98,15 @@ TEST(HostMemory, ABlockFreedIsReusedWithoutFaultingItsPagesAgain) {
       failures += expect_faults("use " + std::to_string(step + 2), faults_to_use_and_free(kBytes), 0, kPages / 16);
     }
     return failures;
+  });
+}
+
+// Which pages back the memory is not when it goes back: asking for transparent huge pages still
+// gets the thresholds.
+TEST(HostMemory, HugePagesInTheEnvironmentStillGetTheThresholds) {
+  in_fresh_process([] {
+    const auto tuning = keep_freed_host_memory(env({{"GLIBC_TUNABLES", "glibc.rtld.nns=2:glibc.malloc.hugetlb=1"}}));
+    return tuning == HostMemoryTuning::Applied ? std::string() : std::string("the tuning was not applied\n");
   });
 }
 
