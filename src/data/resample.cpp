@@ -221,23 +221,25 @@ void resample(const Image& image, int left, int top, const Taps& h, const Taps& 
 }
 
 void resample_to_image(const Image& image, int left, int top, const Taps& h, const Taps& v, bool flip, Image& out) {
-  const int size = static_cast<int>(h.start.size());
-  const int stride = size * 3;
+  const int width = static_cast<int>(h.start.size());
+  const int height = static_cast<int>(v.start.size());
+  const int stride = width * 3;
   const uint8_t* rows = horizontal_rows(image, left, top, h, v);
   thread_local std::vector<int32_t> acc;
   acc.resize(stride);
-  out.width = out.height = size;
-  out.pixels.resize(static_cast<size_t>(size) * stride);
+  out.width = width;
+  out.height = height;
+  out.pixels.resize(static_cast<size_t>(height) * stride);
   std::vector<const uint8_t*> sources(v.ksize);
-  for (int y = 0; y < size; ++y) {
+  for (int y = 0; y < height; ++y) {
     vertical_sources(rows, stride, v, y, sources);
     accumulate_rows(sources.data(), &v.weight[static_cast<size_t>(y) * v.ksize], v.length[y], stride, acc.data());
     // The planes back to interleaved RGB, mirrored when flip is set.
     uint8_t* dst = out.row(y);
     for (int c = 0; c < 3; ++c) {
-      const int32_t* plane = &acc[static_cast<size_t>(c) * size];
-      for (int x = 0; x < size; ++x) {
-        dst[(flip ? size - 1 - x : x) * 3 + c] = static_cast<uint8_t>(std::clamp(plane[x] >> kPrecisionBits, 0, 255));
+      const int32_t* plane = &acc[static_cast<size_t>(c) * width];
+      for (int x = 0; x < width; ++x) {
+        dst[(flip ? width - 1 - x : x) * 3 + c] = static_cast<uint8_t>(std::clamp(plane[x] >> kPrecisionBits, 0, 255));
       }
     }
   }

@@ -45,8 +45,9 @@ void pad_taps(Taps& taps, int limit);
 void resample(const Image& image, int left, int top, const Taps& h, const Taps& v, bool flip,
               const std::array<float, 3>& mean, const std::array<float, 3>& std, float* out);
 
-// The same resize and flip, stopping at bytes: `out` becomes the size x size RGB image that PIL
-// would hand the transforms after the resize (AutoAugment's ops).
+// The same resize and flip, stopping at bytes: `out` becomes the RGB image, as wide as `h` has
+// outputs and as tall as `v` has, that PIL would hand the transforms after the resize
+// (AutoAugment's ops), or that PIL's Image.resize gives (make-shards' --max-side).
 void resample_to_image(const Image& image, int left, int top, const Taps& h, const Taps& v, bool flip, Image& out);
 
 // ToTensor + Normalize of an RGB image into three CHW planes, in the order of operations above.

@@ -64,6 +64,21 @@ class Reservation {
   std::string path_;
 };
 
+// Whether a fetch of the shard at `shard_path` is under way: its fetcher holds the shard's lock.
+bool fetch_under_way(const std::string& shard_path) {
+  const int fd = ::open((shard_path + kLockSuffix).c_str(), O_RDWR | O_CLOEXEC);
+  if (fd < 0) return false;
+  const bool held = ::flock(fd, LOCK_EX | LOCK_NB) != 0;
+  ::close(fd);
+  return held;
+}
+
+// The shard a fetch's room (<shard>.reserved) or partial file (<shard>.part.<pid>.<n>) is for.
+std::string shard_of_leftover(const std::string& path) {
+  if (ends_with(path, kReservationSuffix)) return path.substr(0, path.size() - std::strlen(kReservationSuffix));
+  return path.substr(0, path.rfind(".part."));
+}
+
 bool has_size(const std::string& path, int64_t bytes) {
   struct stat st {};
   return ::stat(path.c_str(), &st) == 0 && (bytes < 0 || st.st_size == bytes);
@@ -135,14 +150,24 @@ void ShardCache::make_room(int64_t bytes, const std::string& keep) const {
   std::error_code error;
   for (const auto& entry : fs::directory_iterator(options_.folder(), error)) {
     const std::string name = entry.path().filename().string();
-    if (!entry.is_regular_file(error) || name.front() == '.' || name.find(".part.") != std::string::npos ||
-        ends_with(name, kLockSuffix) || entry.path() == keep) {
+    if (!entry.is_regular_file(error) || name.front() == '.' || ends_with(name, kLockSuffix) || entry.path() == keep) {
       continue;
+    }
+    const bool partial = name.find(".part.") != std::string::npos;
+    const bool reservation = ends_with(name, kReservationSuffix);
+    if (partial || reservation) {
+      // A fetch's room and partial file are that fetch's to remove; a process killed mid-fetch
+      // leaves them behind, and its room would count against the bound for good.
+      if (!fetch_under_way(shard_of_leftover(entry.path().string()))) {
+        fs::remove(entry.path(), error);
+        continue;
+      }
+      if (partial) continue;  // its room is counted by the reservation
     }
     const auto size = static_cast<int64_t>(entry.file_size(error));
     total += size;
-    // Another fetch's room counts, and stays: it is that fetch's to give back.
-    if (!ends_with(name, kReservationSuffix)) entries.push_back({entry.last_write_time(error), size, entry.path()});
+    // Another fetch's room counts, and stays.
+    if (!reservation) entries.push_back({entry.last_write_time(error), size, entry.path()});
   }
   std::sort(entries.begin(), entries.end(), [](const Entry& a, const Entry& b) { return a.used < b.used; });
   for (const Entry& entry : entries) {

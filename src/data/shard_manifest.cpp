@@ -25,6 +25,10 @@ std::string format_manifest(const ShardManifest& manifest) {
   json["samples"] = manifest.samples();
   json["order"] = manifest.order;
   json["seed"] = manifest.seed;
+  if (manifest.max_side > 0) {
+    json["max_side"] = manifest.max_side;
+    json["jpeg_quality"] = manifest.jpeg_quality;
+  }
   json["shards"] = nlohmann::ordered_json::array();
   for (const auto& shard : manifest.shards) {
     json["shards"].push_back(
@@ -44,6 +48,8 @@ ShardManifest parse_manifest(const std::string& text, const std::string& name) {
     manifest.classes = json.at("classes").get<std::vector<std::string>>();
     manifest.order = json.value("order", "shuffled");
     manifest.seed = json.value("seed", uint64_t{0});
+    manifest.max_side = json.value("max_side", 0);
+    manifest.jpeg_quality = json.value("jpeg_quality", 0);
     for (const auto& shard : json.at("shards")) {
       manifest.shards.push_back({shard.at("file").get<std::string>(), shard.at("samples").get<int64_t>(),
                                  shard.at("bytes").get<int64_t>(), shard.value("sha256", "")});

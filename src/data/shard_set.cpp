@@ -142,7 +142,10 @@ std::string ShardSet::readable_path(size_t shard) const {
 
 std::vector<uint8_t> ShardSet::image_bytes(int64_t index) const {
   const auto [shard, sample] = locate(index);
-  const ShardSample& s = indices_[shard].samples[sample];
+  return member_bytes(shard, indices_[shard].samples[sample]);
+}
+
+std::vector<uint8_t> ShardSet::member_bytes(size_t shard, const ShardSample& s) const {
   std::vector<uint8_t> bytes(static_cast<size_t>(s.size));
   auto read = [&] {
     const ReadOnlyFile file(readable_path(shard));
@@ -161,13 +164,18 @@ std::vector<uint8_t> ShardSet::image_bytes(int64_t index) const {
 }
 
 int64_t ShardSet::get(int64_t index, int64_t epoch, float* out) const {
-  transform_.apply_encoded(image_bytes(index), describe(index), epoch, index, out);
-  return label(index);
+  const auto [shard, sample] = locate(index);
+  const ShardSample& s = indices_[shard].samples[sample];
+  transform_.apply_encoded(member_bytes(shard, s), member_name(shard, s), epoch, index, out);
+  return s.label;
 }
 
 std::string ShardSet::describe(int64_t index) const {
   const auto [shard, sample] = locate(index);
-  const ShardSample& s = indices_[shard].samples[sample];
+  return member_name(shard, indices_[shard].samples[sample]);
+}
+
+std::string ShardSet::member_name(size_t shard, const ShardSample& s) const {
   return paths_[shard] + "#" + s.key + "." + s.image;
 }
 

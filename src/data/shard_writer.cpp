@@ -1,10 +1,13 @@
 #include "dptrain/data/shard_writer.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <cmath>
 #include <cstring>
 #include <exception>
 #include <filesystem>
+#include <functional>
 #include <mutex>
 #include <optional>
 #include <thread>
@@ -18,6 +21,7 @@
 #include "dptrain/data/sampler.h"
 #include "dptrain/data/shard_index.h"
 #include "dptrain/data/tar_archive.h"
+#include "resample.h"
 
 namespace dpt::data {
 
@@ -38,6 +42,81 @@ struct Plan {
   std::vector<int64_t> bytes;  // of each shard's tar
 };
 
+// Runs body(0) .. body(count - 1) on up to `threads` threads (this one among them), each index
+// once. The first exception stops the others after their current index and is rethrown here.
+void parallel_for(size_t count, int threads, const std::function<void(size_t)>& body) {
+  std::atomic<size_t> next{0};
+  std::mutex mutex;  // over the first failure
+  std::exception_ptr failure;
+  auto work = [&] {
+    for (size_t i = next++; i < count; i = next++) {
+      try {
+        body(i);
+      } catch (...) {
+        std::lock_guard<std::mutex> lock(mutex);
+        if (!failure) failure = std::current_exception();
+        next = count;
+        return;
+      }
+    }
+  };
+  std::vector<std::thread> helpers;
+  for (int t = 1; t < std::min<int>(threads, static_cast<int>(count)); ++t) helpers.emplace_back(work);
+  work();
+  for (auto& helper : helpers) helper.join();
+  if (failure) std::rethrow_exception(failure);
+}
+
+// An encoded image as a shard holds it: the source's bytes, or with max_side a JPEG resized to fit.
+struct SampleBytes {
+  std::vector<uint8_t> bytes;
+  ImageFormat format = ImageFormat::Unknown;
+};
+
+SampleBytes sample_bytes(const SourceImage& image, const ShardWriterOptions& options) {
+  auto bytes = dpt::read_file<std::vector<uint8_t>>(image.path);
+  DPT_CHECK(bytes, DataError, "cannot read image ", image.path, ": ", std::strerror(errno));
+  const ImageFormat format = sniff_format(*bytes);
+  DPT_CHECK(format != ImageFormat::Unknown, DataError, "image ", image.path,
+            " is neither JPEG nor PNG; convert it, or leave it out of the source");
+  const int max_side = options.max_side();
+  if (max_side == 0) return {std::move(*bytes), format};
+  const ImageSize size = read_image_size(*bytes, image.path);
+  const int longer = std::max(size.width, size.height);
+  if (longer <= max_side) return {std::move(*bytes), format};
+  const auto fitted = [&](int side) {
+    return std::max(1, static_cast<int>(std::lround(static_cast<double>(side) * max_side / longer)));
+  };
+  const Image full = decode_image(*bytes, image.path);
+  const int width = fitted(full.width), height = fitted(full.height);
+  const Taps h = filter_taps(Interpolation::Bilinear, 0, full.width, 0, full.width, width, 0, width);
+  const Taps v = filter_taps(Interpolation::Bilinear, 0, full.height, 0, full.height, height, 0, height);
+  Image resized;
+  resample_to_image(full, 0, 0, h, v, /*flip=*/false, resized);
+  return {encode_jpeg(resized, options.jpeg_quality()), ImageFormat::Jpeg};
+}
+
+// Each sample's size in a shard, in the set's order: the files' sizes, or with max_side the
+// re-encoded images' (encoded on `threads` threads and dropped).
+std::vector<int64_t> sample_sizes(const std::vector<SourceImage>& images, const std::vector<int64_t>& order,
+                                  const ShardWriterOptions& options) {
+  std::vector<int64_t> sizes(order.size());
+  if (options.max_side() == 0) {
+    for (size_t k = 0; k < order.size(); ++k) {
+      std::error_code error;
+      const std::string& path = images[order[k]].path;
+      const auto size = fs::file_size(path, error);
+      DPT_CHECK(!error, DataError, "cannot read image ", path, ": ", error.message());
+      sizes[k] = static_cast<int64_t>(size);
+    }
+    return sizes;
+  }
+  parallel_for(order.size(), options.threads(), [&](size_t k) {
+    sizes[k] = static_cast<int64_t>(sample_bytes(images[order[k]], options).bytes.size());
+  });
+  return sizes;
+}
+
 Plan plan_shards(const std::vector<SourceImage>& images, const ShardWriterOptions& options) {
   Plan plan;
   const auto n = static_cast<int64_t>(images.size());
@@ -46,14 +125,11 @@ Plan plan_shards(const std::vector<SourceImage>& images, const ShardWriterOption
   } else {
     for (int64_t i = 0; i < n; ++i) plan.order.push_back(i);
   }
+  const std::vector<int64_t> sizes = sample_sizes(images, plan.order, options);
   plan.first.push_back(0);
   int64_t shard_size = 2 * kBlock;  // the end blocks
   for (int64_t k = 0; k < n; ++k) {
-    std::error_code error;
-    const std::string& path = images[plan.order[k]].path;
-    const auto size = fs::file_size(path, error);
-    DPT_CHECK(!error, DataError, "cannot read image ", path, ": ", error.message());
-    const int64_t sample = tar_bytes(static_cast<int64_t>(size));
+    const int64_t sample = tar_bytes(sizes[k]);
     if (k > plan.first.back() && shard_size + sample > options.shard_bytes()) {
       plan.first.push_back(k);
       plan.bytes.push_back(shard_size);
@@ -86,22 +162,19 @@ std::optional<ShardFile> kept_shard(const fs::path& tar, const fs::path& idx, in
 }
 
 ShardFile write_shard(const std::vector<SourceImage>& images, const Plan& plan, size_t s, const fs::path& tar_path,
-                      const fs::path& idx_path) {
+                      const fs::path& idx_path, const ShardWriterOptions& options) {
   std::string tar_bytes;
   tar_bytes.reserve(static_cast<size_t>(plan.bytes[s]));
   TarWriter tar([&](const char* data, size_t size) { tar_bytes.append(data, size); });
   ShardIndex index;
   for (int64_t k = plan.first[s]; k < plan.first[s + 1]; ++k) {
     const SourceImage& image = images[plan.order[k]];
-    const auto bytes = dpt::read_file<std::vector<uint8_t>>(image.path);
-    DPT_CHECK(bytes, DataError, "cannot read image ", image.path, ": ", std::strerror(errno));
-    const ImageFormat format = sniff_format(*bytes);
-    DPT_CHECK(format != ImageFormat::Unknown, DataError, "image ", image.path,
-              " is neither JPEG nor PNG; convert it, or leave it out of the source");
-    const std::string extension = format == ImageFormat::Jpeg ? "jpg" : "png";
+    const SampleBytes sample = sample_bytes(image, options);
+    const std::string extension = sample.format == ImageFormat::Jpeg ? "jpg" : "png";
     const std::string key = key_of(k);
-    index.samples.push_back({key, extension, tar.size() + kBlock, static_cast<int64_t>(bytes->size()), image.label});
-    tar.add(key + "." + extension, reinterpret_cast<const char*>(bytes->data()), bytes->size());
+    index.samples.push_back(
+        {key, extension, tar.size() + kBlock, static_cast<int64_t>(sample.bytes.size()), image.label});
+    tar.add(key + "." + extension, reinterpret_cast<const char*>(sample.bytes.data()), sample.bytes.size());
     tar.add(key + ".cls", std::to_string(image.label));
   }
   tar.finish();
@@ -122,6 +195,10 @@ ShardManifest write_shards(const std::vector<SourceImage>& images, const std::ve
   DPT_CHECK(options.shard_bytes() >= 10 * kBlock, ConfigError, "shard size must be at least 5 KiB, got ",
             options.shard_bytes(), " bytes");
   DPT_CHECK(options.threads() >= 1, ConfigError, "shard writer threads must be at least 1, got ", options.threads());
+  DPT_CHECK(options.max_side() >= 0, ConfigError, "the largest side must be 0 (keep the images) or positive, got ",
+            options.max_side());
+  DPT_CHECK(options.jpeg_quality() >= 1 && options.jpeg_quality() <= 100, ConfigError,
+            "JPEG quality must be within 1..100, got ", options.jpeg_quality());
   for (const auto& image : images) {
     DPT_CHECK(image.label >= 0 && image.label < static_cast<int64_t>(classes.size()), DataError, "image ", image.path,
               " has label ", image.label, " outside the ", classes.size(), " classes");
@@ -133,36 +210,24 @@ ShardManifest write_shards(const std::vector<SourceImage>& images, const std::ve
   manifest.classes = classes;
   manifest.order = options.order();
   manifest.seed = options.seed();
+  if (options.max_side() > 0) {
+    manifest.max_side = options.max_side();
+    manifest.jpeg_quality = options.jpeg_quality();
+  }
   manifest.shards.resize(shards);
 
-  std::atomic<size_t> next{0};
-  std::mutex mutex;  // over `done`, the progress callback and the first failure
+  std::mutex mutex;  // over `done` and the progress callback
   int64_t done = 0;
-  std::exception_ptr failure;
-  auto work = [&] {
-    for (size_t s = next++; s < shards; s = next++) {
-      const std::string name = options.prefix() + "-" + zero_padded(static_cast<int64_t>(s), 6);
-      const fs::path tar = fs::path(out_dir) / (name + ".tar"), idx = fs::path(out_dir) / (name + ".idx");
-      const int64_t samples = plan.first[s + 1] - plan.first[s];
-      try {
-        auto kept = kept_shard(tar, idx, samples, plan.bytes[s]);
-        manifest.shards[s] = kept ? *kept : write_shard(images, plan, s, tar, idx);
-      } catch (...) {
-        std::lock_guard<std::mutex> lock(mutex);
-        if (!failure) failure = std::current_exception();
-        next = shards;  // the others stop after their current shard
-        return;
-      }
-      std::lock_guard<std::mutex> lock(mutex);
-      done += samples;
-      if (options.progress()) options.progress()(done, static_cast<int64_t>(images.size()));
-    }
-  };
-  std::vector<std::thread> threads;
-  for (int t = 1; t < std::min<int>(options.threads(), static_cast<int>(shards)); ++t) threads.emplace_back(work);
-  work();
-  for (auto& thread : threads) thread.join();
-  if (failure) std::rethrow_exception(failure);
+  parallel_for(shards, options.threads(), [&](size_t s) {
+    const std::string name = options.prefix() + "-" + zero_padded(static_cast<int64_t>(s), 6);
+    const fs::path tar = fs::path(out_dir) / (name + ".tar"), idx = fs::path(out_dir) / (name + ".idx");
+    const int64_t samples = plan.first[s + 1] - plan.first[s];
+    auto kept = kept_shard(tar, idx, samples, plan.bytes[s]);
+    manifest.shards[s] = kept ? *kept : write_shard(images, plan, s, tar, idx, options);
+    std::lock_guard<std::mutex> lock(mutex);
+    done += samples;
+    if (options.progress()) options.progress()(done, static_cast<int64_t>(images.size()));
+  });
   const std::string text = format_manifest(manifest);
   write_file_atomically(fs::path(out_dir) / "manifest.json",
                         [&](const ByteWriter& write) { write(text.data(), text.size()); });

@@ -1,8 +1,9 @@
 """`dptrain make-shards` and training from tar shards: a set written in the folder's order trains
 bit for bit as its ImageFolder does; the shard-aware shuffle resumes mid-epoch bit for bit; shards
 written by `tar` and Python's tarfile (no index, no manifest) train; damaged shards are named
-before training starts."""
+before training starts; --max-side resizes as PIL resizes and keeps what already fits."""
 
+import io
 import json
 import os
 import shutil
@@ -119,6 +120,62 @@ class Shards(unittest.TestCase):
         code, out, err = run(launch(self.path("damaged"), *RUN, "--epochs", "1"), timeout=120)
         self.assertNotEqual(code, 0)
         self.assertIn(f"shard {shard} is truncated", err)
+
+
+class MaxSide(unittest.TestCase):
+    """`make-shards --max-side N`: an image longer than N on a side is PIL's bilinear resize of it
+    to fit (torchvision's Resize), stored as a JPEG; an image that fits keeps its bytes."""
+
+    def test_larger_images_are_resized_as_pil_resizes_them_the_others_kept(self):
+        import numpy
+        from PIL import Image
+        tmp = tempfile.TemporaryDirectory(prefix="dpt_max_side_")
+        self.addCleanup(tmp.cleanup)
+        folder, out = os.path.join(tmp.name, "folder"), os.path.join(tmp.name, "shards")
+        rng = numpy.random.default_rng(5)
+        sources = {}  # path -> (width, height) of the image written there, in the ImageFolder's order
+        for relative, (width, height) in (("a/small.jpg", (50, 40)), ("a/wide.jpg", (120, 90)),
+                                          ("b/square.jpg", (64, 64)), ("b/tall.png", (70, 130))):
+            path = os.path.join(folder, relative)
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            # Smooth gradients under noise: detail for the filter to weigh, as in a photograph.
+            y, x = numpy.mgrid[0:height, 0:width]
+            base = numpy.stack([x * 255 / width, y * 255 / height, (x + y) * 127 / (width + height)], axis=-1)
+            pixels = numpy.clip(base + rng.normal(0, 20, base.shape), 0, 255).astype(numpy.uint8)
+            Image.fromarray(pixels).save(path, quality=92)
+            sources[path] = (width, height)
+        # At quality 100 (every quantizer 1) the stored JPEG decodes to exactly what PIL's own JPEG
+        # of the same pixels decodes to, so the resize itself is checked pixel for pixel. (Below
+        # 100, libjpeg-turbo's TurboJPEG API and PIL's encoder quantize a few coefficients apart.)
+        code, stdout, err = run([dptrain(), "make-shards", folder, out, "--max-side", "64", "--jpeg-quality", "100",
+                                 "--order", "folder"], timeout=60)
+        self.assertEqual(code, 0, stdout + err)
+        with open(os.path.join(out, "manifest.json")) as f:
+            manifest = json.load(f)
+        self.assertEqual((manifest["max_side"], manifest["jpeg_quality"]), (64, 100))
+        members = {}
+        for shard in manifest["shards"]:
+            with tarfile.open(os.path.join(out, shard["file"])) as tar:
+                members.update({m.name: tar.extractfile(m).read() for m in tar})
+        for k, (path, (width, height)) in enumerate(sources.items()):
+            with open(path, "rb") as f:
+                source = f.read()
+            key = f"{k:09d}"
+            if max(width, height) <= 64:
+                self.assertEqual(members[f"{key}.{path[-3:]}"], source, path)
+                continue
+            stored = Image.open(io.BytesIO(members[f"{key}.jpg"]))
+            size = tuple(max(1, int(side * 64 / max(width, height) + 0.5)) for side in (width, height))
+            self.assertEqual((stored.format, stored.size), ("JPEG", size), path)
+            # PIL's resize, encoded by PIL at the same quality and chroma subsampling.
+            resized = Image.open(path).convert("RGB").resize(size, Image.BILINEAR)
+            expected = io.BytesIO()
+            resized.save(expected, format="JPEG", quality=100, subsampling=2)
+            expected = numpy.asarray(Image.open(expected).convert("RGB"), dtype=numpy.int16)
+            self.assertEqual(numpy.abs(numpy.asarray(stored.convert("RGB"), dtype=numpy.int16) - expected).max(), 0, path)
+            # The check can fail: another filter's resize is not the image stored.
+            nearest = numpy.asarray(Image.open(path).convert("RGB").resize(size, Image.NEAREST), dtype=numpy.int16)
+            self.assertGreater(numpy.abs(nearest - expected).mean(), 5, path)
 
 
 if __name__ == "__main__":

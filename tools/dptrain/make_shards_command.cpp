@@ -30,6 +30,8 @@ struct MakeShardsFlags {
   std::string order = "shuffled";
   uint64_t seed = 0;
   int threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  int max_side = 0;
+  int jpeg_quality = 90;
 };
 
 // A line to stderr at most once a second, and the last one always.
@@ -51,13 +53,17 @@ class ProgressLine {
 
 nlohmann::json write_split(const MakeShardsFlags& f, const fs::path& source, const fs::path& output,
                            const std::string& prefix, const std::string& order) {
-  // Only the listing is used: the images are copied as they are, never decoded.
+  // Only the listing is used: the images are copied as they are, or decoded here for --max-side.
   const data::ImageFolder folder(source.string(), data::Transform(data::TransformOptions()));
   std::vector<data::SourceImage> images;
   images.reserve(static_cast<size_t>(folder.size()));
   for (int64_t i = 0; i < folder.size(); ++i) images.push_back({folder.path(i), folder.label(i)});
   for (const auto& warning : folder.warnings()) std::cerr << "warning: " << warning << "\n";
   ProgressLine progress(prefix);
+  if (f.max_side > 0) {
+    std::cerr << "make-shards: " << prefix << ": sizing the " << images.size() << " images at --max-side "
+              << f.max_side << " first, to plan the shards" << std::endl;
+  }
   const auto manifest = data::write_shards(images, folder.classes(), output.string(),
                                            data::ShardWriterOptions()
                                                .shard_bytes(static_cast<int64_t>(f.shard_mib * (1 << 20)))
@@ -65,6 +71,8 @@ nlohmann::json write_split(const MakeShardsFlags& f, const fs::path& source, con
                                                .order(order)
                                                .seed(f.seed)
                                                .threads(f.threads)
+                                               .max_side(f.max_side)
+                                               .jpeg_quality(f.jpeg_quality)
                                                .progress(std::ref(progress)));
   int64_t bytes = 0;
   for (const auto& shard : manifest.shards) bytes += shard.bytes;
@@ -77,6 +85,10 @@ int run_make_shards(const MakeShardsFlags& f) {
   DPT_CHECK(fs::is_directory(source), DataError, "source folder '", f.source, "' does not exist or is not a folder");
   const auto start = std::chrono::steady_clock::now();
   nlohmann::json report = {{"source", f.source}, {"seed", f.seed}, {"shard_mib", f.shard_mib}};
+  if (f.max_side > 0) {
+    report["max_side"] = f.max_side;
+    report["jpeg_quality"] = f.jpeg_quality;
+  }
   if (fs::is_directory(source / "train") && fs::is_directory(source / "val")) {
     report["train"] = write_split(f, source / "train", output / "train", "train", f.order);
     report["val"] = write_split(f, source / "val", output / "val", "val", "folder");
@@ -111,6 +123,14 @@ Command add_make_shards_command(CLI::App& root) {
   app->add_option("--seed", flags->seed, "seed of the shuffled order")->capture_default_str();
   app->add_option("-j,--threads", flags->threads, "shards written at once (default: the cores)")
       ->check(within(1, 1024));
+  app->add_option("--max-side", flags->max_side,
+                  "resize images longer than this on either side to fit it (bilinear, antialiased, aspect kept) and "
+                  "store them as JPEGs of --jpeg-quality: each epoch then decodes fewer pixels; 0 keeps the bytes")
+      ->check(within(0, 1 << 16))
+      ->capture_default_str();
+  app->add_option("--jpeg-quality", flags->jpeg_quality, "quality of the JPEGs --max-side writes")
+      ->check(within(1, 100))
+      ->capture_default_str();
   return {app, [flags](const std::vector<std::string>&) { return run_make_shards(*flags); }};
 }
 

@@ -3,7 +3,9 @@
 // shared by every process of a machine that names the same folder: each file is fetched once,
 // under a lock that the others wait on, then read where it lies. To make room for a shard the
 // least recently read files go first (each read refreshes its file's time); a fetch under way
-// holds its shard's room until it ends, so fetches at once stay within the bound together.
+// holds its shard's room until it ends, so fetches at once stay within the bound together. The
+// room and partial file of a fetch whose process died (no one holds its shard's lock) are removed
+// by the next process that makes room.
 //
 //   dpt::data::ShardCache cache(dpt::data::ShardCacheOptions("/scratch/dptrain-shards").max_bytes(50 << 30));
 //   std::string local = cache.local("s3://imagenet/train/train-000017.tar", shard_bytes);

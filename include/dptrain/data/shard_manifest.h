@@ -28,6 +28,10 @@ struct ShardManifest {
   // a permutation of it drawn from `seed`, so that each shard holds a mix of classes.
   std::string order = "shuffled";
   uint64_t seed = 0;
+  // When non-zero, images longer than max_side were resized to it and re-encoded as JPEGs of
+  // jpeg_quality (data/shard_writer.h): the pixels are no longer the source's.
+  int max_side = 0;
+  int jpeg_quality = 0;
 
   int64_t samples() const;
 };

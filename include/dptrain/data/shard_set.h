@@ -78,6 +78,9 @@ class ShardSet : public Dataset {
 
   // Where shard `shard`'s bytes can be read now: its path, or its copy in the cache.
   std::string readable_path(size_t shard) const;
+  // A sample's encoded image, and its name in errors, from the shard it is in.
+  std::vector<uint8_t> member_bytes(size_t shard, const ShardSample& sample) const;
+  std::string member_name(size_t shard, const ShardSample& sample) const;
 
   Transform transform_;
   std::unique_ptr<ShardCache> cache_;  // for a remote set only

@@ -3,7 +3,9 @@
 // each shard and a manifest (what `dptrain make-shards` runs):
 //   OUT/<prefix>-000000.tar, OUT/<prefix>-000000.idx, ..., OUT/manifest.json
 // Sample k of the set has the key "<k, 9 digits>" and the members <key>.<jpg|png> (the source's
-// bytes, unchanged) and <key>.cls (the label in decimal).
+// bytes, unchanged) and <key>.cls (the label in decimal). With max_side, an image longer than it
+// on either side is written instead as a JPEG resized to fit (FFCV's max resolution): decoding
+// it then costs a fraction of the original's, for every epoch of every job that reads the set.
 //
 // Deterministic: the shards' boundaries follow from the samples' sizes alone and every byte from
 // the samples, so the same input gives the same files. Each file is written atomically (a crash
@@ -40,7 +42,15 @@ struct ShardWriterOptions {
   // mixes the classes; "folder": in the order given.
   TORCH_ARG(std::string, order) = "shuffled";
   TORCH_ARG(uint64_t, seed) = 0;
-  // Shards written at once.
+  // 0: every image's bytes as they are. N > 0: an image with a side longer than N is resized
+  // (PIL's bilinear filter with antialiasing, torchvision's Resize) so that its longer side is N
+  // and the other keeps the aspect ratio (rounded, at least 1), then encoded as a baseline JPEG
+  // of `jpeg_quality` with 4:2:0 chroma (PIL's default); smaller images keep their bytes. The
+  // shards' boundaries need every sample's size, so each such image is encoded twice: once to
+  // plan, once to write.
+  TORCH_ARG(int, max_side) = 0;
+  TORCH_ARG(int, jpeg_quality) = 90;
+  // Shards written at once (and images re-encoded at once when planning).
   TORCH_ARG(int, threads) = 1;
   // Called after each shard with the samples written or kept so far and the total (from one
   // thread at a time).

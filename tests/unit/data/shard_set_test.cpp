@@ -110,6 +110,43 @@ TEST(ShardSet, ShuffledWritesAreDeterministicAndResumable) {
   EXPECT_EQ(contents(dir.path() + "/a/manifest.json"), contents(dir.path() + "/b/manifest.json"));
 }
 
+// --max-side: what is longer than the side is a JPEG that fits it, what fits keeps its bytes, and
+// the set is as deterministic as one of copies, whatever the threads.
+TEST(ShardSet, MaxSideFitsTheLargerImagesAndKeepsTheOthers) {
+  dpt::testing::TempDir dir;
+  const ImageFolder folder(make_folder(dir.path() + "/src", 8), train_crop());  // 24..45 x 20..22
+  auto options = ShardWriterOptions().shard_bytes(8000).threads(2).max_side(30).jpeg_quality(85);
+  write_shards(sources_of(folder), folder.classes(), dir.path() + "/a", options);
+  const auto manifest = write_shards(sources_of(folder), folder.classes(), dir.path() + "/b", options.threads(1));
+  EXPECT_GT(manifest.shards.size(), 1u);
+  for (const auto& shard : manifest.shards) {
+    EXPECT_EQ(contents(dir.path() + "/a/" + shard.file), contents(dir.path() + "/b/" + shard.file)) << shard.file;
+  }
+  const ShardManifest read = parse_manifest(contents(dir.path() + "/a/manifest.json"), "manifest.json");
+  EXPECT_EQ(read.max_side, 30);
+  EXPECT_EQ(read.jpeg_quality, 85);
+
+  const ShardSet shards(dir.path() + "/a", train_crop());
+  std::multiset<std::vector<uint8_t>> fitting_sources, kept;
+  int resized = 0;
+  for (int64_t i = 0; i < folder.size(); ++i) {
+    const auto source = read_file(folder.path(i));
+    const ImageSize size = read_image_size(source, folder.path(i));
+    if (std::max(size.width, size.height) <= 30) fitting_sources.insert(source);
+    const auto stored = shards.image_bytes(i);
+    const ImageSize stored_size = read_image_size(stored, shards.describe(i));
+    EXPECT_LE(std::max(stored_size.width, stored_size.height), 30) << shards.describe(i);
+    if (std::max(stored_size.width, stored_size.height) < 30) kept.insert(stored);
+    resized += std::max(stored_size.width, stored_size.height) == 30;
+  }
+  // Widths 24, 27, ..., 45 at heights 20..22: in each class 24, 27 and 30 fit, 33..45 are resized
+  // to 30 wide.
+  EXPECT_EQ(fitting_sources.size(), 3u * 3);
+  EXPECT_EQ(resized, 3 * 5 + 3);  // the 15 longer ones, and the 3 of width 30 kept as they were
+  EXPECT_EQ(kept.size(), 3u * 2);
+  for (const auto& bytes : kept) EXPECT_EQ(fitting_sources.count(bytes), 1u);
+}
+
 TEST(ShardSet, NamedByManifestFolderBracesOrOneTar) {
   dpt::testing::TempDir dir;
   const ImageFolder folder(make_folder(dir.path() + "/src", 5), train_crop());
