@@ -10,7 +10,7 @@ namespace dpt::data {
 
 Loader::Loader(std::shared_ptr<const Dataset> dataset, std::vector<int64_t> indices, int64_t epoch,
                LoaderOptions options)
-    : dataset_(std::move(dataset)), indices_(std::move(indices)), epoch_(epoch), options_(options) {
+    : dataset_(std::move(dataset)), options_(options) {
   DPT_CHECK(dataset_, ConfigError, "loader: no dataset");
   DPT_CHECK(options.batch_size() > 0, ConfigError, "loader: batch size must be positive, got ", options.batch_size());
   DPT_CHECK(options.threads() > 0 && options.threads() <= kMaxLoaderThreads, ConfigError,
@@ -22,10 +22,8 @@ Loader::Loader(std::shared_ptr<const Dataset> dataset, std::vector<int64_t> indi
             "loader: pin_memory needs a CUDA build of dptrain; this one is CPU-only");
 #endif
   pool_ = options.buffer_pool() ? options.buffer_pool() : std::make_shared<BufferPool>();
-  dataset_->will_read(indices_);
-  const int64_t n = static_cast<int64_t>(indices_.size());
-  const int64_t b = options.batch_size();
-  num_batches_ = options.drop_last() ? n / b : (n + b - 1) / b;
+  dataset_->will_read(indices);
+  queue_epoch(std::move(indices), epoch);
   workers_.reserve(options.threads());
   try {
     for (int t = 0; t < options.threads(); ++t) workers_.emplace_back([this] { work(); });
@@ -52,21 +50,47 @@ void Loader::stop() {
   }
 }
 
+void Loader::queue_epoch(std::vector<int64_t> indices, int64_t epoch) {
+  auto queued = std::make_shared<Epoch>();
+  const int64_t n = static_cast<int64_t>(indices.size());
+  const int64_t b = options_.batch_size();
+  queued->indices = std::move(indices);
+  queued->number = epoch;
+  queued->batches = options_.drop_last() ? n / b : (n + b - 1) / b;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    queued->first = epochs_.empty() ? 0 : epochs_.back()->end();
+    epochs_.push_back(std::move(queued));
+  }
+  space_.notify_all();
+}
+
+std::shared_ptr<const Loader::Epoch> Loader::epoch_of(int64_t number) const {
+  for (const auto& e : epochs_) {
+    if (number < e->end()) return e;
+  }
+  return nullptr;
+}
+
 void Loader::work() {
   while (true) {
     int64_t number;
+    std::shared_ptr<const Epoch> epoch;
     {
       std::unique_lock<std::mutex> lock(mutex_);
       space_.wait(lock, [&] {
-        return stopping_ || next_to_build_ >= num_batches_ ||
-               next_to_build_ < next_to_return_ + ahead();
+        return stopping_ || (next_to_build_ < epochs_.back()->end() && next_to_build_ < next_to_return_ + ahead());
       });
-      if (stopping_ || next_to_build_ >= num_batches_) return;
+      if (stopping_) return;
       number = next_to_build_++;
+      epoch = epoch_of(number);
     }
+    // A queued epoch's first batch: its shards may be fetched now (the first epoch's were asked
+    // for by the constructor).
+    if (number == epoch->first && epoch->first > 0) dataset_->will_read(epoch->indices);
     Built built;
     try {
-      built = build(number);
+      built = build(*epoch, number - epoch->first);
     } catch (...) {
       built.error = std::current_exception();
     }
@@ -101,10 +125,10 @@ at::Tensor BufferPool::acquire(const BufferSpec& spec, size_t capacity) {
   return tensor;
 }
 
-Loader::Built Loader::build(int64_t number) {
+Loader::Built Loader::build(const Epoch& epoch, int64_t number) {
   const int64_t b = options_.batch_size();
   const int64_t first = number * b;
-  const int64_t count = std::min<int64_t>(b, static_cast<int64_t>(indices_.size()) - first);
+  const int64_t count = std::min<int64_t>(b, static_cast<int64_t>(epoch.indices.size()) - first);
   std::vector<int64_t> shape = dataset_->sample_shape();
   const int64_t numel = dataset_->sample_numel();
   shape.insert(shape.begin(), count);
@@ -122,10 +146,10 @@ Loader::Built Loader::build(int64_t number) {
   int64_t* labels = batch.labels.data_ptr<int64_t>();
   int64_t kept = 0;
   for (int64_t i = 0; i < count; ++i) {
-    const auto [index, copy] = draw_sample(indices_[first + i], dataset_->size());
+    const auto [index, copy] = draw_sample(epoch.indices[first + i], dataset_->size());
     // A repeated copy's augmentation is keyed apart from the other copies' (and from every real
     // epoch's): the copy number goes above the epoch's bits.
-    const int64_t augment_epoch = epoch_ + (copy << 32);
+    const int64_t augment_epoch = epoch.number + (copy << 32);
     try {
       // Kept samples pack to the front, so a skipped one leaves no hole.
       labels[kept] = dataset_->get(index, augment_epoch, images + kept * numel);
@@ -154,7 +178,7 @@ std::optional<Batch> Loader::next() {
     Built built;
     {
       std::unique_lock<std::mutex> lock(mutex_);
-      if (next_to_return_ >= num_batches_) return std::nullopt;
+      if (next_to_return_ >= epochs_.front()->end()) return std::nullopt;
       ready_.wait(lock, [&] { return done_.count(next_to_return_) > 0; });
       auto it = done_.find(next_to_return_);
       built = std::move(it->second);
@@ -167,6 +191,27 @@ std::optional<Batch> Loader::next() {
     if (built.batch.indices.empty()) continue;
     return std::move(built.batch);
   }
+}
+
+bool Loader::next_epoch() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  const Epoch& current = *epochs_.front();
+  DPT_CHECK(next_to_return_ >= current.end(), ConfigError, "loader: next_epoch() while epoch ", current.number,
+            " has ", current.end() - next_to_return_, " of its ", current.batches, " batches left");
+  if (epochs_.size() == 1) return false;
+  epochs_.pop_front();
+  skipped_.clear();
+  return true;
+}
+
+int64_t Loader::epoch() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return epochs_.front()->number;
+}
+
+int64_t Loader::num_batches() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return epochs_.front()->batches;
 }
 
 std::vector<SkippedSample> Loader::skipped() const {

@@ -186,6 +186,7 @@ TrainResult Trainer::train() {
       break;
     }
   }
+  s.train_loader.reset();  // its threads, and the batches it built for an epoch not trained
   s.checkpoints->finish();
   s.checkpoints->check_last_written();
   s.stop_signals.reset();

@@ -72,6 +72,9 @@ struct Trainer::State {
   c10::impl::GenericDict gathered_optimizer_state = compat::string_dict();
   std::unique_ptr<optim::GradScaler> scaler;
   std::unique_ptr<data::DistributedSampler> sampler;
+  // The training batches, kept from one epoch to the next: the next epoch's first batches are
+  // built while this one ends and the run validates.
+  std::unique_ptr<data::Loader> train_loader;
   std::unique_ptr<optim::LrSchedule> schedule;
   std::unique_ptr<BatchMixing> mixing;
   std::unique_ptr<TrainStep> train_step;  // over the parts above, once the logs are open
@@ -157,6 +160,8 @@ struct Trainer::State {
   // Trains one epoch from step_in_epoch on; returns false when max_steps stopped it early.
   // `skipped` gets this rank's bad images of the pass.
   bool train_epoch(MetricSums& sums, std::vector<data::SkippedSample>& skipped);
+  // The loader of this epoch (from samples_in_epoch on) with the next one queued, if it comes.
+  data::Loader& epoch_loader();
   // Who hears of each step's phases: the straggler watch, which tells the timeline.
   StepPhaseHook* phase_hook() const {
     return stragglers ? static_cast<StepPhaseHook*>(stragglers.get()) : timeline.get();

@@ -55,9 +55,7 @@ std::optional<MetricSums> Trainer::State::step(data::DevicePrefetcher& batches) 
 bool Trainer::State::train_epoch(MetricSums& sums, std::vector<data::SkippedSample>& skipped) {
   model->train();
   sampler->set_epoch(epoch);
-  // Resuming mid-epoch: a sample's augmentation is fixed by (seed, epoch, index), so continuing the
-  // epoch's order after the samples done continues exactly (re-sharded if the world changed).
-  data::Loader loader(data.train, sampler->indices_from(samples_in_epoch), epoch, batch_loading(options, device));
+  data::Loader& loader = epoch_loader();
   // On a GPU the next batch's copy runs on a side stream while this step computes: on the compute
   // stream it would hold the step's kernels back for its whole length (a 154 MB float32 batch of
   // 256 at 224 px is several milliseconds over PCIe). On the CPU batches pass through.
@@ -108,6 +106,29 @@ bool Trainer::State::train_epoch(MetricSums& sums, std::vector<data::SkippedSamp
   }
   skipped = batches.skipped();
   return !stopped;
+}
+
+data::Loader& Trainer::State::epoch_loader() {
+  // The last epoch's loader has had this one queued since that epoch began, unless the run
+  // resumed mid-epoch. Resuming: a sample's augmentation is fixed by (seed, epoch, index), so
+  // continuing the epoch's order after the samples done continues exactly (re-sharded if the
+  // world changed).
+  const bool queued = train_loader && samples_in_epoch == 0 && train_loader->next_epoch();
+  if (!queued) {
+    train_loader = std::make_unique<data::Loader>(data.train, sampler->indices_from(samples_in_epoch), epoch,
+                                                  batch_loading(options, device));
+  }
+  DPT_CHECK(train_loader->epoch() == epoch, InternalError, "the training loader holds epoch ",
+            train_loader->epoch(), " for epoch ", epoch);
+  const int64_t next = epoch + 1;
+  const bool next_trains = next < options.epochs() &&
+                           (!options.max_steps() || next * steps_per_epoch() < *options.max_steps());
+  if (next_trains) {
+    data::DistributedSampler next_order = *sampler;
+    next_order.set_epoch(next);
+    train_loader->queue_epoch(next_order.indices(), next);
+  }
+  return *train_loader;
 }
 
 void Trainer::State::report_straggler(StragglerReport slow) {

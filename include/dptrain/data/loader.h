@@ -18,6 +18,13 @@
 // exception is rethrown by next() with its original type and text. The destructor stops the
 // workers mid-epoch and joins them.
 //
+// The epoch after this one may be queued: the workers then go on to its batches as soon as this
+// epoch's are all under way, within the same prefetch bound, so the first steps of the next epoch
+// do not wait for a loader to start (a trainer's first step of each epoch ran at half speed):
+//   loader.queue_epoch(next_sampler.indices(), epoch + 1);
+//   while (auto batch = loader.next()) { ... }  // ends with this epoch
+//   loader.next_epoch();                        // true: next() goes on with the queued epoch
+//
 // Batch buffers are reused once the consumer lets go of them. To reuse them across epochs too
 // (one loader per epoch), pass the same pool to each:
 //   auto pool = std::make_shared<dpt::data::BufferPool>();
@@ -28,6 +35,7 @@
 
 #include <condition_variable>
 #include <cstdint>
+#include <deque>
 #include <exception>
 #include <map>
 #include <memory>
@@ -115,32 +123,50 @@ class Loader {
   // The next batch in order, or nullopt at the end of the epoch. Batches whose samples were all
   // skipped are passed over; others shrink by their skipped samples.
   std::optional<Batch> next();
-  int64_t num_batches() const { return num_batches_; }
-  // Samples skipped so far under BadImagePolicy::Skip, in batch order, and how many.
+  // Queues an epoch after the last one queued (or the first): its batches are built once all
+  // those before them are under way.
+  void queue_epoch(std::vector<int64_t> indices, int64_t epoch);
+  // Once next() has ended the current epoch, moves on to the queued one: false if none is.
+  // A ConfigError while the current epoch has batches left.
+  bool next_epoch();
+  // The current epoch's number and its batches.
+  int64_t epoch() const;
+  int64_t num_batches() const;
+  // The current epoch's samples skipped so far under BadImagePolicy::Skip, in batch order, and
+  // how many.
   std::vector<SkippedSample> skipped() const;
   int64_t skipped_count() const;
 
  private:
+  // An epoch's samples in order. Batches are numbered across the loader's epochs, so that one
+  // prefetch bound spans their boundaries.
+  struct Epoch {
+    std::vector<int64_t> indices;
+    int64_t number = 0;  // the epoch, which keys the augmentation
+    int64_t batches = 0;
+    int64_t first = 0;  // the loader's batches before this epoch's first
+    int64_t end() const { return first + batches; }
+  };
   struct Built {
     Batch batch;
     std::vector<SkippedSample> skipped;
     std::exception_ptr error;
   };
   void work();
-  Built build(int64_t number);
+  Built build(const Epoch& epoch, int64_t number);
   void stop();
+  // The epoch holding the loader's batch `number`; mutex_ held.
+  std::shared_ptr<const Epoch> epoch_of(int64_t number) const;
   // Batches being built or waiting, at most.
   int64_t ahead() const { return static_cast<int64_t>(options_.prefetch_factor()) * options_.threads(); }
 
   std::shared_ptr<const Dataset> dataset_;
-  std::vector<int64_t> indices_;
-  int64_t epoch_;
   LoaderOptions options_;
-  int64_t num_batches_;
 
   mutable std::mutex mutex_;
   std::condition_variable ready_;  // a batch was finished
-  std::condition_variable space_;  // the consumer took a batch, or stop
+  std::condition_variable space_;  // the consumer took a batch, an epoch was queued, or stop
+  std::deque<std::shared_ptr<const Epoch>> epochs_;  // the current one, then those queued
   std::map<int64_t, Built> done_;
   int64_t next_to_build_ = 0;
   int64_t next_to_return_ = 0;

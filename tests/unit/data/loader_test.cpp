@@ -7,6 +7,7 @@
 #include <condition_variable>
 #include <mutex>
 #include <filesystem>
+#include <map>
 #include <fstream>
 #include <set>
 
@@ -70,6 +71,34 @@ class Concurrency : public Dataset {
   mutable std::condition_variable changed_;
   mutable int reading_ = 0, most_ = 0;
   mutable bool waited_ = false;  // the wait timed out: no more waiting
+};
+
+// Counts the samples read for each epoch, and lets a test wait for a count.
+class EpochReads : public Dataset {
+ public:
+  EpochReads() : inner_(small_synthetic(64, 9)) {}
+  int64_t size() const override { return inner_->size(); }
+  int64_t num_classes() const override { return inner_->num_classes(); }
+  std::vector<int64_t> sample_shape() const override { return inner_->sample_shape(); }
+  int64_t get(int64_t index, int64_t epoch, float* out) const override {
+    const int64_t label = inner_->get(index, epoch, out);
+    std::lock_guard<std::mutex> lock(mutex_);
+    ++reads_[epoch];
+    read_.notify_all();
+    return label;
+  }
+  std::string describe(int64_t index) const override { return inner_->describe(index); }
+  // Whether `count` samples of `epoch` were read within a minute.
+  bool wait_for(int64_t epoch, int count) const {
+    std::unique_lock<std::mutex> lock(mutex_);
+    return read_.wait_for(lock, std::chrono::minutes(1), [&] { return reads_[epoch] >= count; });
+  }
+
+ private:
+  std::shared_ptr<const Dataset> inner_;
+  mutable std::mutex mutex_;
+  mutable std::condition_variable read_;
+  mutable std::map<int64_t, int> reads_;
 };
 
 }  // namespace
@@ -175,6 +204,48 @@ TEST(Loader, RethrowsWorkerErrorsWithTheirText) {
         }
       },
       std::runtime_error);
+}
+
+// A queued epoch's batches are those of a loader started for it alone, numbered from 0, and
+// the loader ends each epoch apart.
+TEST(Loader, AQueuedEpochGivesTheBatchesOfItsOwnLoader) {
+  auto ds = small_synthetic(23, 9);
+  std::vector<int64_t> second_order(iota(23).rbegin(), iota(23).rend());
+  Loader chained(ds, iota(23), 1, LoaderOptions().batch_size(4).threads(3).prefetch_factor(1));
+  chained.queue_epoch(second_order, 2);
+  EXPECT_EQ(chained.num_batches(), 6);
+  ASSERT_TRUE(chained.next().has_value());
+  EXPECT_THROW(chained.next_epoch(), dpt::ConfigError);  // five batches of epoch 1 left
+  auto first = drain(chained);
+  EXPECT_EQ(first.size(), 5u);
+  ASSERT_TRUE(chained.next_epoch());
+  EXPECT_EQ(chained.epoch(), 2);
+  auto second = drain(chained);
+  EXPECT_FALSE(chained.next_epoch());
+  Loader alone(ds, second_order, 2, LoaderOptions().batch_size(4).threads(1));
+  auto expected = drain(alone);
+  ASSERT_EQ(second.size(), expected.size());
+  for (size_t k = 0; k < expected.size(); ++k) {
+    EXPECT_EQ(second[k].number, static_cast<int64_t>(k));
+    EXPECT_EQ(second[k].indices, expected[k].indices);
+    EXPECT_TRUE(second[k].images.equal(expected[k].images)) << "batch " << k;
+  }
+  // The epoch keys the augmentation: epoch 1's loader would give other pixels for that order.
+  Loader other_epoch(ds, second_order, 1, LoaderOptions().batch_size(4).threads(1));
+  EXPECT_FALSE(drain(other_epoch)[0].images.equal(expected[0].images));
+}
+
+// The workers go on to the queued epoch as soon as the current one's batches are under way: its
+// first batches are built before the consumer moves on to it.
+TEST(Loader, BuildsTheQueuedEpochAheadOfTheConsumer) {
+  auto ds = std::make_shared<EpochReads>();
+  Loader loader(ds, iota(8), 0, LoaderOptions().batch_size(1).threads(2).prefetch_factor(2));
+  loader.queue_epoch(iota(8), 1);
+  EXPECT_EQ(drain(loader).size(), 8u);
+  // Four batches (2 threads x 2) of epoch 1 are built while nobody asks for them.
+  EXPECT_TRUE(ds->wait_for(1, 4));
+  ASSERT_TRUE(loader.next_epoch());
+  EXPECT_EQ(drain(loader).size(), 8u);
 }
 
 TEST(Loader, StopsCleanlyMidEpoch) {
