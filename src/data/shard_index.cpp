@@ -2,8 +2,11 @@
 
 #include <algorithm>
 #include <cctype>
+#include <charconv>
+#include <limits>
 #include <optional>
 #include <sstream>
+#include <string_view>
 #include <tuple>
 
 #include "dptrain/common/error.h"
@@ -96,33 +99,89 @@ std::string format_shard_index(const ShardIndex& index) {
   return out.str();
 }
 
+namespace {
+
+// The next line of `text` from `at` on, without its newline; `at` moves past it.
+std::string_view next_line(std::string_view text, size_t& at) {
+  const size_t end = std::min(text.find('\n', at), text.size());
+  const std::string_view line = text.substr(at, end - at);
+  at = end + 1;
+  return line;
+}
+
+// A decimal integer at the start of `field`, which then starts after it and the spaces that follow.
+bool take_number(std::string_view& field, int64_t& value) {
+  const auto [end, error] = std::from_chars(field.data(), field.data() + field.size(), value);
+  if (error != std::errc() || end == field.data()) return false;
+  field.remove_prefix(static_cast<size_t>(end - field.data()));
+  const size_t text = field.find_first_not_of(' ');
+  field.remove_prefix(text == std::string_view::npos ? field.size() : text);
+  return true;
+}
+
+}  // namespace
+
+// Read line by line through string views: the indexes of an ImageNet-sized set hold 1.28 M lines.
 ShardIndex parse_shard_index(const std::string& text, const std::string& name) {
-  std::istringstream in(text);
-  std::string magic;
-  int version = 0;
+  auto damaged = [&](int64_t sample, int64_t count) {
+    return DataError(str("shard index ", name, " is damaged at sample ", sample, " of ", count,
+                         "; delete it and it is built again from its shard"));
+  };
+  size_t at = 0;
+  std::string_view first = next_line(text, at);
+  constexpr std::string_view kMagic = "dptrain-shard-index 1 ";
   int64_t count = -1;
   ShardIndex index;
-  in >> magic >> version >> index.archive_size >> count;
-  DPT_CHECK(in && magic == "dptrain-shard-index" && version == 1 && count >= 0, DataError, "shard index ", name,
+  const bool header = first.substr(0, kMagic.size()) == kMagic &&
+                      (first.remove_prefix(kMagic.size()), take_number(first, index.archive_size)) &&
+                      take_number(first, count) && first.empty() && count >= 0;
+  DPT_CHECK(header, DataError, "shard index ", name,
             " is not a dptrain shard index (version 1); delete it and it is built again from its shard");
-  std::string line;
-  std::getline(in, line);  // the rest of the first line
   index.samples.reserve(static_cast<size_t>(std::min<int64_t>(count, 1 << 24)));
   for (int64_t i = 0; i < count; ++i) {
+    if (at > text.size()) throw damaged(i, count);
+    std::string_view fields = next_line(text, at);
     ShardSample s;
-    std::getline(in, line);
-    std::istringstream fields(line);
-    fields >> s.offset >> s.size >> s.label;
-    std::string member;
-    std::getline(fields >> std::ws, member);  // the rest: a key may hold spaces
-    std::tie(s.key, s.image) = key_and_extension(member);
-    DPT_CHECK(in && fields && !s.key.empty() && !s.image.empty() && s.offset >= 0 && s.size >= 0 && s.label >= 0 &&
-                  s.offset + s.size <= index.archive_size,
-              DataError, "shard index ", name, " is damaged at sample ", i, " of ", count,
-              "; delete it and it is built again from its shard");
+    if (!take_number(fields, s.offset) || !take_number(fields, s.size) || !take_number(fields, s.label)) {
+      throw damaged(i, count);
+    }
+    std::tie(s.key, s.image) = key_and_extension(std::string(fields));  // the rest: a key may hold spaces
+    if (s.key.empty() || s.image.empty() || s.offset < 0 || s.size < 0 || s.label < 0 ||
+        s.offset + s.size > index.archive_size) {
+      throw damaged(i, count);
+    }
     index.samples.push_back(std::move(s));
   }
   return index;
+}
+
+PackedShardIndex::PackedShardIndex(const ShardIndex& index, const std::string& shard) {
+  const size_t n = index.samples.size();
+  offsets_.reserve(n);
+  sizes_.reserve(n);
+  labels_.reserve(n);
+  member_ends_.reserve(n);
+  size_t names = 0;
+  for (const ShardSample& s : index.samples) names += s.key.size() + 1 + s.image.size();
+  DPT_CHECK(names <= std::numeric_limits<uint32_t>::max(), DataError, "shard ", shard, "'s member names take ", names,
+            " bytes, more than dptrain indexes in one shard (4 GiB): split it");
+  members_.reserve(names);
+  for (const ShardSample& s : index.samples) {
+    DPT_CHECK(s.size <= std::numeric_limits<uint32_t>::max(), DataError, "shard ", shard, ": image member ", s.key,
+              ".", s.image, " has ", s.size, " bytes, more than an image dptrain decodes (4 GiB)");
+    DPT_CHECK(s.label <= std::numeric_limits<int32_t>::max(), DataError, "shard ", shard, ": sample ", s.key,
+              " has label ", s.label, ", more than the classes dptrain counts (2^31)");
+    offsets_.push_back(s.offset);
+    sizes_.push_back(static_cast<uint32_t>(s.size));
+    labels_.push_back(static_cast<int32_t>(s.label));
+    members_.append(s.key).append(1, '.').append(s.image);
+    member_ends_.push_back(static_cast<uint32_t>(members_.size()));
+  }
+}
+
+std::string_view PackedShardIndex::member(size_t sample) const {
+  const uint32_t begin = sample == 0 ? 0 : member_ends_[sample - 1];
+  return std::string_view(members_).substr(begin, member_ends_[sample] - begin);
 }
 
 }  // namespace dpt::data

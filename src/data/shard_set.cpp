@@ -106,7 +106,7 @@ ShardSet::ShardSet(const std::string& spec, Transform transform, BadImagePolicy 
     warnings_.insert(warnings_.end(), index->skipped.begin(), index->skipped.end());
     starts_.push_back(starts_.back() + static_cast<int64_t>(index->samples.size()));
     archive_sizes_.push_back(index->archive_size);
-    indices_.push_back(std::move(*index));
+    indices_.emplace_back(*index, name);
   }
   DPT_CHECK(starts_.back() > 0, DataError, "shard set ", spec, " holds no samples");
   if (manifest) {
@@ -128,7 +128,7 @@ std::pair<size_t, size_t> ShardSet::locate(int64_t index) const {
 
 int64_t ShardSet::label(int64_t index) const {
   const auto [shard, sample] = locate(index);
-  return indices_[shard].samples[sample].label;
+  return indices_[shard].label(sample);
 }
 
 std::string ShardSet::readable_path(size_t shard) const {
@@ -142,14 +142,16 @@ std::string ShardSet::readable_path(size_t shard) const {
 
 std::vector<uint8_t> ShardSet::image_bytes(int64_t index) const {
   const auto [shard, sample] = locate(index);
-  return member_bytes(shard, indices_[shard].samples[sample]);
+  return member_bytes(shard, sample);
 }
 
-std::vector<uint8_t> ShardSet::member_bytes(size_t shard, const ShardSample& s) const {
-  std::vector<uint8_t> bytes(static_cast<size_t>(s.size));
+std::vector<uint8_t> ShardSet::member_bytes(size_t shard, size_t sample) const {
+  const PackedShardIndex& index = indices_[shard];
+  std::vector<uint8_t> bytes(static_cast<size_t>(index.bytes(sample)));
   auto read = [&] {
     const ReadOnlyFile file(readable_path(shard));
-    return file.read_at(s.offset, s.size, reinterpret_cast<char*>(bytes.data()), paths_[shard]);
+    return file.read_at(index.offset(sample), index.bytes(sample), reinterpret_cast<char*>(bytes.data()),
+                        paths_[shard]);
   };
   int64_t got = 0;
   try {
@@ -158,25 +160,24 @@ std::vector<uint8_t> ShardSet::member_bytes(size_t shard, const ShardSample& s) 
     if (!cache_) throw;
     got = read();  // the cache may have let the shard go between finding and opening it
   }
-  DPT_CHECK(got == s.size, DataError, "shard ", paths_[shard], " ends inside member ", s.key, ".", s.image,
-            ": it changed after it was indexed");
+  DPT_CHECK(got == index.bytes(sample), DataError, "shard ", paths_[shard], " ends inside member ",
+            index.member(sample), ": it changed after it was indexed");
   return bytes;
 }
 
 int64_t ShardSet::get(int64_t index, int64_t epoch, float* out) const {
   const auto [shard, sample] = locate(index);
-  const ShardSample& s = indices_[shard].samples[sample];
-  transform_.apply_encoded(member_bytes(shard, s), member_name(shard, s), epoch, index, out);
-  return s.label;
+  transform_.apply_encoded(member_bytes(shard, sample), member_name(shard, sample), epoch, index, out);
+  return indices_[shard].label(sample);
 }
 
 std::string ShardSet::describe(int64_t index) const {
   const auto [shard, sample] = locate(index);
-  return member_name(shard, indices_[shard].samples[sample]);
+  return member_name(shard, sample);
 }
 
-std::string ShardSet::member_name(size_t shard, const ShardSample& s) const {
-  return paths_[shard] + "#" + s.key + "." + s.image;
+std::string ShardSet::member_name(size_t shard, size_t sample) const {
+  return str(paths_[shard], "#", indices_[shard].member(sample));
 }
 
 void ShardSet::will_read(const std::vector<int64_t>& indices) const {
@@ -198,7 +199,7 @@ void ShardSet::will_read(const std::vector<int64_t>& indices) const {
 
 std::vector<int64_t> ShardSet::shard_sizes() const {
   std::vector<int64_t> sizes;
-  for (const auto& index : indices_) sizes.push_back(static_cast<int64_t>(index.samples.size()));
+  for (const auto& index : indices_) sizes.push_back(static_cast<int64_t>(index.size()));
   return sizes;
 }
 

@@ -78,16 +78,16 @@ class ShardSet : public Dataset {
 
   // Where shard `shard`'s bytes can be read now: its path, or its copy in the cache.
   std::string readable_path(size_t shard) const;
-  // A sample's encoded image, and its name in errors, from the shard it is in.
-  std::vector<uint8_t> member_bytes(size_t shard, const ShardSample& sample) const;
-  std::string member_name(size_t shard, const ShardSample& sample) const;
+  // Sample `sample` of shard `shard`: its encoded image, and its name in errors.
+  std::vector<uint8_t> member_bytes(size_t shard, size_t sample) const;
+  std::string member_name(size_t shard, size_t sample) const;
 
   Transform transform_;
   std::unique_ptr<ShardCache> cache_;  // for a remote set only
   std::vector<std::string> classes_;
   std::vector<std::string> paths_;
   std::vector<int64_t> archive_sizes_;
-  std::vector<ShardIndex> indices_;
+  std::vector<PackedShardIndex> indices_;
   std::vector<int64_t> starts_;  // first sample of each shard, and the total at the end
   std::vector<std::string> warnings_;
   mutable std::mutex prefetch_mutex_;  // over prefetcher_, which each epoch's will_read replaces

@@ -134,6 +134,52 @@ TEST(ShardIndex, SamplesAreMembersSharingAKey) {
             std::string::npos);
 }
 
+// Every field of a line is checked: a line cut short, a negative or non-numeric field, a member
+// past the shard's end or a missing line is named with its sample; a key may hold spaces.
+TEST(ShardIndex, ADamagedIndexNamesItsSample) {
+  const std::string header = "dptrain-shard-index 1 4096 2\n";
+  const auto index = dpt::data::parse_shard_index(header + "512 3 7 my key.jpg\n1536 5 8 b.png", "ok.idx");
+  ASSERT_EQ(index.samples.size(), 2u);
+  EXPECT_EQ(index.samples[0].key, "my key");
+  EXPECT_EQ(index.samples[1].offset, 1536);
+  EXPECT_EQ(index.samples[1].size, 5);
+  EXPECT_EQ(index.samples[1].label, 8);
+  for (const std::string second : {"1536 5 x b.png", "1536 5", "1536 -5 8 b.png", "4000 500 8 b.png", "1536 5 8 b",
+                                   ""}) {
+    const std::string error =
+        dpt::testing::error_of<dpt::DataError>([&] { dpt::data::parse_shard_index(header + "512 3 7 a.jpg\n" + second, "x.idx"); });
+    EXPECT_NE(error.find("shard index x.idx is damaged at sample 1 of 2"), std::string::npos) << second << ": " << error;
+  }
+  EXPECT_NE(dpt::testing::error_of<dpt::DataError>(
+                [&] { dpt::data::parse_shard_index("dptrain-shard-index 1 4096 2 extra\n", "x.idx"); })
+                .find("is not a dptrain shard index"),
+            std::string::npos);
+}
+
+// The packed form a set keeps gives back every field, and refuses what would not fit it.
+TEST(ShardIndex, PackedIndexKeepsEveryField) {
+  dpt::data::ShardIndex index;
+  index.archive_size = int64_t{6} << 30;
+  index.samples = {{"n01440764_10026", "JPEG", int64_t{5} << 30, 110000, 999}, {"a b", "png", 512, 0, 0}};
+  const dpt::data::PackedShardIndex packed(index, "big.tar");
+  ASSERT_EQ(packed.size(), 2u);
+  EXPECT_EQ(packed.offset(0), int64_t{5} << 30);  // past 4 GiB
+  EXPECT_EQ(packed.bytes(0), 110000);
+  EXPECT_EQ(packed.label(0), 999);
+  EXPECT_EQ(packed.member(0), "n01440764_10026.JPEG");
+  EXPECT_EQ(packed.member(1), "a b.png");
+  EXPECT_EQ(packed.bytes(1), 0);
+  index.samples[1].size = int64_t{1} << 32;
+  EXPECT_NE(dpt::testing::error_of<dpt::DataError>([&] { dpt::data::PackedShardIndex(index, "big.tar"); })
+                .find("shard big.tar: image member a b.png has 4294967296 bytes"),
+            std::string::npos);
+  index.samples[1].size = 1;
+  index.samples[1].label = int64_t{1} << 31;
+  EXPECT_NE(dpt::testing::error_of<dpt::DataError>([&] { dpt::data::PackedShardIndex(index, "big.tar"); })
+                .find("sample a b has label 2147483648"),
+            std::string::npos);
+}
+
 TEST(ShardIndex, ABadSampleFailsOrIsCountedUnderSkip) {
   const std::string no_label = archive_of({{"a.jpg", "A"}, {"b.jpg", "B"}, {"b.cls", "1"}});
   EXPECT_EQ(dpt::testing::error_of<dpt::DataError>([&] { index_of(no_label); }),
