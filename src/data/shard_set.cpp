@@ -7,8 +7,10 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <mutex>
 
 #include "dptrain/common/error.h"
+#include "dptrain/common/parallel_for.h"
 #include "dptrain/common/read_file.h"
 #include "dptrain/data/tar_archive.h"
 #include "shard_prefetcher.h"
@@ -47,6 +49,9 @@ class ReadOnlyFile {
   int fd_;
 };
 
+// Shards whose indexes are read at once when a set opens.
+constexpr int kIndexReaders = 16;
+
 // The index of the shard `name` from a scan of its bytes at `path`.
 ShardIndex scan_shard(const std::string& path, int64_t archive_size, const std::string& name, BadImagePolicy policy) {
   const ReadOnlyFile file(path);
@@ -82,14 +87,31 @@ ShardSet::ShardSet(const std::string& spec, Transform transform, BadImagePolicy 
   if (sources.remote) cache_ = std::make_unique<ShardCache>(cache_options);
   const auto& manifest = sources.manifest;
   paths_ = std::move(sources.names);
-  starts_.push_back(0);
-  int64_t largest_label = -1;
-  for (size_t s = 0; s < paths_.size(); ++s) {
+  // Each shard's index, read (or built by a scan) on several threads: a remote set's indexes are
+  // a round trip each, a thousand of them for ImageNet. Each is packed at once, so that only the
+  // indexes being read are ever held whole.
+  struct Opened {
+    PackedShardIndex index;
+    int64_t archive_size;
+    int64_t largest_label;
+    std::vector<std::string> skipped;
+  };
+  std::vector<std::optional<Opened>> opened(paths_.size());
+  // A remote shard without an index is fetched whole to be scanned: one at a time, after the
+  // others, so that the fetches do not hold more of the cache at once than the loader would.
+  std::vector<size_t> to_fetch;
+  std::mutex to_fetch_mutex;
+  auto open = [&](size_t s, bool may_fetch) {
     const std::string& name = paths_[s];
     const int64_t listed = manifest ? manifest->shards[s].bytes : -1;
     std::optional<ShardIndex> index;
     if (cache_) {
-      index = usable_index(store.fetch_text_if_present(index_name_of(name)), index_name_of(name), listed);
+      if (!may_fetch) index = usable_index(store.fetch_text_if_present(index_name_of(name)), index_name_of(name), listed);
+      if (!index && !may_fetch) {
+        std::lock_guard<std::mutex> lock(to_fetch_mutex);
+        to_fetch.push_back(s);
+        return;
+      }
       if (!index) index = scan_shard(cache_->local(name, listed), listed >= 0 ? listed : 0, name, policy);
     } else {
       const int64_t bytes = local_size(name, manifest.has_value());
@@ -102,11 +124,21 @@ ShardSet::ShardSet(const std::string& spec, Transform transform, BadImagePolicy 
       DPT_CHECK(static_cast<int64_t>(index->samples.size()) == manifest->shards[s].samples, DataError, "shard ", name,
                 " holds ", index->samples.size(), " samples and the manifest says ", manifest->shards[s].samples);
     }
+    int64_t largest_label = -1;
     for (const auto& sample : index->samples) largest_label = std::max(largest_label, sample.label);
-    warnings_.insert(warnings_.end(), index->skipped.begin(), index->skipped.end());
-    starts_.push_back(starts_.back() + static_cast<int64_t>(index->samples.size()));
-    archive_sizes_.push_back(index->archive_size);
-    indices_.emplace_back(*index, name);
+    opened[s] = Opened{PackedShardIndex(*index, name), index->archive_size, largest_label, std::move(index->skipped)};
+  };
+  parallel_for(paths_.size(), kIndexReaders, [&](size_t s) { open(s, false); });
+  std::sort(to_fetch.begin(), to_fetch.end());
+  for (size_t s : to_fetch) open(s, true);
+  starts_.push_back(0);
+  int64_t largest_label = -1;
+  for (auto& shard : opened) {
+    largest_label = std::max(largest_label, shard->largest_label);
+    warnings_.insert(warnings_.end(), shard->skipped.begin(), shard->skipped.end());
+    starts_.push_back(starts_.back() + static_cast<int64_t>(shard->index.size()));
+    archive_sizes_.push_back(shard->archive_size);
+    indices_.push_back(std::move(shard->index));
   }
   DPT_CHECK(starts_.back() > 0, DataError, "shard set ", spec, " holds no samples");
   if (manifest) {

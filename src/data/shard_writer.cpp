@@ -1,19 +1,16 @@
 #include "dptrain/data/shard_writer.h"
 
 #include <algorithm>
-#include <atomic>
 #include <cerrno>
 #include <cmath>
 #include <cstring>
-#include <exception>
 #include <filesystem>
-#include <functional>
 #include <mutex>
 #include <optional>
-#include <thread>
 
 #include "dptrain/common/atomic_file.h"
 #include "dptrain/common/error.h"
+#include "dptrain/common/parallel_for.h"
 #include "dptrain/common/read_file.h"
 #include "dptrain/common/sha256.h"
 #include "dptrain/common/text.h"
@@ -41,31 +38,6 @@ struct Plan {
   std::vector<int64_t> first;
   std::vector<int64_t> bytes;  // of each shard's tar
 };
-
-// Runs body(0) .. body(count - 1) on up to `threads` threads (this one among them), each index
-// once. The first exception stops the others after their current index and is rethrown here.
-void parallel_for(size_t count, int threads, const std::function<void(size_t)>& body) {
-  std::atomic<size_t> next{0};
-  std::mutex mutex;  // over the first failure
-  std::exception_ptr failure;
-  auto work = [&] {
-    for (size_t i = next++; i < count; i = next++) {
-      try {
-        body(i);
-      } catch (...) {
-        std::lock_guard<std::mutex> lock(mutex);
-        if (!failure) failure = std::current_exception();
-        next = count;
-        return;
-      }
-    }
-  };
-  std::vector<std::thread> helpers;
-  for (int t = 1; t < std::min<int>(threads, static_cast<int>(count)); ++t) helpers.emplace_back(work);
-  work();
-  for (auto& helper : helpers) helper.join();
-  if (failure) std::rethrow_exception(failure);
-}
 
 // An encoded image as a shard holds it: the source's bytes, or with max_side a JPEG resized to fit.
 struct SampleBytes {

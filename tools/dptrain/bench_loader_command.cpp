@@ -1,7 +1,8 @@
 // `dptrain bench-loader`: images per second of the training input pipeline on an ImageFolder or a
 // shard set, in its shard-aware order (read + decode + RandomResizedCrop + flip [+ auto-augment] +
 // normalize [+ random erasing] + batch), with a given number of loader threads. bench/loader runs
-// it next to torchvision's DataLoader. Ends with one JSON line.
+// it next to torchvision's DataLoader. Ends with one JSON line, which also times the cold start:
+// opening the set (a remote one's indexes), its first batch, and the untimed first pass.
 
 #include <chrono>
 #include <iostream>
@@ -30,6 +31,8 @@ struct BenchLoaderFlags {
   bool dct_scaling = true;
   std::optional<data::AutoAugmentPolicy> auto_augment;
   double random_erase = 0.0;
+  std::string cache_folder;  // remote shard sets; empty: the default one
+  int64_t cache_bytes = int64_t{20} << 30;
 };
 
 int run_bench_loader(const BenchLoaderFlags& f) {
@@ -42,8 +45,12 @@ int run_bench_loader(const BenchLoaderFlags& f) {
   auto transform = data::Transform(transform_options);
   std::shared_ptr<data::Dataset> dataset;
   data::SamplerOptions sampler_options(1, 0);
+  const auto opening = std::chrono::steady_clock::now();
   if (data::is_shard_set(f.data)) {
-    auto shards = std::make_shared<data::ShardSet>(f.data, transform);
+    const auto cache =
+        data::ShardCacheOptions(f.cache_folder.empty() ? data::default_shard_cache_folder() : f.cache_folder)
+            .max_bytes(f.cache_bytes);
+    auto shards = std::make_shared<data::ShardSet>(f.data, transform, data::BadImagePolicy::Error, cache);
     sampler_options.shard_sizes(shards->shard_sizes());
     dataset = shards;
   } else {
@@ -56,11 +63,18 @@ int run_bench_loader(const BenchLoaderFlags& f) {
                      .batch_size(f.batch_size)
                      .threads(f.threads)
                      .buffer_pool(std::make_shared<data::BufferPool>());
-  {  // epoch 0, untimed, warms the page cache and the allocator
+  const double open_s = seconds_since(opening);
+  // Epoch 0, apart from the timed passes, warms the page cache and the allocator (and a remote
+  // set's cache): its first batch and its rate are those of a cold start.
+  double first_batch_s = 0;
+  int64_t first_pass_images = 0;
+  {
     data::Loader warmup(dataset, sampler.indices(), 0, options);
-    while (warmup.next()) {
+    for (; auto batch = warmup.next(); first_pass_images += batch->images.size(0)) {
+      if (first_pass_images == 0) first_batch_s = seconds_since(opening);
     }
   }
+  const double first_pass_s = seconds_since(opening) - open_s;
   // The timed passes run as one stream of draws (pass k's shuffle, each sample augmented as its
   // k-th copy), as the middle of a long epoch runs: an epoch's end, where threads without a batch
   // left wait for the slowest, comes once in an ImageNet epoch of 40,000 batches, but after every
@@ -94,7 +108,9 @@ int run_bench_loader(const BenchLoaderFlags& f) {
       {"busy_fraction", cpu / (f.threads * seconds)},            {"user_seconds", used.user_seconds},
       {"system_seconds", used.system_seconds},                   {"minor_faults", used.minor_faults},
       {"voluntary_switches", used.voluntary_switches},           {"involuntary_switches", used.involuntary_switches},
-      {"auto_augment", f.auto_augment ? to_string(*f.auto_augment) : "none"}, {"random_erase", f.random_erase}};
+      {"auto_augment", f.auto_augment ? to_string(*f.auto_augment) : "none"}, {"random_erase", f.random_erase},
+      {"open_s", open_s},          {"first_batch_s", first_batch_s}, {"first_pass_s", first_pass_s},
+      {"first_pass_img_s", first_pass_images / first_pass_s}};
   std::cout << report.dump() << std::endl;
   return 0;
 }
@@ -119,6 +135,7 @@ Command add_bench_loader_command(CLI::App& root) {
       ->check(within(0, 1));
   app->add_option("--dct-scaling", flags->dct_scaling, "decode JPEGs at reduced DCT scale when the crop allows")
       ->capture_default_str();
+  add_shard_cache_flags(*app, flags->cache_folder, flags->cache_bytes);
   return {app, [flags](const std::vector<std::string>&) { return run_bench_loader(*flags); }};
 }
 

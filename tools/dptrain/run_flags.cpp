@@ -13,6 +13,17 @@ train::TrainOptions command_line_options() {
   return options;
 }
 
+void add_shard_cache_flags(CLI::App& app, std::string& folder, int64_t& bytes) {
+  app.add_option("--data-cache", folder,
+                 "remote shard sets: the folder their shards are fetched to, shared by a machine's processes "
+                 "(default: ~/.cache/dptrain/shards)");
+  app.add_option_function<double>(
+         "--data-cache-size", [&bytes](double gib) { bytes = static_cast<int64_t>(gib * (int64_t{1} << 30)); },
+         "remote shard sets: the most GiB of shards the cache folder holds")
+      ->check(within(1e-6, 1 << 20))
+      ->default_str("20");
+}
+
 void add_run_flags(CLI::App& app, train::TrainOptions& o) {
   // As with argparse, a flag given twice takes its last value (handy after a shell alias).
   app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
@@ -52,15 +63,7 @@ void add_run_flags(CLI::App& app, train::TrainOptions& o) {
                  "shard sets: shuffle this many shards at a time (0: all samples at once, as a folder)")
       ->check(at_least(0))
       ->capture_default_str();
-  app.add_option("--data-cache", data.shard_cache(),
-                 "remote shard sets: the folder their shards are fetched to, shared by a machine's processes "
-                 "(default: ~/.cache/dptrain/shards)");
-  app.add_option_function<double>(
-         "--data-cache-size",
-         [&data](double gib) { data.shard_cache_bytes(static_cast<int64_t>(gib * (int64_t{1} << 30))); },
-         "remote shard sets: the most GiB of shards the cache folder holds")
-      ->check(within(1e-6, 1 << 20))
-      ->default_str("20");
+  add_shard_cache_flags(app, data.shard_cache(), data.shard_cache_bytes());
   app.add_flag_callback("--no-flip", [&data] { data.flip(false); }, "no random horizontal flips (for digits, text, ...)");
   app.add_flag("--amp", o.amp(), "mixed precision: bf16 autocast on CPU, fp16 with loss scaling on CUDA");
   app.add_flag("--channels-last", o.channels_last(), "NHWC memory format for weights and inputs");

@@ -26,6 +26,10 @@ train::TrainOptions command_line_options();
 // named "--arch" (`dptrain eval` asks whether it was given).
 void add_run_flags(CLI::App& app, train::TrainOptions& options);
 
+// --data-cache FOLDER and --data-cache-size GIB, for the commands that read remote shard sets;
+// `folder` and `bytes` must outlive the parse (an empty folder: the default one).
+void add_shard_cache_flags(CLI::App& app, std::string& folder, int64_t& bytes);
+
 // A flag whose text the library parses into `target` (optim::parse_lr_decay, parse_parallel_mode);
 // the parser's ConfigError, which names the accepted values, becomes the command line's error.
 // An optional target (unset: a default decided later, e.g. the model's) shows no default.
