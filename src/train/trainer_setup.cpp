@@ -160,6 +160,7 @@ void Trainer::State::open_logs() {
   if (!options.timeline().empty()) {
     timeline = std::make_unique<Timeline>(timeline_path(options.timeline(), comm->rank()), comm->rank());
   }
+  if (!options.sample_log().empty()) sample_log = std::make_unique<SampleLog>(options.sample_log(), comm->rank());
   checkpoints = std::make_unique<RunCheckpoints>(
       options.checkpoint(), CheckpointWriterOptions().background(options.checkpoint().in_background()), options.log(),
       timeline.get());

@@ -30,6 +30,7 @@
 #include "dptrain/train/checkpoint/training_checkpoint.h"
 #include "dptrain/optim/grad_scaler.h"
 #include "dptrain/train/logs/report.h"
+#include "dptrain/train/logs/sample_log.h"
 #include "dptrain/train/logs/timeline.h"
 #include "dptrain/optim/lr_schedule.h"
 #include "dptrain/train/metrics.h"
@@ -80,6 +81,7 @@ struct Trainer::State {
   std::unique_ptr<TrainStep> train_step;  // over the parts above, once the logs are open
   std::unique_ptr<optim::ModelEma> ema;  // --model-ema
   std::unique_ptr<Timeline> timeline;  // --timeline: this rank's
+  std::unique_ptr<SampleLog> sample_log;  // --sample-log: this rank's
   std::unique_ptr<StragglerWatch> stragglers;  // the step's phase hook, passing phases on to the timeline
   std::vector<std::string> hosts;              // each rank's, gathered when a straggler is first named
   std::unique_ptr<RunCheckpoints> checkpoints;  // every rank's view of them; rank 0 writes

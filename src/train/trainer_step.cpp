@@ -27,6 +27,13 @@ std::optional<MetricSums> Trainer::State::step(data::DevicePrefetcher& batches) 
   }
   if (micro_batches.empty()) return std::nullopt;  // (no step: nothing to trace)
   if (phases != nullptr) phases->on_phase(StepPhase::Data, step_began, Clock::now(), at.number);
+  // Before the step's collectives: a step that completes (and so any a checkpoint holds) has its
+  // line on every rank, also on one killed right after it.
+  if (sample_log) {
+    std::vector<int64_t> trained;
+    for (const auto& batch : micro_batches) trained.insert(trained.end(), batch.indices.begin(), batch.indices.end());
+    sample_log->record(at.number, at.epoch, trained);
+  }
   comm->flight_recorder().set_step(at.number);
   optim::set_lr(*optimizer, schedule->lr_at(global_step()));
   MetricSums local = train_step->forward_backward(micro_batches, at);

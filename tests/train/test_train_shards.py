@@ -1,7 +1,8 @@
 """`dptrain make-shards` and training from tar shards: a set written in the folder's order trains
 bit for bit as its ImageFolder does; the shard-aware shuffle resumes mid-epoch bit for bit; shards
 written by `tar` and Python's tarfile (no index, no manifest) train; damaged shards are named
-before training starts; --max-side resizes as PIL resizes and keeps what already fits."""
+before training starts; --max-side resizes as PIL resizes and keeps what already fits; an elastic
+resume at another world size trains each sample of the epoch once, as --sample-log shows."""
 
 import io
 import json
@@ -78,6 +79,34 @@ class Shards(unittest.TestCase):
         comparison = compare_checkpoints(self.path("straight", "checkpoint.pt"), self.path("halves", "checkpoint.pt"))
         self.assertEqual(comparison.positions, "9 1 3 9 1 3")
         self.assertTrue(comparison.bitwise and comparison.optimizer_bitwise, comparison)
+
+    def test_an_elastic_resume_trains_every_sample_of_the_epoch_once(self):
+        """4 ranks train 2 of the 3 steps of epoch 0 (batches of 8), then 3 ranks resume mid-epoch
+        (2 steps for the 32 samples left, 4 for epoch 1): the samples the two runs' --sample-log
+        files name cover each epoch once, but for the one sample DistributedSampler repeats so that
+        3 ranks get equal shares of the 32 left."""
+        self.make_shards(self.path("elastic_set"), "--seed", "5")
+        args = [self.path("elastic_set"), *RUN, "--epochs", "2", "--open-shards", "2", "--output",
+                self.path("elastic")]
+        for world, steps, log in (("4", "2", "first"), ("3", "8", "second")):
+            command = launch(*args, "--max-steps", steps, "--resume", "auto", "--sample-log",
+                             self.path("elastic", log, "samples.txt"))
+            command[command.index("--nproc-per-node") + 1] = world
+            code, out, err = run(command, timeout=240)
+            self.assertEqual(code, 0, out + err)
+        self.assertIn("world size 4 -> 3", out)
+        trained = {}  # epoch -> every index trained in it, over the steps the final weights hold
+        for log, ranks, steps in (("first", 4, range(1, 3)), ("second", 3, range(3, 9))):
+            for rank in range(ranks):
+                with open(self.path("elastic", log, f"samples.rank{rank}.txt")) as f:
+                    lines = [[int(x) for x in line.split()] for line in f]
+                self.assertEqual([line[0] for line in lines], list(steps), (log, rank))
+                for step, epoch, *indices in lines:
+                    trained.setdefault(epoch, []).extend(indices)
+        self.assertEqual(sorted(trained), [0, 1])
+        self.assertEqual(sorted(set(trained[0])), list(range(96)))
+        self.assertEqual(len(trained[0]), 97)  # 64 by 4 ranks, then 32 padded to 33 for 3
+        self.assertEqual(sorted(trained[1]), list(range(96)))
 
     def test_shards_of_tar_and_tarfile_train_without_index_or_manifest(self):
         root = self.path("foreign")

@@ -149,6 +149,9 @@ void add_checkpoint_flags(CLI::App& app, TrainFlags& flags) {
   app.add_option("--timeline", flags.options.timeline(),
                  "write each rank's steps (data, forward, backward, each bucket's all-reduce, optimizer, "
                  "validation, checkpoints) as a Chrome/Perfetto trace: FILE.json becomes FILE.rank<N>.json");
+  app.add_option("--sample-log", flags.options.sample_log(),
+                 "write the dataset indices each step trained on each rank, a line per step (step, epoch, "
+                 "indices): FILE.txt becomes FILE.rank<N>.txt, appended to by a resumed run");
 }
 
 void add_parameter_server_flags(CLI::App& app, ps::PsOptions& ps) {

@@ -209,6 +209,9 @@ struct TrainOptions {
   // Every rank's timeline of its steps (logs/timeline.h), each in timeline_path(timeline, rank).
   // Empty: none.
   TORCH_ARG(std::string, timeline) = "";
+  // Every rank's trained samples, step by step (logs/sample_log.h), each in timeline_path(sample_log, rank).
+  // Empty: none.
+  TORCH_ARG(std::string, sample_log) = "";
   // Naming a rank that stays slower than the others (StragglerWatch; threshold 0: off).
   TORCH_ARG(StragglerOptions, stragglers) = {};
   // The attainable FLOP/s of one unit that runs a rank's math (a CPU thread; a GPU) for a device

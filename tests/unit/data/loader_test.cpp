@@ -210,8 +210,9 @@ TEST(Loader, RethrowsWorkerErrorsWithTheirText) {
 // the loader ends each epoch apart.
 TEST(Loader, AQueuedEpochGivesTheBatchesOfItsOwnLoader) {
   auto ds = small_synthetic(23, 9);
-  std::vector<int64_t> second_order(iota(23).rbegin(), iota(23).rend());
-  Loader chained(ds, iota(23), 1, LoaderOptions().batch_size(4).threads(3).prefetch_factor(1));
+  const std::vector<int64_t> first_order = iota(23);
+  const std::vector<int64_t> second_order(first_order.rbegin(), first_order.rend());
+  Loader chained(ds, first_order, 1, LoaderOptions().batch_size(4).threads(3).prefetch_factor(1));
   chained.queue_epoch(second_order, 2);
   EXPECT_EQ(chained.num_batches(), 6);
   ASSERT_TRUE(chained.next().has_value());
