@@ -115,6 +115,26 @@ bool read_png(const PngReader& reader, PngSource& source, Image& image, const st
 
 }  // namespace
 
+std::vector<uint8_t> encode_png(const Image& image) {
+  const size_t pixels = static_cast<size_t>(image.width) * static_cast<size_t>(image.height) * 3;
+  DPT_CHECK(image.width > 0 && image.height > 0 && image.pixels.size() == pixels, InternalError, "encode_png: a ",
+            image.width, "x", image.height, " image needs ", pixels, " bytes of RGB, got ", image.pixels.size());
+  // libpng's simplified API writes the pixels' chunks only: no time or text that would vary.
+  png_image png{};
+  png.version = PNG_IMAGE_VERSION;
+  png.width = static_cast<png_uint_32>(image.width);
+  png.height = static_cast<png_uint_32>(image.height);
+  png.format = PNG_FORMAT_RGB;
+  png_alloc_size_t size = 0;  // first asked for, then written
+  DPT_CHECK(png_image_write_to_memory(&png, nullptr, &size, 0, image.pixels.data(), 0, nullptr), InternalError,
+            "cannot encode a PNG: ", png.message);
+  std::vector<uint8_t> bytes(size);
+  DPT_CHECK(png_image_write_to_memory(&png, bytes.data(), &size, 0, image.pixels.data(), 0, nullptr), InternalError,
+            "cannot encode a PNG: ", png.message);
+  bytes.resize(size);
+  return bytes;
+}
+
 ImageSize png_size(const std::vector<uint8_t>& bytes, const std::string& name) {
   // IHDR is always first: 8-byte signature, 4-byte length, "IHDR", then big-endian width, height.
   DPT_CHECK(bytes.size() >= 24 && std::memcmp(bytes.data() + 12, "IHDR", 4) == 0, DataError,

@@ -46,7 +46,8 @@ struct SampleBytes {
 };
 
 SampleBytes sample_bytes(const SourceImage& image, const ShardWriterOptions& options) {
-  auto bytes = dpt::read_file<std::vector<uint8_t>>(image.path);
+  auto bytes = image.encoded ? std::optional<std::vector<uint8_t>>(image.encoded())
+                             : dpt::read_file<std::vector<uint8_t>>(image.path);
   DPT_CHECK(bytes, DataError, "cannot read image ", image.path, ": ", std::strerror(errno));
   const ImageFormat format = sniff_format(*bytes);
   DPT_CHECK(format != ImageFormat::Unknown, DataError, "image ", image.path,
@@ -68,12 +69,14 @@ SampleBytes sample_bytes(const SourceImage& image, const ShardWriterOptions& opt
   return {encode_jpeg(resized, options.jpeg_quality()), ImageFormat::Jpeg};
 }
 
-// Each sample's size in a shard, in the set's order: the files' sizes, or with max_side the
-// re-encoded images' (encoded on `threads` threads and dropped).
+// Each sample's size in a shard, in the set's order: the files' sizes, or with max_side or a
+// source in memory the encoded images' (encoded on `threads` threads and dropped).
 std::vector<int64_t> sample_sizes(const std::vector<SourceImage>& images, const std::vector<int64_t>& order,
                                   const ShardWriterOptions& options) {
   std::vector<int64_t> sizes(order.size());
-  if (options.max_side() == 0) {
+  const bool all_files =
+      std::none_of(images.begin(), images.end(), [](const SourceImage& image) { return bool(image.encoded); });
+  if (options.max_side() == 0 && all_files) {
     for (size_t k = 0; k < order.size(); ++k) {
       std::error_code error;
       const std::string& path = images[order[k]].path;

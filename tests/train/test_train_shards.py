@@ -2,7 +2,8 @@
 bit for bit as its ImageFolder does; the shard-aware shuffle resumes mid-epoch bit for bit; shards
 written by `tar` and Python's tarfile (no index, no manifest) train; damaged shards are named
 before training starts; --max-side resizes as PIL resizes and keeps what already fits; an elastic
-resume at another world size trains each sample of the epoch once, as --sample-log shows."""
+resume at another world size trains each sample of the epoch once, as --sample-log shows; CIFAR-10's
+files become shards of PNGs with their pixels."""
 
 import io
 import json
@@ -41,8 +42,10 @@ class Shards(unittest.TestCase):
         return os.path.join(self.tmp.name, *parts)
 
     def make_shards(self, out, *flags):
-        code, stdout, err = run([dptrain(), "make-shards", self.folder, out, "--shard-size", "0.04", *flags],
-                                timeout=60)
+        return self.make_shards_of(self.folder, out, *flags)
+
+    def make_shards_of(self, source, out, *flags):
+        code, stdout, err = run([dptrain(), "make-shards", source, out, "--shard-size", "0.04", *flags], timeout=60)
         self.assertEqual(code, 0, stdout + err)
         return json.loads(stdout.strip().splitlines()[-1])
 
@@ -107,6 +110,42 @@ class Shards(unittest.TestCase):
         self.assertEqual(sorted(set(trained[0])), list(range(96)))
         self.assertEqual(len(trained[0]), 97)  # 64 by 4 ranks, then 32 padded to 33 for 3
         self.assertEqual(sorted(trained[1]), list(range(96)))
+
+    def test_cifar_files_become_shards_of_pngs_with_their_pixels(self):
+        """make-shards on CIFAR-10's binary files: train/ from data_batch_*.bin (shuffled), val/
+        from test_batch.bin in its order, each record a PNG that PIL decodes to the record's
+        pixels, under the class names of batches.meta.txt."""
+        from PIL import Image
+        cifar = self.path("cifar")
+        code, out, err = run([dptrain(), "make-dataset", cifar, "--format", "cifar", "--train-size", "60",
+                              "--val-size", "20"], timeout=60)
+        self.assertEqual(code, 0, out + err)
+        names = ["airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck"]
+        with open(os.path.join(cifar, "batches.meta.txt"), "w") as f:
+            f.write("\n".join(names) + "\n\n")
+        report = self.make_shards_of(cifar, self.path("cifar_shards"))
+        self.assertEqual((report["train"]["samples"], report["val"]["samples"]), (60, 20))
+        with open(os.path.join(cifar, "test_batch.bin"), "rb") as f:
+            records = f.read()
+        with open(self.path("cifar_shards", "val", "manifest.json")) as f:
+            self.assertEqual(json.load(f)["classes"], names)
+        checked = 0
+        for shard in sorted(os.listdir(self.path("cifar_shards", "val"))):
+            if not shard.endswith(".tar"):
+                continue
+            with tarfile.open(self.path("cifar_shards", "val", shard)) as tar:
+                for member in tar:
+                    if member.name.endswith(".png"):
+                        k = int(member.name.split(".")[0])  # validation keeps the files' order
+                        record = records[k * 3073:(k + 1) * 3073]
+                        label = int(tar.extractfile(member.name.replace(".png", ".cls")).read())
+                        pixels = Image.open(io.BytesIO(tar.extractfile(member).read())).convert("RGB").tobytes()
+                        planes = [record[1 + c * 1024:1 + (c + 1) * 1024] for c in range(3)]
+                        expected = bytes(planes[c][i] for i in range(1024) for c in range(3))
+                        self.assertEqual(label, record[0], member.name)
+                        self.assertEqual(pixels, expected, member.name)
+                        checked += 1
+        self.assertEqual(checked, 20)
 
     def test_shards_of_tar_and_tarfile_train_without_index_or_manifest(self):
         root = self.path("foreign")

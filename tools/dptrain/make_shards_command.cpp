@@ -1,11 +1,13 @@
-// `dptrain make-shards SRC OUT`: writes an ImageFolder as tar shards in WebDataset's format
-// (data/shard_writer.h). SRC with train/ and val/ gives OUT/train/ and OUT/val/, which `dptrain
-// train OUT` reads as it reads the folders; any other SRC is one split, written to OUT. Validation
+// `dptrain make-shards SRC OUT`: writes an ImageFolder or CIFAR-10's binary files as tar shards
+// in WebDataset's format (data/shard_writer.h). SRC with train/ and val/, or CIFAR-10's
+// data_batch_*.bin and test_batch.bin (each record a PNG), gives OUT/train/ and OUT/val/, which
+// `dptrain train OUT` reads as it reads the folders; any other SRC is one split, written to OUT. Validation
 // keeps the folder's order (evaluation reads every sample once, in order); training takes --order.
 // Prints a progress line a second to stderr and ends with one JSON line.
 
 #include <chrono>
 #include <filesystem>
+#include <fstream>
 #include <iostream>
 #include <mutex>
 #include <nlohmann/json.hpp>
@@ -14,6 +16,8 @@
 #include "command.h"
 #include "number_bounds.h"
 #include "dptrain/common/error.h"
+#include "dptrain/data/cifar.h"
+#include "dptrain/data/image.h"
 #include "dptrain/data/image_folder.h"
 #include "dptrain/data/shard_writer.h"
 
@@ -51,20 +55,15 @@ class ProgressLine {
   std::chrono::steady_clock::time_point last_{};
 };
 
-nlohmann::json write_split(const MakeShardsFlags& f, const fs::path& source, const fs::path& output,
-                           const std::string& prefix, const std::string& order) {
-  // Only the listing is used: the images are copied as they are, or decoded here for --max-side.
-  const data::ImageFolder folder(source.string(), data::Transform(data::TransformOptions()));
-  std::vector<data::SourceImage> images;
-  images.reserve(static_cast<size_t>(folder.size()));
-  for (int64_t i = 0; i < folder.size(); ++i) images.push_back({folder.path(i), folder.label(i)});
-  for (const auto& warning : folder.warnings()) std::cerr << "warning: " << warning << "\n";
+nlohmann::json write_images(const MakeShardsFlags& f, const std::vector<data::SourceImage>& images,
+                            const std::vector<std::string>& classes, const fs::path& output, const std::string& prefix,
+                            const std::string& order) {
   ProgressLine progress(prefix);
   if (f.max_side > 0) {
     std::cerr << "make-shards: " << prefix << ": sizing the " << images.size() << " images at --max-side "
               << f.max_side << " first, to plan the shards" << std::endl;
   }
-  const auto manifest = data::write_shards(images, folder.classes(), output.string(),
+  const auto manifest = data::write_shards(images, classes, output.string(),
                                            data::ShardWriterOptions()
                                                .shard_bytes(static_cast<int64_t>(f.shard_mib * (1 << 20)))
                                                .prefix(prefix)
@@ -80,6 +79,44 @@ nlohmann::json write_split(const MakeShardsFlags& f, const fs::path& source, con
           {"bytes", bytes}, {"classes", manifest.classes.size()}, {"order", order}};
 }
 
+nlohmann::json write_split(const MakeShardsFlags& f, const fs::path& source, const fs::path& output,
+                           const std::string& prefix, const std::string& order) {
+  // Only the listing is used: the images are copied as they are, or decoded here for --max-side.
+  const data::ImageFolder folder(source.string(), data::Transform(data::TransformOptions()));
+  std::vector<data::SourceImage> images;
+  images.reserve(static_cast<size_t>(folder.size()));
+  for (int64_t i = 0; i < folder.size(); ++i) images.push_back({folder.path(i), folder.label(i), nullptr});
+  for (const auto& warning : folder.warnings()) std::cerr << "warning: " << warning << "\n";
+  return write_images(f, images, folder.classes(), output, prefix, order);
+}
+
+// CIFAR-10's class names from batches.meta.txt (one a line, as the binary distribution has
+// them), else "0" to "9".
+std::vector<std::string> cifar_classes(const fs::path& root) {
+  std::vector<std::string> names;
+  std::ifstream meta(root / "batches.meta.txt");
+  for (std::string line; std::getline(meta, line);) {
+    if (!line.empty()) names.push_back(line);
+  }
+  if (static_cast<int64_t>(names.size()) == data::kCifarClasses) return names;
+  names.clear();
+  for (int64_t c = 0; c < data::kCifarClasses; ++c) names.push_back(std::to_string(c));
+  return names;
+}
+
+// One split of CIFAR-10's binary files, each record a lossless PNG (its pixels exactly).
+nlohmann::json write_cifar_split(const MakeShardsFlags& f, const fs::path& root, bool train, const fs::path& output,
+                                 const std::string& prefix, const std::string& order) {
+  const data::Cifar10 cifar(root.string(), train, data::Transform(data::TransformOptions()));
+  std::vector<data::SourceImage> images;
+  images.reserve(static_cast<size_t>(cifar.size()));
+  for (int64_t i = 0; i < cifar.size(); ++i) {
+    images.push_back({(root / cifar.describe(i)).string(), cifar.label(i),
+                      [&cifar, i] { return data::encode_png(cifar.image(i)); }});
+  }
+  return write_images(f, images, cifar_classes(root), output, prefix, order);
+}
+
 int run_make_shards(const MakeShardsFlags& f) {
   const fs::path source(f.source), output(f.output);
   DPT_CHECK(fs::is_directory(source), DataError, "source folder '", f.source, "' does not exist or is not a folder");
@@ -89,7 +126,10 @@ int run_make_shards(const MakeShardsFlags& f) {
     report["max_side"] = f.max_side;
     report["jpeg_quality"] = f.jpeg_quality;
   }
-  if (fs::is_directory(source / "train") && fs::is_directory(source / "val")) {
+  if (fs::exists(source / data::cifar_files(true).front())) {
+    report["train"] = write_cifar_split(f, source, true, output / "train", "train", f.order);
+    report["val"] = write_cifar_split(f, source, false, output / "val", "val", "folder");
+  } else if (fs::is_directory(source / "train") && fs::is_directory(source / "val")) {
     report["train"] = write_split(f, source / "train", output / "train", "train", f.order);
     report["val"] = write_split(f, source / "val", output / "val", "val", "folder");
   } else {
@@ -107,8 +147,12 @@ int run_make_shards(const MakeShardsFlags& f) {
 Command add_make_shards_command(CLI::App& root) {
   auto flags = std::make_shared<MakeShardsFlags>();
   CLI::App* app = root.add_subcommand(
-      "make-shards", "Write an ImageFolder (train/ and val/, or one split) as WebDataset tar shards with indexes");
-  app->add_option("source", flags->source, "ImageFolder root: with train/ and val/, or one split")->required();
+      "make-shards",
+      "Write an ImageFolder (train/ and val/, or one split) or CIFAR-10 as WebDataset tar shards with indexes");
+  app->add_option("source", flags->source,
+                  "ImageFolder root (with train/ and val/, or one split), or CIFAR-10's folder of data_batch_*.bin "
+                  "and test_batch.bin (each image a PNG)")
+      ->required();
   app->add_option("output", flags->output, "output folder (a run over an interrupted one keeps its whole shards)")
       ->required();
   app->add_option("--shard-size", flags->shard_mib, "target size of a shard in MiB (fractions too)")

@@ -88,6 +88,8 @@ Image decode_image(const std::vector<uint8_t>& bytes, const std::string& name);
 
 // Baseline JPEG with 4:2:0 chroma subsampling, like PIL's default.
 std::vector<uint8_t> encode_jpeg(const Image& image, int quality);
+// An 8-bit RGB PNG, lossless, with no chunk but the pixels' (the same pixels give the same bytes).
+std::vector<uint8_t> encode_png(const Image& image);
 
 // The whole file; throws DataError naming it when it cannot be opened or read.
 std::vector<uint8_t> read_file(const std::string& path);

@@ -3,9 +3,10 @@
 // each shard and a manifest (what `dptrain make-shards` runs):
 //   OUT/<prefix>-000000.tar, OUT/<prefix>-000000.idx, ..., OUT/manifest.json
 // Sample k of the set has the key "<k, 9 digits>" and the members <key>.<jpg|png> (the source's
-// bytes, unchanged) and <key>.cls (the label in decimal). With max_side, an image longer than it
-// on either side is written instead as a JPEG resized to fit (FFCV's max resolution): decoding
-// it then costs a fraction of the original's, for every epoch of every job that reads the set.
+// bytes, unchanged, or those a source in memory encodes) and <key>.cls (the label in decimal).
+// With max_side, an image longer than it on either side is written instead as a JPEG resized to
+// fit (FFCV's max resolution): decoding it then costs a fraction of the original's, for every
+// epoch of every job that reads the set.
 //
 // Deterministic: the shards' boundaries follow from the samples' sizes alone and every byte from
 // the samples, so the same input gives the same files. Each file is written atomically (a crash
@@ -30,6 +31,10 @@ namespace dpt::data {
 struct SourceImage {
   std::string path;  // an encoded JPEG or PNG file
   int64_t label = 0;
+  // Where the encoded image comes from when it is not a file (a CIFAR-10 record encoded as a
+  // PNG); `path` then only names it in messages. Called from several threads, and once or twice
+  // per image (planning needs every sample's size).
+  std::function<std::vector<uint8_t>()> encoded;
 };
 
 struct ShardWriterOptions {

@@ -2,7 +2,6 @@
 
 #include <gtest/gtest.h>
 
-#include <png.h>
 #include <zlib.h>
 
 #include <random>
@@ -59,24 +58,6 @@ TEST(ImageCodec, RegionsMatchTheWholeDecode) {
     }
   }
 }
-
-namespace {
-
-// `picture` as an 8-bit RGB PNG, through libpng's simplified API.
-std::vector<uint8_t> encode_png(const Image& picture) {
-  png_image png{};
-  png.version = PNG_IMAGE_VERSION;
-  png.width = static_cast<png_uint_32>(picture.width);
-  png.height = static_cast<png_uint_32>(picture.height);
-  png.format = PNG_FORMAT_RGB;
-  std::vector<uint8_t> bytes(4096 + picture.pixels.size());
-  png_alloc_size_t size = bytes.size();
-  EXPECT_TRUE(png_image_write_to_memory(&png, bytes.data(), &size, 0, picture.pixels.data(), 0, nullptr));
-  bytes.resize(size);
-  return bytes;
-}
-
-}  // namespace
 
 // A loader thread reuses one region for every image: a PNG after a cropped JPEG is the whole
 // picture at (0, 0), not at the JPEG's offset (which failed the resize's check, found by fuzz/).

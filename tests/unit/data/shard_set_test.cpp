@@ -10,6 +10,7 @@
 #include "dptrain/common/error.h"
 #include "dptrain/common/read_file.h"
 #include "dptrain/common/text.h"
+#include "dptrain/data/cifar.h"
 #include "dptrain/data/image_folder.h"
 #include "dptrain/data/sampler.h"
 #include "dptrain/data/shard_writer.h"
@@ -37,7 +38,7 @@ std::string make_folder(const std::string& root, int per_class) {
 
 std::vector<SourceImage> sources_of(const ImageFolder& folder) {
   std::vector<SourceImage> images;
-  for (int64_t i = 0; i < folder.size(); ++i) images.push_back({folder.path(i), folder.label(i)});
+  for (int64_t i = 0; i < folder.size(); ++i) images.push_back({folder.path(i), folder.label(i), nullptr});
   return images;
 }
 
@@ -195,6 +196,42 @@ TEST(ShardSet, BraceNotationAsWebDatasetWritesIt) {
             std::string::npos);
   EXPECT_NE(dpt::testing::error_of<dpt::ConfigError>([] { expand_braces("a-{5..3}.tar"); }).find("must go upwards"),
             std::string::npos);
+}
+
+// A source in memory (CIFAR-10's records, as make-shards writes them): each record a PNG whose
+// pixels are the record's exactly, the same bytes on every write, read back as any shard set.
+TEST(ShardSet, CifarRecordsAsPngsKeepTheirPixels) {
+  dpt::testing::TempDir dir;
+  std::vector<Image> pictures;
+  std::vector<int64_t> labels;
+  for (int i = 0; i < 30; ++i) {
+    pictures.push_back(dpt::testing::gradient_image(kCifarSide, kCifarSide, i));
+    labels.push_back(i % kCifarClasses);
+  }
+  const Cifar10 cifar(cifar_records(pictures, labels), "data_batch_1.bin", Transform(TransformOptions()));
+  std::vector<SourceImage> images;
+  for (int64_t i = 0; i < cifar.size(); ++i) {
+    images.push_back({cifar.describe(i), cifar.label(i), [&cifar, i] { return encode_png(cifar.image(i)); }});
+  }
+  std::vector<std::string> classes;
+  for (int64_t c = 0; c < kCifarClasses; ++c) classes.push_back(std::to_string(c));
+  auto options = ShardWriterOptions().order("folder").shard_bytes(20000).prefix("train").threads(3);
+  write_shards(images, classes, dir.path() + "/a", options);
+  write_shards(images, classes, dir.path() + "/b", options.threads(1));
+  const ShardSet shards(dir.path() + "/a", Transform(TransformOptions()));
+  ASSERT_EQ(shards.size(), 30);
+  EXPECT_GT(shards.shard_paths().size(), 1u);
+  for (int64_t i = 0; i < shards.size(); ++i) {
+    const std::vector<uint8_t> bytes = shards.image_bytes(i);
+    ASSERT_EQ(sniff_format(bytes), ImageFormat::Png);
+    EXPECT_EQ(decode_image(bytes, "png").pixels, pictures[static_cast<size_t>(i)].pixels) << "record " << i;
+    EXPECT_EQ(shards.label(i), labels[static_cast<size_t>(i)]);
+  }
+  for (const auto& shard : shards.shard_paths()) {
+    EXPECT_EQ(contents(shard), contents(dir.path() + "/b/" + fs::path(shard).filename().string())) << shard;
+  }
+  // A record of other pixels is another PNG: the comparison above can fail.
+  EXPECT_NE(decode_image(shards.image_bytes(1), "png").pixels, pictures[0].pixels);
 }
 
 // The shard-aware order: each epoch a permutation of every sample, read a few shards at a time,
