@@ -4,7 +4,7 @@ import json
 import re
 from typing import NamedTuple
 
-from proc import env_with, free_port
+from proc import dptrain, env_with, free_port, run
 
 
 # The short resumable run of the recovery tests (test_train_faults, test_slurm, bench/faults):
@@ -27,6 +27,16 @@ def alone():
 def last_json(out):
     """The JSON line rank 0 ends with (under `dptrain launch`, after its "[rank 0] " prefix)."""
     return json.loads(re.sub(r"^\[rank \d+\] ", "", out.strip().splitlines()[-1]))
+
+
+def train_two_ranks(*args, arch="resnet20"):
+    """`dptrain train -a arch ARGS` on 2 processes under the launcher (the learning tests' runs);
+    returns its output and rank 0's JSON line, or fails with the output."""
+    code, out, err = run([dptrain(), "launch", "--standalone", "--nproc-per-node", "2", "--", dptrain(), "train",
+                          "-a", arch, "-j", "1", "-p", "1000", *args], timeout=280)
+    if code != 0:
+        raise AssertionError(out + err)
+    return out, last_json(out)
 
 
 class Comparison(NamedTuple):
