@@ -49,7 +49,8 @@ void Work::wait() {
   try {
     work->wait(timeout_);
   } catch (...) {
-    comm_->fail(id_, what_, std::current_exception(), timeout_);
+    // The bound the user set: the wait's own may hold a transport's grace for its report on top.
+    comm_->fail(id_, what_, std::current_exception(), comm_->timeout());
   }
   stamp(*completed_);
   comm_->recorder_.end(id_, CollectiveRecord::State::Completed);

@@ -70,8 +70,9 @@ int run_bench_loader(const BenchLoaderFlags& f) {
   int64_t first_pass_images = 0;
   {
     data::Loader warmup(dataset, sampler.indices(), 0, options);
-    for (; auto batch = warmup.next(); first_pass_images += batch->images.size(0)) {
+    while (auto batch = warmup.next()) {
       if (first_pass_images == 0) first_batch_s = seconds_since(opening);
+      first_pass_images += batch->images.size(0);
     }
   }
   const double first_pass_s = seconds_since(opening) - open_s;

@@ -80,7 +80,7 @@ class Work {
   Communicator* comm_ = nullptr;
   uint64_t id_ = 0;
   std::string what_;
-  std::chrono::milliseconds timeout_{0};
+  std::chrono::milliseconds timeout_{0};  // the wait's: the communicator's and a transport's grace
 };
 
 struct CommunicatorOptions {
