@@ -106,7 +106,8 @@ ShardSet::ShardSet(const std::string& spec, Transform transform, BadImagePolicy 
     const int64_t listed = manifest ? manifest->shards[s].bytes : -1;
     std::optional<ShardIndex> index;
     if (cache_) {
-      if (!may_fetch) index = usable_index(store.fetch_text_if_present(index_name_of(name)), index_name_of(name), listed);
+      const std::string index_url = index_name_of(name);
+      if (!may_fetch) index = usable_index(store.fetch_text_if_present(index_url), index_url, listed);
       if (!index && !may_fetch) {
         std::lock_guard<std::mutex> lock(to_fetch_mutex);
         to_fetch.push_back(s);

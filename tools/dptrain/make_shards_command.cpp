@@ -1,9 +1,9 @@
 // `dptrain make-shards SRC OUT`: writes an ImageFolder or CIFAR-10's binary files as tar shards
 // in WebDataset's format (data/shard_writer.h). SRC with train/ and val/, or CIFAR-10's
 // data_batch_*.bin and test_batch.bin (each record a PNG), gives OUT/train/ and OUT/val/, which
-// `dptrain train OUT` reads as it reads the folders; any other SRC is one split, written to OUT. Validation
-// keeps the folder's order (evaluation reads every sample once, in order); training takes --order.
-// Prints a progress line a second to stderr and ends with one JSON line.
+// `dptrain train OUT` reads as it reads the folders; any other SRC is one split, written to OUT.
+// Validation keeps the folder's order (evaluation reads every sample once, in order); training
+// takes --order. Prints a progress line a second to stderr and ends with one JSON line.
 
 #include <chrono>
 #include <filesystem>

@@ -34,6 +34,14 @@ LogFile LogFile::append(const fs::path& path) {
   return LogFile(path, open_or_throw(path, O_CREAT | O_APPEND));
 }
 
+LogFile LogFile::append_creating_folder(const fs::path& path, const std::string& what, const std::string& flag) {
+  std::error_code error;
+  if (path.has_parent_path()) fs::create_directories(path.parent_path(), error);
+  DPT_CHECK(!error, ConfigError, "cannot create the folder of the ", what, " ", path.string(), ": ", error.message(),
+            "; check ", flag, "'s path and its permissions");
+  return append(path);
+}
+
 std::optional<LogFile> LogFile::create_new(const fs::path& path) {
   const int fd = open_or_throw(path, O_CREAT | O_EXCL);
   if (fd < 0) return std::nullopt;

@@ -50,13 +50,7 @@ fs::path timeline_path(const fs::path& path, int rank) {
 
 Timeline::Timeline(const fs::path& path, int rank)
     : rank_(rank),
-      file_([&] {
-        std::error_code error;
-        if (path.has_parent_path()) fs::create_directories(path.parent_path(), error);
-        DPT_CHECK(!error, ConfigError, "cannot create the folder of the timeline ", path.string(), ": ",
-                  error.message(), "; check --timeline's path and its permissions");
-        return LogFile::append(path);
-      }()),
+      file_(LogFile::append_creating_folder(path, "timeline", "--timeline")),
       first_event_(!continue_trace(path)) {
   write_event(metadata("process_name", rank, 0, {{"name", str("rank ", rank)}}));
   write_event(metadata("process_sort_index", rank, 0, {{"sort_index", rank}}));

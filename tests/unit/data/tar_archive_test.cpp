@@ -146,9 +146,11 @@ TEST(ShardIndex, ADamagedIndexNamesItsSample) {
   EXPECT_EQ(index.samples[1].label, 8);
   for (const std::string second : {"1536 5 x b.png", "1536 5", "1536 -5 8 b.png", "4000 500 8 b.png", "1536 5 8 b",
                                    ""}) {
+    const std::string text = header + "512 3 7 a.jpg\n" + second;
     const std::string error =
-        dpt::testing::error_of<dpt::DataError>([&] { dpt::data::parse_shard_index(header + "512 3 7 a.jpg\n" + second, "x.idx"); });
-    EXPECT_NE(error.find("shard index x.idx is damaged at sample 1 of 2"), std::string::npos) << second << ": " << error;
+        dpt::testing::error_of<dpt::DataError>([&] { dpt::data::parse_shard_index(text, "x.idx"); });
+    EXPECT_NE(error.find("shard index x.idx is damaged at sample 1 of 2"), std::string::npos)
+        << second << ": " << error;
   }
   EXPECT_NE(dpt::testing::error_of<dpt::DataError>(
                 [&] { dpt::data::parse_shard_index("dptrain-shard-index 1 4096 2 extra\n", "x.idx"); })

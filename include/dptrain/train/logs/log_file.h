@@ -27,6 +27,10 @@ class LogFile {
  public:
   // Opens `path` for appending, creating it when missing: a resumed run continues the same log.
   static LogFile append(const std::filesystem::path& path);
+  // The same, creating its folder first: for a log whose path a flag gives (`what` is the log's
+  // name in the error, `flag` the flag to check).
+  static LogFile append_creating_folder(const std::filesystem::path& path, const std::string& what,
+                                        const std::string& flag);
   // Creates `path`, which must not exist yet; std::nullopt when it does.
   static std::optional<LogFile> create_new(const std::filesystem::path& path);
 
