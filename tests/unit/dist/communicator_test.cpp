@@ -442,11 +442,21 @@ TEST(Communicator, ABarrierHoldsEveryRankUntilTheLastArrives) {
 
 // Over shared memory a barrier must not pair with another rank's one-element float sum, which
 // shared memory takes without the agreement check: both ranks fail at the bound instead of going
-// on as if they had met.
+// on as if they had met. Each rank keeps its group until both have failed: the bounds end together,
+// and a rank that left first would close its connections under the other's barrier, which then
+// failed for the closed connection instead of its own bound.
 TEST(Communicator, ABarrierNeverPairsWithASumOverSharedMemory) {
+  std::atomic<int> failed{0};
   const auto messages = messages_when_ranks_diverge(
       Transport::SharedMemory,
-      [](Communicator& comm) {
+      [&](Communicator& comm) {
+        struct WaitForTheOther {
+          std::atomic<int>& failed;
+          ~WaitForTheOther() {
+            ++failed;
+            while (failed.load() < 2) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+          }
+        } wait_for_the_other{failed};
         if (comm.rank() == 0) {
           auto one = torch::ones({1});
           comm.all_reduce(one);
