@@ -113,6 +113,7 @@ class ElasticMembership : public JobMembership {
 
 int launch_elastic(const LaunchOptions& requested, const std::vector<std::string>& program, const Environment& env) {
   DPT_CHECK(requested.min_nnodes().has_value(), ConfigError, "launch_elastic needs min_nnodes (--nnodes MIN:MAX)");
+  check_program(program);
   const LaunchOptions options = resolve(requested, env);
   const bool host = is_local_address(options.master_addr());
   say(str("elastic job of ", *options.min_nnodes(), " to ", options.nnodes(), " node(s) of ",

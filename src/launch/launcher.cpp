@@ -165,9 +165,13 @@ LaunchOptions resolve(LaunchOptions options, const Environment& env) {
   return options;
 }
 
+void check_program(const std::vector<std::string>& program) {
+  DPT_CHECK(!program.empty(), ConfigError, "no program to launch; put it after '--'");
+}
+
 std::vector<WorkerSpec> make_worker_specs(const LaunchOptions& options, const std::vector<std::string>& program,
                                           const Environment& base, int restart_count) {
-  DPT_CHECK(!program.empty(), ConfigError, "no program to launch; put it after '--'");
+  check_program(program);
   DPT_ASSERT(options.nproc_per_node().has_value(), "launch options must be resolved first");
   const int nproc = *options.nproc_per_node();
   const int world = nproc * options.nnodes();
@@ -266,6 +270,7 @@ class StaticMembership : public JobMembership {
 int launch(const LaunchOptions& requested, const std::vector<std::string>& program, const Environment& env) {
   DPT_CHECK(!requested.min_nnodes(), ConfigError, "an elastic launch (--nnodes MIN:MAX) runs in dptrain-torch; ",
             "call dpt::launch::launch_elastic");
+  check_program(program);
   StaticMembership rounds(resolve(requested, env));
   return supervise(rounds, program, env);
 }

@@ -155,6 +155,16 @@ class TorchrunEnvironment(unittest.TestCase):
                 self.assertEqual(code, 2)
                 self.assertIn(f"dptrain: error: {flag} takes seconds from 0 to 1e+09, got {float(seconds):g}", err)
 
+    def test_no_program_is_refused_before_anything_is_printed(self):
+        # The banner (workers, master, run id) came first, then the error, as if a job had started;
+        # an elastic launch would have waited for its rendezvous first.
+        for nnodes in ("1", "1:2"):
+            with self.subTest(nnodes=nnodes):
+                code, out, err = run([dptrain(), "launch", "--nnodes", nnodes, "--standalone", "--nproc-per-node", "2",
+                                      "--"], timeout=30)
+                self.assertEqual(code, 2, out + err)
+                self.assertEqual((out, err), ("", "dptrain: error: no program to launch; put it after '--'\n"))
+
     def test_missing_program_is_named(self):
         code, _, err = run(launch("--nproc-per-node", "2", "--", "no-such-program-xyz"), timeout=30)
         self.assertEqual(code, 2)

@@ -81,7 +81,10 @@ class BadInput(unittest.TestCase):
                  ("--mixup-alpha", "-inf", "of at least 0"), ("--model-ema-decay", "1.5", "from 0 to 1"),
                  # a list's every number; a device index of -1 would be LibTorch's "current device"
                  ("--lr-milestones", "30,-1", "of at least 0"), ("--gpu", "-1", "of at least 0"),
-                 ("--gpus", "0,-1", "of at least 0")]
+                 ("--gpus", "0,-1", "of at least 0"),
+                 # 99999999999 synthetic images ran out of memory in the sampler
+                 ("--dummy-train-size", "99999999999", "from 1 to 1e+08"), ("--dummy-val-size", "0", "from 1 to 1e+08"),
+                 ("--dummy-classes", "200000", "from 1 to 100000")]
         for flag, value, bounds in cases:
             with self.subTest(flag=flag, value=value):
                 code, out, err = train("--dummy", flag, value)

@@ -1,6 +1,6 @@
 """Distributed evaluation is exact: `dptrain eval` on 2 processes over a validation set of odd size
 (unequal shards, no padded duplicates) gives the counts of one process exactly and the same loss
-(`dptrain train -e` too)."""
+(`dptrain train -e` too). `-a` naming another model than the checkpoint's is refused."""
 
 import os
 import tempfile
@@ -22,6 +22,17 @@ class DistributedEval(unittest.TestCase):
             code, out, err = run([dptrain(), "eval", *DATA, "-b", "16", "--checkpoint", checkpoint], timeout=240, env=alone())
             self.assertEqual(code, 0, out + err)
             single = last_json(out)
+            # -a naming another model than the checkpoint records: refused naming both, before
+            # any weight is loaded (it ended in a state-dict mismatch); -a naming its own passes.
+            code, out, err = run([dptrain(), "eval", *DATA, "-a", "resnet18", "-b", "16", "--checkpoint", checkpoint],
+                                 timeout=240, env=alone())
+            self.assertEqual(code, 2, out + err)
+            self.assertEqual(err.splitlines(), [f'dptrain: error: checkpoint {checkpoint} holds a resnet20 (its "arch"), '
+                                                'not a resnet18: pass -a resnet20, or leave -a out'])
+            code, out, err = run([dptrain(), "eval", *DATA, "-a", "resnet20", "-b", "16", "--checkpoint", checkpoint],
+                                 timeout=240, env=alone())
+            self.assertEqual(code, 0, out + err)
+            self.assertEqual(last_json(out), single)
             code, out, err = run([dptrain(), "launch", "--standalone", "--nproc-per-node", "2", "--", dptrain(),
                                   "eval", *DATA, "-b", "16", "--checkpoint", checkpoint], timeout=240)
             self.assertEqual(code, 0, out + err)

@@ -5,6 +5,8 @@
 //   dptrain launch --standalone --nproc-per-node 2 -- dptrain eval --dummy --checkpoint ck.pt
 
 #include <iostream>
+#include <optional>
+#include <string>
 
 #include "command.h"
 #include "dptrain/common/error.h"
@@ -22,20 +24,30 @@ struct EvalFlags {
 };
 
 // The model name a dptrain checkpoint records; plain state dicts record none.
-std::string checkpoint_arch(const std::string& file) {
+std::optional<std::string> recorded_arch(const std::string& file) {
   const auto loaded = train::load_checkpoint(file);
   if (loaded.isGenericDict()) {
     const auto dict = loaded.toGenericDict();
     auto arch = dict.find("arch");
     if (arch != dict.end() && arch->value().isString()) return arch->value().toStringRef();
   }
-  throw ConfigError("checkpoint " + file + " does not say which model it holds; pass -a");
+  return std::nullopt;
+}
+
+// The model to build: the checkpoint's unless -a names one, and never another than the one it
+// records (its weights would only fail to load, entry by entry).
+std::string model_to_evaluate(const std::string& file, const std::optional<std::string>& given) {
+  const auto recorded = recorded_arch(file);
+  DPT_CHECK(recorded || given, ConfigError, "checkpoint ", file, " does not say which model it holds; pass -a");
+  DPT_CHECK(!recorded || !given || *recorded == *given, ConfigError, "checkpoint ", file, " holds a ", *recorded,
+            " (its \"arch\"), not a ", *given, ": pass -a ", *recorded, ", or leave -a out");
+  return recorded ? *recorded : *given;
 }
 
 int run_eval(const EvalFlags& f, bool arch_given) {
   train::TrainOptions options = f.options;
   train::check_checkpoint_file(f.checkpoint, "checkpoint", "--checkpoint");
-  if (!arch_given) options.arch(checkpoint_arch(f.checkpoint));
+  options.arch(model_to_evaluate(f.checkpoint, arch_given ? std::optional(options.arch()) : std::nullopt));
   options.checkpoint().pretrained(f.checkpoint);
   train::Trainer trainer(options);
   const auto m = trainer.evaluate();

@@ -43,14 +43,18 @@ void add_run_flags(CLI::App& app, train::TrainOptions& o) {
   app.add_option("--seed", o.seed(), "seeds weights, shuffles and augmentation")->capture_default_str();
   app.add_option("--gpu", o.parallel().gpu(), "CUDA device index for this process")->check(at_least(0));
   app.add_flag("--dummy", data.dummy(), "train on the learnable synthetic set instead of DATA");
+  // A hundred million samples, seven times ImageNet-21k: the sampler's order of the set takes at
+  // least 8 bytes a sample on every rank, and 99999999999 ran out of memory there unrefused.
+  constexpr double kMostDummySamples = 1e8;
   app.add_option("--dummy-train-size", data.dummy_train_size(), "--dummy: training images")
-      ->check(at_least(1))
+      ->check(within(1, kMostDummySamples))
       ->capture_default_str();
   app.add_option("--dummy-val-size", data.dummy_val_size(), "--dummy: validation images")
-      ->check(at_least(1))
+      ->check(within(1, kMostDummySamples))
       ->capture_default_str();
+  // Five times ImageNet-21k's classes: the classifier's weights grow with them.
   app.add_option("--dummy-classes", data.dummy_classes(), "--dummy: classes (sample i is of class i % classes)")
-      ->check(at_least(1))
+      ->check(within(1, 1e5))
       ->capture_default_str();
   app.add_option("--image-size", data.image_size(), "input side (default 224 for ImageFolder, 32 otherwise)");
   app.add_option("--train-crop-size", data.train_crop_size(), "training crop side (default: --image-size)");

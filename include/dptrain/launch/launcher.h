@@ -66,6 +66,10 @@ struct LaunchOptions {
 // most one. Empty when there are fewer CPUs than workers.
 std::vector<std::vector<int>> split_cpus(const std::vector<int>& usable, int workers);
 
+// Throws ConfigError when `program` is empty (nothing after '--'): the launch entry points check
+// it before they resolve, print or rendezvous anything.
+void check_program(const std::vector<std::string>& program);
+
 // The environment of each local worker for one attempt: `base` plus the torchrun contract (RANK,
 // LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, GROUP_RANK, GROUP_WORLD_SIZE, ROLE_*, MASTER_ADDR,
 // MASTER_PORT, TORCHELASTIC_*), OMP_NUM_THREADS when unset (the worker's share of the usable
