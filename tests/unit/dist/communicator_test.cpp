@@ -454,7 +454,7 @@ TEST(Communicator, ABarrierNeverPairsWithASumOverSharedMemory) {
           std::atomic<int>& failed;
           ~WaitForTheOther() {
             ++failed;
-            while (failed.load() < 2) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+            EXPECT_TRUE(dpt::testing::wait_until([this] { return failed.load() == 2; }, std::chrono::seconds(30)));
           }
         } wait_for_the_other{failed};
         if (comm.rank() == 0) {
