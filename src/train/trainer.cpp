@@ -187,6 +187,8 @@ TrainResult Trainer::train() {
     }
   }
   s.train_loader.reset();  // its threads, and the batches it built for an epoch not trained
+  // Past the last collective the ranks end at their own pace: a rank gone in order is not lost.
+  s.heartbeat.reset();
   s.checkpoints->finish();
   s.checkpoints->check_last_written();
   s.stop_signals.reset();

@@ -98,6 +98,12 @@ void Trainer::State::build_step() {
   if (o.model_ema()) {
     ema = std::make_unique<optim::ModelEma>(model, optim::ema_decay(*o.model_ema(), global_batch(), o.epochs()));
   }
+  // Ranks apart (an asynchronous parameter server's workers) never wait for each other: a silent
+  // one holds no other back, and the servers notice a worker that left themselves.
+  const auto& watch = o.parallel().heartbeat();
+  if (watch && ranks().together()) {
+    heartbeat = std::make_unique<dist::Heartbeat>(comm->store(), comm->rank(), comm->size(), *watch);
+  }
 }
 
 void Trainer::State::restore(const TrainingCheckpoint& cp, const fs::path& file) {

@@ -22,6 +22,7 @@
 #include "dptrain/data/loader.h"
 #include "dptrain/data/sampler.h"
 #include "dptrain/dist/communicator.h"
+#include "dptrain/dist/heartbeat.h"
 #include "dptrain/models/classifier.h"
 #include "dptrain/parallel/sharded_optimizer.h"
 #include "dptrain/optim/amp.h"
@@ -63,6 +64,9 @@ struct Trainer::State {
   models::Classifier model{nullptr};
   std::shared_ptr<dist::Communicator> comm;  // the ranks that train (--mode ps: the workers)
   std::shared_ptr<dist::Communicator> job;   // every process of the job (--mode ps: the servers too)
+  // The trainers' heartbeat (ParallelOptions::heartbeat) where they step together, from the
+  // style's start to the end of train().
+  std::unique_ptr<dist::Heartbeat> heartbeat;
   at::Device device{at::kCPU};
   std::unique_ptr<ParallelStyle> style;
   std::shared_ptr<torch::optim::Optimizer> optimizer;  // the style's
@@ -110,7 +114,7 @@ struct Trainer::State {
 
   // trainer_setup.cpp: the constructor's steps after prepare_locally(), in order.
   void join();                                                 // the process group(s), the device
-  void build_step();                                           // optimizer, parallel style, scaler, sampler, schedule
+  void build_step();  // optimizer, parallel style, scaler, sampler, schedule, heartbeat
   void restore(const TrainingCheckpoint& checkpoint, const std::filesystem::path& file);  // exact resume
   // A checkpoint written by another number of processes (an elastic job re-formed): keep its global
   // batch through gradient accumulation when it divides, else rescale the learning rate.

@@ -54,6 +54,7 @@ std::optional<MetricSums> Trainer::State::step(data::DevicePrefetcher& batches) 
     timeline->add(Timeline::Track::Training, "step", step_began, Clock::now(), {{"step", at.number}});
     timeline->flush();
   }
+  if (heartbeat) heartbeat->step_took(Clock::now() - step_began);
   ++step_in_epoch;
   samples_in_epoch += global_batch();
   return all;

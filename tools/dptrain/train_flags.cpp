@@ -7,6 +7,7 @@
 #include "dptrain/optim/optimizer.h"
 #include "dptrain/train/style_traits.h"
 #include "number_bounds.h"
+#include "seconds_flag.h"
 
 namespace dpt::cli {
 
@@ -174,8 +175,33 @@ void add_parameter_server_flags(CLI::App& app, ps::PsOptions& ps) {
   async->excludes(staleness);
 }
 
+// --heartbeat's value: 'auto' (the silence allowed follows the step time), 'off', or seconds.
+std::optional<dist::HeartbeatOptions> heartbeat_option(const std::string& value) {
+  if (value == "auto") return dist::HeartbeatOptions();
+  if (value == "off") return std::nullopt;
+  const dist::HeartbeatOptions defaults;
+  const double least = std::chrono::duration<double>(defaults.confirm()).count() + 1;
+  double seconds = 0;
+  size_t used = 0;
+  try {
+    seconds = std::stod(value, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  DPT_CHECK(used == value.size() && seconds >= least, ConfigError, "--heartbeat takes 'auto', 'off' or seconds of at "
+            "least ", least, " (a suspect is confirmed over the last ", least - 1, " s), got '", value, "'");
+  return dist::HeartbeatOptions().silence(milliseconds(seconds, "--heartbeat"));
+}
+
 void add_parallel_flags(CLI::App& app, TrainFlags& flags) {
   train::ParallelOptions& parallel = flags.options.parallel();
+  app.add_option_function<std::string>(
+         "--heartbeat", [&parallel](const std::string& value) { parallel.heartbeat(heartbeat_option(value)); },
+         "how long a rank may be silent (stopped, killed without its launcher noticing, its machine gone) before "
+         "the rank watching it names it and exits, for the launcher to restart the group or the elastic "
+         "rendezvous to re-form it: 'auto' (3 step times + 2 s), SECONDS, or 'off' (only --dist-timeout bounds "
+         "the wait then)")
+      ->default_str("auto");
   add_parsed_option(app, "--mode", parallel.mode(), train::parse_parallel_mode,
                     "ddp: one process per replica (DistributedDataParallel); dp: one process driving the "
                     "--replicas/--gpus replicas, -b then being the batch per step split over them "

@@ -24,6 +24,7 @@
 #include "dptrain/data/auto_augment.h"
 #include "dptrain/data/dataset.h"
 #include "dptrain/data/interpolation.h"
+#include "dptrain/dist/heartbeat.h"
 #include "dptrain/dist/init.h"
 #include "dptrain/parallel/ps/options.h"
 #include "dptrain/parallel/reducer.h"
@@ -134,6 +135,12 @@ struct ParallelOptions {
   TORCH_ARG(ParallelMode, mode) = ParallelMode::Ddp;
   // How to join the process group (rank, world size, rendezvous, backend, timeout).
   TORCH_ARG(dist::InitOptions, dist) = {};
+  // Every rank watches another's heartbeat while it trains (dist/heartbeat.h): a rank stopped,
+  // killed unnoticed or lost with its machine is named within a few step times, and the ranks that
+  // named it exit for the launcher to restart or re-form the group, instead of waiting in a
+  // collective for `dist`'s timeout. Unset: off. (Not for ranks that never wait for each other:
+  // an asynchronous parameter server's workers.)
+  TORCH_ARG(std::optional<dist::HeartbeatOptions>, heartbeat) = dist::HeartbeatOptions();
   // CUDA device index for this process. Unset: the communicator's device (the local rank's GPU
   // under NCCL, else the CPU).
   TORCH_ARG(std::optional<int>, gpu) = std::nullopt;
