@@ -101,6 +101,10 @@ struct Heartbeat::Shared {
     return milliseconds(std::llround(options.step_times() * expected_step() * 1000)) + options.slack();
   }
   milliseconds period() const { return std::clamp(silence() / 8, milliseconds(50), milliseconds(1000)); }
+  // The silence seen that loses a peer: the bound less two beats, since a beat is seen up to a
+  // period after it was made and judged up to a period after that. A rank silent for the whole
+  // bound is named within it; one silent for less than three quarters of it never is.
+  milliseconds loss_after() const { return silence() - 2 * period(); }
 
   std::string bound() const {
     if (options.silence()) return str("the bound: ", seconds(silence()), " s");
@@ -116,7 +120,7 @@ struct Heartbeat::Shared {
   };
   Verdict judge(Clock::time_point now) {
     Verdict v;
-    const milliseconds allowed = silence();
+    const milliseconds allowed = loss_after();
     if (asking_since && now - *asking_since > allowed) {
       v.loss = str("rank ", rank, ": ", store_description, " has not answered this rank's heartbeat for ",
                    fmt_seconds(seconds(now - *asking_since)), " s (", bound(),
@@ -258,9 +262,9 @@ void watch(const std::shared_ptr<Heartbeat::Shared>& s) {
 Heartbeat::Heartbeat(const compat::StorePtr& store, int rank, int world_size, HeartbeatOptions options) {
   if (world_size < 2) return;
   DPT_CHECK(store, ConfigError, "rank ", rank, ": a heartbeat needs the job's rendezvous store");
-  DPT_CHECK(options.step_times() >= 1 && options.confirm() < options.slack() &&
-                (!options.silence() || *options.silence() > options.confirm()),
-            ConfigError, "HeartbeatOptions: step_times must be at least 1, and confirm shorter than slack and silence");
+  DPT_CHECK(options.step_times() >= 1 && options.slack() >= 2 * options.confirm() &&
+                (!options.silence() || *options.silence() >= 2 * options.confirm()),
+            ConfigError, "HeartbeatOptions: step_times must be at least 1, and slack and silence at least twice confirm");
   shared_ = std::make_shared<Shared>(std::move(options), own_connection(store), rank, world_size);
   shared_->store_description = store_name(store);
   std::thread([s = shared_] { beat(s); }).detach();

@@ -52,6 +52,15 @@ class BadInput(unittest.TestCase):
                 self.assertEqual(err.splitlines(), [f"dptrain: error: {flag} takes seconds from 0 to 1e+09, got "
                                                     f"{float(seconds):g}"])
 
+    def test_a_heartbeat_is_auto_off_or_seconds_twice_its_confirmation(self):
+        for value in ("1.5", "x", "3s", "nan"):
+            with self.subTest(value=value):
+                code, out, err = train("--dummy", "--heartbeat", value)
+                self.assertEqual(code, 2)
+                self.assertEqual(err.splitlines(), [f"dptrain: error: --heartbeat takes 'auto', 'off' or seconds of at "
+                                                    f"least 2 (a suspect is confirmed over 1 s, at most half the bound), "
+                                                    f"got '{value}'"])
+
     def test_a_flag_value_is_a_word_or_a_count_that_fits_a_number(self):
         # Found by fuzz/train_cli: CLI11 2.1 let stoll's std::out_of_range escape ("dptrain: error:
         # stoll", exit 1); CLI11 2.4 read the count as true, so the negated flag switched its feature on.

@@ -231,7 +231,7 @@ class ExactRecovery(unittest.TestCase):
 
     def test_stopped_rank_is_named_by_its_heartbeat_and_the_group_restarts(self):
         # SIGSTOP: alive but silent. The collective timeout keeps its default half hour: rank 0's
-        # heartbeat names rank 1 after 3 step times + 2 s of silence, and exits; the launcher
+        # heartbeat names rank 1 within 3 step times + 2 s of silence, and exits; the launcher
         # continues the stopped worker so that it takes its SIGTERM, restarts the group, and
         # --resume auto finishes the run exactly.
         output = os.path.join(self.tmp.name, "stopped_rank")
@@ -244,7 +244,8 @@ class ExactRecovery(unittest.TestCase):
         lost = re.search(r"rank 0: rank 1 \(\S+, pid \d+\) sent no heartbeat for ([\d.]+) s \(the bound: 3 step times "
                          r"of ([\d.]+) s \+ 2 s\) while the rendezvous store at \S+ kept answering: it is stopped", err)
         self.assertIsNotNone(lost, err)
-        self.assertGreaterEqual(float(lost[1]) + 0.03, 3 * float(lost[2]) + 2)  # (as printed: rounded)
+        # Named within the bound, never before three quarters of it (dist/heartbeat.h); as printed, rounded.
+        self.assertGreaterEqual(float(lost[1]) + 0.03, 0.75 * (3 * float(lost[2]) + 2))
         self.assertIn("rank 0: exiting (status 1) so that the launcher restarts the group", err)
         self.assertNotIn("did not complete within", err)  # not the collective timeout
         self.assertIn("dptrain launch: restarting the local group (restart 1 of 1)", err)

@@ -180,7 +180,7 @@ std::optional<dist::HeartbeatOptions> heartbeat_option(const std::string& value)
   if (value == "auto") return dist::HeartbeatOptions();
   if (value == "off") return std::nullopt;
   const dist::HeartbeatOptions defaults;
-  const double least = std::chrono::duration<double>(defaults.confirm()).count() + 1;
+  const double least = 2 * std::chrono::duration<double>(defaults.confirm()).count();
   double seconds = 0;
   size_t used = 0;
   try {
@@ -189,7 +189,7 @@ std::optional<dist::HeartbeatOptions> heartbeat_option(const std::string& value)
     used = 0;
   }
   DPT_CHECK(used == value.size() && seconds >= least, ConfigError, "--heartbeat takes 'auto', 'off' or seconds of at "
-            "least ", least, " (a suspect is confirmed over the last ", least - 1, " s), got '", value, "'");
+            "least ", least, " (a suspect is confirmed over ", least / 2, " s, at most half the bound), got '", value, "'");
   return dist::HeartbeatOptions().silence(milliseconds(seconds, "--heartbeat"));
 }
 

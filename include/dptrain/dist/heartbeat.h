@@ -5,7 +5,7 @@
 // hour by default) first.
 //
 //   dpt::dist::Heartbeat heartbeat(comm->store(), comm->rank(), comm->size());
-//   ...each step: heartbeat.step_took(seconds);   // the silence allowed follows the step time
+//   ...each step: heartbeat.step_took(seconds);   // the bound follows the step time
 //
 // Each rank's heartbeat thread counts up a key of its own in the rendezvous store and reads the
 // count of the next rank around the ring (rank r watches r + 1 mod N): every rank is watched by
@@ -14,10 +14,11 @@
 // collective still beats. A rank alive but stuck in its own code keeps beating; the collective
 // timeout stays the bound for that.
 //
-// A peer whose count has not moved for `step_times` expected step times plus `slack`, less
-// `confirm`, is suspected (a line says so); still silent `confirm` later, while the store went on
-// answering this rank, it is lost. A store that does not answer this rank for the whole bound is
-// lost too (for env:// and tcp:// rank 0 serves it). A rank that was itself stopped does not blame
+// The bound is `step_times` expected step times plus `slack`: a peer silent that long is named
+// within it. A peer whose count has not moved for the bound less two beats (a beat is an eighth
+// of the bound, at least 50 ms, at most 1 s) and less `confirm` is suspected (a line says so);
+// still silent `confirm` later, while the store went on answering this rank, it is lost. A store
+// that does not answer this rank for as long is lost too (for env:// and tcp:// rank 0 serves it). A rank that was itself stopped does not blame
 // the others for the time it was away. A rank whose Heartbeat ends in order (the end of training,
 // an error that unwinds) says so in the store, and its watcher stops watching it.
 //
@@ -40,14 +41,15 @@
 namespace dpt::dist {
 
 struct HeartbeatOptions {
-  // How long a peer may be silent before it is lost. Unset: `step_times` expected step times plus
-  // `slack`, where the expected step time is the longest of the last few that step_took() was
-  // given, or `first_step_time` before any.
+  // The bound: a peer silent this long is named within it. Unset: `step_times` expected step times
+  // plus `slack`, where the expected step time is the longest of the last few that step_took()
+  // was given, or `first_step_time` before any.
   TORCH_ARG(std::optional<std::chrono::milliseconds>, silence) = std::nullopt;
   TORCH_ARG(int, step_times) = 3;
   TORCH_ARG(std::chrono::milliseconds, slack) = std::chrono::seconds(2);
   TORCH_ARG(std::chrono::milliseconds, first_step_time) = std::chrono::seconds(1);
-  // The end of the silence allowed, in which a suspect must stay silent while the store answers.
+  // The end of the silence allowed, in which a suspect must stay silent while the store answers;
+  // `slack` and `silence` must be at least twice as long.
   TORCH_ARG(std::chrono::milliseconds, confirm) = std::chrono::seconds(1);
   // Where the suspicions and the loss are told; unset: stderr.
   TORCH_ARG(std::function<void(const std::string&)>, report);
@@ -68,7 +70,7 @@ class Heartbeat {
 
   // One step's duration, from the training loop.
   void step_took(std::chrono::duration<double> step);
-  // The silence allowed now.
+  // The bound now: a rank silent this long is named within it.
   std::chrono::milliseconds silence() const;
 
   // The state the threads share (heartbeat.cpp); held by them too, since a thread blocked on a
