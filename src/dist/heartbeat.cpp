@@ -83,9 +83,11 @@ struct Heartbeat::Shared {
   // watch's to report.
   std::optional<Clock::time_point> asking_since;
   Clock::time_point last_answer = Clock::now();
-  // What it read of the peer: its count (0 until its first beat) and when that last moved.
+  // What it read of the peer: its count (0 until its first beat), when that was last seen to move,
+  // and the silence that move ended.
   int64_t peer_count = 0;
   Clock::time_point peer_moved = Clock::now();
+  Clock::duration last_gap{};
   bool peer_left = false;
   std::string peer_who;  // "host, pid N", read after its first beat
   // The watch's verdicts.
@@ -101,10 +103,11 @@ struct Heartbeat::Shared {
     return milliseconds(std::llround(options.step_times() * expected_step() * 1000)) + options.slack();
   }
   milliseconds period() const { return std::clamp(silence() / 8, milliseconds(50), milliseconds(1000)); }
-  // The silence seen that loses a peer: the bound less two beats, since a beat is seen up to a
-  // period after it was made and judged up to a period after that. A rank silent for the whole
-  // bound is named within it; one silent for less than three quarters of it never is.
-  milliseconds loss_after() const { return silence() - 2 * period(); }
+  // The silence seen that loses a peer: the bound less three beats, since the last beat is seen
+  // up to a period after it was made, the silence is read up to a period after it reached this,
+  // and judged up to a period after that. A rank silent for the whole bound is named within it;
+  // one silent for less than five eighths of it never is.
+  milliseconds loss_after() const { return silence() - 3 * period(); }
 
   std::string bound() const {
     if (options.silence()) return str("the bound: ", seconds(silence()), " s");
@@ -129,11 +132,13 @@ struct Heartbeat::Shared {
       return v;
     }
     if (peer_left) return v;
-    const Clock::duration quiet = now - peer_moved;
+    // The silence as the reads saw it: from the last move seen to the last read. Between reads
+    // nothing is known, so a watch that looks before the next read adds nothing.
+    const Clock::duration quiet = std::max(Clock::duration::zero(), last_answer - peer_moved);
     if (quiet < allowed - options.confirm()) {
       if (suspected_at) {
         v.lines.push_back(str("rank ", rank, ": heartbeat: ", peer_name(), " beats again after ",
-                              fmt_seconds(seconds(quiet)), " s of silence"));
+                              fmt_seconds(seconds(last_gap)), " s of silence"));
         suspected_at.reset();
       }
       return v;
@@ -191,6 +196,7 @@ void beat(const std::shared_ptr<Heartbeat::Shared>& s) {
         if (!who.empty()) s->peer_who = who;
         if (watching && count != s->peer_count) {
           s->peer_count = count;
+          s->last_gap = now - s->peer_moved;
           s->peer_moved = now;
           s->peer_left = count >= kLeftInOrder;
         }
@@ -205,7 +211,10 @@ void beat(const std::shared_ptr<Heartbeat::Shared>& s) {
       s->wake.notify_all();
       return;
     }
-    s->wake.wait_for(lock, s->period(), [&] { return s->stopping; });
+    // Until a period after this exchange, the period as it is then: step_took() wakes this thread
+    // when the bound shrinks (the first steps are timed), so that it beats at the new rate at once.
+    const auto exchanged = Clock::now();
+    while (!s->stopping && Clock::now() < exchanged + s->period()) s->wake.wait_until(lock, exchanged + s->period());
   }
 }
 
@@ -225,7 +234,7 @@ void watch(const std::shared_ptr<Heartbeat::Shared>& s) {
   auto last_wake = Clock::now();
   while (!s->stopping) {
     const milliseconds period = s->period();
-    s->wake.wait_for(lock, period, [&] { return s->stopping; });
+    s->wake.wait_for(lock, period);  // (step_took() wakes it early when the bound shrinks)
     if (s->stopping) return;
     const auto now = Clock::now();
     // Woken far later than asked: this process itself was stopped (or starved), and the others'
@@ -286,8 +295,10 @@ Heartbeat::~Heartbeat() {
 void Heartbeat::step_took(std::chrono::duration<double> step) {
   if (!shared_) return;
   std::lock_guard<std::mutex> lock(shared_->mutex);
+  const milliseconds period = shared_->period();
   shared_->steps.push_back(step.count());
   if (shared_->steps.size() > kStepWindow) shared_->steps.pop_front();
+  if (shared_->period() < period) shared_->wake.notify_all();
 }
 
 std::chrono::milliseconds Heartbeat::silence() const {

@@ -1,9 +1,11 @@
 #include "dptrain/launch/supervise.h"
 
+#include <chrono>
 #include <iostream>
 
 #include "dptrain/common/error.h"
 #include "dptrain/common/exit_codes.h"
+#include "dptrain/common/round_end.h"
 #include "dptrain/launch/worker_group.h"
 
 namespace dpt::launch {
@@ -12,14 +14,24 @@ namespace {
 
 void say(const std::string& line) { std::cerr << "dptrain launch: " << line << std::endl; }
 
+// The environment of the next round's workers: `env`, and what ended the round before and when.
+Environment after_round(const Environment& env, const std::string& cause) {
+  Environment next = env;
+  next.set(kRoundEndCauseVariable, cause);
+  const auto now = std::chrono::steady_clock::now().time_since_epoch();
+  next.set(kRoundEndTimeVariable, std::to_string(std::chrono::duration_cast<std::chrono::nanoseconds>(now).count()));
+  return next;
+}
+
 }  // namespace
 
 int supervise(JobMembership& membership, const std::vector<std::string>& program, const Environment& env) {
   int failures = 0;
+  Environment round_env = env;
   while (const auto round = membership.next_round()) {
     const LaunchOptions& options = round->options;
     std::cerr << describe_workers(options);
-    WorkerGroup group(make_worker_specs(options, program, env, round->number),
+    WorkerGroup group(make_worker_specs(options, program, round_env, round->number),
                       SupervisorOptions()
                           .grace_period(options.grace_period())
                           .stop_when([&membership] { return membership.reformation_due(); }));
@@ -30,6 +42,7 @@ int supervise(JobMembership& membership, const std::vector<std::string>& program
     }
     if (result.outcome == GroupResult::Outcome::Stopped) {
       say(str("round ", round->number, " ends: a node failed or one waits to join; re-forming"));
+      round_env = after_round(env, "a node failed or one waited to join: the round was stopped to re-form");
       continue;
     }
     say(result.report());
@@ -38,6 +51,7 @@ int supervise(JobMembership& membership, const std::vector<std::string>& program
     if (interrupted) return result.exit_code;
     if (result.exit_code == kExitStoppedOnRequest) {
       if (membership.stop_on_request_ends_job()) return result.exit_code;
+      round_env = after_round(env, "its workers stopped on request, to re-form, and wrote a checkpoint");
       continue;  // its checkpoint is where the next round starts: nothing failed
     }
     if (++failures > options.max_restarts()) {
@@ -49,6 +63,7 @@ int supervise(JobMembership& membership, const std::vector<std::string>& program
       return result.exit_code;
     }
     say(str("restarting the local group (restart ", failures, " of ", options.max_restarts(), ")"));
+    round_env = after_round(env, result.summary());
   }
   say("the job finished while this node waited for a round");
   return 0;

@@ -37,6 +37,7 @@ Trainer::Trainer(TrainOptions options) : state_(std::make_unique<State>(std::mov
   s.untrained_classifier = std::move(local.untrained_classifier);
   const FoundCheckpoint& resumed = local.resumed;
   for (const auto& skipped : resumed.passed_over) s.start_notes.push_back("warning: " + skipped);
+  s.expect_round_report(resumed.checkpoint ? static_cast<int>(resumed.checkpoint->world_size) : 0);
   if (resumed.checkpoint) {
     s.restore(*resumed.checkpoint, resumed.file);
     s.start_notes.push_back(str("resuming from ", resumed.file.string(), " (epoch ", s.epoch, ", step ",

@@ -11,13 +11,16 @@
 #include <vector>
 
 #include "dptrain/common/cpu_platform.h"
+#include "dptrain/common/environment.h"
 #include "dptrain/common/error.h"
+#include "dptrain/common/round_end.h"
 #include "dptrain/compat/onednn.h"
 #include "dptrain/dist/cuda_device.h"
 #include "dptrain/dist/init.h"
 #include "dptrain/models/multiply_adds.h"
 #include "dptrain/parallel/convert_sync_batchnorm.h"
 #include "dptrain/train/checkpoint/optimizer_state.h"
+#include "dptrain/train/logs/jsonl_observer.h"
 #include "dptrain/train/logs/observers.h"
 #include "dptrain/train/style_traits.h"
 
@@ -160,6 +163,25 @@ void Trainer::State::adapt_to_world(const TrainingCheckpoint& cp) {
                                                        samples_in_epoch, ") is re-sharded over ", comm->size(),
                                                        " process(es)")
                                                  : ""));
+}
+
+void Trainer::State::expect_round_report(int resumed_from_world) {
+  const Environment env = Environment::current();
+  const auto cause = env.get(kRoundEndCauseVariable);
+  if (!cause || comm->world().restart_count == 0) return;
+  MembershipReport report;
+  report.round = comm->world().restart_count;
+  report.cause = *cause;
+  report.world_size_before = resumed_from_world;
+  report.world_size = comm->size();
+  // metrics.jsonl holds the round before's steps: this round has written none yet.
+  if (leader() && !options.checkpoint().output_dir().empty()) {
+    report.last_logged_step = last_logged_step(options.checkpoint().output_dir());
+  }
+  round_change = report;
+  if (const auto ns = env.get_int(kRoundEndTimeVariable)) {
+    round_before_ended = Clock::time_point(std::chrono::duration_cast<Clock::duration>(std::chrono::nanoseconds(*ns)));
+  }
 }
 
 void Trainer::State::open_logs() {

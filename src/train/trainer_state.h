@@ -64,6 +64,11 @@ struct Trainer::State {
   models::Classifier model{nullptr};
   std::shared_ptr<dist::Communicator> comm;  // the ranks that train (--mode ps: the workers)
   std::shared_ptr<dist::Communicator> job;   // every process of the job (--mode ps: the servers too)
+  // After a restart or a re-formation (the launcher says what ended the round before): the round's
+  // report, told after its first step (report_round), and when the round before ended, by this
+  // machine's steady clock, as the launcher saw it.
+  std::optional<MembershipReport> round_change;
+  std::optional<Clock::time_point> round_before_ended;
   // The trainers' heartbeat (ParallelOptions::heartbeat) where they step together, from the
   // style's start to the end of train().
   std::unique_ptr<dist::Heartbeat> heartbeat;
@@ -119,6 +124,9 @@ struct Trainer::State {
   // A checkpoint written by another number of processes (an elastic job re-formed): keep its global
   // batch through gradient accumulation when it divides, else rescale the learning rate.
   void adapt_to_world(const TrainingCheckpoint& checkpoint);
+  // What the launcher said ended the round before, if this round follows one; `resumed_from`:
+  // the checkpoint's world size, 0 for a fresh start.
+  void expect_round_report(int resumed_from_world);
   void open_logs();  // also the run's checkpoints
   void count_model_flops();
   void print_banner() const;
@@ -172,6 +180,9 @@ struct Trainer::State {
   StepPhaseHook* phase_hook() const {
     return stragglers ? static_cast<StepPhaseHook*>(stragglers.get()) : timeline.get();
   }
+  // Once the round's first step is done: rank 0 logs the change of round and tells the
+  // observers; every rank marks it on its timeline.
+  void report_round();
   // Names a slow rank in every rank's log (and rank 0's metrics).
   void report_straggler(StragglerReport slow);
   // Whether --checkpoint-every or --checkpoint-minutes asks for a checkpoint after this step. Not

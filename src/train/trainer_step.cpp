@@ -55,6 +55,7 @@ std::optional<MetricSums> Trainer::State::step(data::DevicePrefetcher& batches) 
     timeline->flush();
   }
   if (heartbeat) heartbeat->step_took(Clock::now() - step_began);
+  if (round_change) report_round();
   ++step_in_epoch;
   samples_in_epoch += global_batch();
   return all;
@@ -137,6 +138,35 @@ data::Loader& Trainer::State::epoch_loader() {
     train_loader->queue_epoch(next_order.indices(), next);
   }
   return *train_loader;
+}
+
+void Trainer::State::report_round() {
+  MembershipReport report = *round_change;
+  round_change.reset();
+  report.resumed_step = global_step();  // (this round's first step is done, not yet counted)
+  const auto now = Clock::now();
+  if (round_before_ended) report.seconds = std::chrono::duration<double>(now - *round_before_ended).count();
+  if (timeline && round_before_ended) {
+    TimelineArgs args = {{"round", report.round}, {"resumed_step", report.resumed_step}};
+    if (report.last_logged_step) args.emplace_back("steps_lost", report.steps_lost());
+    timeline->add(Timeline::Track::Training, "round " + std::to_string(report.round), *round_before_ended, now, args);
+  }
+  if (!leader()) return;
+  if (options.log() != nullptr) {
+    *options.log() << fmt::format(
+                          "round {}: after '{}', {} process(es) ({} before) resumed at global step {}{}; {:.1f} s from the "
+                          "end of the round before to this round's first step",
+                          report.round, report.cause, report.world_size,
+                          report.world_size_before > 0 ? std::to_string(report.world_size_before) : "no checkpoint",
+                          report.resumed_step,
+                          report.last_logged_step
+                              ? fmt::format(", {} step(s) after it lost (the log's last was step {})", report.steps_lost(),
+                                            *report.last_logged_step)
+                              : std::string(),
+                          report.seconds)
+                   << std::endl;
+  }
+  notify([&](TrainObserver& o) { o.on_membership(report); });
 }
 
 void Trainer::State::report_straggler(StragglerReport slow) {

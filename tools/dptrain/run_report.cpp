@@ -114,6 +114,18 @@ void add_record(const json& record, RunRecords& run) {
     slow.part_ms = record.value("part_ms", 0.0);
     slow.others_part_ms = record.value("others_part_ms", 0.0);
     run.stragglers.push_back(slow);
+  } else if (phase == "membership") {
+    train::MembershipReport round;
+    round.round = integer_field(record, "round", 0);
+    round.cause = record.value("cause", "");
+    round.world_size_before = integer_field(record, "world_size_before", 0);
+    round.world_size = integer_field(record, "world_size", 0);
+    round.resumed_step = integer_field(record, "resumed_step", int64_t{0});
+    if (record.contains("last_logged_step") && record.at("last_logged_step").is_number_integer()) {
+      round.last_logged_step = record.at("last_logged_step").get<int64_t>();
+    }
+    round.seconds = record.value("seconds", 0.0);
+    run.rounds.push_back(round);
   }
 }
 
@@ -319,6 +331,22 @@ std::string slow_ranks_section(const RunRecords& run) {
   return html + "</table>\n";
 }
 
+// The rounds after the first: what ended the one before, the world, the steps lost and the time.
+std::string rounds_section(const RunRecords& run) {
+  std::string html = "<h2>Restarts and re-formations</h2>\n";
+  if (run.rounds.empty()) return html + "<p id=\"rounds\">The run trained in one round.</p>\n";
+  html += "<table id=\"rounds\"><tr><th>round</th><th>after</th><th>processes</th><th>before</th>"
+          "<th>resumed at step</th><th>steps lost</th><th>seconds</th></tr>\n";
+  for (const auto& round : run.rounds) {
+    html += fmt::format(
+        "<tr data-round=\"{}\"><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{:.1f}</td></tr>\n",
+        round.round, round.round, escape_html(round.cause), round.world_size,
+        round.world_size_before > 0 ? std::to_string(round.world_size_before) : "no checkpoint", round.resumed_step,
+        round.last_logged_step ? std::to_string(round.steps_lost()) : "?", round.seconds);
+  }
+  return html + "</table>\n";
+}
+
 const char* kStyle = R"(body{font-family:sans-serif;margin:24px;color:#222;max-width:1180px}
 h1{font-size:20px}h2{font-size:16px;margin-top:28px}
 .charts{display:flex;flex-wrap:wrap;gap:12px}
@@ -390,6 +418,7 @@ std::string render_report(const RunRecords& run) {
   }
   html += "</div>\n<h2>Where a step's time goes</h2>\n" + breakdown_section(run.ranks);
   html += slow_ranks_section(run);
+  html += rounds_section(run);
   return html + "</body></html>\n";
 }
 

@@ -61,6 +61,8 @@ struct RunRecords {
   std::vector<Points> rank_busy_ms;
   // The ranks named slow ("straggler" records), in the order they were named.
   std::vector<train::StragglerReport> stragglers;
+  // Each round after the first ("membership" records: a restart, a re-formation), in order.
+  std::vector<train::MembershipReport> rounds;
 };
 
 // MFU points are in percent of the measured peak. Reads the run's metrics and timeline. DataError when metrics.jsonl is missing or a line does

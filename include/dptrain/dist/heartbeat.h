@@ -15,7 +15,7 @@
 // timeout stays the bound for that.
 //
 // The bound is `step_times` expected step times plus `slack`: a peer silent that long is named
-// within it. A peer whose count has not moved for the bound less two beats (a beat is an eighth
+// within it. A peer whose count has not moved for the bound less three beats (a beat is an eighth
 // of the bound, at least 50 ms, at most 1 s) and less `confirm` is suspected (a line says so);
 // still silent `confirm` later, while the store went on answering this rank, it is lost. A store
 // that does not answer this rank for as long is lost too (for env:// and tcp:// rank 0 serves it). A rank that was itself stopped does not blame

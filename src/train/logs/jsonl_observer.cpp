@@ -2,6 +2,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
+#include <fstream>
+
 #include "dptrain/common/error.h"
 
 namespace dpt::train {
@@ -37,6 +40,20 @@ void add_model_rate(nlohmann::ordered_json& record, const ModelRate& rate) {
 }
 
 }  // namespace
+
+std::optional<int64_t> last_logged_step(const fs::path& dir) {
+  std::ifstream in(dir / kMetricsFileName);
+  std::optional<int64_t> last;
+  std::string text;
+  while (std::getline(in, text)) {
+    const auto record = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+    if (!record.is_object() || record.value("phase", "") != "train_step") continue;
+    const auto step = record.find("global_step");
+    if (step == record.end() || !step->is_number_integer()) continue;
+    last = std::max(last.value_or(0), step->get<int64_t>());
+  }
+  return last;
+}
 
 JsonlObserver::JsonlObserver(const JsonlOptions& options)
     : PeriodicObserver(options.print_freq()), clock_(options.clock()), file_(open_metrics(options.dir())) {}
@@ -80,6 +97,21 @@ void JsonlObserver::on_straggler(const StragglerReport& r) {
                                    {"others_busy_ms", r.others_busy_ms}, {"part", r.part},
                                    {"part_ms", r.part_ms},       {"others_part_ms", r.others_part_ms},
                                    {"busy_ms_by_rank", r.busy_ms_by_rank}};
+  record["time"] = clock_();
+  file_.write(line(record));
+}
+
+void JsonlObserver::on_membership(const MembershipReport& r) {
+  nlohmann::ordered_json record = {{"phase", "membership"},
+                                   {"round", r.round},
+                                   {"cause", r.cause},
+                                   {"world_size_before", r.world_size_before},
+                                   {"world_size", r.world_size},
+                                   {"resumed_step", r.resumed_step},
+                                   {"last_logged_step", r.last_logged_step ? nlohmann::ordered_json(*r.last_logged_step)
+                                                                           : nlohmann::ordered_json(nullptr)},
+                                   {"steps_lost", r.steps_lost()},
+                                   {"seconds", r.seconds}};
   record["time"] = clock_();
   file_.write(line(record));
 }

@@ -92,6 +92,34 @@ TEST(RunReport, ShowsModelFlopsAndMfuWhenTheRunCountedThem) {
   EXPECT_EQ(without.find("model-gflops"), std::string::npos);
 }
 
+// A restarted run's rounds: what ended the round before, where it resumed and what it lost; a
+// run of one round says so.
+TEST(RunReport, ListsTheRoundsAfterARestart) {
+  dpt::testing::TempDir dir;
+  write(fs::path(dir.path()) / "metrics.jsonl",
+        std::string(kMetrics) +
+            R"({"phase":"membership","round":1,"cause":"rank 1 was killed by signal 9 <Killed>","world_size_before":2,"world_size":2,"resumed_step":20,"last_logged_step":27,"steps_lost":7,"seconds":1.26,"time":5.0}
+{"phase":"membership","round":2,"cause":"a node failed","world_size_before":0,"world_size":1,"resumed_step":0,"last_logged_step":null,"steps_lost":0,"seconds":3.0,"time":6.0}
+)");
+  const auto run = dpt::report::read_run(RunFiles(dir.path()));
+  ASSERT_EQ(run.rounds.size(), 2u);
+  EXPECT_EQ(run.rounds[0].steps_lost(), 7);
+  EXPECT_FALSE(run.rounds[1].last_logged_step.has_value());
+  const std::string page = dpt::report::render_report(run);
+  EXPECT_NE(page.find("<tr data-round=\"1\"><td>1</td><td>rank 1 was killed by signal 9 &lt;Killed&gt;</td><td>2</td>"
+                      "<td>2</td><td>20</td><td>7</td><td>1.3</td></tr>"),
+            std::string::npos)
+      << page;
+  EXPECT_NE(page.find("<tr data-round=\"2\"><td>2</td><td>a node failed</td><td>1</td><td>no checkpoint</td><td>0</td>"
+                      "<td>?</td><td>3.0</td></tr>"),
+            std::string::npos);
+
+  dpt::testing::TempDir plain;
+  write(fs::path(plain.path()) / "metrics.jsonl", kMetrics);
+  const std::string one_round = dpt::report::render_report(dpt::report::read_run(RunFiles(plain.path())));
+  EXPECT_NE(one_round.find(R"(<p id="rounds">The run trained in one round.</p>)"), std::string::npos);
+}
+
 TEST(RunReport, BreaksEachRanksMeanStepIntoItsParts) {
   dpt::testing::TempDir dir;
   write(fs::path(dir.path()) / "metrics.jsonl", kMetrics);

@@ -17,6 +17,8 @@
 #include <cstdint>
 #include <filesystem>
 
+#include <optional>
+
 #include <torch/arg.h>
 
 #include "dptrain/train/logs/log_file.h"
@@ -25,6 +27,10 @@
 namespace dpt::train {
 
 inline constexpr const char* kMetricsFileName = "metrics.jsonl";
+
+// The highest global step of the step records in `dir`'s metrics.jsonl (a torn last line is
+// passed over), or nullopt when it has none: how far a run got before it was restarted.
+std::optional<int64_t> last_logged_step(const std::filesystem::path& dir);
 
 struct JsonlOptions {
   explicit JsonlOptions(std::filesystem::path dir) : dir_(std::move(dir)) {}
@@ -45,6 +51,7 @@ class JsonlObserver : public PeriodicObserver {
   void on_epoch(const EpochReport& report) override;
   void on_straggler(const StragglerReport& report) override;
   void on_rank_busy(int64_t global_step, const std::vector<double>& busy_ms_by_rank) override;
+  void on_membership(const MembershipReport& report) override;
 
  private:
   void log_step(const StepReport& report) override;

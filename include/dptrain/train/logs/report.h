@@ -7,6 +7,7 @@
 //     void on_step(const dpt::train::StepReport& r) override { std::printf("%g\n", r.loss); }
 //   };
 
+#include <algorithm>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -66,6 +67,21 @@ struct StragglerReport {
   std::vector<double> busy_ms_by_rank;  // this window's, every rank (NaN: no step completed)
 };
 
+// A new round of the job's workers, started by the launcher after the round before ended (a rank
+// failed and the group restarted, or an elastic job re-formed), told after its first step.
+struct MembershipReport {
+  int round = 0;                  // the launcher's round (TORCHELASTIC_RESTART_COUNT)
+  std::string cause;              // what ended the round before, as its launcher said it
+  int world_size_before = 0;      // the checkpoint's; 0 when the round started without one
+  int world_size = 0;
+  int64_t resumed_step = 0;       // the global step it resumed from (0: a fresh start)
+  // The highest global step metrics.jsonl recorded before this round (every print_freq-th step):
+  // the steps lost are at least that less resumed_step.
+  std::optional<int64_t> last_logged_step;
+  double seconds = 0;             // from the end of the round before to this round's first step
+  int64_t steps_lost() const { return last_logged_step ? std::max<int64_t>(0, *last_logged_step - resumed_step) : 0; }
+};
+
 class TrainObserver {
  public:
   virtual ~TrainObserver() = default;
@@ -78,6 +94,7 @@ class TrainObserver {
     (void)global_step;
     (void)busy_ms_by_rank;
   }
+  virtual void on_membership(const MembershipReport& report) { (void)report; }
   // Called once when training ends, normally or not, so files can be flushed and closed.
   virtual void on_finish() {}
 };
