@@ -43,6 +43,11 @@ class Nodes:
             detail = e.stderr.decode().strip() if getattr(e, "stderr", None) else str(e)
             cannot_run(f"cannot create network namespaces here: {detail}")
 
+    def cut(self, index):
+        """Takes node `index`'s port on the bridge down: its packets go nowhere and nothing closes
+        a connection, as when a machine loses power or its network."""
+        sh("ip", "-n", self.bridge_ns, "link", "set", f"port{index}", "down")
+
     def run_in(self, index, args):
         """`args` as a command line run inside node `index`'s namespace."""
         return ["ip", "netns", "exec", self.ns[index], *args]

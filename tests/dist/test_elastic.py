@@ -3,7 +3,8 @@ worker per node, running `dptrain train --resume auto --checkpoint-every 4`. A n
 is killed is left behind: the others re-form at the smaller world and continue from the last
 checkpoint, keeping the global batch through gradient accumulation where it divides and rescaling
 the learning rate where it does not (the log says which). A node started again is admitted at the
-re-formation it asks for. Every run finishes its 2 epochs with exit code 0 on every live node."""
+re-formation it asks for. A node whose link is cut is named by the heartbeat and left behind too.
+Every run finishes its 2 epochs with exit code 0 on every live node."""
 
 import json
 import os
@@ -114,6 +115,25 @@ class Elastic(unittest.TestCase):
         self.assertIn("batch 16 per process x 2 accumulation steps (32 global)", host.text())
         final = self.finished(host)
         self.assertEqual(final["global_step"], 48)
+
+    def test_a_node_gone_silent_is_named_by_the_heartbeat_and_left_behind(self):
+        # Node 1's link cut: no connection closes, so without the heartbeat rank 0 would wait in a
+        # collective for --dist-timeout (half an hour by default). Rank 0's heartbeat names rank 1
+        # within its bound and exits; the host re-forms alone and finishes from the checkpoint.
+        self.nodes = Nodes(2)
+        host, other = self.start(0, "1:2", 768), self.start(1, "1:2", 768)
+        host.wait_for(r"\[rank 0\] Epoch: \[0\]\[ 6/24\]", timeout=120)
+        self.nodes.cut(1)
+        host.wait_for(r"rank 0: rank 1 \(\S+, pid \d+\) sent no heartbeat for [\d.]+ s \(the bound: 3 step times of "
+                      r"[\d.]+ s \+ 2 s\) while the rendezvous store at \S+ kept answering", timeout=60)
+        host.wait_for(r"round 1: 1 node\(s\)", timeout=60)
+        final = self.finished(host)
+        self.assertEqual(final["global_step"], 48)
+        with open(os.path.join(self.output, "metrics.jsonl")) as metrics:
+            rounds = [r for r in map(json.loads, metrics) if r["phase"] == "membership"]
+        self.assertEqual([(r["round"], r["world_size_before"], r["world_size"]) for r in rounds], [(1, 2, 1)])
+        self.assertTrue(rounds[0]["cause"].startswith("rank 0 exited with code 1: rank 0: exiting (status 1)"),
+                        rounds[0])
 
     def test_three_nodes_lose_one_then_admit_it_again(self):
         self.nodes = Nodes(3)
