@@ -13,6 +13,7 @@
 
 #include "dptrain/common/error.h"
 #include "dptrain/compat/compat.h"
+#include "dptrain/train/checkpoint/newest_among_ranks.h"
 #include "dptrain/train/checkpoint/optimizer_state.h"
 #include "dptrain/train/checkpoint/sharded_optimizer_state.h"
 #include "dptrain/train/ps_server_role.h"
@@ -31,17 +32,27 @@ Trainer::Trainer(TrainOptions options) : state_(std::make_unique<State>(std::mov
   s.model = local.model;
   // Then the process group, and what needs it.
   s.join();
+  FoundCheckpoint resumed = std::move(local.resumed);
+  if (s.options.checkpoint().resume() == kResumeAuto) {
+    resumed = newest_among_ranks(*s.comm, std::move(resumed), s.options.checkpoint().output_dir());
+    if (resumed.from_rank) s.take_received_weights(*resumed.checkpoint);
+  }
   s.build_step();
   s.epoch = s.options.start_epoch();
   s.start_notes = std::move(local.notes);
   s.untrained_classifier = std::move(local.untrained_classifier);
-  const FoundCheckpoint& resumed = local.resumed;
   for (const auto& skipped : resumed.passed_over) s.start_notes.push_back("warning: " + skipped);
   s.expect_round_report(resumed.checkpoint ? static_cast<int>(resumed.checkpoint->world_size) : 0);
   if (resumed.checkpoint) {
     s.restore(*resumed.checkpoint, resumed.file);
     s.start_notes.push_back(str("resuming from ", resumed.file.string(), " (epoch ", s.epoch, ", step ",
                                 s.step_in_epoch, " of it, global step ", s.global_step(), ")"));
+    // Said by the rank that received it: the banner is rank 0's.
+    if (resumed.from_rank && s.options.log() != nullptr) {
+      *s.options.log() << "rank " << s.comm->rank() << ": resuming from the checkpoint of rank " << *resumed.from_rank
+                       << " (global step " << s.global_step() << "), which this rank's folder lacked; a copy is in "
+                       << resumed.file.string() << std::endl;
+    }
   } else if (s.options.checkpoint().resume() == kResumeAuto) {
     s.start_notes.push_back(str("--resume auto: no checkpoint in ", s.options.checkpoint().output_dir(),
                                 " yet; starting fresh"));

@@ -68,6 +68,19 @@ void Trainer::State::join() {
   }
 }
 
+void Trainer::State::take_received_weights(const TrainingCheckpoint& checkpoint) {
+  // The data were opened with this rank's seed: another seed would mean another synthetic set and
+  // other augmentations than the ranks that resumed from their own file.
+  DPT_CHECK(checkpoint.seed == options.seed(), ConfigError, "rank ", comm->rank(), ": the checkpoint received from ",
+            "another rank was trained with --seed ", checkpoint.seed, ", this rank was started with --seed ",
+            options.seed(), ": start every rank with the run's seed");
+  DPT_CHECK(checkpoint.arch.empty() || checkpoint.arch == options.arch(), ConfigError, "rank ", comm->rank(),
+            ": the checkpoint received from another rank is of ", checkpoint.arch, ", this rank trains ",
+            options.arch());
+  torch::NoGradGuard no_grad;
+  models::load_state_dict(*model, checkpoint.state_dict);
+}
+
 void Trainer::State::build_step() {
   const TrainOptions& o = options;
   style = style_kind(o.parallel().mode()).make({o, model, comm, job});

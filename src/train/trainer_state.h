@@ -119,6 +119,9 @@ struct Trainer::State {
 
   // trainer_setup.cpp: the constructor's steps after prepare_locally(), in order.
   void join();                                                 // the process group(s), the device
+  // A checkpoint newer than this rank's own, received from another rank (newest_among_ranks.h):
+  // its weights replace those prepare_locally() loaded, before the style is built.
+  void take_received_weights(const TrainingCheckpoint& checkpoint);
   void build_step();  // optimizer, parallel style, scaler, sampler, schedule, heartbeat
   void restore(const TrainingCheckpoint& checkpoint, const std::filesystem::path& file);  // exact resume
   // A checkpoint written by another number of processes (an elastic job re-formed): keep its global

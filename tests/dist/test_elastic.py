@@ -30,6 +30,7 @@ class Node:
     """One node's launcher, its output (stdout and stderr) collected line by line as it comes."""
 
     def __init__(self, nodes, index, nnodes, output, train_size):
+        os.makedirs(output, exist_ok=True)
         env = dict(os.environ, GLOO_SOCKET_IFNAME=nodes.dev[index])
         self.started = Started(nodes.run_in(index, [
             dptrain(), "launch", "--nnodes", nnodes, "--nproc-per-node", "1", "--max-restarts", "3",
@@ -89,8 +90,8 @@ class Elastic(unittest.TestCase):
             self.nodes.close()
         shutil.rmtree(self.output, ignore_errors=True)
 
-    def start(self, index, nnodes, train_size):
-        node = Node(self.nodes, index, nnodes, self.output, train_size)
+    def start(self, index, nnodes, train_size, output=None):
+        node = Node(self.nodes, index, nnodes, output or self.output, train_size)
         self.running.append(node)
         return node
 
@@ -134,6 +135,28 @@ class Elastic(unittest.TestCase):
         self.assertEqual([(r["round"], r["world_size_before"], r["world_size"]) for r in rounds], [(1, 2, 1)])
         self.assertTrue(rounds[0]["cause"].startswith("rank 0 exited with code 1: rank 0: exiting (status 1)"),
                         rounds[0])
+
+    def test_a_node_without_a_shared_disk_receives_the_checkpoint_it_lacks(self):
+        # Each node its own --output, as machines without a shared disk: rank 0 writes every
+        # checkpoint on node 0. Node 1, killed and started again, is admitted at a re-formation
+        # with an empty folder; its rank receives rank 0's checkpoint (and keeps a copy) instead of
+        # starting over while rank 0 resumes, and both finish together.
+        self.nodes = Nodes(2)
+        folders = [os.path.join(self.output, f"node{i}") for i in range(2)]
+        host, other = self.start(0, "1:2", 768, folders[0]), self.start(1, "1:2", 768, folders[1])
+        host.wait_for(r"\[rank 0\] Epoch: \[0\]\[ 6/24\]", timeout=120)
+        other.kill()
+        host.wait_for(r"round 1: 1 node\(s\)", timeout=60)
+        self.assertEqual(os.listdir(folders[1]), [])
+        back = self.start(1, "1:2", 768, folders[1])
+        received = back.wait_for(r"\[rank 1\] rank 1: resuming from the checkpoint of rank 0 \(global step (\d+)\), "
+                                 r"which this rank's folder lacked; a copy is in (\S+)", timeout=120)
+        self.assertEqual(received[2], os.path.join(folders[1], "checkpoint.pt"))
+        self.assertIn(f"global step {received[1]})", host.text())  # where rank 0 resumed too
+        final = self.finished(host)
+        self.assertEqual(back.finish(timeout=60), 0, back.text())
+        self.assertEqual(final["epochs"], 2)
+        self.assertTrue(os.path.exists(received[2]))
 
     def test_three_nodes_lose_one_then_admit_it_again(self):
         self.nodes = Nodes(3)

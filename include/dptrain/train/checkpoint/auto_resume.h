@@ -23,6 +23,8 @@ struct FoundCheckpoint {
   std::filesystem::path file;                    // where `checkpoint` was read from
   // Why each newer file did not read back (each names its file), newest first.
   std::vector<std::string> passed_over;
+  // The rank it was received from (newest_among_ranks.h), when this rank's folder lacked it.
+  std::optional<int> from_rank;
 };
 
 // Tries checkpoint.pt, then checkpoint_epoch<N>.pt from the highest N down, and returns the first
