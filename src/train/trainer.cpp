@@ -4,6 +4,7 @@
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <torch/utils.h>
+#include <fmt/format.h>
 
 #include <algorithm>
 #include <cmath>
@@ -35,7 +36,7 @@ Trainer::Trainer(TrainOptions options) : state_(std::make_unique<State>(std::mov
   FoundCheckpoint resumed = std::move(local.resumed);
   if (s.options.checkpoint().resume() == kResumeAuto) {
     resumed = newest_among_ranks(*s.comm, std::move(resumed), s.options.checkpoint().output_dir());
-    if (resumed.from_rank) s.take_received_weights(*resumed.checkpoint);
+    if (resumed.received) s.take_received_weights(*resumed.checkpoint);
   }
   s.build_step();
   s.epoch = s.options.start_epoch();
@@ -48,10 +49,14 @@ Trainer::Trainer(TrainOptions options) : state_(std::make_unique<State>(std::mov
     s.start_notes.push_back(str("resuming from ", resumed.file.string(), " (epoch ", s.epoch, ", step ",
                                 s.step_in_epoch, " of it, global step ", s.global_step(), ")"));
     // Said by the rank that received it: the banner is rank 0's.
-    if (resumed.from_rank && s.options.log() != nullptr) {
-      *s.options.log() << "rank " << s.comm->rank() << ": resuming from the checkpoint of rank " << *resumed.from_rank
+    if (resumed.received && s.options.log() != nullptr) {
+      const auto& got = *resumed.received;
+      *s.options.log() << "rank " << s.comm->rank() << ": resuming from the checkpoint of rank " << got.rank
                        << " (global step " << s.global_step() << "), which this rank's folder lacked; a copy is in "
-                       << resumed.file.string() << std::endl;
+                       << resumed.file.string()
+                       << fmt::format(" ({:.1f} MB received in {:.2f} s, {:.3f} Gbit/s)", got.bytes / 1e6, got.seconds,
+                                      got.seconds > 0 ? got.bytes * 8 / got.seconds / 1e9 : 0.0)
+                       << std::endl;
     }
   } else if (s.options.checkpoint().resume() == kResumeAuto) {
     s.start_notes.push_back(str("--resume auto: no checkpoint in ", s.options.checkpoint().output_dir(),

@@ -146,17 +146,18 @@ class Elastic(unittest.TestCase):
         host, other = self.start(0, "1:2", 768, folders[0]), self.start(1, "1:2", 768, folders[1])
         host.wait_for(r"\[rank 0\] Epoch: \[0\]\[ 6/24\]", timeout=120)
         other.kill()
-        host.wait_for(r"round 1: 1 node\(s\)", timeout=60)
+        host.wait_for(r"round 1 formed with 1 node\(s\)", timeout=60)
         self.assertEqual(os.listdir(folders[1]), [])
         back = self.start(1, "1:2", 768, folders[1])
         received = back.wait_for(r"\[rank 1\] rank 1: resuming from the checkpoint of rank 0 \(global step (\d+)\), "
-                                 r"which this rank's folder lacked; a copy is in (\S+)", timeout=120)
+                                 r"which this rank's folder lacked; a copy is in (\S+) \(([\d.]+) MB received in "
+                                 r"[\d.]+ s, [\d.]+ Gbit/s\)", timeout=120)
         self.assertEqual(received[2], os.path.join(folders[1], "checkpoint.pt"))
-        self.assertIn(f"global step {received[1]})", host.text())  # where rank 0 resumed too
+        host.wait_for(rf"\[rank 0\] resuming from .*checkpoint\.pt \(.*global step {received[1]}\)", timeout=60)
         final = self.finished(host)
         self.assertEqual(back.finish(timeout=60), 0, back.text())
         self.assertEqual(final["epochs"], 2)
-        self.assertTrue(os.path.exists(received[2]))
+        self.assertAlmostEqual(os.path.getsize(received[2]) / 1e6, float(received[3]), delta=0.051)  # (.1f MB)
 
     def test_three_nodes_lose_one_then_admit_it_again(self):
         self.nodes = Nodes(3)

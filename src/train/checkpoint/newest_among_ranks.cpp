@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 #include <vector>
 
@@ -55,13 +56,17 @@ FoundCheckpoint newest_among_ranks(dist::Communicator& comm, FoundCheckpoint fou
   if (mine == newest) return found;
   at::Tensor size = at::zeros({1}, at::kLong).to(comm.device());
   comm.recv(size, holder, kSizeTag);
+  const auto start = std::chrono::steady_clock::now();
   at::Tensor payload = at::empty({size.cpu().item<int64_t>()}, at::kByte).to(comm.device());
   comm.recv(payload, holder, kBytesTag);
   payload = payload.cpu();
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   const auto* data = payload.data_ptr<uint8_t>();
-  const std::string file_name(reinterpret_cast<const char*>(data));
+  const size_t received_bytes = static_cast<size_t>(payload.numel());
+  const std::string file_name(reinterpret_cast<const char*>(data),
+                              strnlen(reinterpret_cast<const char*>(data), received_bytes));
   const size_t offset = file_name.size() + 1;
-  DPT_CHECK(!file_name.empty() && file_name.find('/') == std::string::npos && offset <= static_cast<size_t>(payload.numel()),
+  DPT_CHECK(!file_name.empty() && file_name.find('/') == std::string::npos && offset <= received_bytes,
             CheckpointError, "rank ", comm.rank(), ": the checkpoint rank ", holder, " sent has no file name");
   std::error_code error;
   std::filesystem::create_directories(dir, error);
@@ -69,13 +74,13 @@ FoundCheckpoint newest_among_ranks(dist::Communicator& comm, FoundCheckpoint fou
             " for the checkpoint of rank ", holder, ": ", error.message());
   const std::filesystem::path copy = dir / file_name;
   write_file_atomically(copy, [&](const ByteWriter& write) {
-    write(reinterpret_cast<const char*>(data) + offset, static_cast<size_t>(payload.numel()) - offset);
+    write(reinterpret_cast<const char*>(data) + offset, received_bytes - offset);
   });
   FoundCheckpoint received;
   received.checkpoint = TrainingCheckpoint::from_ivalue(load_checkpoint(copy), copy);
   received.file = copy;
   received.passed_over = std::move(found.passed_over);
-  received.from_rank = holder;
+  received.received = FoundCheckpoint::Received{holder, static_cast<int64_t>(received_bytes - offset), seconds};
   return received;
 }
 

@@ -6,6 +6,7 @@
 //   if (found.checkpoint) { /* continue from found.checkpoint, read from found.file */ }
 //   for (const auto& why : found.passed_over) std::cerr << "warning: " << why << "\n";
 
+#include <cstdint>
 #include <filesystem>
 #include <optional>
 #include <string>
@@ -23,8 +24,14 @@ struct FoundCheckpoint {
   std::filesystem::path file;                    // where `checkpoint` was read from
   // Why each newer file did not read back (each names its file), newest first.
   std::vector<std::string> passed_over;
-  // The rank it was received from (newest_among_ranks.h), when this rank's folder lacked it.
-  std::optional<int> from_rank;
+  // Where this rank's folder lacked it: from which rank it came (newest_among_ranks.h), its size,
+  // and how long the bytes took to arrive.
+  struct Received {
+    int rank = 0;
+    int64_t bytes = 0;
+    double seconds = 0;
+  };
+  std::optional<Received> received;
 };
 
 // Tries checkpoint.pt, then checkpoint_epoch<N>.pt from the highest N down, and returns the first
