@@ -61,14 +61,18 @@ compat::StorePtr own_connection(const compat::StorePtr& store) {
 }  // namespace
 
 struct Heartbeat::Shared {
-  Shared(HeartbeatOptions o, compat::StorePtr s, int r, int world)
-      : options(std::move(o)), store(std::move(s)), rank(r), peer((r + 1) % world) {}
+  Shared(HeartbeatOptions o, const compat::StorePtr& job_store, int r, int world)
+      : options(std::move(o)),
+        store(own_connection(job_store)),
+        store_description(store_name(job_store)),
+        rank(r),
+        peer((r + 1) % world) {}
 
   const HeartbeatOptions options;
   const compat::StorePtr store;
+  const std::string store_description;
   const int rank;
   const int peer;  // the rank this one watches
-  std::string store_description;
 
   std::mutex mutex;
   std::condition_variable wake;
@@ -90,9 +94,8 @@ struct Heartbeat::Shared {
   Clock::duration last_gap{};
   bool peer_left = false;
   std::string peer_who;  // "host, pid N", read after its first beat
-  // The watch's verdicts.
+  // The watch's suspicion, while the peer stays silent.
   std::optional<Clock::time_point> suspected_at;
-  bool lost = false;
 
   // Seconds: the longest recent step, or the guess before the first.
   double expected_step() const {
@@ -246,8 +249,7 @@ void watch(const std::shared_ptr<Heartbeat::Shared>& s) {
       s->suspected_at.reset();
     }
     last_wake = now;
-    Heartbeat::Shared::Verdict verdict = s->judge(now);
-    if (!verdict.loss.empty()) s->lost = true;
+    const Heartbeat::Shared::Verdict verdict = s->judge(now);
     lock.unlock();
     for (const auto& line : verdict.lines) report(line);
     if (!verdict.loss.empty()) {
@@ -274,8 +276,7 @@ Heartbeat::Heartbeat(const compat::StorePtr& store, int rank, int world_size, He
   DPT_CHECK(options.step_times() >= 1 && options.slack() >= 2 * options.confirm() &&
                 (!options.silence() || *options.silence() >= 2 * options.confirm()),
             ConfigError, "HeartbeatOptions: step_times must be at least 1, and slack and silence at least twice confirm");
-  shared_ = std::make_shared<Shared>(std::move(options), own_connection(store), rank, world_size);
-  shared_->store_description = store_name(store);
+  shared_ = std::make_shared<Shared>(std::move(options), store, rank, world_size);
   std::thread([s = shared_] { beat(s); }).detach();
   watcher_ = std::thread([s = shared_] { watch(s); });
 }

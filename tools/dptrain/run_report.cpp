@@ -121,8 +121,8 @@ void add_record(const json& record, RunRecords& run) {
     round.world_size_before = integer_field(record, "world_size_before", 0);
     round.world_size = integer_field(record, "world_size", 0);
     round.resumed_step = integer_field(record, "resumed_step", int64_t{0});
-    if (record.contains("last_logged_step") && record.at("last_logged_step").is_number_integer()) {
-      round.last_logged_step = record.at("last_logged_step").get<int64_t>();
+    if (record.contains("last_logged_step") && !record.at("last_logged_step").is_null()) {  // null: not logged
+      round.last_logged_step = integer_field(record, "last_logged_step", int64_t{0});
     }
     round.seconds = record.value("seconds", 0.0);
     run.rounds.push_back(round);

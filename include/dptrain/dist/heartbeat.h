@@ -18,9 +18,10 @@
 // within it. A peer whose count has not moved for the bound less three beats (a beat is an eighth
 // of the bound, at least 50 ms, at most 1 s) and less `confirm` is suspected (a line says so);
 // still silent `confirm` later, while the store went on answering this rank, it is lost. A store
-// that does not answer this rank for as long is lost too (for env:// and tcp:// rank 0 serves it). A rank that was itself stopped does not blame
-// the others for the time it was away. A rank whose Heartbeat ends in order (the end of training,
-// an error that unwinds) says so in the store, and its watcher stops watching it.
+// that does not answer this rank for as long is lost too (for env:// and tcp:// rank 0 serves it).
+// A rank that was itself stopped does not blame the others for the time it was away. A rank whose
+// Heartbeat ends in order (the end of training, an error that unwinds) says so in the store, and
+// its watcher stops watching it.
 //
 // On a loss, `report` gets a sentence naming the rank or the store, and `on_lost` runs on the
 // heartbeat's thread: by default the process exits with status 1, since its collectives could only

@@ -36,9 +36,9 @@ FoundCheckpoint newest_among_ranks(dist::Communicator& comm, FoundCheckpoint fou
     if (steps[static_cast<size_t>(r)] < newest) behind.push_back(r);
   }
   if (behind.empty()) return found;
-  // Its file name travels as the receivers' own: checkpoint.pt, or checkpoint_epoch<N>.pt.
-  const std::string name = comm.rank() == holder ? found.file.filename().string() : std::string();
   if (comm.rank() == holder) {
+    // Its file name travels as the receivers' own: checkpoint.pt, or checkpoint_epoch<N>.pt.
+    const std::string name = found.file.filename().string();
     const auto bytes = read_file<std::vector<uint8_t>>(found.file.string());
     DPT_CHECK(bytes, CheckpointError, "rank ", comm.rank(), ": cannot read checkpoint ", found.file.string(),
               " again to send it to the ranks without it: ", std::strerror(errno));
