@@ -1,6 +1,8 @@
 #include "dptrain/dist/communicator.h"
 
 #include <algorithm>
+#include <mutex>
+#include <vector>
 
 #include <signal.h>
 
@@ -47,7 +49,7 @@ void Work::wait() {
   if (!work_) return;
   auto work = std::move(work_);
   try {
-    work->wait(timeout_);
+    comm_->abandonment_->wait(work, timeout_);
   } catch (...) {
     // The bound the user set: the wait's own may hold a transport's grace for its report on top.
     comm_->fail(id_, what_, std::current_exception(), comm_->timeout());
@@ -90,7 +92,8 @@ Communicator::Communicator(compat::BackendPtr backend, WorldInfo world, const Co
           .timeout(timeout_)
           .shared_memory(options.shared_memory())
           .store(store_)
-          .check_agreement(options.check_agreement()));
+          .check_agreement(options.check_agreement())
+          .abandonment(abandonment_));
 }
 
 Communicator::~Communicator() = default;
@@ -119,6 +122,12 @@ Work Communicator::start(const std::string& operation, const std::string& what, 
 void Communicator::fail(uint64_t id, const std::string& what, std::exception_ptr cause,
                         std::chrono::milliseconds waited) {
   recorder_.end(id, CollectiveRecord::State::Failed);
+  try {
+    std::rethrow_exception(cause);
+  } catch (const GroupAbandoned&) {
+    throw;  // the group is left on purpose: nothing to survey, nothing for the user to do
+  } catch (...) {
+  }
   const std::optional<CollectiveRecord> record = recorder_.entry(id);
   std::string survey;
   if (record && !record->point_to_point() && detail::is_unexplained_timeout(cause)) {
@@ -281,6 +290,14 @@ at::Tensor Communicator::reduce_value(const at::Tensor& value, bool average) {
 
 double Communicator::reduce_value(double value, bool average) {
   return reduce_value(at::full({1}, value, at::TensorOptions().dtype(at::kDouble).device(device_)), average).item<double>();
+}
+
+void retire(std::shared_ptr<Communicator> group) {
+  // Leaked on purpose, with what it holds: see communicator.h.
+  static auto* retired = new std::vector<std::shared_ptr<Communicator>>();
+  static std::mutex mutex;
+  std::lock_guard<std::mutex> lock(mutex);
+  retired->push_back(std::move(group));
 }
 
 }  // namespace dpt::dist

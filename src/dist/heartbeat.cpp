@@ -35,6 +35,21 @@ constexpr size_t kStepWindow = 10;
 
 std::string count_key(int rank) { return str("dptrain/heartbeat/", rank); }
 std::string who_key(int rank) { return str("dptrain/heartbeat/", rank, "/who"); }
+// The loss told to every rank (tell_every_rank): "<rank or -1> <sentence>", the first one told.
+const char* const kAlarmKey = "dptrain/heartbeat/alarm";
+
+std::vector<uint8_t> to_bytes(const std::string& text) { return {text.begin(), text.end()}; }
+std::string to_text(const std::vector<uint8_t>& bytes) { return {bytes.begin(), bytes.end()}; }
+
+std::string encode_loss(const HeartbeatLoss& loss) { return str(loss.rank.value_or(-1), " ", loss.message); }
+HeartbeatLoss decode_loss(const std::string& text) {
+  HeartbeatLoss loss;
+  const size_t space = text.find(' ');
+  const int rank = std::atoi(text.substr(0, space).c_str());
+  if (rank >= 0) loss.rank = rank;
+  loss.message = space == std::string::npos ? text : text.substr(space + 1);
+  return loss;
+}
 
 double seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
 std::string fmt_seconds(double s) { return fmt::format("{:.2f}", s); }
@@ -96,6 +111,10 @@ struct Heartbeat::Shared {
   std::string peer_who;  // "host, pid N", read after its first beat
   // The watch's suspicion, while the peer stays silent.
   std::optional<Clock::time_point> suspected_at;
+  // tell_every_rank: the loss this rank has to write (the beat thread writes it), and the one read
+  // from the store, for the watch thread to tell on_lost.
+  std::optional<HeartbeatLoss> outgoing;
+  std::optional<HeartbeatLoss> incoming;
 
   // Seconds: the longest recent step, or the guess before the first.
   double expected_step() const {
@@ -123,6 +142,7 @@ struct Heartbeat::Shared {
   struct Verdict {
     std::vector<std::string> lines;
     std::string loss;
+    std::optional<int> lost_rank;  // with `loss`: the peer's, unset for the store
   };
   Verdict judge(Clock::time_point now) {
     Verdict v;
@@ -156,6 +176,7 @@ struct Heartbeat::Shared {
     // Confirmed only by a store that answered after the suspicion, with the count still unmoved:
     // the silence is the peer's, not this rank's link to the store.
     if (quiet >= allowed && last_answer > *suspected_at) {
+      v.lost_rank = peer;
       v.loss = str("rank ", rank, ": ", peer_name(), " sent no heartbeat for ", fmt_seconds(seconds(quiet)), " s (",
                    bound(), ") while ", store_description,
                    " kept answering: it is stopped (SIGSTOP, a debugger), killed without its launcher "
@@ -175,12 +196,14 @@ void beat(const std::shared_ptr<Heartbeat::Shared>& s) {
     bool stopping;
     bool watching;
     bool need_who;
+    std::optional<HeartbeatLoss> outgoing;
     {
       std::lock_guard<std::mutex> lock(s->mutex);
       s->asking_since = Clock::now();
       stopping = s->stopping;
       watching = !s->peer_left;
       need_who = s->peer_who.empty() && s->peer_count > 0;
+      outgoing = std::exchange(s->outgoing, std::nullopt);
     }
     try {
       if (stopping) {
@@ -192,7 +215,20 @@ void beat(const std::shared_ptr<Heartbeat::Shared>& s) {
         s->store->add(count_key(s->rank), 1);
         const int64_t count = watching ? s->store->add(count_key(s->peer), 0) : 0;
         const std::string who = need_who ? read_text(*s->store, who_key(s->peer)) : "";
+        std::optional<HeartbeatLoss> alarm;
+        if (s->options.tell_every_rank()) {
+          // The first loss written stays: compareSet answers with it, whoever wrote it.
+          if (outgoing) {
+            alarm = decode_loss(to_text(s->store->compareSet(kAlarmKey, {}, to_bytes(encode_loss(*outgoing)))));
+          } else if (s->store->check({kAlarmKey})) {
+            alarm = decode_loss(read_text(*s->store, kAlarmKey));
+          }
+        }
         std::lock_guard<std::mutex> lock(s->mutex);
+        if (alarm && !s->incoming) {
+          s->incoming = std::move(alarm);
+          s->wake.notify_all();
+        }
         const auto now = Clock::now();
         s->asking_since.reset();
         s->last_answer = now;
@@ -217,7 +253,10 @@ void beat(const std::shared_ptr<Heartbeat::Shared>& s) {
     // Until a period after this exchange, the period as it is then: step_took() wakes this thread
     // when the bound shrinks (the first steps are timed), so that it beats at the new rate at once.
     const auto exchanged = Clock::now();
-    while (!s->stopping && Clock::now() < exchanged + s->period()) s->wake.wait_until(lock, exchanged + s->period());
+    // A loss to tell every rank goes out at once.
+    while (!s->stopping && !s->outgoing && Clock::now() < exchanged + s->period()) {
+      s->wake.wait_until(lock, exchanged + s->period());
+    }
   }
 }
 
@@ -249,13 +288,27 @@ void watch(const std::shared_ptr<Heartbeat::Shared>& s) {
       s->suspected_at.reset();
     }
     last_wake = now;
+    // Another rank's loss, read from the store (tell_every_rank): this rank leaves as well.
+    if (s->incoming) {
+      const HeartbeatLoss told = *s->incoming;
+      lock.unlock();
+      report(str("rank ", s->rank, ": heartbeat: told through the store: ", told.message));
+      if (s->options.on_lost()) s->options.on_lost()(told);
+      return;
+    }
     const Heartbeat::Shared::Verdict verdict = s->judge(now);
+    HeartbeatLoss loss{verdict.loss, verdict.lost_rank, !verdict.loss.empty() && !verdict.lost_rank};
+    // Told to every rank by the beat thread (a lost store carries nothing more).
+    if (!verdict.loss.empty() && s->options.tell_every_rank() && !loss.store_lost) {
+      s->outgoing = loss;
+      s->wake.notify_all();
+    }
     lock.unlock();
     for (const auto& line : verdict.lines) report(line);
     if (!verdict.loss.empty()) {
       report(verdict.loss);
       if (s->options.on_lost()) {
-        s->options.on_lost()(verdict.loss);
+        s->options.on_lost()(loss);
       } else {
         exit_for_the_launcher(str("rank ", s->rank, ": exiting (status 1) so that the launcher restarts the group "
                                   "or the elastic rendezvous re-forms it, instead of waiting in a collective "
@@ -300,6 +353,14 @@ void Heartbeat::step_took(std::chrono::duration<double> step) {
   shared_->steps.push_back(step.count());
   if (shared_->steps.size() > kStepWindow) shared_->steps.pop_front();
   if (shared_->period() < period) shared_->wake.notify_all();
+}
+
+void Heartbeat::raise(const std::string& why) {
+  if (!shared_ || !shared_->options.tell_every_rank()) return;
+  std::lock_guard<std::mutex> lock(shared_->mutex);
+  if (shared_->outgoing || shared_->incoming) return;
+  shared_->outgoing = HeartbeatLoss{why, std::nullopt, false};
+  shared_->wake.notify_all();
 }
 
 std::chrono::milliseconds Heartbeat::silence() const {

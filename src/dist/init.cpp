@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <iostream>
+#include <vector>
 
 #include <torch/cuda.h>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
@@ -91,6 +92,10 @@ RendezvousOptions rendezvous_options(const InitOptions& options, const Environme
   return rendezvous;
 }
 
+bool wants_shared_memory(const InitOptions& options, const Environment& env) {
+  return options.shared_memory() && env.get("DPTRAIN_SHM").value_or("1") != "0";
+}
+
 bool check_collectives(const InitOptions& options, const Environment& env) {
   return options.check_collectives() && env.get("DPTRAIN_CHECK_COLLECTIVES").value_or("1") != "0";
 }
@@ -121,12 +126,11 @@ std::shared_ptr<Communicator> init_process_group(const InitOptions& options, con
   if (choice.backend == "gloo") {
 #if defined(DPTRAIN_WITH_GLOO)
     auto gloo = make_gloo(store, world, world.master_addr, interface, options.timeout());
-    const bool shared_memory = options.shared_memory() && env.get("DPTRAIN_SHM").value_or("1") != "0";
     return std::make_shared<Communicator>(std::move(gloo), world,
                                           CommunicatorOptions()
                                               .timeout(options.timeout())
                                               .store(store)
-                                              .shared_memory(shared_memory)
+                                              .shared_memory(wants_shared_memory(options, env))
                                               .check_agreement(check_collectives(options, env)));
 #else
     throw ConfigError("this build of dptrain has no Gloo backend (its headers were missing at build time); "
@@ -155,27 +159,59 @@ std::shared_ptr<Communicator> init_process_group(const InitOptions& options, con
 #endif
 }
 
+namespace {
+
+// A Gloo communicator for `group` (its rank and size within it) on `world`'s store under `name`.
+std::shared_ptr<Communicator> gloo_group(const Communicator& world, const WorldInfo& group, const std::string& name,
+                                         bool shared_memory, const InitOptions& options, const Environment& env) {
+  DPT_CHECK(world.store(), ConfigError, "rank ", world.rank(), ": a new group needs the job's rendezvous store");
+#if defined(DPTRAIN_WITH_GLOO)
+  auto store = c10::make_intrusive<c10d::PrefixStore>(name, world.store());
+  auto gloo = make_gloo(store, group, world.world().master_addr, gloo_interface(options, env), options.timeout());
+  return std::make_shared<Communicator>(std::move(gloo), group,
+                                        CommunicatorOptions()
+                                            .timeout(options.timeout())
+                                            .store(store)
+                                            .shared_memory(shared_memory)
+                                            .check_agreement(check_collectives(options, env)));
+#else
+  throw ConfigError(
+      "this build of dptrain has no Gloo backend (its headers were missing at build time); "
+      "install libgloo-dev and rebuild");
+#endif
+}
+
+}  // namespace
+
 std::shared_ptr<Communicator> new_group(const Communicator& world, int first, int size, const InitOptions& options,
                                         const Environment& env) {
   DPT_CHECK(
       first >= 0 && size >= 1 && first + size <= world.size() && world.rank() >= first && world.rank() < first + size,
       ConfigError, "rank ", world.rank(), " of ", world.size(), " cannot join a group of ranks [", first, ", ",
       first + size, ")");
-  DPT_CHECK(world.store(), ConfigError, "rank ", world.rank(), ": a new group needs the job's rendezvous store");
-#if defined(DPTRAIN_WITH_GLOO)
   WorldInfo group = world.world();
   group.rank -= first;
   group.world_size = size;
-  auto store = c10::make_intrusive<c10d::PrefixStore>(str("group", first, "+", size), world.store());
-  auto gloo = make_gloo(store, group, world.world().master_addr, gloo_interface(options, env), options.timeout());
-  return std::make_shared<Communicator>(std::move(gloo), group,
-                                        CommunicatorOptions().timeout(options.timeout()).store(store).check_agreement(
-                                            check_collectives(options, env)));
-#else
-  throw ConfigError(
-      "this build of dptrain has no Gloo backend (its headers were missing at build time); "
-      "install libgloo-dev and rebuild");
-#endif
+  return gloo_group(world, group, str("group", first, "+", size), /*shared_memory=*/false, options, env);
+}
+
+std::shared_ptr<Communicator> regroup(const Communicator& before, const std::vector<int>& members,
+                                      const std::string& name, const InitOptions& options, const Environment& env) {
+  const auto mine = std::find(members.begin(), members.end(), before.rank());
+  DPT_CHECK(mine != members.end() && std::is_sorted(members.begin(), members.end()), ConfigError, "rank ",
+            before.rank(), " cannot join a regrouped group it is not a member of");
+  const WorldInfo& was = before.world();
+  WorldInfo group = was;
+  group.rank = static_cast<int>(mine - members.begin());
+  group.world_size = static_cast<int>(members.size());
+  // The ranks of a job on one host stay on it; a job across hosts no longer knows how many of its
+  // members share this one, so it leaves shared memory out.
+  const bool one_host = was.local_world_size == was.world_size;
+  group.local_world_size = one_host ? group.world_size : 0;
+  group.local_rank = one_host ? group.rank : was.local_rank;
+  auto comm = gloo_group(before, group, name, one_host && wants_shared_memory(options, env), options, env);
+  if (before.abandonment()->armed()) comm->abandonment()->arm();
+  return comm;
 }
 
 }  // namespace dpt::dist

@@ -209,6 +209,7 @@ std::vector<WorkerSpec> make_worker_specs(const LaunchOptions& options, const st
     // The workers host their own store (rank 0), as with init_process_group outside torchrun.
     set("TORCHELASTIC_USE_AGENT_STORE", "False");
     if (options.job_token()) set(kJobTokenVariable, *options.job_token());
+    if (options.on_failure() == OnFailure::Continue) set(kKeepsSurvivorsVariable, "1");
     if (!base.has("OMP_NUM_THREADS")) {
       set("OMP_NUM_THREADS", blocks.empty() ? threads : std::to_string(blocks[local].size()));
     }

@@ -34,7 +34,19 @@ int supervise(JobMembership& membership, const std::vector<std::string>& program
     WorkerGroup group(make_worker_specs(options, program, round_env, round->number),
                       SupervisorOptions()
                           .grace_period(options.grace_period())
-                          .stop_when([&membership] { return membership.reformation_due(); }));
+                          .stop_when([&membership] { return membership.reformation_due(); })
+                          .keep_survivors(options.on_failure() == OnFailure::Continue)
+                          .on_lost([](const WorkerExit& lost) {
+                            if (lost.left_behind) {
+                              say(str(lost.name, " (pid ", lost.pid, ") still runs a grace period after the others ",
+                                      "finished without it: stopping it"));
+                              return;
+                            }
+                            say(str(lost.name, " (pid ", lost.pid, ") ",
+                                    lost.signal != 0 ? str("was killed by signal ", lost.signal)
+                                                     : str("exited with status ", lost.exit_code),
+                                    "; the other workers go on without it (--on-failure continue)"));
+                          }));
     const GroupResult result = group.run();
     if (result.succeeded()) {
       membership.succeeded();

@@ -13,6 +13,7 @@
 #include <csignal>
 #include <cstring>
 #include <memory>
+#include <optional>
 
 #include "dptrain/common/error.h"
 #include "dptrain/common/text.h"
@@ -279,6 +280,8 @@ GroupResult WorkerGroup::run() {
   SignalCapture signals;
   start_all();
   GroupResult result;
+  bool any_succeeded = false;
+  std::optional<Clock::time_point> first_success;
   while (any_running()) {
     if (int signal = signals.take()) {
       result.outcome = GroupResult::Outcome::Interrupted;
@@ -298,7 +301,9 @@ GroupResult WorkerGroup::run() {
       if (!w.running || waitpid(w.pid, &status, WNOHANG) != w.pid) continue;
       w.running = false;
       const int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-      if (code == 0 || result.first_failure) continue;
+      any_succeeded = any_succeeded || code == 0;
+      if (code == 0 && !first_success) first_success = Clock::now();
+      if (code == 0 || (result.first_failure && !options_.keep_survivors())) continue;
       reap_and_drain(false);  // its last words, before the report is cut
       w.output->flush_partial();
       WorkerExit exit;
@@ -309,14 +314,36 @@ GroupResult WorkerGroup::run() {
       exit.signal = WIFSIGNALED(status) ? WTERMSIG(status) : 0;
       exit.seconds = std::chrono::duration<double>(Clock::now() - w.started).count();
       exit.tail = w.output->tail();
+      if (options_.on_lost()) options_.on_lost()(exit);
+      if (result.first_failure) continue;
       result.outcome = GroupResult::Outcome::WorkerFailed;
       result.exit_code = code;
       result.first_failure = std::move(exit);
     }
-    if (result.first_failure) {
+    if (result.first_failure && !options_.keep_survivors()) {
       stop_all(SIGTERM, signals);
       break;
     }
+    // Kept survivors finish together: a worker still there a grace period after the first one
+    // finished is one the others went on without (stopped, or hung), which would hold the launch.
+    if (options_.keep_survivors() && first_success && Clock::now() - *first_success > options_.grace_period()) {
+      for (auto& w : workers_) {
+        if (w.running && options_.on_lost()) {
+          WorkerExit left;
+          left.name = specs_[static_cast<size_t>(&w - workers_.data())].name;
+          left.pid = w.pid;
+          left.left_behind = true;
+          options_.on_lost()(left);
+        }
+      }
+      stop_all(SIGTERM, signals);
+      break;
+    }
+  }
+  // Kept survivors that finished the job make it a success, whoever was lost on the way.
+  if (options_.keep_survivors() && result.outcome == GroupResult::Outcome::WorkerFailed && any_succeeded) {
+    result.outcome = GroupResult::Outcome::Succeeded;
+    result.exit_code = 0;
   }
   reap_and_drain(false);
   for (auto& w : workers_) {

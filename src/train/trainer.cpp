@@ -33,6 +33,7 @@ Trainer::Trainer(TrainOptions options) : state_(std::make_unique<State>(std::mov
   s.model = local.model;
   // Then the process group, and what needs it.
   s.join();
+  s.prepare_to_continue();
   FoundCheckpoint resumed = std::move(local.resumed);
   if (s.options.checkpoint().resume() == kResumeAuto) {
     resumed = newest_among_ranks(*s.comm, std::move(resumed), s.options.checkpoint().output_dir());
@@ -152,8 +153,13 @@ TrainResult Trainer::train() {
     const auto start = State::Clock::now();
     MetricSums sums;
     std::vector<data::SkippedSample> skipped;
-    const bool finished = s.train_epoch(sums, skipped);
-    if (!finished) {
+    State::EpochEnd end = s.train_epoch(sums, skipped);
+    // The same epoch goes on over the ranks left, from its last completed step.
+    while (end == State::EpochEnd::StepDropped) {
+      s.go_on_without_lost();
+      end = s.train_epoch(sums, skipped);
+    }
+    if (end == State::EpochEnd::Stopped) {
       s.save_checkpoint(RunCheckpoints::Cause::Stop);
       s.checkpoints->finish();
       // The other ranks wait for rank 0's checkpoint, so that no process exits before it is whole.

@@ -118,7 +118,7 @@ void Trainer::State::build_step() {
   // one holds no other back, and the servers notice a worker that left themselves.
   const auto& watch = o.parallel().heartbeat();
   if (watch && ranks().together()) {
-    heartbeat = std::make_unique<dist::Heartbeat>(comm->store(), comm->rank(), comm->size(), *watch);
+    heartbeat = std::make_unique<dist::Heartbeat>(comm->store(), comm->rank(), comm->size(), heartbeat_options());
   }
 }
 

@@ -2,7 +2,8 @@
 // What a Trainer holds, shared by the files that make up its work:
 //   trainer_setup.cpp  building the run: the process group, the step's parts, a resume, the logs;
 //   trainer_step.cpp   the training steps of an epoch, each one a TrainStep (train_step.h);
-//   trainer.cpp        the run's epochs, validation, checkpoints and stop requests.
+//   trainer.cpp        the run's epochs, validation, checkpoints and stop requests;
+//   trainer_reform.cpp going on without a lost rank (--on-failure continue).
 
 #include <ATen/ATen.h>
 #include <fmt/format.h>
@@ -11,9 +12,11 @@
 #include <cstdint>
 #include <filesystem>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <ostream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "datasets.h"
@@ -72,6 +75,19 @@ struct Trainer::State {
   // The trainers' heartbeat (ParallelOptions::heartbeat) where they step together, from the
   // style's start to the end of train().
   std::unique_ptr<dist::Heartbeat> heartbeat;
+  // --on-failure continue (trainer_reform.cpp). What the heartbeat told of a loss, from its thread.
+  struct Losses {
+    std::mutex mutex;
+    std::vector<int> ranks;  // the ranks named lost
+  };
+  std::shared_ptr<Losses> losses = std::make_shared<Losses>();
+  // The model's buffers (batch-norm statistics) and the CPU generator as the step in flight found
+  // them: a step dropped for a loss has moved them, and the ranks go on from before it.
+  std::vector<at::Tensor> step_start_buffers;
+  at::Tensor step_start_rng;
+  // Why the last step was dropped, and when: set by train_epoch, taken by go_on_without_lost.
+  std::optional<std::pair<std::string, Clock::time_point>> dropped_step;
+  int reformations = 0;
   at::Device device{at::kCPU};
   std::unique_ptr<ParallelStyle> style;
   std::shared_ptr<torch::optim::Optimizer> optimizer;  // the style's
@@ -123,6 +139,9 @@ struct Trainer::State {
   // its weights replace those prepare_locally() loaded, before the style is built.
   void take_received_weights(const TrainingCheckpoint& checkpoint);
   void build_step();  // optimizer, parallel style, scaler, sampler, schedule, heartbeat
+  // The heartbeat's options for this run: as given, and for --on-failure continue told to every
+  // rank and ending this rank's collectives instead of the process.
+  dist::HeartbeatOptions heartbeat_options() const;
   void restore(const TrainingCheckpoint& checkpoint, const std::filesystem::path& file);  // exact resume
   // A checkpoint written by another number of processes (an elastic job re-formed): keep its global
   // batch through gradient accumulation when it divides, else rescale the learning rate.
@@ -170,13 +189,25 @@ struct Trainer::State {
     return at;
   }
 
+  // trainer_reform.cpp.
+  bool continues_on_failure() const { return options.parallel().on_failure() == OnFailure::Continue; }
+  // ConfigError where --on-failure continue cannot work; arms the communicator's abandonment.
+  void prepare_to_continue();
+  void keep_step_start();     // before each step
+  void forget_step_start();   // the step in flight was dropped: back to where it started
+  // Collective over the ranks left: the group re-formed without the lost rank(s), and every part
+  // of the step rebuilt over it from the last completed step, held in memory.
+  void go_on_without_lost();
+
   // trainer_step.cpp.
   // One optimizer step over the next accum_steps micro-batches of `batches` (fewer at the epoch's
   // end); returns the step's sums over all ranks, or nothing when the loader had none left.
   std::optional<MetricSums> step(data::DevicePrefetcher& batches);
-  // Trains one epoch from step_in_epoch on; returns false when max_steps stopped it early.
+  // Trains one epoch from step_in_epoch on: to its end, until max_steps or a stop request, or, under
+  // --on-failure continue, until a loss drops the step in flight (dropped_step says why).
   // `skipped` gets this rank's bad images of the pass.
-  bool train_epoch(MetricSums& sums, std::vector<data::SkippedSample>& skipped);
+  enum class EpochEnd { Finished, Stopped, StepDropped };
+  EpochEnd train_epoch(MetricSums& sums, std::vector<data::SkippedSample>& skipped);
   // The loader of this epoch (from samples_in_epoch on) with the next one queued, if it comes.
   data::Loader& epoch_loader();
   // Who hears of each step's phases: the straggler watch, which tells the timeline.

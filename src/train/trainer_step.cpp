@@ -61,7 +61,7 @@ std::optional<MetricSums> Trainer::State::step(data::DevicePrefetcher& batches) 
   return all;
 }
 
-bool Trainer::State::train_epoch(MetricSums& sums, std::vector<data::SkippedSample>& skipped) {
+Trainer::State::EpochEnd Trainer::State::train_epoch(MetricSums& sums, std::vector<data::SkippedSample>& skipped) {
   model->train();
   sampler->set_epoch(epoch);
   data::Loader& loader = epoch_loader();
@@ -81,7 +81,20 @@ bool Trainer::State::train_epoch(MetricSums& sums, std::vector<data::SkippedSamp
       stopped = step_in_epoch < steps_per_epoch();
       break;
     }
-    const std::optional<MetricSums> stepped = step(batches);
+    std::optional<MetricSums> stepped;
+    if (continues_on_failure()) {
+      keep_step_start();
+      try {
+        stepped = step(batches);
+      } catch (const DistError& e) {
+        // The rebuild waits for this pass's loader and prefetcher to be gone: the caller's.
+        dropped_step.emplace(e.what(), Clock::now());
+        skipped = batches.skipped();
+        return EpochEnd::StepDropped;
+      }
+    } else {
+      stepped = step(batches);
+    }
     if (!stepped) break;
     const MetricSums& all = *stepped;
     sums.add(all);
@@ -114,7 +127,7 @@ bool Trainer::State::train_epoch(MetricSums& sums, std::vector<data::SkippedSamp
     checkpoints->report();
   }
   skipped = batches.skipped();
-  return !stopped;
+  return stopped ? EpochEnd::Stopped : EpochEnd::Finished;
 }
 
 data::Loader& Trainer::State::epoch_loader() {

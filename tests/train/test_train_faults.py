@@ -319,6 +319,87 @@ class HungRanks(unittest.TestCase):
                  r"tcp://, so rank 0 is probably stopped or gone")
 
 
+class GoingOn(unittest.TestCase):
+    """--on-failure continue on 3 processes: rank 2 killed (SIGKILL) or stopped (SIGSTOP) after rank
+    0 reported step 3 of 8. Ranks 0 and 1 drop the step in flight, re-form without it and finish
+    in-process: nothing restarts, rank 0's process is the one that started, the global batch of 48
+    becomes 32 (it does not split into 2 x 16: the learning rate follows), and, as --sample-log
+    shows, each epoch trains every sample exactly once."""
+
+    def go_on(self, sig):
+        with tempfile.TemporaryDirectory(prefix="dpt_continue_") as tmp:
+            output = os.path.join(tmp, "run")
+            samples = os.path.join(tmp, "samples.txt")
+            args = [dptrain(), "launch", "--standalone", "--nproc-per-node", "3", "--on-failure", "continue",
+                    "--grace-period", "2", "--", dptrain(), "train", *SMALL, "--on-failure", "continue",
+                    "--sample-log", samples, "--output", output]
+            workers = {}
+
+            def signal_at(line, launcher):
+                if not workers and re.search(r"Epoch: \[0\]\[ ?3/8\]", line):
+                    workers.update({r: worker_of_rank(launcher, r) for r in range(3)})
+                    os.kill(workers[2], sig)
+
+            code, out, err = run_watching(args, signal_at)
+            self.assertTrue(workers, out + err)
+            self.assertEqual(code, 0, out + err)
+            self.assertNotIn("restarting", err)
+            # Rank 0's last words (a rank left behind may speak after them, once continued).
+            result = json.loads(re.findall(r"^\[rank 0\] (\{.*\})$", out, re.M)[-1])
+            self.assertEqual(result["global_step"], 24, out)  # 12 steps an epoch over 2
+            for rank in (0, 1):
+                self.assertRegex(out + err, rf"rank {rank}: dropping step \d+ and going on without the lost rank")
+                self.assertRegex(out + err, rf"rank {rank} goes on as rank {rank} of 2 \(ranks 0 1 of the 3 before\)")
+            self.assertIn("world size 3 -> 2: a global batch of 48 does not split into 2 process(es) x 16", out + err)
+            self.assert_each_sample_once(samples, lost=2)
+            with open(os.path.join(output, "metrics.jsonl")) as metrics:
+                rounds = [r for r in map(json.loads, metrics) if r["phase"] == "membership"]
+            self.assertEqual(len(rounds), 1, rounds)
+            self.assertEqual((rounds[0]["round"], rounds[0]["world_size_before"], rounds[0]["world_size"]), (1, 3, 2))
+            self.assertGreater(rounds[0]["seconds"], 0)
+            return err, workers
+
+    def assert_each_sample_once(self, samples, lost):
+        """Every epoch's trained samples, from every rank's --sample-log: each of the 384 once.
+        A step marked dropped was not trained: the line before its mark, and the lost rank's
+        line of that step."""
+        trained = {0: [], 1: []}
+        dropped = set()
+        lines_by_rank = {}
+        for rank in range(3):
+            with open(samples.replace(".txt", f".rank{rank}.txt")) as f:
+                lines_by_rank[rank] = [line.split() for line in f]
+        for rank, lines in lines_by_rank.items():
+            kept = []
+            for fields in lines:
+                if fields[0] == "dropped":
+                    dropped.add(int(fields[1]))
+                    self.assertEqual(int(kept.pop()[0]), int(fields[1]))
+                else:
+                    kept.append(fields)
+            lines_by_rank[rank] = kept
+        self.assertTrue(dropped)
+        for rank, lines in lines_by_rank.items():
+            for fields in lines:
+                if rank == lost and int(fields[0]) in dropped:
+                    continue
+                trained[int(fields[1])] += [int(i) for i in fields[2:]]
+        for epoch, indices in trained.items():
+            self.assertEqual(sorted(indices), list(range(384)), f"epoch {epoch}")
+
+    def test_a_killed_rank_is_left_behind_and_the_others_finish(self):
+        err, workers = self.go_on(signal.SIGKILL)
+        self.assertIn(f"dptrain launch: rank 2 (pid {workers[2]}) was killed by signal 9; the other workers go on "
+                      "without it (--on-failure continue)", err)
+
+    def test_a_stopped_rank_is_named_left_behind_and_stopped_at_the_end(self):
+        err, workers = self.go_on(signal.SIGSTOP)
+        self.assertRegex(err, r"rank 1: rank 2 \(\S+, pid \d+\) sent no heartbeat for [\d.]+ s")
+        self.assertIn("rank 0: heartbeat: told through the store: rank 1: rank 2", err)
+        self.assertIn(f"dptrain launch: rank 2 (pid {workers[2]}) still runs a grace period after the others "
+                      "finished without it: stopping it", err)
+
+
 class AutoResume(unittest.TestCase):
     def test_truncated_newest_checkpoint_falls_back_with_a_warning(self):
         with tempfile.TemporaryDirectory(prefix="dpt_auto_") as tmp:

@@ -18,6 +18,7 @@ struct LaunchFlags {
   int master_port = 29500;
   bool standalone = false;
   int max_restarts = 0;
+  std::string on_failure = "restart";
   std::optional<std::string> log_dir;
   std::string gpus;
   std::string run_id;
@@ -66,6 +67,7 @@ int run_launch(const LaunchFlags& flags, const std::vector<std::string>& program
                      .master_port(flags.master_port)
                      .standalone(flags.standalone)
                      .max_restarts(flags.max_restarts)
+                     .on_failure(flags.on_failure == "continue" ? OnFailure::Continue : OnFailure::Restart)
                      .log_dir(flags.log_dir)
                      .gpus(parse_gpu_list(flags.gpus))
                      .run_id(flags.run_id)
@@ -116,6 +118,11 @@ Command add_launch_command(CLI::App& root, Launcher elastic, Launcher fixed) {
   app->add_flag("--standalone", flags->standalone, "single node on loopback with a free port");
   app->add_option("--max-restarts,--max_restarts", flags->max_restarts,
                   "restart the local group this many times after a failure")
+      ->capture_default_str();
+  app->add_option("--on-failure", flags->on_failure,
+                  "when a worker fails: 'restart' stops the others and restarts the group (--max-restarts); "
+                  "'continue' leaves them running, to go on without it (dptrain train --on-failure continue)")
+      ->check(CLI::IsMember({"restart", "continue"}))
       ->capture_default_str();
   app->add_option("--log-dir,--log_dir", flags->log_dir, "write each worker's output to LOG_DIR/attempt_K/rank_R.log");
   app->add_option("--gpus", flags->gpus, "GPU indices, one per local worker (e.g. 1,3)");

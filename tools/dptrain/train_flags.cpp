@@ -2,6 +2,7 @@
 
 #include "train_flags.h"
 
+#include "dptrain/common/environment.h"
 #include "dptrain/common/error.h"
 #include "dptrain/dist/init_method.h"
 #include "dptrain/optim/optimizer.h"
@@ -202,6 +203,21 @@ void add_parallel_flags(CLI::App& app, TrainFlags& flags) {
          "rendezvous to re-form it: 'auto' (3 step times + 2 s), SECONDS, or 'off' (only --dist-timeout bounds "
          "the wait then)")
       ->default_str("auto");
+  app.add_option_function<std::string>(
+         "--on-failure",
+         [&parallel](const std::string& value) {
+           const Environment env = Environment::current();
+           // Under a launcher that stops every rank when one dies, the others could never go on.
+           DPT_CHECK(value != "continue" || !env.has("TORCHELASTIC_RUN_ID") || env.get(kKeepsSurvivorsVariable) == "1",
+                     ConfigError, "--on-failure continue: this process's launcher stops every rank when one fails; "
+                     "start the job with dptrain launch --on-failure continue");
+           parallel.on_failure(value == "continue" ? OnFailure::Continue : OnFailure::Restart);
+         },
+         "when a rank is lost while the ranks train: 'restart' (the ranks exit, for the launcher to restart the "
+         "group from the last checkpoint) or 'continue' (the others drop the step in flight and go on without it, "
+         "in-process, from the last completed step; needs dptrain launch --on-failure continue)")
+      ->check(CLI::IsMember({"restart", "continue"}))
+      ->default_str("restart");
   add_parsed_option(app, "--mode", parallel.mode(), train::parse_parallel_mode,
                     "ddp: one process per replica (DistributedDataParallel); dp: one process driving the "
                     "--replicas/--gpus replicas, -b then being the batch per step split over them "

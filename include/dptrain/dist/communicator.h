@@ -33,6 +33,7 @@
 
 #include "dptrain/common/log_stream.h"
 #include "dptrain/compat/compat.h"
+#include "dptrain/dist/abandonment.h"
 #include "dptrain/dist/collective.h"
 #include "dptrain/dist/flight_recorder.h"
 #include "dptrain/dist/transport/transport.h"
@@ -164,6 +165,11 @@ class Communicator {
   // This rank's recent collectives; set_step() on it tags the entries with the caller's step.
   FlightRecorder& flight_recorder() { return recorder_; }
 
+  // Ends this rank's waits on the group, from another thread, once armed (abandonment.h): every
+  // operation's wait, and the agreement check's, then throws GroupAbandoned. Shared, so that a
+  // watcher (the heartbeat's thread) may hold it past the communicator.
+  const std::shared_ptr<Abandonment>& abandonment() const { return abandonment_; }
+
  private:
   friend class Work;
   enum class PointToPoint { Send, Recv };
@@ -193,9 +199,16 @@ class Communicator {
   compat::StorePtr store_;
   FlightRecorder recorder_;
   std::ostream* failure_log_;
+  std::shared_ptr<Abandonment> abandonment_ = std::make_shared<Abandonment>();
   // Declared last, destroyed first: its threads finish or fail what is queued, and the backend
   // shuts down, while the rest of the communicator is still whole.
   std::unique_ptr<transport::Transport> transport_;
 };
+
+// Keeps `group` alive, and never destroys it, until the process ends: once abandoned for a lost
+// peer, its backend's threads may wait on the peer's socket until the collective timeout, and
+// destroying the group (Gloo's destructor joins them) would wait as long; the process's exit ends
+// them instead. For groups that the ranks left to form a new one (--on-failure continue).
+void retire(std::shared_ptr<Communicator> group);
 
 }  // namespace dpt::dist

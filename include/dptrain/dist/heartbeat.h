@@ -26,7 +26,11 @@
 // On a loss, `report` gets a sentence naming the rank or the store, and `on_lost` runs on the
 // heartbeat's thread: by default the process exits with status 1, since its collectives could only
 // wait for the timeout; the launcher then restarts the group (--max-restarts, --resume auto) or the
-// elastic rendezvous re-forms it.
+// elastic rendezvous re-forms it. With `tell_every_rank` (--on-failure continue), the loss is also
+// written to the store, where every rank's heartbeat reads it within a beat and runs its own
+// `on_lost`: each rank leaves its collectives at once (abandonment.h), not only the lost rank's
+// watcher. A rank's own code that finds the group broken (a collective failed) tells the others
+// the same way, through raise().
 
 #include <chrono>
 #include <functional>
@@ -40,6 +44,13 @@
 #include "dptrain/compat/compat.h"
 
 namespace dpt::dist {
+
+// What a heartbeat tells `on_lost`.
+struct HeartbeatLoss {
+  std::string message;      // the sentence `report` got
+  std::optional<int> rank;  // the silent rank; unset when the store was lost, or a rank's code raised it
+  bool store_lost = false;  // the store stopped answering this rank: nothing more goes through it
+};
 
 struct HeartbeatOptions {
   // The bound: a peer silent this long is named within it. Unset: `step_times` expected step times
@@ -55,7 +66,10 @@ struct HeartbeatOptions {
   // Where the suspicions and the loss are told; unset: stderr.
   TORCH_ARG(std::function<void(const std::string&)>, report);
   // Runs once, on the heartbeat's thread, after a loss was reported; unset: exit with status 1.
-  TORCH_ARG(std::function<void(const std::string&)>, on_lost);
+  TORCH_ARG(std::function<void(const HeartbeatLoss&)>, on_lost);
+  // A loss named here, or raised, reaches every rank's on_lost through the store (one more key
+  // read per beat). Unset: only the rank that watched the lost one hears of it.
+  TORCH_ARG(bool, tell_every_rank) = false;
 };
 
 class Heartbeat {
@@ -73,6 +87,10 @@ class Heartbeat {
   void step_took(std::chrono::duration<double> step);
   // The bound now: a rank silent this long is named within it.
   std::chrono::milliseconds silence() const;
+  // This rank's own code found the group broken (`why`: a collective failed): with
+  // tell_every_rank, every other rank's on_lost hears of it within a beat. The first loss told
+  // wins; later ones are dropped.
+  void raise(const std::string& why);
 
   // The state the threads share (heartbeat.cpp); held by them too, since a thread blocked on a
   // store that stopped answering is left behind rather than waited for.

@@ -9,6 +9,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include <torch/arg.h>
 
@@ -68,5 +69,14 @@ std::shared_ptr<Communicator> init_process_group(const InitOptions& options = In
 std::shared_ptr<Communicator> new_group(const Communicator& world, int first, int size,
                                         const InitOptions& options = InitOptions(),
                                         const Environment& env = Environment::current());
+
+// A communicator over the ranks `members` (ascending ranks of `before`) that go on after `before`
+// lost the others (reformation.h): collective over `members` only, on `before`'s store under the
+// prefix `name`, which every member passes alike and no earlier group used. Gloo, as
+// init_process_group made `before`'s, shared memory included where `before` had every rank on
+// this host. Its abandonment (abandonment.h) is armed as `before`'s was.
+std::shared_ptr<Communicator> regroup(const Communicator& before, const std::vector<int>& members,
+                                      const std::string& name, const InitOptions& options = InitOptions(),
+                                      const Environment& env = Environment::current());
 
 }  // namespace dpt::dist

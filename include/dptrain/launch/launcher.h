@@ -12,6 +12,7 @@
 
 #include <torch/arg.h>
 
+#include "dptrain/common/on_failure.h"
 #include "dptrain/common/environment.h"
 #include "dptrain/launch/worker_group.h"
 
@@ -43,6 +44,9 @@ struct LaunchOptions {
   TORCH_ARG(bool, standalone) = false;
   // How often the whole local group is restarted after a failure.
   TORCH_ARG(int, max_restarts) = 0;
+  // Continue: a worker that fails leaves the others running (they re-form without it, as
+  // `dptrain train --on-failure continue` does); the group fails only when every worker has.
+  TORCH_ARG(OnFailure, on_failure) = OnFailure::Restart;
   // When set, each worker's output goes to LOG_DIR/attempt_K/rank_R.log instead of the terminal.
   TORCH_ARG(std::optional<std::string>, log_dir) = std::nullopt;
   // GPU indices; local rank i sees only the i-th (CUDA_VISIBLE_DEVICES), so subsets like 1,3 work.

@@ -8,7 +8,7 @@
 //   if (!result.succeeded()) std::cerr << result.report();
 //
 // Guarantees: SIGINT, SIGTERM and SIGHUP sent to this process reach every worker; when one worker
-// fails the others get SIGTERM and, after the grace period, SIGKILL; workers die with this process
+// fails the others get SIGTERM and, after the grace period, SIGKILL (unless they are kept); workers die with this process
 // even if it is killed outright (PR_SET_PDEATHSIG); each worker leads its own process group, so
 // whatever it started is signalled with it. run() returns only after every worker is reaped.
 
@@ -26,6 +26,7 @@
 namespace dpt::launch {
 
 class SignalCapture;
+struct WorkerExit;
 
 struct WorkerSpec {
   std::string name;                        // "rank 3": prefix of its output lines and in reports
@@ -44,6 +45,11 @@ struct SupervisorOptions {
   // stops them with SIGTERM, which dptrain train takes as a stop on request (a checkpoint, then
   // exit). The elastic launcher stops a round this way for a re-formation.
   TORCH_ARG(std::function<bool()>, stop_when);
+  // A worker that fails leaves the others running (--on-failure continue): the group ends when
+  // every worker has, and fails only if none succeeded. Each failure is told to `on_lost` as it
+  // happens.
+  TORCH_ARG(bool, keep_survivors) = false;
+  TORCH_ARG(std::function<void(const WorkerExit&)>, on_lost);
 };
 
 // How one worker ended.
@@ -53,6 +59,8 @@ struct WorkerExit {
   int exit_code = 0;  // when it exited
   int signal = 0;     // when a signal killed it (exit_code is then 128 + signal)
   double seconds = 0; // after its start
+  // Kept survivors (SupervisorOptions::keep_survivors) finished while it still ran: it is stopped.
+  bool left_behind = false;
   std::vector<std::string> tail;  // its last output lines
 };
 

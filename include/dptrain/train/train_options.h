@@ -20,6 +20,7 @@
 
 #include <torch/arg.h>
 
+#include "dptrain/common/on_failure.h"
 #include "dptrain/common/log_stream.h"
 #include "dptrain/data/auto_augment.h"
 #include "dptrain/data/dataset.h"
@@ -141,6 +142,13 @@ struct ParallelOptions {
   // collective for `dist`'s timeout. Unset: off. (Not for ranks that never wait for each other:
   // an asynchronous parameter server's workers.)
   TORCH_ARG(std::optional<dist::HeartbeatOptions>, heartbeat) = dist::HeartbeatOptions();
+  // When a rank is lost while the ranks train: Restart leaves it to the launcher (the ranks that
+  // find the loss exit; --max-restarts, --resume auto); Continue keeps the others going in-process
+  // (train/...: the step in flight is dropped, the group re-formed without the lost rank, the rest
+  // of the epoch re-dealt over the ranks left). Continue needs the heartbeat and a launcher that
+  // leaves the others running (dptrain launch --on-failure continue); mode ddp over Gloo, without
+  // ZeRO or --sync-bn.
+  TORCH_ARG(OnFailure, on_failure) = OnFailure::Restart;
   // CUDA device index for this process. Unset: the communicator's device (the local rank's GPU
   // under NCCL, else the CPU).
   TORCH_ARG(std::optional<int>, gpu) = std::nullopt;

@@ -21,13 +21,12 @@ std::unique_ptr<Transport> make_transport(compat::BackendPtr backend, const Worl
     auto local = shm::Allreduce::attach(store, world, shm::Options().timeout(options.timeout()), &why_not);
     if (local) {
       auto fallback =
-          std::make_unique<process_group::Transport>(std::move(backend), options.timeout(), options.check_agreement());
+          std::make_unique<process_group::Transport>(std::move(backend), options);
       return std::make_unique<shm::Transport>(std::move(local), std::move(fallback));
     }
     why_not = "no shared memory: " + why_not;
   }
-  return std::make_unique<process_group::Transport>(std::move(backend), options.timeout(), options.check_agreement(),
-                                                    why_not);
+  return std::make_unique<process_group::Transport>(std::move(backend), options, why_not);
 }
 
 }  // namespace dpt::dist::transport

@@ -15,4 +15,6 @@ void SampleLog::record(int64_t global_step, int64_t epoch, const std::vector<int
   file_.write(line.append("\n"));
 }
 
+void SampleLog::drop(int64_t global_step) { file_.write("dropped " + std::to_string(global_step) + "\n"); }
+
 }  // namespace dpt::train

@@ -6,6 +6,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <mutex>
+#include <optional>
 #include <regex>
 #include <thread>
 #include <vector>
@@ -16,6 +17,7 @@
 #include "support/wait_until.h"
 
 using dpt::dist::Heartbeat;
+using dpt::dist::HeartbeatLoss;
 using dpt::dist::HeartbeatOptions;
 using std::chrono::milliseconds;
 
@@ -26,6 +28,7 @@ struct Told {
   std::mutex mutex;
   std::vector<std::string> lines;
   std::string loss;
+  std::optional<int> lost_rank;
   std::atomic<bool> lost{false};
 
   std::vector<std::string> all() {
@@ -44,10 +47,11 @@ HeartbeatOptions quick(Told& told) {
         std::lock_guard<std::mutex> lock(told.mutex);
         told.lines.push_back(line);
       })
-      .on_lost([&told](const std::string& loss) {
+      .on_lost([&told](const HeartbeatLoss& loss) {
         {
           std::lock_guard<std::mutex> lock(told.mutex);
-          told.loss = loss;
+          told.loss = loss.message;
+          told.lost_rank = loss.rank;
         }
         told.lost = true;
       });
@@ -186,5 +190,44 @@ TEST(Heartbeat, AStoreThatStopsAnsweringIsNamed) {
                                                          R"(stopped or gone)")))
         << told->loss;
     EXPECT_GE(silence_named(told->loss) + 0.005, 0.5625);
+  }
+}
+
+TEST(Heartbeat, ALossToldToEveryRankReachesTheRanksThatDidNotWatchTheLostOne) {
+  // Rank 1 watches rank 2, which never beats; rank 0 watches rank 1, which does.
+  for (const bool tell : {true, false}) {
+    auto store = c10::make_intrusive<c10d::HashStore>();
+    Told told0;
+    Told told1;
+    Heartbeat rank0(store, 0, 3, quick(told0).tell_every_rank(tell));
+    Heartbeat rank1(store, 1, 3, quick(told1).tell_every_rank(tell));
+    ASSERT_TRUE(dpt::testing::wait_until([&] { return told1.lost.load(); }, std::chrono::seconds(30)));
+    EXPECT_EQ(told1.lost_rank, 2);
+    if (!tell) {
+      // The negative control: only the watcher knows, a bound after the loss too.
+      std::this_thread::sleep_for(milliseconds(900));
+      EXPECT_FALSE(told0.lost) << told0.loss;
+      continue;
+    }
+    ASSERT_TRUE(dpt::testing::wait_until([&] { return told0.lost.load(); }, std::chrono::seconds(30)));
+    EXPECT_EQ(told0.lost_rank, 2);
+    EXPECT_EQ(told0.loss, told1.loss);
+    const auto lines = told0.all();
+    ASSERT_FALSE(lines.empty());
+    EXPECT_EQ(lines.back(), "rank 0: heartbeat: told through the store: " + told1.loss);
+  }
+}
+
+TEST(Heartbeat, ALossARanksOwnCodeRaisesReachesEveryRank) {
+  auto store = c10::make_intrusive<c10d::HashStore>();
+  Told told0;
+  Told told1;
+  Heartbeat rank0(store, 0, 2, quick(told0).tell_every_rank(true));
+  Heartbeat rank1(store, 1, 2, quick(told1).tell_every_rank(true));
+  rank0.raise("rank 0: a collective failed: Connection reset by peer");
+  ASSERT_TRUE(dpt::testing::wait_until([&] { return told0.lost && told1.lost; }, std::chrono::seconds(30)));
+  for (Told* told : {&told0, &told1}) {
+    EXPECT_EQ(told->loss, "rank 0: a collective failed: Connection reset by peer");
+    EXPECT_FALSE(told->lost_rank.has_value());
   }
 }

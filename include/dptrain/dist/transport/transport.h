@@ -24,6 +24,7 @@
 #include <torch/arg.h>
 
 #include "dptrain/compat/compat.h"
+#include "dptrain/dist/abandonment.h"
 #include "dptrain/dist/collective.h"
 #include "dptrain/dist/flight_recorder.h"
 #include "dptrain/dist/world.h"
@@ -79,6 +80,9 @@ struct TransportOptions {
   // skipped collective or a different shape fails at once with each rank's, instead of summing the
   // wrong tensors or aborting inside Gloo.
   TORCH_ARG(bool, check_agreement) = true;
+  // The communicator's: the agreement check's wait, on the caller's thread, leaves once it is
+  // abandoned (armed). Null: the backend's own wait.
+  TORCH_ARG(std::shared_ptr<const Abandonment>, abandonment);
 };
 
 // Collective: every rank calls it at the same point and all of them get the same kind of transport

@@ -13,7 +13,10 @@
 // the checkpoint it resumed from appear twice: the later lines are the ones the weights hold. A
 // run resumed at another world size counts its steps by its own global batch (the checkpoint's
 // samples of the epoch over it, rounded down), so give it a file of its own and join the two at
-// the checkpoint's step (bench/faults' elastic kind does). Each line is one write(2), whole or
+// the checkpoint's step (bench/faults' elastic kind does). Under --on-failure continue, a step
+// dropped for a lost rank is followed by "dropped <step>": its line above it, and the lost rank's
+// line of that step, were not trained (the ranks left number their steps on from where their new
+// global batch puts them, which may be that number again). Each line is one write(2), whole or
 // absent in a process killed mid-run.
 
 #include <cstdint>
@@ -29,6 +32,8 @@ class SampleLog {
   // ConfigError when the file cannot be created.
   SampleLog(const std::filesystem::path& path, int rank);
   void record(int64_t global_step, int64_t epoch, const std::vector<int64_t>& indices);
+  // The step recorded last, `global_step`, was dropped: a loss cut it short.
+  void drop(int64_t global_step);
 
  private:
   LogFile file_;

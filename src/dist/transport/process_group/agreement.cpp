@@ -47,7 +47,8 @@ Identity decode(const at::Tensor& bytes) {
 
 bool can_check_agreement(const compat::Backend& backend) { return backend.getBackendName() == "gloo"; }
 
-void check_agreement(compat::Backend& backend, const CollectiveRecord& record, std::chrono::milliseconds timeout) {
+void check_agreement(compat::Backend& backend, const CollectiveRecord& record, std::chrono::milliseconds timeout,
+                     const Abandonment* abandonment) {
   const int world_size = backend.getSize();
   if (world_size < 2) return;
   std::vector<at::Tensor> inputs{encode(record)};
@@ -55,7 +56,12 @@ void check_agreement(compat::Backend& backend, const CollectiveRecord& record, s
   for (int r = 0; r < world_size; ++r) outputs[0].push_back(at::empty({kIdentityBytes}, at::kByte));
   c10d::AllgatherOptions options;
   options.timeout = timeout;
-  backend.allgather(outputs, inputs, options)->wait(timeout);
+  const compat::WorkPtr work = backend.allgather(outputs, inputs, options);
+  if (abandonment != nullptr) {
+    abandonment->wait(work, timeout);
+  } else {
+    work->wait(timeout);
+  }
 
   // A rank without a step (one that joined) agrees with any step.
   std::vector<Identity> identities;

@@ -18,13 +18,16 @@
 #include <chrono>
 
 #include "dptrain/compat/compat.h"
+#include "dptrain/dist/abandonment.h"
 #include "dptrain/dist/flight_recorder.h"
 
 namespace dpt::dist::detail {
 
 // Throws DistError naming each rank's collective when they differ; TimeoutError or the backend's
-// own error when the exchange fails (the caller classifies it as it would the collective's).
-void check_agreement(compat::Backend& backend, const CollectiveRecord& record, std::chrono::milliseconds timeout);
+// own error when the exchange fails (the caller classifies it as it would the collective's);
+// GroupAbandoned once `abandonment` (when given) is abandoned.
+void check_agreement(compat::Backend& backend, const CollectiveRecord& record, std::chrono::milliseconds timeout,
+                     const Abandonment* abandonment = nullptr);
 
 // Whether collectives on `backend` are checked: Gloo's only. NCCL's tensors are on the GPU, and
 // reading the answer would synchronise with it.

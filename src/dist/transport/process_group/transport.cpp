@@ -20,11 +20,11 @@ c10d::ReduceOp to_c10d(ReduceOp op, bool native_avg) {
 
 }  // namespace
 
-Transport::Transport(compat::BackendPtr backend, std::chrono::milliseconds timeout, bool check_agreement,
-                     std::string note)
+Transport::Transport(compat::BackendPtr backend, const TransportOptions& options, std::string note)
     : backend_(std::move(backend)),
-      timeout_(timeout),
-      check_agreement_(check_agreement && detail::can_check_agreement(*backend_)),
+      timeout_(options.timeout()),
+      check_agreement_(options.check_agreement() && detail::can_check_agreement(*backend_)),
+      abandonment_(options.abandonment()),
       note_(std::move(note)) {
   for (const auto type : {at::kHalf, at::kBFloat16}) {
     try {
@@ -54,7 +54,7 @@ bool Transport::scatters(const at::Tensor& /*like*/, ReduceOp op) const {
 }
 
 void Transport::agree(const CollectiveRecord& record) {
-  if (check_agreement_) detail::check_agreement(*backend_, record, timeout_);
+  if (check_agreement_) detail::check_agreement(*backend_, record, timeout_, abandonment_.get());
 }
 
 compat::WorkPtr Transport::all_reduce(at::Tensor tensor, ReduceOp op, const CollectiveRecord& record) {

@@ -16,10 +16,9 @@ class Transport : public transport::Transport {
  public:
   // Collective: asks the backend which of half and bfloat16 it reduces (compat::backend_reduces),
   // every rank at the same point. `note`, when set, says why a faster way was not taken;
-  // describe() repeats it. With `check_agreement`, Gloo's collectives first compare every rank's
-  // record of them.
-  Transport(compat::BackendPtr backend, std::chrono::milliseconds timeout, bool check_agreement,
-            std::string note = {});
+  // describe() repeats it. With options.check_agreement(), Gloo's collectives first compare every
+  // rank's record of them; options.shared_memory() and store() are not this transport's.
+  Transport(compat::BackendPtr backend, const TransportOptions& options, std::string note = {});
   ~Transport() override;
 
   std::string describe() const override;
@@ -41,6 +40,7 @@ class Transport : public transport::Transport {
   compat::BackendPtr backend_;
   std::chrono::milliseconds timeout_;
   bool check_agreement_;
+  std::shared_ptr<const Abandonment> abandonment_;
   std::string note_;
   std::vector<at::ScalarType> through_float_;  // types the backend cannot reduce itself
 };

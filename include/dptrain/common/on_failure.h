@@ -1,0 +1,17 @@
+#pragma once
+// What a job does when one of its ranks dies: the launcher and the trainer must agree, since
+// going on without a rank needs both a launcher that leaves the other ranks running and ranks
+// that re-form their group (`--on-failure` of `dptrain launch` and of `dptrain train`).
+
+namespace dpt {
+
+enum class OnFailure {
+  Restart,   // the launcher stops every rank and starts the group again (--max-restarts, --resume auto)
+  Continue,  // the other ranks go on in-process, without the lost one, from the last step completed
+};
+
+// Set by a launcher that leaves the other workers running when one fails ("1"): a trainer asked
+// to continue checks it, since under any other launcher its survivors would be stopped anyway.
+inline constexpr const char* kKeepsSurvivorsVariable = "DPTRAIN_LAUNCHER_KEEPS_SURVIVORS";
+
+}  // namespace dpt

@@ -1,0 +1,170 @@
+// Going on without a lost rank (--on-failure continue; trainer_state.h). A loss is found by the
+// heartbeat, which tells every rank through the store and ends their waits (dist/abandonment.h),
+// or by a collective that fails at once (a peer's socket closed). Each rank then drops the step in
+// flight: its collectives come before the optimizer's step, so the weights, the optimizer and the
+// scaler are still the last completed step's, and only the step's forward moved anything (the
+// batch-norm statistics, the generator), which is put back. The ranks left agree on who they are
+// (dist/reformation.h), form a new group over the same store (dist::regroup), and rebuild the
+// step's parts over it from that state, as a resume at another world size would from a checkpoint:
+// the global batch kept through accumulation where it divides, the rest of the epoch re-dealt over
+// the ranks left, so that every sample of the epoch is trained once. No process restarts and
+// nothing is read from disk.
+#include "trainer_state.h"
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "dptrain/common/error.h"
+#include "dptrain/compat/pickle.h"
+#include "dptrain/dist/init.h"
+#include "dptrain/dist/reformation.h"
+
+namespace dpt::train {
+
+namespace {
+
+// A state too large for one message is not a concern here: a checkpoint travels as one tensor.
+at::Tensor to_tensor(const std::vector<char>& bytes) {
+  at::Tensor tensor = at::empty({static_cast<int64_t>(bytes.size())}, at::kByte);
+  std::copy(bytes.begin(), bytes.end(), reinterpret_cast<char*>(tensor.data_ptr<uint8_t>()));
+  return tensor;
+}
+
+}  // namespace
+
+void Trainer::State::prepare_to_continue() {
+  if (!continues_on_failure()) return;
+  const ParallelOptions& parallel = options.parallel();
+  // Each refusal names what it lacks: the watch that finds a stopped rank, a group that Gloo can
+  // leave (NCCL's waits are the GPU's), a style whose every part is rebuilt here.
+  DPT_CHECK(parallel.heartbeat().has_value(), ConfigError, "--on-failure continue needs the heartbeat, which finds ",
+            "a stopped rank: drop --heartbeat off");
+  DPT_CHECK(parallel.mode() == ParallelMode::Ddp && parallel.zero_stage() == 0 && !parallel.sync_bn(), ConfigError,
+            "--on-failure continue works with --mode ddp, without --zero or --sync-bn (their state and their "
+            "layers hold the group); use --on-failure restart");
+  DPT_CHECK(comm->backend_name() == "gloo", ConfigError, "--on-failure continue needs the Gloo backend (NCCL's ",
+            "collectives cannot be left from the host yet): --dist-backend gloo, or --on-failure restart");
+  comm->abandonment()->arm();
+}
+
+dist::HeartbeatOptions Trainer::State::heartbeat_options() const {
+  dist::HeartbeatOptions watch = *options.parallel().heartbeat();
+  if (!continues_on_failure()) return watch;
+  return watch.tell_every_rank(true).on_lost(
+      [losses = losses, abandonment = comm->abandonment()](const dist::HeartbeatLoss& loss) {
+        if (loss.rank) {
+          std::lock_guard<std::mutex> lock(losses->mutex);
+          losses->ranks.push_back(*loss.rank);
+        }
+        abandonment->abandon(loss.message);
+      });
+}
+
+void Trainer::State::keep_step_start() {
+  step_start_buffers.clear();
+  for (const auto& buffer : model->buffers()) step_start_buffers.push_back(buffer.clone());
+  step_start_rng = at::detail::getDefaultCPUGenerator().get_state();
+}
+
+void Trainer::State::forget_step_start() {
+  torch::NoGradGuard no_grad;
+  const auto buffers = model->buffers();
+  DPT_CHECK(buffers.size() == step_start_buffers.size(), InternalError, "the model has ", buffers.size(),
+            " buffers, ", step_start_buffers.size(), " were kept");
+  for (size_t i = 0; i < buffers.size(); ++i) buffers[i].copy_(step_start_buffers[i]);
+  at::Generator generator = at::detail::getDefaultCPUGenerator();  // shares the default's state
+  generator.set_state(step_start_rng);
+}
+
+void Trainer::State::go_on_without_lost() {
+  DPT_ASSERT(dropped_step, "go_on_without_lost without a dropped step");
+  const auto [failure, found_at] = *std::exchange(dropped_step, std::nullopt);
+  const int rank_before = comm->rank();
+  const int world_before = comm->size();
+  if (options.log() != nullptr) {
+    *options.log() << "rank " << rank_before << ": dropping step " << global_step() + 1
+                   << " and going on without the lost rank(s) (--on-failure continue): " << failure << std::endl;
+  }
+  forget_step_start();
+  // The last completed step's state, still this group's (its world size and global batch).
+  TrainingCheckpoint held = checkpoint_state();
+  // The others may not have heard yet (a socket that closed reached this rank first).
+  if (heartbeat) heartbeat->raise(str("rank ", rank_before, ": a collective failed: ", failure));
+  // The ranks left hear of the loss within a beat, or at their next collective: one still computing
+  // its step arrives up to a step time later. The heartbeat's bound (3 step times + 2 s) covers both.
+  const auto window = heartbeat ? heartbeat->silence() : std::chrono::milliseconds(std::chrono::seconds(5));
+  // Leave the old group: nothing of the step may hold it.
+  train_step.reset();
+  heartbeat.reset();
+  style.reset();  // the reducer's hooks leave the parameters
+  train_loader.reset();
+  const std::shared_ptr<dist::Communicator> before = comm;
+  dist::retire(before);
+  std::vector<int> lost;
+  {
+    std::lock_guard<std::mutex> lock(losses->mutex);
+    lost = std::exchange(losses->ranks, {});
+  }
+  ++reformations;
+  const dist::Survivors left = dist::agree_on_survivors(*before->store(),
+                                                        dist::ReformationOptions(reformations, rank_before, world_before)
+                                                            .progress(global_step())
+                                                            .lost(lost)
+                                                            .window(window));
+  DPT_CHECK(left.ranks.front() == 0, DistError, "rank ", rank_before, ": rank 0 is lost; it writes the checkpoints ",
+            "and the logs, so the job cannot go on in-process. Restart it (--max-restarts, --resume auto)");
+  comm = dist::regroup(*before, left.ranks, str("reformed", reformations), options.parallel().dist());
+  job = comm;
+  // The state every rank goes on from: the furthest step any rank completed (a loss can cut a
+  // step's last collective short for some ranks only), sent by the lowest rank that holds it.
+  const auto furthest = std::max_element(left.progress.begin(), left.progress.end());
+  const int holder = static_cast<int>(furthest - left.progress.begin());
+  // A rank behind the furthest had the furthest step in flight, and that step was trained (its
+  // collectives completed elsewhere, so they had every rank's part): only a step past it is not.
+  if (sample_log && left.progress[static_cast<size_t>(left.rank)] == *furthest) sample_log->drop(*furthest + 1);
+  if (std::any_of(left.progress.begin(), left.progress.end(), [&](int64_t p) { return p != *furthest; })) {
+    at::Tensor size = at::full({1}, 0, at::kLong);
+    at::Tensor bytes;
+    if (comm->rank() == holder) bytes = to_tensor(compat::pickle_save(held.to_ivalue()));
+    if (comm->rank() == holder) size.fill_(bytes.numel());
+    comm->broadcast(size, holder);
+    if (comm->rank() != holder) bytes = at::empty({size.item<int64_t>()}, at::kByte);
+    comm->broadcast(bytes, holder);
+    if (comm->rank() != holder) {
+      const char* data = reinterpret_cast<const char*>(bytes.data_ptr<uint8_t>());
+      held = TrainingCheckpoint::from_ivalue(compat::pickle_load(std::vector<char>(data, data + bytes.numel())),
+                                             "the state of rank " + std::to_string(holder));
+      take_received_weights(held);
+    }
+  }
+  build_step();
+  start_notes.clear();
+  restore(held, "the state in memory");
+  style->start();
+  if (stragglers) stragglers = std::make_unique<StragglerWatch>(options.stragglers(), comm->rank(), comm->size(), timeline.get());
+  hosts.clear();
+  train_step = std::make_unique<TrainStep>(StepParts{options, model, device, *style, *scaler, *mixing, ema.get(),
+                                                     phase_hook(), timeline.get()});
+  MembershipReport report;
+  report.round = before->world().restart_count + reformations;
+  report.cause = failure;
+  report.world_size_before = world_before;
+  report.world_size = comm->size();
+  round_change = report;
+  round_before_ended = found_at;
+  if (options.log() != nullptr) {
+    std::string ranks;
+    for (int r : left.ranks) ranks += str(ranks.empty() ? "" : " ", r);
+    *options.log() << fmt::format("rank {} goes on as rank {} of {} (ranks {} of the {} before) from global step {}",
+                                  rank_before, comm->rank(), comm->size(), ranks, world_before, global_step());
+    for (const auto& note : start_notes) *options.log() << "; " << note;
+    *options.log() << std::endl;
+  }
+  start_notes.clear();
+}
+
+}  // namespace dpt::train
