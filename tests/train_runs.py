@@ -29,6 +29,35 @@ def last_json(out):
     return json.loads(re.sub(r"^\[rank \d+\] ", "", out.strip().splitlines()[-1]))
 
 
+def trained_by_epoch(sample_log, ranks, lost):
+    """{epoch: [index, ...]} that a run's --sample-log files (`sample_log` as given to the flag, one
+    file per rank of `ranks`) say were trained, where rank `lost` was lost and the others went on
+    (--on-failure continue). A step marked dropped was not trained: the line before its mark in the
+    file that marks it, and the lost rank's line of that step. A line cut short by a kill is not
+    counted. Returns also the dropped steps."""
+    kept_by_rank, dropped = {}, set()
+    for rank in ranks:
+        kept = []
+        with open(sample_log.replace(".txt", f".rank{rank}.txt")) as f:
+            for line in f:
+                if not line.endswith("\n"):
+                    continue
+                fields = line.split()
+                if fields[0] == "dropped":
+                    dropped.add(int(fields[1]))
+                    if kept and int(kept[-1][0]) == int(fields[1]):
+                        kept.pop()
+                else:
+                    kept.append(fields)
+        kept_by_rank[rank] = kept
+    epochs = {}
+    for rank, lines in kept_by_rank.items():
+        for fields in lines:
+            if rank != lost or int(fields[0]) not in dropped:
+                epochs.setdefault(int(fields[1]), []).extend(int(i) for i in fields[2:])
+    return epochs, dropped
+
+
 def train_two_ranks(*args, arch="resnet20"):
     """`dptrain train -a arch ARGS` on 2 processes under the launcher (the learning tests' runs);
     returns its output and rank 0's JSON line, or fails with the output."""

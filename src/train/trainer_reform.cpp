@@ -139,6 +139,11 @@ void Trainer::State::go_on_without_lost() {
       held = TrainingCheckpoint::from_ivalue(compat::pickle_load(std::vector<char>(data, data + bytes.numel())),
                                              "the state of rank " + std::to_string(holder));
       take_received_weights(held);
+      if (options.log() != nullptr) {
+        *options.log() << "rank " << rank_before << ": received the state of global step " << held.global_step
+                       << " from rank " << left.ranks[static_cast<size_t>(holder)] << " (" << bytes.numel()
+                       << " bytes), which completed a step this rank did not" << std::endl;
+      }
     }
   }
   build_step();

@@ -15,7 +15,7 @@ import unittest
 
 from file_creations import FileCreations
 from proc import Started, dptrain, run, worker_of_rank
-from train_runs import SMALL, STEPS, alone, compare_checkpoints, identical, last_json
+from train_runs import SMALL, STEPS, alone, compare_checkpoints, identical, last_json, trained_by_epoch
 
 
 def launch(output, restarts, extra=()):
@@ -360,31 +360,11 @@ class GoingOn(unittest.TestCase):
             return err, workers
 
     def assert_each_sample_once(self, samples, lost):
-        """Every epoch's trained samples, from every rank's --sample-log: each of the 384 once.
-        A step marked dropped was not trained: the line before its mark, and the lost rank's
-        line of that step."""
-        trained = {0: [], 1: []}
-        dropped = set()
-        lines_by_rank = {}
-        for rank in range(3):
-            with open(samples.replace(".txt", f".rank{rank}.txt")) as f:
-                lines_by_rank[rank] = [line.split() for line in f]
-        for rank, lines in lines_by_rank.items():
-            kept = []
-            for fields in lines:
-                if fields[0] == "dropped":
-                    dropped.add(int(fields[1]))
-                    self.assertEqual(int(kept.pop()[0]), int(fields[1]))
-                else:
-                    kept.append(fields)
-            lines_by_rank[rank] = kept
+        """Every epoch's trained samples, from every rank's --sample-log: each of the 384 once."""
+        epochs, dropped = trained_by_epoch(samples, range(3), lost)
         self.assertTrue(dropped)
-        for rank, lines in lines_by_rank.items():
-            for fields in lines:
-                if rank == lost and int(fields[0]) in dropped:
-                    continue
-                trained[int(fields[1])] += [int(i) for i in fields[2:]]
-        for epoch, indices in trained.items():
+        self.assertEqual(sorted(epochs), [0, 1])
+        for epoch, indices in epochs.items():
             self.assertEqual(sorted(indices), list(range(384)), f"epoch {epoch}")
 
     def test_a_killed_rank_is_left_behind_and_the_others_finish(self):
