@@ -168,19 +168,21 @@ TrainResult Trainer::train() {
     }
     // The whole pass's bad images, also those of batches after the last step (or of a pass whose
     // every batch was bad): the steps carried only their own.
-    sums.skipped_images = s.ranks().sum(static_cast<int64_t>(skipped.size()));
+    sums.skipped_images = s.going_on([&] { return s.ranks().sum(static_cast<int64_t>(skipped.size())); });
     // A run stopped after an epoch's last step resumes into an empty pass: nothing to report.
     // (`sums` holds every rank's counts, so all ranks skip alike.)
     if (sums.count > 0 || sums.skipped_images > 0) s.report_pass("train", sums, skipped, start);
 
-    {
-      const auto validating = span_of(s.timeline.get(), "validation", {{"epoch", s.epoch + 1}});
-      result.last_val = evaluate();
-    }
-    if (s.ema) {
-      const auto validating = span_of(s.timeline.get(), "validation (EMA)", {{"epoch", s.epoch + 1}});
-      result.last_val_ema = s.evaluate(*s.ema->module(), "val_ema");
-    }
+    s.going_on([&] {
+      {
+        const auto validating = span_of(s.timeline.get(), "validation", {{"epoch", s.epoch + 1}});
+        result.last_val = evaluate();
+      }
+      if (s.ema) {
+        const auto validating = span_of(s.timeline.get(), "validation (EMA)", {{"epoch", s.epoch + 1}});
+        result.last_val_ema = s.evaluate(*s.ema->module(), "val_ema");
+      }
+    });
     // Every rank holds the summed loss, so all decide alike. A model whose validation loss is not
     // finite has diverged, whatever its top-1 (in evaluation mode, BatchNorm's running statistics
     // can overflow while training's own loss stays finite): never the best.
@@ -202,7 +204,7 @@ TrainResult Trainer::train() {
     if (s.options.max_steps() && s.global_step() >= *s.options.max_steps()) break;
     // A stop signal that came during validation: the epoch's checkpoint is written, so stop now
     // rather than after the next epoch's first step.
-    if (s.any_rank_stopping()) {
+    if (s.going_on([&] { return s.any_rank_stopping(); })) {
       s.stop_agreed = true;
       s.checkpoints->finish();
       s.ranks().barrier();

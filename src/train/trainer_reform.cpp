@@ -81,15 +81,18 @@ void Trainer::State::forget_step_start() {
 }
 
 void Trainer::State::go_on_without_lost() {
-  DPT_ASSERT(dropped_step, "go_on_without_lost without a dropped step");
-  const auto [failure, found_at] = *std::exchange(dropped_step, std::nullopt);
+  DPT_ASSERT(found_loss, "go_on_without_lost without a loss found");
+  const FoundLoss found = *std::exchange(found_loss, std::nullopt);
+  const std::string& failure = found.failure;
   const int rank_before = comm->rank();
   const int world_before = comm->size();
   if (options.log() != nullptr) {
-    *options.log() << "rank " << rank_before << ": dropping step " << global_step() + 1
+    *options.log() << "rank " << rank_before << ": "
+                   << (found.in_step ? str("dropping step ", global_step() + 1)
+                                     : str("leaving the end of epoch ", epoch, " (to run it again)"))
                    << " and going on without the lost rank(s) (--on-failure continue): " << failure << std::endl;
   }
-  forget_step_start();
+  if (found.in_step) forget_step_start();
   // The last completed step's state, still this group's (its world size and global batch).
   TrainingCheckpoint held = checkpoint_state();
   // The others may not have heard yet (a socket that closed reached this rank first).
@@ -125,7 +128,9 @@ void Trainer::State::go_on_without_lost() {
   const int holder = static_cast<int>(furthest - left.progress.begin());
   // A rank behind the furthest had the furthest step in flight, and that step was trained (its
   // collectives completed elsewhere, so they had every rank's part): only a step past it is not.
-  if (sample_log && left.progress[static_cast<size_t>(left.rank)] == *furthest) sample_log->drop(*furthest + 1);
+  if (found.in_step && sample_log && left.progress[static_cast<size_t>(left.rank)] == *furthest) {
+    sample_log->drop(*furthest + 1);
+  }
   if (std::any_of(left.progress.begin(), left.progress.end(), [&](int64_t p) { return p != *furthest; })) {
     at::Tensor size = at::full({1}, 0, at::kLong);
     at::Tensor bytes;
@@ -160,7 +165,7 @@ void Trainer::State::go_on_without_lost() {
   report.world_size_before = world_before;
   report.world_size = comm->size();
   round_change = report;
-  round_before_ended = found_at;
+  round_before_ended = found.at;
   if (options.log() != nullptr) {
     std::string ranks;
     for (int r : left.ranks) ranks += str(ranks.empty() ? "" : " ", r);

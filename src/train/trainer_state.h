@@ -85,8 +85,14 @@ struct Trainer::State {
   // them: a step dropped for a loss has moved them, and the ranks go on from before it.
   std::vector<at::Tensor> step_start_buffers;
   at::Tensor step_start_rng;
-  // Why the last step was dropped, and when: set by train_epoch, taken by go_on_without_lost.
-  std::optional<std::pair<std::string, Clock::time_point>> dropped_step;
+  // A loss found by a collective: what failed, when, and whether a training step was in flight
+  // (else the epoch's end: its validation). Set where it is caught, taken by go_on_without_lost.
+  struct FoundLoss {
+    std::string failure;
+    Clock::time_point at;
+    bool in_step = true;
+  };
+  std::optional<FoundLoss> found_loss;
   int reformations = 0;
   at::Device device{at::kCPU};
   std::unique_ptr<ParallelStyle> style;
@@ -198,13 +204,27 @@ struct Trainer::State {
   // Collective over the ranks left: the group re-formed without the lost rank(s), and every part
   // of the step rebuilt over it from the last completed step, held in memory.
   void go_on_without_lost();
+  // Runs `collective` (the epoch's end: sums, validation); under --on-failure continue, a loss
+  // found in it re-forms the group and runs it again over the ranks left.
+  template <typename F>
+  auto going_on(F&& collective) {
+    while (true) {
+      try {
+        return collective();
+      } catch (const DistError& e) {
+        if (!continues_on_failure()) throw;
+        found_loss = FoundLoss{e.what(), Clock::now(), /*in_step=*/false};
+      }
+      go_on_without_lost();
+    }
+  }
 
   // trainer_step.cpp.
   // One optimizer step over the next accum_steps micro-batches of `batches` (fewer at the epoch's
   // end); returns the step's sums over all ranks, or nothing when the loader had none left.
   std::optional<MetricSums> step(data::DevicePrefetcher& batches);
   // Trains one epoch from step_in_epoch on: to its end, until max_steps or a stop request, or, under
-  // --on-failure continue, until a loss drops the step in flight (dropped_step says why).
+  // --on-failure continue, until a loss drops the step in flight (found_loss says why).
   // `skipped` gets this rank's bad images of the pass.
   enum class EpochEnd { Finished, Stopped, StepDropped };
   EpochEnd train_epoch(MetricSums& sums, std::vector<data::SkippedSample>& skipped);

@@ -88,7 +88,7 @@ Trainer::State::EpochEnd Trainer::State::train_epoch(MetricSums& sums, std::vect
         stepped = step(batches);
       } catch (const DistError& e) {
         // The rebuild waits for this pass's loader and prefetcher to be gone: the caller's.
-        dropped_step.emplace(e.what(), Clock::now());
+        found_loss = FoundLoss{e.what(), Clock::now(), /*in_step=*/true};
         skipped = batches.skipped();
         return EpochEnd::StepDropped;
       }
