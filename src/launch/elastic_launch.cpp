@@ -111,6 +111,30 @@ class ElasticMembership : public JobMembership {
 
 }  // namespace
 
+int launch_serving_store(const LaunchOptions& requested, const std::vector<std::string>& program,
+                         const Environment& env) {
+  check_program(program);
+  // Resolved once: --standalone's port is chosen here, and the store must be on the one the
+  // workers are told.
+  const LaunchOptions options = resolve(requested, env).standalone(false);
+  compat::StorePtr store;
+  if (options.node_rank() == 0) {
+    c10d::TCPStoreOptions tcp = compat::tcp_store_options();
+    tcp.port = static_cast<std::uint16_t>(options.master_port());
+    tcp.isServer = true;
+    tcp.waitWorkers = false;
+    tcp.timeout = options.rendezvous_timeout();
+    try {
+      store = compat::make_tcp_store(options.master_addr(), tcp);
+    } catch (const std::exception& e) {
+      throw DistError(str("dptrain launch: cannot serve the workers' store on ", options.master_addr(), ":",
+                          options.master_port(), " (", compat::short_message(e), "). Pick a free --master-port, ",
+                          "on an address of this machine"));
+    }
+  }
+  return launch_fixed_world(options, program, env);
+}
+
 int launch_elastic(const LaunchOptions& requested, const std::vector<std::string>& program, const Environment& env) {
   DPT_CHECK(requested.min_nnodes().has_value(), ConfigError, "launch_elastic needs min_nnodes (--nnodes MIN:MAX)");
   check_program(program);

@@ -121,6 +121,8 @@ LaunchOptions resolve(LaunchOptions options, const Environment& env) {
     DPT_CHECK(*options.min_nnodes() >= 1 && *options.min_nnodes() <= options.nnodes(), ConfigError,
               "--nnodes MIN:MAX needs 1 <= MIN <= MAX, got ", *options.min_nnodes(), ":", options.nnodes());
     DPT_CHECK(!options.standalone(), ConfigError, "--standalone runs one node; it cannot be elastic");
+    DPT_CHECK(options.on_failure() == OnFailure::Restart, ConfigError, "--on-failure continue keeps the ranks of a ",
+              "fixed world going; an elastic job (--nnodes MIN:MAX) re-forms through its launchers instead");
     options.node_rank(0);  // the rendezvous assigns it, round by round
   }
   DPT_CHECK(options.node_rank() >= 0 && options.node_rank() < options.nnodes(), ConfigError, "--node-rank ",
@@ -206,8 +208,10 @@ std::vector<WorkerSpec> make_worker_specs(const LaunchOptions& options, const st
     set("TORCHELASTIC_RESTART_COUNT", std::to_string(restart_count));
     set("TORCHELASTIC_MAX_RESTARTS", std::to_string(options.max_restarts()));
     set("TORCHELASTIC_RUN_ID", options.run_id());
-    // The workers host their own store (rank 0), as with init_process_group outside torchrun.
-    set("TORCHELASTIC_USE_AGENT_STORE", "False");
+    // The workers host their own store (rank 0), as with init_process_group outside torchrun; under
+    // --on-failure continue node 0's launcher serves it (launch_serving_store), as torchrun's agent
+    // does, so that the ranks left can meet in it after losing any rank, rank 0 included.
+    set("TORCHELASTIC_USE_AGENT_STORE", options.on_failure() == OnFailure::Continue ? "True" : "False");
     if (options.job_token()) set(kJobTokenVariable, *options.job_token());
     if (options.on_failure() == OnFailure::Continue) set(kKeepsSurvivorsVariable, "1");
     if (!base.has("OMP_NUM_THREADS")) {
@@ -271,8 +275,15 @@ class StaticMembership : public JobMembership {
 int launch(const LaunchOptions& requested, const std::vector<std::string>& program, const Environment& env) {
   DPT_CHECK(!requested.min_nnodes(), ConfigError, "an elastic launch (--nnodes MIN:MAX) runs in dptrain-torch; ",
             "call dpt::launch::launch_elastic");
+  DPT_CHECK(requested.on_failure() == OnFailure::Restart, ConfigError, "--on-failure continue needs the workers' ",
+            "store served by the launcher, which runs in dptrain-torch; call dpt::launch::launch_serving_store");
+  return launch_fixed_world(resolve(requested, env), program, env);
+}
+
+int launch_fixed_world(const LaunchOptions& resolved, const std::vector<std::string>& program,
+                       const Environment& env) {
   check_program(program);
-  StaticMembership rounds(resolve(requested, env));
+  StaticMembership rounds(resolved);
   return supervise(rounds, program, env);
 }
 

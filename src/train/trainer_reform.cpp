@@ -118,8 +118,6 @@ void Trainer::State::go_on_without_lost() {
                                                             .progress(global_step())
                                                             .lost(lost)
                                                             .window(window));
-  DPT_CHECK(left.ranks.front() == 0, DistError, "rank ", rank_before, ": rank 0 is lost; it writes the checkpoints ",
-            "and the logs, so the job cannot go on in-process. Restart it (--max-restarts, --resume auto)");
   comm = dist::regroup(*before, left.ranks, str("reformed", reformations), options.parallel().dist());
   job = comm;
   // The state every rank goes on from: the furthest step any rank completed (a loss can cut a
@@ -151,6 +149,9 @@ void Trainer::State::go_on_without_lost() {
       }
     }
   }
+  // Rank 0 lost: the lowest rank left takes over its logs (appended to: on a shared --output
+  // they continue rank 0's) and its checkpoints.
+  if (comm->rank() == 0 && rank_before != 0) open_leader_logs();
   build_step();
   start_notes.clear();
   restore(held, "the state in memory");

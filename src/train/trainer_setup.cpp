@@ -208,7 +208,10 @@ void Trainer::State::open_logs() {
   if (options.stragglers().threshold() > 0 && comm->size() > 1) {
     stragglers = std::make_unique<StragglerWatch>(options.stragglers(), comm->rank(), comm->size(), timeline.get());
   }
-  if (!leader()) return;
+  if (leader()) open_leader_logs();
+}
+
+void Trainer::State::open_leader_logs() {
   const std::string& output_dir = options.checkpoint().output_dir();
   if (!output_dir.empty()) {
     std::error_code error;

@@ -156,6 +156,9 @@ struct Trainer::State {
   // the checkpoint's world size, 0 for a fresh start.
   void expect_round_report(int resumed_from_world);
   void open_logs();  // also the run's checkpoints
+  // Rank 0's: the --output folder, the observers (metrics.jsonl, TensorBoard, the console), the
+  // model's FLOPs for their reports. Also on a rank that becomes rank 0 (trainer_reform.cpp).
+  void open_leader_logs();
   void count_model_flops();
   void print_banner() const;
   void print_hints(std::ostream& out) const;

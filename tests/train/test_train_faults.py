@@ -321,12 +321,13 @@ class HungRanks(unittest.TestCase):
 
 class GoingOn(unittest.TestCase):
     """--on-failure continue on 3 processes: rank 2 killed (SIGKILL) or stopped (SIGSTOP) after rank
-    0 reported step 3 of 8. Ranks 0 and 1 drop the step in flight, re-form without it and finish
-    in-process: nothing restarts, rank 0's process is the one that started, the global batch of 48
-    becomes 32 (it does not split into 2 x 16: the learning rate follows), and, as --sample-log
-    shows, each epoch trains every sample exactly once."""
+    0 reported step 3 of 8, or killed after step 8 (in the epoch's validation), or rank 0 killed
+    (the launcher serves the store). The other two drop the step in flight (or leave the
+    validation, to run it again), re-form without it and finish in-process: nothing restarts, the
+    global batch of 48 becomes 32 (it does not split into 2 x 16: the learning rate follows), and,
+    as --sample-log shows, each epoch trains every sample exactly once."""
 
-    def go_on(self, sig):
+    def go_on(self, sig, when=r"Epoch: \[0\]\[ ?3/8\]", lost=2):
         with tempfile.TemporaryDirectory(prefix="dpt_continue_") as tmp:
             output = os.path.join(tmp, "run")
             samples = os.path.join(tmp, "samples.txt")
@@ -336,48 +337,59 @@ class GoingOn(unittest.TestCase):
             workers = {}
 
             def signal_at(line, launcher):
-                if not workers and re.search(r"Epoch: \[0\]\[ ?3/8\]", line):
+                if not workers and re.search(when, line):
                     workers.update({r: worker_of_rank(launcher, r) for r in range(3)})
-                    os.kill(workers[2], sig)
+                    os.kill(workers[lost], sig)
 
             code, out, err = run_watching(args, signal_at)
             self.assertTrue(workers, out + err)
             self.assertEqual(code, 0, out + err)
             self.assertNotIn("restarting", err)
-            # Rank 0's last words (a rank left behind may speak after them, once continued).
-            result = json.loads(re.findall(r"^\[rank 0\] (\{.*\})$", out, re.M)[-1])
+            left = [r for r in range(3) if r != lost]
+            # The new rank 0's last words (a rank left behind may speak after them, once continued).
+            result = json.loads(re.findall(rf"^\[rank {left[0]}\] (\{{.*\}})$", out, re.M)[-1])
             self.assertEqual(result["global_step"], 24, out)  # 12 steps an epoch over 2
-            for rank in (0, 1):
-                self.assertRegex(out + err, rf"rank {rank}: dropping step \d+ and going on without the lost rank")
-                self.assertRegex(out + err, rf"rank {rank} goes on as rank {rank} of 2 \(ranks 0 1 of the 3 before\)")
+            for new_rank, rank in enumerate(left):
+                self.assertRegex(out + err, rf"rank {rank}: (?:dropping step \d+|leaving the end of epoch 0 \(to run it "
+                                            rf"again\)) and going on without the lost rank")
+                self.assertIn(f"rank {rank} goes on as rank {new_rank} of 2 (ranks {left[0]} {left[1]} of the 3 before)",
+                              out + err)
             self.assertIn("world size 3 -> 2: a global batch of 48 does not split into 2 process(es) x 16", out + err)
-            self.assert_each_sample_once(samples, lost=2)
+            self.assert_each_sample_once(samples, lost=lost)
             with open(os.path.join(output, "metrics.jsonl")) as metrics:
                 rounds = [r for r in map(json.loads, metrics) if r["phase"] == "membership"]
             self.assertEqual(len(rounds), 1, rounds)
             self.assertEqual((rounds[0]["round"], rounds[0]["world_size_before"], rounds[0]["world_size"]), (1, 3, 2))
             self.assertGreater(rounds[0]["seconds"], 0)
-            return err, workers
+            return out + err, workers
 
     def assert_each_sample_once(self, samples, lost):
         """Every epoch's trained samples, from every rank's --sample-log: each of the 384 once."""
-        epochs, dropped = trained_by_epoch(samples, range(3), lost)
-        self.assertTrue(dropped)
+        epochs, _ = trained_by_epoch(samples, range(3), lost)
         self.assertEqual(sorted(epochs), [0, 1])
         for epoch, indices in epochs.items():
             self.assertEqual(sorted(indices), list(range(384)), f"epoch {epoch}")
 
     def test_a_killed_rank_is_left_behind_and_the_others_finish(self):
-        err, workers = self.go_on(signal.SIGKILL)
+        said, workers = self.go_on(signal.SIGKILL)
         self.assertIn(f"dptrain launch: rank 2 (pid {workers[2]}) was killed by signal 9; the other workers go on "
-                      "without it (--on-failure continue)", err)
+                      "without it (--on-failure continue)", said)
+
+    def test_a_rank_killed_as_an_epoch_ends_is_left_behind_and_its_validation_run_again(self):
+        said, _ = self.go_on(signal.SIGKILL, when=r"Epoch: \[0\]\[ ?8/8\]")
+        self.assertRegex(said, r"rank 0: leaving the end of epoch 0 \(to run it again\) and going on")
+
+    def test_rank_0_killed_the_next_rank_takes_its_place(self):
+        said, workers = self.go_on(signal.SIGKILL, lost=0)
+        self.assertIn(f"dptrain launch: rank 0 (pid {workers[0]}) was killed by signal 9", said)
+        self.assertRegex(said, r"\[rank 1\] checkpoint: wrote \S+checkpoint\.pt")  # rank 1 writes them now
 
     def test_a_stopped_rank_is_named_left_behind_and_stopped_at_the_end(self):
-        err, workers = self.go_on(signal.SIGSTOP)
-        self.assertRegex(err, r"rank 1: rank 2 \(\S+, pid \d+\) sent no heartbeat for [\d.]+ s")
-        self.assertIn("rank 0: heartbeat: told through the store: rank 1: rank 2", err)
+        said, workers = self.go_on(signal.SIGSTOP)
+        self.assertRegex(said, r"rank 1: rank 2 \(\S+, pid \d+\) sent no heartbeat for [\d.]+ s")
+        self.assertIn("rank 0: heartbeat: told through the store: rank 1: rank 2", said)
         self.assertIn(f"dptrain launch: rank 2 (pid {workers[2]}) still runs a grace period after the others "
-                      "finished without it: stopping it", err)
+                      "finished without it: stopping it", said)
 
 
 class AutoResume(unittest.TestCase):

@@ -30,8 +30,9 @@ int run_commands(CLI::App& app, const std::vector<Command>& commands, int argc, 
 void parse_command_line(CLI::App& app, int argc, const char* const* argv);
 
 // What runs a launch once its flags are parsed. A fixed job: launch::launch. An elastic one
-// (--nnodes MIN:MAX): launch::launch_elastic in dptrain-torch; the light `dptrain` binary, which has
-// no c10d store, hands the command line to dptrain-torch instead. fuzz/launch_cli_fuzzer.cpp
+// (--nnodes MIN:MAX), or one whose workers go on after a loss (--on-failure continue), serves a c10d
+// store (launch::launch_elastic, launch::launch_serving_store in dptrain-torch): the light
+// `dptrain` binary, which has no c10d store, hands those command lines to dptrain-torch instead. fuzz/launch_cli_fuzzer.cpp
 // passes ones that only resolve the options.
 using Launcher = std::function<int(const launch::LaunchOptions&, const std::vector<std::string>& program,
                                    const Environment&)>;

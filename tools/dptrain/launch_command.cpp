@@ -88,7 +88,7 @@ int run_launch(const LaunchFlags& flags, const std::vector<std::string>& program
     env.set("DPTRAIN_RENDEZVOUS_TIMEOUT", std::to_string(*flags.rendezvous_timeout_s));
     options.rendezvous_timeout(std::chrono::seconds(*flags.rendezvous_timeout_s));
   }
-  return (options.min_nnodes() ? elastic : fixed)(options, program, env);
+  return (options.min_nnodes() || options.on_failure() == OnFailure::Continue ? elastic : fixed)(options, program, env);
 }
 
 }  // namespace

@@ -16,7 +16,13 @@ struct NamedCommand {
   Command (*add)(CLI::App& root);
 };
 
-Command add_elastic_launch_command(CLI::App& root) { return add_launch_command(root, launch::launch_elastic); }
+Command add_elastic_launch_command(CLI::App& root) {
+  return add_launch_command(root, [](const launch::LaunchOptions& options, const std::vector<std::string>& program,
+                                     const Environment& env) {
+    return options.min_nnodes() ? launch::launch_elastic(options, program, env)
+                                : launch::launch_serving_store(options, program, env);
+  });
+}
 
 // A LibTorch error that leaves a command becomes dptrain's own one line (torch_errors.h).
 Command reporting_torch_errors(Command command) {

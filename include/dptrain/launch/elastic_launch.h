@@ -26,4 +26,11 @@ namespace dpt::launch {
 // launcher's exit code as launch() does.
 int launch_elastic(const LaunchOptions& options, const std::vector<std::string>& program, const Environment& env);
 
+// `dptrain launch --on-failure continue`: launch()'s fixed world, with the workers' rendezvous
+// store served by this launcher when it is node 0 (on --master-addr:--master-port, which the
+// workers join as torchrun's agent store). The store then outlives every worker, rank 0 included,
+// and the ranks left after a loss meet in it to go on (dist/reformation.h).
+int launch_serving_store(const LaunchOptions& options, const std::vector<std::string>& program,
+                         const Environment& env);
+
 }  // namespace dpt::launch

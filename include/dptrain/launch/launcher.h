@@ -100,9 +100,14 @@ int free_port(const std::string& address);
 bool is_local_address(const std::string& address);
 
 // Runs `program` as the local workers until they finish, restarting up to max_restarts times.
-// Elastic options (min_nnodes) need launch_elastic (elastic_launch.h, in the LibTorch library).
-// Prints what happened to stderr; returns the exit code for the launcher (0, the failing worker's
-// code, or 128 + signal).
+// Elastic options (min_nnodes) need launch_elastic, and OnFailure::Continue launch_serving_store
+// (elastic_launch.h, in the LibTorch library). Prints what happened to stderr; returns the exit
+// code for the launcher (0, the failing worker's code, or 128 + signal).
 int launch(const LaunchOptions& options, const std::vector<std::string>& program, const Environment& env);
+
+// launch()'s rounds, for `resolved` options (resolve()), whatever their on_failure: for a launcher
+// that prepares something around them (launch_serving_store serves the workers' store first).
+int launch_fixed_world(const LaunchOptions& resolved, const std::vector<std::string>& program,
+                       const Environment& env);
 
 }  // namespace dpt::launch
