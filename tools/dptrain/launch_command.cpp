@@ -121,7 +121,8 @@ Command add_launch_command(CLI::App& root, Launcher elastic, Launcher fixed) {
       ->capture_default_str();
   app->add_option("--on-failure", flags->on_failure,
                   "when a worker fails: 'restart' stops the others and restarts the group (--max-restarts); "
-                  "'continue' leaves them running, to go on without it (dptrain train --on-failure continue)")
+                  "'continue' leaves them running, to go on without it (dptrain train --on-failure continue), and "
+                  "serves their rendezvous store here (node 0), so that they can go on without rank 0 too")
       ->check(CLI::IsMember({"restart", "continue"}))
       ->capture_default_str();
   app->add_option("--log-dir,--log_dir", flags->log_dir, "write each worker's output to LOG_DIR/attempt_K/rank_R.log");
