@@ -27,7 +27,10 @@ namespace dpt::train {
 
 namespace {
 
-// A state too large for one message is not a concern here: a checkpoint travels as one tensor.
+// The least time the ranks left wait for one another: a heartbeat's bound is never shorter.
+constexpr std::chrono::milliseconds kLeastWindow{2000};
+
+// Pickled state as one byte tensor, for one broadcast.
 at::Tensor to_tensor(const std::vector<char>& bytes) {
   at::Tensor tensor = at::empty({static_cast<int64_t>(bytes.size())}, at::kByte);
   std::copy(bytes.begin(), bytes.end(), reinterpret_cast<char*>(tensor.data_ptr<uint8_t>()));
@@ -80,6 +83,28 @@ void Trainer::State::forget_step_start() {
   generator.set_state(step_start_rng);
 }
 
+void Trainer::State::take_furthest_state(const dist::Survivors& left, TrainingCheckpoint& held, int rank_before) {
+  const auto furthest = std::max_element(left.progress.begin(), left.progress.end());
+  if (std::all_of(left.progress.begin(), left.progress.end(), [&](int64_t p) { return p == *furthest; })) return;
+  const int holder = static_cast<int>(furthest - left.progress.begin());
+  const bool holds = comm->rank() == holder;
+  at::Tensor bytes = holds ? to_tensor(compat::pickle_save(held.to_ivalue())) : at::Tensor();
+  at::Tensor size = at::full({1}, holds ? bytes.numel() : 0, at::kLong);
+  comm->broadcast(size, holder);
+  if (!holds) bytes = at::empty({size.item<int64_t>()}, at::kByte);
+  comm->broadcast(bytes, holder);
+  if (holds) return;
+  const char* data = reinterpret_cast<const char*>(bytes.data_ptr<uint8_t>());
+  held = TrainingCheckpoint::from_ivalue(compat::pickle_load(std::vector<char>(data, data + bytes.numel())),
+                                         "the state of rank " + std::to_string(holder));
+  take_received_weights(held);
+  if (options.log() != nullptr) {
+    *options.log() << "rank " << rank_before << ": received the state of global step " << held.global_step
+                   << " from rank " << left.ranks[static_cast<size_t>(holder)] << " (" << bytes.numel()
+                   << " bytes), which completed a step this rank did not" << std::endl;
+  }
+}
+
 void Trainer::State::go_on_without_lost() {
   DPT_ASSERT(found_loss, "go_on_without_lost without a loss found");
   const FoundLoss found = *std::exchange(found_loss, std::nullopt);
@@ -99,7 +124,7 @@ void Trainer::State::go_on_without_lost() {
   if (heartbeat) heartbeat->raise(str("rank ", rank_before, ": a collective failed: ", failure));
   // The ranks left hear of the loss within a beat, or at their next collective: one still computing
   // its step arrives up to a step time later. The heartbeat's bound (3 step times + 2 s) covers both.
-  const auto window = heartbeat ? heartbeat->silence() : std::chrono::milliseconds(std::chrono::seconds(5));
+  const auto window = std::max(heartbeat ? heartbeat->silence() : kLeastWindow, kLeastWindow);
   // Leave the old group: nothing of the step may hold it.
   train_step.reset();
   heartbeat.reset();
@@ -118,37 +143,19 @@ void Trainer::State::go_on_without_lost() {
                                                             .progress(global_step())
                                                             .lost(lost)
                                                             .window(window));
+  // Every rank still there: what failed was not a loss (a collective that differs between ranks,
+  // say), and doing it again would fail again. The error stands, as without --on-failure continue.
+  DPT_CHECK(left.size() < world_before, DistError, failure, " (every rank answered after it, so no rank was lost: ",
+            "--on-failure continue does not go on)");
   comm = dist::regroup(*before, left.ranks, str("reformed", reformations), options.parallel().dist());
   job = comm;
-  // The state every rank goes on from: the furthest step any rank completed (a loss can cut a
-  // step's last collective short for some ranks only), sent by the lowest rank that holds it.
-  const auto furthest = std::max_element(left.progress.begin(), left.progress.end());
-  const int holder = static_cast<int>(furthest - left.progress.begin());
   // A rank behind the furthest had the furthest step in flight, and that step was trained (its
   // collectives completed elsewhere, so they had every rank's part): only a step past it is not.
-  if (found.in_step && sample_log && left.progress[static_cast<size_t>(left.rank)] == *furthest) {
-    sample_log->drop(*furthest + 1);
+  const int64_t furthest = *std::max_element(left.progress.begin(), left.progress.end());
+  if (found.in_step && sample_log && left.progress[static_cast<size_t>(left.rank)] == furthest) {
+    sample_log->drop(furthest + 1);
   }
-  if (std::any_of(left.progress.begin(), left.progress.end(), [&](int64_t p) { return p != *furthest; })) {
-    at::Tensor size = at::full({1}, 0, at::kLong);
-    at::Tensor bytes;
-    if (comm->rank() == holder) bytes = to_tensor(compat::pickle_save(held.to_ivalue()));
-    if (comm->rank() == holder) size.fill_(bytes.numel());
-    comm->broadcast(size, holder);
-    if (comm->rank() != holder) bytes = at::empty({size.item<int64_t>()}, at::kByte);
-    comm->broadcast(bytes, holder);
-    if (comm->rank() != holder) {
-      const char* data = reinterpret_cast<const char*>(bytes.data_ptr<uint8_t>());
-      held = TrainingCheckpoint::from_ivalue(compat::pickle_load(std::vector<char>(data, data + bytes.numel())),
-                                             "the state of rank " + std::to_string(holder));
-      take_received_weights(held);
-      if (options.log() != nullptr) {
-        *options.log() << "rank " << rank_before << ": received the state of global step " << held.global_step
-                       << " from rank " << left.ranks[static_cast<size_t>(holder)] << " (" << bytes.numel()
-                       << " bytes), which completed a step this rank did not" << std::endl;
-      }
-    }
-  }
+  take_furthest_state(left, held, rank_before);
   // Rank 0 lost: the lowest rank left takes over its logs (appended to: on a shared --output
   // they continue rank 0's) and its checkpoints.
   if (comm->rank() == 0 && rank_before != 0) open_leader_logs();

@@ -26,6 +26,7 @@
 #include "dptrain/data/sampler.h"
 #include "dptrain/dist/communicator.h"
 #include "dptrain/dist/heartbeat.h"
+#include "dptrain/dist/reformation.h"
 #include "dptrain/models/classifier.h"
 #include "dptrain/parallel/sharded_optimizer.h"
 #include "dptrain/optim/amp.h"
@@ -207,6 +208,10 @@ struct Trainer::State {
   // Collective over the ranks left: the group re-formed without the lost rank(s), and every part
   // of the step rebuilt over it from the last completed step, held in memory.
   void go_on_without_lost();
+  // Collective over the new group: where the ranks left differ by a step (`left.progress`), the
+  // lowest that completed the furthest sends its state (`held`), which the others take in place of
+  // their own. `rank_before`: this rank's in the group before, for the log.
+  void take_furthest_state(const dist::Survivors& left, TrainingCheckpoint& held, int rank_before);
   // Runs `collective` (the epoch's end: sums, validation); under --on-failure continue, a loss
   // found in it re-forms the group and runs it again over the ranks left.
   template <typename F>
