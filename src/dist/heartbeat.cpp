@@ -207,6 +207,10 @@ void beat(const std::shared_ptr<Heartbeat::Shared>& s) {
     }
     try {
       if (stopping) {
+        // A loss raised just before the end (a rank that leaves to re-form) still goes out.
+        if (outgoing && s->options.tell_every_rank()) {
+          s->store->compareSet(kAlarmKey, {}, to_bytes(encode_loss(*outgoing)));
+        }
         s->store->add(count_key(s->rank), kLeftInOrder);
       } else {
         // Who this rank is, before its first beat: a watcher reads it once it sees one.

@@ -231,3 +231,16 @@ TEST(Heartbeat, ALossARanksOwnCodeRaisesReachesEveryRank) {
     EXPECT_FALSE(told->lost_rank.has_value());
   }
 }
+
+TEST(Heartbeat, ALossRaisedAsTheHeartbeatEndsStillGoesOut) {
+  auto store = c10::make_intrusive<c10d::HashStore>();
+  Told told1;
+  Heartbeat rank1(store, 1, 2, quick(told1).tell_every_rank(true));
+  {
+    Told told0;
+    Heartbeat rank0(store, 0, 2, quick(told0).tell_every_rank(true));
+    rank0.raise("rank 0: leaving to re-form");
+  }  // ends at once, as a rank that leaves its group does
+  ASSERT_TRUE(dpt::testing::wait_until([&] { return told1.lost.load(); }, std::chrono::seconds(30)));
+  EXPECT_EQ(told1.loss, "rank 0: leaving to re-form");
+}
