@@ -53,7 +53,8 @@ std::vector<int> agree(c10d::Store& store, const ReformationOptions& o) {
     int accounted = 0;
     for (int r = 0; r < o.world_size(); ++r) {
       const bool said = std::binary_search(here.begin(), here.end(), r);
-      accounted += said || store.check({reform_key(o, str("lost/", r))}) ? 1 : 0;
+      const bool gone = !said && (store.check({reform_key(o, str("lost/", r))}) || (o.gone() && o.gone()(r)));
+      accounted += said || gone ? 1 : 0;
     }
     if (accounted == o.world_size() || Clock::now() >= closes) {
       const std::string mine = encode_ranks(here);

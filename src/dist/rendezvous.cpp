@@ -163,7 +163,7 @@ compat::StorePtr make_tcp_store(const std::string& host, int port, const WorldIn
   try {
     compat::StorePtr store = compat::make_tcp_store(host, tcp);
     if (!world.agent_store) return store;
-    return c10::make_intrusive<c10d::PrefixStore>(str("/worker/attempt_", world.restart_count), std::move(store));
+    return c10::make_intrusive<c10d::PrefixStore>(agent_round_prefix(world.restart_count), std::move(store));
   } catch (const std::exception& e) {
     const std::string cause = compat::short_message(e);
     const compat::FailureCause kind = compat::failure_cause(cause);
@@ -350,5 +350,9 @@ compat::StorePtr rendezvous(const InitMethod& method, const WorldInfo& world, co
   join(*store, joining, options);
   return store;
 }
+
+std::string agent_round_prefix(int restart_count) { return str("/worker/attempt_", restart_count); }
+
+std::string failed_worker_key(int rank) { return str("dptrain/failed/", rank); }
 
 }  // namespace dpt::dist

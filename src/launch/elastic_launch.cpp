@@ -1,5 +1,6 @@
 #include "dptrain/launch/elastic_launch.h"
 
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 #include <iostream>
@@ -9,6 +10,7 @@
 #include "dptrain/common/exit_codes.h"
 #include "dptrain/compat/c10d_failure.h"
 #include "dptrain/compat/tcp_store.h"
+#include "dptrain/dist/rendezvous.h"
 #include "dptrain/launch/node_rendezvous.h"
 #include "dptrain/launch/supervise.h"
 
@@ -132,7 +134,16 @@ int launch_serving_store(const LaunchOptions& requested, const std::vector<std::
                           "on an address of this machine"));
     }
   }
-  return launch_fixed_world(options, program, env);
+  // A worker seen to fail is marked in the store at once: the ranks left close their list without
+  // waiting for it (dist/reformation.h), where a heartbeat would take its whole bound to name it.
+  return launch_fixed_world(options, program, env, [store](int round, int rank) {
+    if (!store) return;
+    try {
+      c10d::PrefixStore(dist::agent_round_prefix(round), store).set(dist::failed_worker_key(rank), {'1'});
+    } catch (const std::exception&) {
+      // The mark only saves time: the ranks left wait out their window without it.
+    }
+  });
 }
 
 int launch_elastic(const LaunchOptions& requested, const std::vector<std::string>& program, const Environment& env) {

@@ -260,13 +260,18 @@ namespace {
 // A static launch's rounds: one world, the same every time, until supervise() stops asking.
 class StaticMembership : public JobMembership {
  public:
-  explicit StaticMembership(LaunchOptions options) : options_(std::move(options)) {}
+  StaticMembership(LaunchOptions options, WorkerLost on_worker_lost)
+      : options_(std::move(options)), on_worker_lost_(std::move(on_worker_lost)) {}
   std::optional<Round> next_round() override { return Round{options_, rounds_++}; }
   // A stop signal that reached the workers was for the job: their checkpoint is for a later job.
   bool stop_on_request_ends_job() const override { return true; }
+  void worker_lost(int round, int rank) override {
+    if (on_worker_lost_) on_worker_lost_(round, rank);
+  }
 
  private:
   LaunchOptions options_;
+  WorkerLost on_worker_lost_;
   int rounds_ = 0;
 };
 
@@ -280,10 +285,10 @@ int launch(const LaunchOptions& requested, const std::vector<std::string>& progr
   return launch_fixed_world(resolve(requested, env), program, env);
 }
 
-int launch_fixed_world(const LaunchOptions& resolved, const std::vector<std::string>& program,
-                       const Environment& env) {
+int launch_fixed_world(const LaunchOptions& resolved, const std::vector<std::string>& program, const Environment& env,
+                       WorkerLost on_worker_lost) {
   check_program(program);
-  StaticMembership rounds(resolved);
+  StaticMembership rounds(resolved, std::move(on_worker_lost));
   return supervise(rounds, program, env);
 }
 

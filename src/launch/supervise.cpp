@@ -36,7 +36,7 @@ int supervise(JobMembership& membership, const std::vector<std::string>& program
                           .grace_period(options.grace_period())
                           .stop_when([&membership] { return membership.reformation_due(); })
                           .keep_survivors(options.on_failure() == OnFailure::Continue)
-                          .on_lost([](const WorkerExit& lost) {
+                          .on_lost([&](const WorkerExit& lost) {
                             if (lost.left_behind) {
                               say(str(lost.name, " (pid ", lost.pid, ") still runs a grace period after the others ",
                                       "finished without it: stopping it"));
@@ -46,6 +46,9 @@ int supervise(JobMembership& membership, const std::vector<std::string>& program
                                     lost.signal != 0 ? str("was killed by signal ", lost.signal)
                                                      : str("exited with status ", lost.exit_code),
                                     "; the other workers go on without it (--on-failure continue)"));
+                            membership.worker_lost(
+                                round->number, options.node_rank() * *options.nproc_per_node() +
+                                                   static_cast<int>(lost.index));
                           }));
     const GroupResult result = group.run();
     if (result.succeeded()) {

@@ -309,6 +309,7 @@ GroupResult WorkerGroup::run() {
       WorkerExit exit;
       const size_t index = static_cast<size_t>(&w - workers_.data());
       exit.name = specs_[index].name;
+      exit.index = index;
       exit.pid = w.pid;
       exit.exit_code = code;
       exit.signal = WIFSIGNALED(status) ? WTERMSIG(status) : 0;

@@ -22,6 +22,7 @@
 #include "dptrain/compat/pickle.h"
 #include "dptrain/dist/init.h"
 #include "dptrain/dist/reformation.h"
+#include "dptrain/dist/rendezvous.h"
 
 namespace dpt::train {
 
@@ -52,6 +53,8 @@ void Trainer::State::prepare_to_continue() {
   DPT_CHECK(comm->backend_name() == "gloo", ConfigError, "--on-failure continue needs the Gloo backend (NCCL's ",
             "collectives cannot be left from the host yet): --dist-backend gloo, or --on-failure restart");
   comm->abandonment()->arm();
+  joined_store = comm->store();
+  for (int r = 0; r < comm->size(); ++r) joined_ranks.push_back(r);
 }
 
 dist::HeartbeatOptions Trainer::State::heartbeat_options() const {
@@ -142,12 +145,19 @@ void Trainer::State::go_on_without_lost() {
                                                         dist::ReformationOptions(reformations, rank_before, world_before)
                                                             .progress(global_step())
                                                             .lost(lost)
-                                                            .window(window));
+                                                            .window(window)
+                                                            .gone([this](int r) {
+                                                              return joined_store->check({dist::failed_worker_key(
+                                                                  joined_ranks[static_cast<size_t>(r)])});
+                                                            }));
   // Every rank still there: what failed was not a loss (a collective that differs between ranks,
   // say), and doing it again would fail again. The error stands, as without --on-failure continue.
   DPT_CHECK(left.size() < world_before, DistError, failure, " (every rank answered after it, so no rank was lost: ",
             "--on-failure continue does not go on)");
   comm = dist::regroup(*before, left.ranks, str("reformed", reformations), options.parallel().dist());
+  std::vector<int> joined;
+  for (int r : left.ranks) joined.push_back(joined_ranks[static_cast<size_t>(r)]);
+  joined_ranks = std::move(joined);
   job = comm;
   // A rank behind the furthest had the furthest step in flight, and that step was trained (its
   // collectives completed elsewhere, so they had every rank's part): only a step past it is not.

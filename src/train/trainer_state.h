@@ -82,6 +82,10 @@ struct Trainer::State {
     std::vector<int> ranks;  // the ranks named lost
   };
   std::shared_ptr<Losses> losses = std::make_shared<Losses>();
+  // The job's store as the ranks joined it, where a launcher that serves it marks the workers it
+  // saw fail, and each rank of the current group's rank in that first one.
+  compat::StorePtr joined_store;
+  std::vector<int> joined_ranks;
   // The model's buffers (batch-norm statistics) and the CPU generator as the step in flight found
   // them: a step dropped for a loss has moved them, and the ranks go on from before it.
   std::vector<at::Tensor> step_start_buffers;

@@ -8,7 +8,8 @@
 //   // left.ranks: the old ranks that go on, ascending; left.rank: this one's place among them
 //
 // Each rank that goes on says so under the generation's keys. The first rank that sees every rank
-// accounted for (said so, or named lost by the one who found it) or whose window has passed closes
+// accounted for (said so, named lost by the one who found it, or known gone) or whose window has
+// passed closes
 // the list, atomically (the store's compare-and-set): every rank reads that one list, so no two
 // ranks can form different groups. A rank that said so after the list closed is not on it, and is
 // told (DistError): it must leave the job, since the others no longer wait for it.
@@ -17,6 +18,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include <torch/arg.h>
@@ -37,6 +39,9 @@ struct ReformationOptions {
   TORCH_ARG(int64_t, progress) = 0;
   // Ranks known lost: nobody waits for them.
   TORCH_ARG(std::vector<int>, lost) = {};
+  // Asked while the list is open: whether a rank not heard from is known gone (its launcher saw
+  // its process end, dist/rendezvous.h's failed_worker_key). Unset: only `lost` and the window.
+  TORCH_ARG(std::function<bool(int rank)>, gone);
   // How long after this rank arrives the list may close without ranks not yet heard from: long
   // enough for every live rank to leave its collective (the heartbeat's bound).
   TORCH_ARG(std::chrono::milliseconds, window) = std::chrono::seconds(5);

@@ -43,6 +43,14 @@ struct RendezvousOptions {
 compat::StorePtr rendezvous(const InitMethod& method, const WorldInfo& world,
                             const RendezvousOptions& options);
 
+// The namespace of round `restart_count`'s workers in torchrun's agent store (the one PyTorch's
+// workers use): a launcher that serves the store writes there what the round's workers read.
+std::string agent_round_prefix(int restart_count);
+
+// Where a launcher that serves the workers' store marks a worker it saw fail (its global rank),
+// within the round's namespace: the ranks left need not wait for it (reformation.h).
+std::string failed_worker_key(int rank);
+
 // The join protocol alone, over any store (an in-memory HashStore in tests).
 void join(c10d::Store& store, const WorldInfo& world, const RendezvousOptions& options);
 

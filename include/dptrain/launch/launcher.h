@@ -6,6 +6,7 @@
 //   int code = dpt::launch::launch(options, {"python3", "train.py"}, dpt::Environment::current());
 
 #include <chrono>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -105,9 +106,14 @@ bool is_local_address(const std::string& address);
 // code for the launcher (0, the failing worker's code, or 128 + signal).
 int launch(const LaunchOptions& options, const std::vector<std::string>& program, const Environment& env);
 
+// Told, under OnFailure::Continue, that the worker of global rank `rank` failed in round `round`
+// while the others go on.
+using WorkerLost = std::function<void(int round, int rank)>;
+
 // launch()'s rounds, for `resolved` options (resolve()), whatever their on_failure: for a launcher
-// that prepares something around them (launch_serving_store serves the workers' store first).
-int launch_fixed_world(const LaunchOptions& resolved, const std::vector<std::string>& program,
-                       const Environment& env);
+// that prepares something around them (launch_serving_store serves the workers' store first, and
+// writes each worker it lost there).
+int launch_fixed_world(const LaunchOptions& resolved, const std::vector<std::string>& program, const Environment& env,
+                       WorkerLost on_worker_lost = {});
 
 }  // namespace dpt::launch

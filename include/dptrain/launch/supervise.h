@@ -38,6 +38,9 @@ class JobMembership {
   virtual void succeeded() {}
   // The round failed here, or (`interrupted`) this launcher was told to stop.
   virtual void failed(bool interrupted) {}
+  // Under OnFailure::Continue, the worker of global rank `rank` ended with a failure while the
+  // others go on (round `round`).
+  virtual void worker_lost(int round, int rank) {}
   // Whether workers that stopped on request (exit 75: they wrote a checkpoint) end the job (a
   // static launch: the signal that reached them was for the whole job) or let the next round
   // continue from their checkpoint (an elastic launch: a re-formation stopped them).

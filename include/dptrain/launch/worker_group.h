@@ -55,6 +55,7 @@ struct SupervisorOptions {
 // How one worker ended.
 struct WorkerExit {
   std::string name;
+  size_t index = 0;  // its place among the group's specs
   pid_t pid = 0;
   int exit_code = 0;  // when it exited
   int signal = 0;     // when a signal killed it (exit_code is then 128 + signal)

@@ -56,3 +56,14 @@ TEST(Reformation, AfterTheWindowTheListClosesWithoutTheRanksNotHeardFrom) {
         << e.what();
   }
 }
+
+TEST(Reformation, ARankKnownGoneIsNotWaitedFor) {
+  // Rank 1's launcher saw it fail (failed_worker_key); nobody named it. Without `gone` the list
+  // would stay open for the hour: the suite's timeout fails the test then.
+  c10d::HashStore store;
+  const auto gone = [](int rank) { return rank == 1; };
+  auto r0 = arrive(store, ReformationOptions(1, 0, 3).gone(gone).window(std::chrono::hours(1)));
+  auto r2 = arrive(store, ReformationOptions(1, 2, 3).gone(gone).window(std::chrono::hours(1)));
+  EXPECT_EQ(r0.get().ranks, (std::vector<int>{0, 2}));
+  EXPECT_EQ(r2.get().rank, 1);
+}
