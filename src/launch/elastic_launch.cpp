@@ -5,6 +5,7 @@
 
 #include <iostream>
 #include <thread>
+#include <vector>
 
 #include "dptrain/common/error.h"
 #include "dptrain/common/exit_codes.h"
@@ -139,7 +140,8 @@ int launch_serving_store(const LaunchOptions& requested, const std::vector<std::
   return launch_fixed_world(options, program, env, [store](int round, int rank) {
     if (!store) return;
     try {
-      c10d::PrefixStore(dist::agent_round_prefix(round), store).set(dist::failed_worker_key(rank), {'1'});
+      c10d::PrefixStore round_store(dist::agent_round_prefix(round), store);
+      round_store.set(dist::failed_worker_key(rank), std::vector<uint8_t>{'1'});
     } catch (const std::exception&) {
       // The mark only saves time: the ranks left wait out their window without it.
     }
