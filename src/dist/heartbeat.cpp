@@ -51,6 +51,11 @@ HeartbeatLoss decode_loss(const std::string& text) {
   return loss;
 }
 
+// Writes `loss` as the alarm unless one was written first; returns the one that stays.
+HeartbeatLoss write_alarm(c10d::Store& store, const HeartbeatLoss& loss) {
+  return decode_loss(to_text(store.compareSet(kAlarmKey, {}, to_bytes(encode_loss(loss)))));
+}
+
 double seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
 std::string fmt_seconds(double s) { return fmt::format("{:.2f}", s); }
 
@@ -208,9 +213,7 @@ void beat(const std::shared_ptr<Heartbeat::Shared>& s) {
     try {
       if (stopping) {
         // A loss raised just before the end (a rank that leaves to re-form) still goes out.
-        if (outgoing && s->options.tell_every_rank()) {
-          s->store->compareSet(kAlarmKey, {}, to_bytes(encode_loss(*outgoing)));
-        }
+        if (outgoing && s->options.tell_every_rank()) write_alarm(*s->store, *outgoing);
         s->store->add(count_key(s->rank), kLeftInOrder);
       } else {
         // Who this rank is, before its first beat: a watcher reads it once it sees one.
@@ -223,7 +226,7 @@ void beat(const std::shared_ptr<Heartbeat::Shared>& s) {
         if (s->options.tell_every_rank()) {
           // The first loss written stays: compareSet answers with it, whoever wrote it.
           if (outgoing) {
-            alarm = decode_loss(to_text(s->store->compareSet(kAlarmKey, {}, to_bytes(encode_loss(*outgoing)))));
+            alarm = write_alarm(*s->store, *outgoing);
           } else if (s->store->check({kAlarmKey})) {
             alarm = decode_loss(read_text(*s->store, kAlarmKey));
           }

@@ -19,9 +19,12 @@ namespace dpt::launch {
 
 namespace {
 
-// The launchers' store: served by the host (the launcher whose machine --master-addr names), on
-// --master-port; the workers of each round meet on a port of their own.
-compat::StorePtr connect_node_store(const LaunchOptions& options, bool host) {
+// A store on --master-addr:--master-port, served by the host (the launcher whose machine
+// --master-addr names), reached by the others. `who` says what opens it and `whose` names the
+// store, in its errors: the elastic launchers' store (the workers of each round meet on a port of
+// their own), or the workers' store that launch_serving_store serves.
+compat::StorePtr open_store(const LaunchOptions& options, bool host, const std::string& who,
+                            const std::string& whose) {
   c10d::TCPStoreOptions tcp = compat::tcp_store_options();
   tcp.port = static_cast<std::uint16_t>(options.master_port());
   tcp.isServer = host;
@@ -32,11 +35,11 @@ compat::StorePtr connect_node_store(const LaunchOptions& options, bool host) {
     return compat::make_tcp_store(options.master_addr(), tcp);
   } catch (const std::exception& e) {
     const std::string cause = compat::short_message(e);
-    DPT_CHECK(!host || compat::failure_cause(cause) != compat::FailureCause::AddressInUse, DistError,
-              "elastic rendezvous: cannot serve the launchers' store on ", where,
+    DPT_CHECK(!host || compat::failure_cause(cause) != compat::FailureCause::AddressInUse, DistError, who,
+              ": cannot serve ", whose, " on ", where,
               ": the port is busy. Pick a free --master-port or stop the process that holds it. (", cause, ")");
-    throw DistError(str("elastic rendezvous: ", host ? "cannot serve" : "cannot reach", " the launchers' store at ",
-                        where, ". Start the launcher on the machine --master-addr names (it hosts the rendezvous), ",
+    throw DistError(str(who, ": ", host ? "cannot serve" : "cannot reach", " ", whose, " at ", where,
+                        ". Start the launcher on the machine --master-addr names (it hosts the rendezvous), ",
                         "and check the address and port from here. (", cause, ")"));
   }
 }
@@ -64,7 +67,7 @@ class ElasticMembership : public JobMembership {
   ElasticMembership(LaunchOptions options, bool host)
       : options_(std::move(options)),
         host_(host),
-        rendezvous_(connect_node_store(options_, host), host, options_.run_id(),
+        rendezvous_(open_store(options_, host, "elastic rendezvous", "the launchers' store"), host, options_.run_id(),
                     NodeRendezvousOptions(*options_.min_nnodes(), options_.nnodes())
                         .last_call(options_.last_call())
                         .timeout(options_.rendezvous_timeout())
@@ -120,21 +123,9 @@ int launch_serving_store(const LaunchOptions& requested, const std::vector<std::
   // Resolved once: --standalone's port is chosen here, and the store must be on the one the
   // workers are told.
   const LaunchOptions options = resolve(requested, env).standalone(false);
+  // Node 0 serves it; the workers of every node join it there.
   compat::StorePtr store;
-  if (options.node_rank() == 0) {
-    c10d::TCPStoreOptions tcp = compat::tcp_store_options();
-    tcp.port = static_cast<std::uint16_t>(options.master_port());
-    tcp.isServer = true;
-    tcp.waitWorkers = false;
-    tcp.timeout = options.rendezvous_timeout();
-    try {
-      store = compat::make_tcp_store(options.master_addr(), tcp);
-    } catch (const std::exception& e) {
-      throw DistError(str("dptrain launch: cannot serve the workers' store on ", options.master_addr(), ":",
-                          options.master_port(), " (", compat::short_message(e), "). Pick a free --master-port, ",
-                          "on an address of this machine"));
-    }
-  }
+  if (options.node_rank() == 0) store = open_store(options, /*host=*/true, "dptrain launch", "the workers' store");
   // A worker seen to fail is marked in the store at once: the ranks left close their list without
   // waiting for it (dist/reformation.h), where a heartbeat would take its whole bound to name it.
   return launch_fixed_world(options, program, env, [store](int round, int rank) {

@@ -81,19 +81,16 @@ Trainer::State::EpochEnd Trainer::State::train_epoch(MetricSums& sums, std::vect
       stopped = step_in_epoch < steps_per_epoch();
       break;
     }
+    if (continues_on_failure()) keep_step_start();
     std::optional<MetricSums> stepped;
-    if (continues_on_failure()) {
-      keep_step_start();
-      try {
-        stepped = step(batches);
-      } catch (const DistError& e) {
-        // The rebuild waits for this pass's loader and prefetcher to be gone: the caller's.
-        found_loss = FoundLoss{e.what(), Clock::now(), /*in_step=*/true};
-        skipped = batches.skipped();
-        return EpochEnd::StepDropped;
-      }
-    } else {
+    try {
       stepped = step(batches);
+    } catch (const DistError& e) {
+      if (!continues_on_failure()) throw;
+      // The rebuild waits for this pass's loader and prefetcher to be gone: the caller's.
+      found_loss = FoundLoss{e.what(), Clock::now(), /*in_step=*/true};
+      skipped = batches.skipped();
+      return EpochEnd::StepDropped;
     }
     if (!stepped) break;
     const MetricSums& all = *stepped;

@@ -32,8 +32,8 @@ void parse_command_line(CLI::App& app, int argc, const char* const* argv);
 // What runs a launch once its flags are parsed. A fixed job: launch::launch. An elastic one
 // (--nnodes MIN:MAX), or one whose workers go on after a loss (--on-failure continue), serves a c10d
 // store (launch::launch_elastic, launch::launch_serving_store in dptrain-torch): the light
-// `dptrain` binary, which has no c10d store, hands those command lines to dptrain-torch instead. fuzz/launch_cli_fuzzer.cpp
-// passes ones that only resolve the options.
+// `dptrain` binary, which has no c10d store, hands those command lines to dptrain-torch instead.
+// fuzz/launch_cli_fuzzer.cpp passes ones that only resolve the options.
 using Launcher = std::function<int(const launch::LaunchOptions&, const std::vector<std::string>& program,
                                    const Environment&)>;
 
