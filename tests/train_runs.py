@@ -33,28 +33,34 @@ def trained_by_epoch(sample_log, ranks, lost):
     """{epoch: [index, ...]} that a run's --sample-log files (`sample_log` as given to the flag, one
     file per rank of `ranks`) say were trained, where rank `lost` was lost and the others went on
     (--on-failure continue). A step marked dropped was not trained: the line before its mark in the
-    file that marks it, and the lost rank's line of that step. A line cut short by a kill is not
+    file that marks it, and the lost process's line of that step, its last (before a replacement's
+    "joined" line, or at the end of the lost rank's file). A line cut short by a kill is not
     counted. Returns also the dropped steps."""
-    kept_by_rank, dropped = {}, set()
+    processes_by_rank, dropped = {}, set()
     for rank in ranks:
-        kept = []
+        processes = [[]]  # each process's kept lines: a replacement's follow the lost one's
         with open(sample_log.replace(".txt", f".rank{rank}.txt")) as f:
             for line in f:
                 if not line.endswith("\n"):
                     continue
                 fields = line.split()
+                kept = processes[-1]
                 if fields[0] == "dropped":
                     dropped.add(int(fields[1]))
                     if kept and int(kept[-1][0]) == int(fields[1]):
                         kept.pop()
+                elif fields[0] == "joined":
+                    processes.append([])
                 else:
                     kept.append(fields)
-        kept_by_rank[rank] = kept
+        processes_by_rank[rank] = processes
     epochs = {}
-    for rank, lines in kept_by_rank.items():
-        for fields in lines:
-            if rank != lost or int(fields[0]) not in dropped:
-                epochs.setdefault(int(fields[1]), []).extend(int(i) for i in fields[2:])
+    for rank, processes in processes_by_rank.items():
+        for number, lines in enumerate(processes):
+            was_lost = number < len(processes) - 1 or (rank == lost and len(processes) == 1)
+            for at, fields in enumerate(lines):
+                if not (was_lost and at == len(lines) - 1 and int(fields[0]) in dropped):
+                    epochs.setdefault(int(fields[1]), []).extend(int(i) for i in fields[2:])
     return epochs, dropped
 
 

@@ -10,7 +10,9 @@
 #include "dptrain/common/error.h"
 #include "dptrain/common/job_token.h"
 #include "dptrain/dist/backend_choice.h"
+#include "dptrain/dist/admission.h"
 #include "dptrain/dist/init_method.h"
+#include "dptrain/dist/joining.h"
 #include "dptrain/dist/rendezvous.h"
 
 #if defined(DPTRAIN_WITH_GLOO)
@@ -161,17 +163,17 @@ std::shared_ptr<Communicator> init_process_group(const InitOptions& options, con
 
 namespace {
 
-// A Gloo communicator for `group` (its rank and size within it) on `world`'s store under `name`.
-std::shared_ptr<Communicator> gloo_group(const Communicator& world, const WorldInfo& group, const std::string& name,
+// A Gloo communicator for `group` (its rank and size within it) on `store` under `name`.
+std::shared_ptr<Communicator> gloo_group(const compat::StorePtr& store, const WorldInfo& group, const std::string& name,
                                          bool shared_memory, const InitOptions& options, const Environment& env) {
-  DPT_CHECK(world.store(), ConfigError, "rank ", world.rank(), ": a new group needs the job's rendezvous store");
+  DPT_CHECK(store, ConfigError, "rank ", group.rank, ": a new group needs the job's rendezvous store");
 #if defined(DPTRAIN_WITH_GLOO)
-  auto store = c10::make_intrusive<c10d::PrefixStore>(name, world.store());
-  auto gloo = make_gloo(store, group, world.world().master_addr, gloo_interface(options, env), options.timeout());
+  auto prefixed = c10::make_intrusive<c10d::PrefixStore>(name, store);
+  auto gloo = make_gloo(prefixed, group, group.master_addr, gloo_interface(options, env), options.timeout());
   return std::make_shared<Communicator>(std::move(gloo), group,
                                         CommunicatorOptions()
                                             .timeout(options.timeout())
-                                            .store(store)
+                                            .store(prefixed)
                                             .shared_memory(shared_memory)
                                             .check_agreement(check_collectives(options, env)));
 #else
@@ -179,6 +181,16 @@ std::shared_ptr<Communicator> gloo_group(const Communicator& world, const WorldI
       "this build of dptrain has no Gloo backend (its headers were missing at build time); "
       "install libgloo-dev and rebuild");
 #endif
+}
+
+// Whether the job started with every rank on one host: then its later groups keep to it (a job
+// across hosts no longer knows how many of a group's members share this one).
+bool on_one_host(const WorldInfo& world) { return world.local_world_size == world.world_size; }
+
+// `group`'s place on its host, for a group of a job on one host or across hosts.
+void place_on_host(WorldInfo& group, bool one_host, int local_rank_across_hosts) {
+  group.local_world_size = one_host ? group.world_size : 0;
+  group.local_rank = one_host ? group.rank : local_rank_across_hosts;
 }
 
 }  // namespace
@@ -192,7 +204,7 @@ std::shared_ptr<Communicator> new_group(const Communicator& world, int first, in
   WorldInfo group = world.world();
   group.rank -= first;
   group.world_size = size;
-  return gloo_group(world, group, str("group", first, "+", size), /*shared_memory=*/false, options, env);
+  return gloo_group(world.store(), group, str("group", first, "+", size), /*shared_memory=*/false, options, env);
 }
 
 std::shared_ptr<Communicator> regroup(const Communicator& before, const std::vector<int>& members,
@@ -204,14 +216,79 @@ std::shared_ptr<Communicator> regroup(const Communicator& before, const std::vec
   WorldInfo group = was;
   group.rank = static_cast<int>(mine - members.begin());
   group.world_size = static_cast<int>(members.size());
-  // The ranks of a job on one host stay on it; a job across hosts no longer knows how many of its
-  // members share this one, so it leaves shared memory out.
-  const bool one_host = was.local_world_size == was.world_size;
-  group.local_world_size = one_host ? group.world_size : 0;
-  group.local_rank = one_host ? group.rank : was.local_rank;
-  auto comm = gloo_group(before, group, name, one_host && wants_shared_memory(options, env), options, env);
+  const bool one_host = on_one_host(was);
+  place_on_host(group, one_host, was.local_rank);
+  auto comm = gloo_group(before.store(), group, name, one_host && wants_shared_memory(options, env), options, env);
   if (before.abandonment()->armed()) comm->abandonment()->arm();
   return comm;
+}
+
+std::shared_ptr<Communicator> grow(const Communicator& before, const compat::StorePtr& store, int joining,
+                                   const std::string& name, const InitOptions& options, const Environment& env) {
+  DPT_CHECK(joining >= 1, ConfigError, "rank ", before.rank(), ": a group grows by one rank or more, not ", joining);
+  const WorldInfo& was = before.world();
+  WorldInfo group = was;
+  group.world_size += joining;
+  const bool one_host = on_one_host(was);
+  place_on_host(group, one_host, was.local_rank);
+  auto comm = gloo_group(store, group, name, one_host && wants_shared_memory(options, env), options, env);
+  if (before.abandonment()->armed()) comm->abandonment()->arm();
+  return comm;
+}
+
+JoinTicket admit_replacements(const Communicator& comm, c10d::Store& job_store, const std::vector<int>& members,
+                              int generation, int64_t seen, int64_t asked, const InitOptions& options,
+                              const Environment& env) {
+  if (comm.rank() != 0) return ticket_for(job_store, asked);
+  const RendezvousOptions rendezvous = rendezvous_options(options, env);
+  const Admission admission =
+      Admission::enter(job_store, "rank 0", AdmissionOptions("dpt/", rendezvous.timeout).token(rendezvous.job_token));
+  JoinTicket ticket;
+  ticket.generation = generation;
+  ticket.requests = asked;
+  ticket.members = members;
+  for (const JoinRequest& ask : requests_between(job_store, seen, asked)) {
+    if (admission.verify(replacement_place(ask.slot), ask.proof)) {
+      ticket.members.push_back(ask.slot);
+    } else {
+      std::cerr << "rank 0: turned away a process that asked to join as the replacement of rank " << ask.slot
+                << ": it does not hold this job's token" << std::endl;
+      refuse(job_store, ask.number, "it does not hold the job's token (DPTRAIN_JOB_TOKEN, --job-token)");
+    }
+  }
+  issue_tickets(job_store, ticket, seen);
+  return ticket;
+}
+
+JoinedGroup join_running_group(const InitOptions& options, const Environment& env) {
+  const WorldInfo world = detect_world(env, options.world());
+  const std::string who = str("the replacement of rank ", world.rank);
+  DPT_CHECK(world.agent_store, ConfigError, who, ": joining a running group needs the job's store served by its ",
+            "launcher (dptrain launch --on-failure continue)");
+  const RendezvousOptions rendezvous = rendezvous_options(options, env);
+  compat::StorePtr store = connect_to_job_store(world, rendezvous);
+  const Admission admission =
+      Admission::enter(*store, who, AdmissionOptions("dpt/", rendezvous.timeout).token(rendezvous.job_token));
+  // The launcher marked the rank it replaces failed: the mark is the lost worker's, not this one's.
+  store->deleteKey(failed_worker_key(world.rank));
+  const int64_t number = ask_to_join(*store, world.rank, admission.proof(replacement_place(world.rank)));
+  const std::optional<JoinTicket> ticket = wait_for_ticket(*store, number, rendezvous.timeout);
+  if (!ticket) throw RunEnded(str(who, ": the run ended before it was admitted; nothing left to do"));
+  // The replacements come last; a slot replaced twice is there once, as its latest holder.
+  const auto mine = std::find(ticket->members.rbegin(), ticket->members.rend(), world.rank);
+  DPT_CHECK(mine != ticket->members.rend(), DistError, who, ": the ticket issued for its ask (", ticket->encode(),
+            ") does not name it");
+  WorldInfo group = world;
+  group.rank = static_cast<int>(ticket->members.rend() - mine) - 1;
+  group.world_size = static_cast<int>(ticket->members.size());
+  const bool one_host = on_one_host(world);
+  place_on_host(group, one_host, world.local_rank);
+  JoinedGroup joined;
+  joined.comm = gloo_group(store, group, grown_group_name(ticket->generation),
+                           one_host && wants_shared_memory(options, env), options, env);
+  joined.job_store = std::move(store);
+  joined.ticket = *ticket;
+  return joined;
 }
 
 }  // namespace dpt::dist

@@ -351,6 +351,12 @@ compat::StorePtr rendezvous(const InitMethod& method, const WorldInfo& world, co
   return store;
 }
 
+compat::StorePtr connect_to_job_store(const WorldInfo& world, const RendezvousOptions& options) {
+  DPT_CHECK(world.agent_store, ConfigError, "rank ", world.rank, ": only a store its launcher serves outlives ",
+            "the ranks that joined it");
+  return make_tcp_store(world.agent_store->host, world.agent_store->port, world, options);
+}
+
 std::string agent_round_prefix(int restart_count) { return str("/worker/attempt_", restart_count); }
 
 std::string failed_worker_key(int rank) { return str("dptrain/failed/", rank); }

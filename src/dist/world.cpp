@@ -5,6 +5,7 @@
 #include <climits>
 
 #include "dptrain/common/error.h"
+#include "dptrain/common/on_failure.h"
 
 namespace dpt::dist {
 
@@ -76,6 +77,7 @@ WorldInfo from_torchrun(const Environment& env) {
     w.agent_store = StoreAddress{w.master_addr, w.master_port};
   }
   w.restart_count = int_or(env, "TORCHELASTIC_RESTART_COUNT", 0);
+  w.replacement = env.get(kReplacementVariable).value_or("0") == "1";
   return w;
 }
 

@@ -5,6 +5,7 @@
 
 #include "dptrain/common/error.h"
 #include "dptrain/common/exit_codes.h"
+#include "dptrain/common/on_failure.h"
 #include "dptrain/common/round_end.h"
 #include "dptrain/launch/worker_group.h"
 
@@ -27,6 +28,7 @@ Environment after_round(const Environment& env, const std::string& cause) {
 
 int supervise(JobMembership& membership, const std::vector<std::string>& program, const Environment& env) {
   int failures = 0;
+  int replaced = 0;  // workers started in place of lost ones (--on-failure continue)
   Environment round_env = env;
   while (const auto round = membership.next_round()) {
     const LaunchOptions& options = round->options;
@@ -49,6 +51,16 @@ int supervise(JobMembership& membership, const std::vector<std::string>& program
                             membership.worker_lost(
                                 round->number, options.node_rank() * *options.nproc_per_node() +
                                                    static_cast<int>(lost.index));
+                          })
+                          .replace([&](WorkerSpec& spec, const WorkerExit& lost) {
+                            // Counted with the restarts: --max-restarts bounds the processes started
+                            // after a failure, whichever way.
+                            if (failures + replaced >= options.max_restarts()) return false;
+                            ++replaced;
+                            spec.env[kReplacementVariable] = "1";
+                            say(str("starting a replacement for ", lost.name, " (", replaced, " of ",
+                                    options.max_restarts(), "), to join the workers that went on"));
+                            return true;
                           }));
     const GroupResult result = group.run();
     if (result.succeeded()) {

@@ -156,72 +156,72 @@ bool WorkerGroup::any_running() const {
 void WorkerGroup::start_all() {
   // Everything the children need is prepared before the first fork: between fork and exec a
   // child of a multi-threaded process may only make async-signal-safe calls.
-  std::vector<std::string> programs;
-  for (const auto& spec : specs_) programs.push_back(resolve_program(spec));
+  for (const auto& spec : specs_) programs_.push_back(resolve_program(spec));
+  workers_.resize(specs_.size());
+  for (size_t i = 0; i < specs_.size(); ++i) start(i, "w");
+}
+
+void WorkerGroup::start(size_t index, const char* log_mode) {
+  const WorkerSpec& spec = specs_[index];
+  Worker& worker = workers_[index];
   const pid_t launcher = getpid();
   const int dev_null = open("/dev/null", O_RDONLY | O_CLOEXEC);
   DPT_ASSERT(dev_null >= 0, "cannot open /dev/null: ", std::strerror(errno));
-
-  workers_.resize(specs_.size());
-  for (size_t i = 0; i < specs_.size(); ++i) {
-    const WorkerSpec& spec = specs_[i];
-    Worker& worker = workers_[i];
-    std::shared_ptr<std::FILE> log;
-    if (!spec.log_path.empty()) {
-      log.reset(std::fopen(spec.log_path.c_str(), "w"), std::fclose);
-      DPT_CHECK(log != nullptr, ConfigError, "cannot write the log file '", spec.log_path, "' for ", spec.name,
-                ": ", std::strerror(errno));
-    }
-    worker.output = std::make_unique<WorkerOutput>("[" + spec.name + "] ", log, options_.tail_lines());
-
-    std::vector<std::string> env_strings;
-    for (const auto& [key, value] : spec.env) env_strings.push_back(key + "=" + value);
-    std::vector<char*> argv, envp;
-    for (const auto& a : spec.argv) argv.push_back(const_cast<char*>(a.c_str()));
-    argv.push_back(nullptr);
-    for (const auto& e : env_strings) envp.push_back(const_cast<char*>(e.c_str()));
-    envp.push_back(nullptr);
-
-    int out_pipe[2], err_pipe[2];
-    DPT_ASSERT(pipe2(out_pipe, O_CLOEXEC) == 0 && pipe2(err_pipe, O_CLOEXEC) == 0, "pipe2 failed: ",
-               std::strerror(errno));
-    const char* program = programs[i].c_str();
-    cpu_set_t cpus;
-    CPU_ZERO(&cpus);
-    for (int cpu : spec.cpus) CPU_SET(cpu, &cpus);
-    pid_t pid = fork();
-    DPT_ASSERT(pid >= 0, "fork failed: ", std::strerror(errno));
-    if (pid == 0) {
-      // Child. Own process group: signals to the worker reach whatever it starts, and the
-      // terminal's Ctrl-C reaches only the launcher, which forwards it (one path for all signals).
-      setpgid(0, 0);
-      prctl(PR_SET_PDEATHSIG, SIGKILL);
-      if (getppid() != launcher) _exit(127);  // the launcher died before prctl took effect
-      signal(SIGPIPE, SIG_DFL);  // a launcher that communicated ignores it; the worker starts as any program
-      dup2(dev_null, STDIN_FILENO);
-      dup2(out_pipe[1], STDOUT_FILENO);
-      dup2(err_pipe[1], STDERR_FILENO);
-      // Pinned before exec, so that every thread the program starts inherits the CPUs. Where the
-      // kernel refuses, the worker runs unpinned.
-      if (!spec.cpus.empty()) (void)sched_setaffinity(0, sizeof(cpus), &cpus);
-      execve(program, argv.data(), envp.data());
-      const char* reason = strerror(errno);
-      (void)!write(STDERR_FILENO, "exec failed: ", 13);
-      (void)!write(STDERR_FILENO, reason, strlen(reason));
-      (void)!write(STDERR_FILENO, "\n", 1);
-      _exit(127);
-    }
-    setpgid(pid, pid);  // also here, so the group exists before we might signal it
-    close(out_pipe[1]);
-    close(err_pipe[1]);
-    worker.fds[0] = out_pipe[0];
-    worker.fds[1] = err_pipe[0];
-    for (int fd : worker.fds) fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
-    worker.pid = pid;
-    worker.running = true;
-    worker.started = Clock::now();
+  std::shared_ptr<std::FILE> log;
+  if (!spec.log_path.empty()) {
+    log.reset(std::fopen(spec.log_path.c_str(), log_mode), std::fclose);
+    DPT_CHECK(log != nullptr, ConfigError, "cannot write the log file '", spec.log_path, "' for ", spec.name, ": ",
+              std::strerror(errno));
   }
+  worker.output = std::make_unique<WorkerOutput>("[" + spec.name + "] ", log, options_.tail_lines());
+
+  std::vector<std::string> env_strings;
+  for (const auto& [key, value] : spec.env) env_strings.push_back(key + "=" + value);
+  std::vector<char*> argv, envp;
+  for (const auto& a : spec.argv) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  for (const auto& e : env_strings) envp.push_back(const_cast<char*>(e.c_str()));
+  envp.push_back(nullptr);
+
+  int out_pipe[2], err_pipe[2];
+  DPT_ASSERT(pipe2(out_pipe, O_CLOEXEC) == 0 && pipe2(err_pipe, O_CLOEXEC) == 0, "pipe2 failed: ",
+             std::strerror(errno));
+  const char* program = programs_[index].c_str();
+  cpu_set_t cpus;
+  CPU_ZERO(&cpus);
+  for (int cpu : spec.cpus) CPU_SET(cpu, &cpus);
+  pid_t pid = fork();
+  DPT_ASSERT(pid >= 0, "fork failed: ", std::strerror(errno));
+  if (pid == 0) {
+    // Child. Own process group: signals to the worker reach whatever it starts, and the
+    // terminal's Ctrl-C reaches only the launcher, which forwards it (one path for all signals).
+    setpgid(0, 0);
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != launcher) _exit(127);  // the launcher died before prctl took effect
+    signal(SIGPIPE, SIG_DFL);  // a launcher that communicated ignores it; the worker starts as any program
+    dup2(dev_null, STDIN_FILENO);
+    dup2(out_pipe[1], STDOUT_FILENO);
+    dup2(err_pipe[1], STDERR_FILENO);
+    // Pinned before exec, so that every thread the program starts inherits the CPUs. Where the
+    // kernel refuses, the worker runs unpinned.
+    if (!spec.cpus.empty()) (void)sched_setaffinity(0, sizeof(cpus), &cpus);
+    execve(program, argv.data(), envp.data());
+    const char* reason = strerror(errno);
+    (void)!write(STDERR_FILENO, "exec failed: ", 13);
+    (void)!write(STDERR_FILENO, reason, strlen(reason));
+    (void)!write(STDERR_FILENO, "\n", 1);
+    _exit(127);
+  }
+  setpgid(pid, pid);  // also here, so the group exists before we might signal it
+  close(out_pipe[1]);
+  close(err_pipe[1]);
   close(dev_null);
+  worker.fds[0] = out_pipe[0];
+  worker.fds[1] = err_pipe[0];
+  for (int fd : worker.fds) fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
+  worker.pid = pid;
+  worker.running = true;
+  worker.started = Clock::now();
 }
 
 // Moves whatever output is waiting into the workers' sinks and reaps exited workers. With
@@ -316,6 +316,11 @@ GroupResult WorkerGroup::run() {
       exit.seconds = std::chrono::duration<double>(Clock::now() - w.started).count();
       exit.tail = w.output->tail();
       if (options_.on_lost()) options_.on_lost()(exit);
+      if (options_.keep_survivors() && options_.replace() && options_.replace()(specs_[index], exit)) {
+        close_fd(w.fds[0]);
+        close_fd(w.fds[1]);
+        start(index, "a");  // its log goes on after the lost worker's
+      }
       if (result.first_failure) continue;
       result.outcome = GroupResult::Outcome::WorkerFailed;
       result.exit_code = code;

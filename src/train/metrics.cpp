@@ -55,7 +55,7 @@ void MetricSums::add(const MetricSums& other) {
 MetricSums MetricSums::reduced(dist::Communicator& comm) const {
   std::vector<double> all{loss_sum, static_cast<double>(correct1), static_cast<double>(correct5),
                           static_cast<double>(count), static_cast<double>(stop_votes),
-                          static_cast<double>(skipped_images)};
+                          static_cast<double>(skipped_images), static_cast<double>(join_requests)};
   all.insert(all.end(), rank_rows.begin(), rank_rows.end());
   at::Tensor values = at::tensor(all, at::kDouble).to(comm.device());
   comm.all_reduce(values, dist::ReduceOp::Sum);
@@ -68,7 +68,8 @@ MetricSums MetricSums::reduced(dist::Communicator& comm) const {
   out.count = static_cast<int64_t>(v[3]);
   out.stop_votes = static_cast<int64_t>(v[4]);
   out.skipped_images = static_cast<int64_t>(v[5]);
-  out.rank_rows.assign(v + 6, v + all.size());
+  out.join_requests = static_cast<int64_t>(v[6]);
+  out.rank_rows.assign(v + 7, v + all.size());
   return out;
 }
 

@@ -35,7 +35,12 @@ Trainer::Trainer(TrainOptions options) : state_(std::make_unique<State>(std::mov
   s.join();
   s.prepare_to_continue();
   FoundCheckpoint resumed = std::move(local.resumed);
-  if (s.options.checkpoint().resume() == kResumeAuto) {
+  // A replacement goes on from the running group's state, which it receives in place of a resume.
+  std::optional<TrainingCheckpoint> received;
+  if (s.replacement) {
+    received = s.receive_state();
+    s.take_received_weights(*received);
+  } else if (s.options.checkpoint().resume() == kResumeAuto) {
     resumed = newest_among_ranks(*s.comm, std::move(resumed), s.options.checkpoint().output_dir());
     if (resumed.received) s.take_received_weights(*resumed.checkpoint);
   }
@@ -45,7 +50,10 @@ Trainer::Trainer(TrainOptions options) : state_(std::make_unique<State>(std::mov
   s.untrained_classifier = std::move(local.untrained_classifier);
   for (const auto& skipped : resumed.passed_over) s.start_notes.push_back("warning: " + skipped);
   s.expect_round_report(resumed.checkpoint ? static_cast<int>(resumed.checkpoint->world_size) : 0);
-  if (resumed.checkpoint) {
+  if (received) {
+    s.restore(*received, "the state received from rank 0");
+    s.check_replicas_agree();  // as the ranks that admitted this one do, after their rebuild
+  } else if (resumed.checkpoint) {
     s.restore(*resumed.checkpoint, resumed.file);
     s.start_notes.push_back(str("resuming from ", resumed.file.string(), " (epoch ", s.epoch, ", step ",
                                 s.step_in_epoch, " of it, global step ", s.global_step(), ")"));
@@ -65,6 +73,7 @@ Trainer::Trainer(TrainOptions options) : state_(std::make_unique<State>(std::mov
   }
   s.style->start();
   s.open_logs();
+  if (s.replacement && s.sample_log) s.sample_log->joined(s.global_step());
   s.train_step = std::make_unique<TrainStep>(StepParts{s.options, s.model, s.device, *s.style, *s.scaler, *s.mixing,
                                                        s.ema.get(), s.phase_hook(), s.timeline.get()});
   s.print_banner();
@@ -154,9 +163,14 @@ TrainResult Trainer::train() {
     MetricSums sums;
     std::vector<data::SkippedSample> skipped;
     State::EpochEnd end = s.train_epoch(sums, skipped);
-    // The same epoch goes on over the ranks left, from its last completed step.
-    while (end == State::EpochEnd::StepDropped) {
-      s.go_on_without_lost();
+    // The same epoch goes on over the ranks left (or with the replacements admitted), from its
+    // last completed step.
+    while (end == State::EpochEnd::StepDropped || end == State::EpochEnd::Admitting) {
+      if (end == State::EpochEnd::StepDropped) {
+        s.go_on_without_lost();
+      } else {
+        s.admit_replacements();
+      }
       end = s.train_epoch(sums, skipped);
     }
     if (end == State::EpochEnd::Stopped) {
@@ -214,6 +228,7 @@ TrainResult Trainer::train() {
   s.train_loader.reset();  // its threads, and the batches it built for an epoch not trained
   // Past the last collective the ranks end at their own pace: a rank gone in order is not lost.
   s.heartbeat.reset();
+  if (s.continues_on_failure() && s.leader()) s.close_joining();
   s.checkpoints->finish();
   s.checkpoints->check_last_written();
   s.stop_signals.reset();

@@ -15,6 +15,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -22,6 +23,7 @@
 #include "dptrain/compat/pickle.h"
 #include "dptrain/dist/init.h"
 #include "dptrain/dist/reformation.h"
+#include "dptrain/parallel/replicas.h"
 #include "dptrain/dist/rendezvous.h"
 
 namespace dpt::train {
@@ -30,6 +32,21 @@ namespace {
 
 // The least time the ranks left wait for one another: a heartbeat's bound is never shorter.
 constexpr std::chrono::milliseconds kLeastWindow{2000};
+
+// FNV-1a over 8-byte words (then the tail's bytes): a digest that any change of a bit changes,
+// fast enough for a model's state at each join.
+uint64_t fnv1a(const std::vector<char>& bytes) {
+  constexpr uint64_t kPrime = 1099511628211ULL;
+  uint64_t hash = 14695981039346656037ULL;
+  size_t i = 0;
+  for (; i + 8 <= bytes.size(); i += 8) {
+    uint64_t word = 0;
+    std::memcpy(&word, bytes.data() + i, 8);
+    hash = (hash ^ word) * kPrime;
+  }
+  for (; i < bytes.size(); ++i) hash = (hash ^ static_cast<uint8_t>(bytes[i])) * kPrime;
+  return hash;
+}
 
 // Pickled state as one byte tensor, for one broadcast.
 at::Tensor to_tensor(const std::vector<char>& bytes) {
@@ -53,6 +70,7 @@ void Trainer::State::prepare_to_continue() {
   DPT_CHECK(comm->backend_name() == "gloo", ConfigError, "--on-failure continue needs the Gloo backend (NCCL's ",
             "collectives cannot be left from the host yet): --dist-backend gloo, or --on-failure restart");
   comm->abandonment()->arm();
+  if (replacement) return;  // join_as_replacement() took the job's store and members from its ticket
   joined_store = comm->store();
   for (int r = 0; r < comm->size(); ++r) joined_ranks.push_back(r);
 }
@@ -108,6 +126,27 @@ void Trainer::State::take_furthest_state(const dist::Survivors& left, TrainingCh
   }
 }
 
+void Trainer::State::rebuild_from(const TrainingCheckpoint& held, const MembershipReport& report,
+                                  Clock::time_point began) {
+  build_step();
+  restore(held, "the state in memory");
+  if (report.world_size > report.world_size_before) check_replicas_agree();
+  style->start();
+  if (stragglers) stragglers = std::make_unique<StragglerWatch>(options.stragglers(), comm->rank(), comm->size(), timeline.get());
+  hosts.clear();
+  train_step = std::make_unique<TrainStep>(StepParts{options, model, device, *style, *scaler, *mixing, ema.get(),
+                                                     phase_hook(), timeline.get()});
+  round_change = report;
+  round_before_ended = began;
+}
+
+void Trainer::State::leave_group() {
+  train_step.reset();
+  heartbeat.reset();
+  style.reset();  // the reducer's hooks leave the parameters
+  train_loader.reset();
+}
+
 void Trainer::State::go_on_without_lost() {
   DPT_ASSERT(found_loss, "go_on_without_lost without a loss found");
   const FoundLoss found = *std::exchange(found_loss, std::nullopt);
@@ -129,10 +168,7 @@ void Trainer::State::go_on_without_lost() {
   // its step arrives up to a step time later. The heartbeat's bound (3 step times + 2 s) covers both.
   const auto window = std::max(heartbeat ? heartbeat->silence() : kLeastWindow, kLeastWindow);
   // Leave the old group: nothing of the step may hold it.
-  train_step.reset();
-  heartbeat.reset();
-  style.reset();  // the reducer's hooks leave the parameters
-  train_loader.reset();
+  leave_group();
   const std::shared_ptr<dist::Communicator> before = comm;
   dist::retire(before);
   std::vector<int> lost;
@@ -169,21 +205,13 @@ void Trainer::State::go_on_without_lost() {
   // Rank 0 lost: the lowest rank left takes over its logs (appended to: on a shared --output
   // they continue rank 0's) and its checkpoints.
   if (comm->rank() == 0 && rank_before != 0) open_leader_logs();
-  build_step();
-  start_notes.clear();
-  restore(held, "the state in memory");
-  style->start();
-  if (stragglers) stragglers = std::make_unique<StragglerWatch>(options.stragglers(), comm->rank(), comm->size(), timeline.get());
-  hosts.clear();
-  train_step = std::make_unique<TrainStep>(StepParts{options, model, device, *style, *scaler, *mixing, ema.get(),
-                                                     phase_hook(), timeline.get()});
   MembershipReport report;
   report.round = before->world().restart_count + reformations;
   report.cause = failure;
   report.world_size_before = world_before;
   report.world_size = comm->size();
-  round_change = report;
-  round_before_ended = found.at;
+  start_notes.clear();
+  rebuild_from(held, report, found.at);
   if (options.log() != nullptr) {
     std::string ranks;
     for (int r : left.ranks) ranks += str(ranks.empty() ? "" : " ", r);
@@ -193,6 +221,122 @@ void Trainer::State::go_on_without_lost() {
     *options.log() << std::endl;
   }
   start_notes.clear();
+}
+
+void Trainer::State::join_as_replacement() {
+  dist::JoinedGroup joined = dist::join_running_group(options.parallel().dist());
+  job = joined.comm;
+  joined_store = std::move(joined.job_store);
+  joined_ranks = joined.ticket.members;
+  reformations = joined.ticket.generation;
+  join_requests_seen = joined.ticket.requests;
+}
+
+void Trainer::State::admit_replacements() {
+  const auto began = Clock::now();
+  const int world_before = comm->size();
+  const dist::JoinTicket ticket =
+      dist::admit_replacements(*comm, *joined_store, joined_ranks, reformations + 1, join_requests_seen,
+                               join_requests_asked, options.parallel().dist());
+  join_requests_seen = join_requests_asked;
+  const int joining = static_cast<int>(ticket.members.size()) - world_before;
+  if (joining == 0) return;  // every ask was turned away
+  ++reformations;
+  std::string slots;
+  for (size_t i = static_cast<size_t>(world_before); i < ticket.members.size(); ++i) {
+    slots += str(slots.empty() ? "" : ", ", ticket.members[i]);
+  }
+  if (options.log() != nullptr) {
+    *options.log() << "rank " << comm->rank() << ": admitting the replacement(s) of rank(s) " << slots
+                   << " after global step " << global_step() << std::endl;
+  }
+  const TrainingCheckpoint held = checkpoint_state();
+  leave_group();
+  const std::shared_ptr<dist::Communicator> before = comm;
+  comm = dist::grow(*before, joined_store, joining, dist::grown_group_name(reformations), options.parallel().dist());
+  joined_ranks = ticket.members;
+  job = comm;
+  // Rank 0's state, which every rank holds alike, goes to the replacements alone: the others
+  // wait for it at the rebuild's first collective.
+  if (leader()) {
+    const at::Tensor bytes = to_tensor(compat::pickle_save(held.to_ivalue()));
+    const at::Tensor size = at::full({1}, bytes.numel(), at::kLong);
+    for (int r = world_before; r < comm->size(); ++r) {
+      comm->send(size, r);
+      comm->send(bytes, r);
+    }
+  }
+  MembershipReport report;
+  report.round = comm->world().restart_count + reformations;
+  report.cause = str("the replacement(s) of rank(s) ", slots, " joined");
+  report.world_size_before = world_before;
+  report.world_size = comm->size();
+  start_notes.clear();
+  rebuild_from(held, report, began);
+  if (options.log() != nullptr) {
+    *options.log() << fmt::format("rank {} goes on with the replacement(s) of rank(s) {} as {} ranks from global step {}",
+                                  comm->rank(), slots, comm->size(), global_step());
+    for (const auto& note : start_notes) *options.log() << "; " << note;
+    *options.log() << std::endl;
+  }
+  start_notes.clear();
+}
+
+int64_t Trainer::State::join_requests() const {
+  try {
+    return dist::join_requests(*joined_store);
+  } catch (const std::exception& e) {
+    throw DistError(str("rank ", comm->rank(), ": cannot read the replacements' asks from the job's store (",
+                        e.what(), "): the launcher that serves it is gone"));
+  }
+}
+
+void Trainer::State::close_joining() const {
+  try {
+    dist::close_joining(*joined_store);
+  } catch (const std::exception&) {
+    // A store already gone has no replacement waiting on it.
+  }
+}
+
+TrainingCheckpoint Trainer::State::receive_state() {
+  const auto began = Clock::now();
+  at::Tensor size = at::empty({1}, at::kLong);
+  comm->recv(size, 0);
+  at::Tensor bytes = at::empty({size.item<int64_t>()}, at::kByte);
+  comm->recv(bytes, 0);
+  const double seconds = seconds_since(began);
+  const char* data = reinterpret_cast<const char*>(bytes.data_ptr<uint8_t>());
+  TrainingCheckpoint held = TrainingCheckpoint::from_ivalue(
+      compat::pickle_load(std::vector<char>(data, data + bytes.numel())), "the state received from rank 0");
+  if (options.log() != nullptr) {
+    *options.log() << fmt::format("rank {} (the replacement of rank {}): received the state of global step {} from "
+                                  "rank 0: {:.1f} MB in {:.2f} s ({:.3f} Gbit/s)",
+                                  comm->rank(), file_rank(), held.global_step, bytes.numel() / 1e6, seconds,
+                                  seconds > 0 ? bytes.numel() * 8 / seconds / 1e9 : 0.0)
+                   << std::endl;
+  }
+  return held;
+}
+
+void Trainer::State::check_replicas_agree() {
+  // The weights, the buffers and the optimizer's state, as a checkpoint holds them; not the
+  // generator, which each rank keeps its own.
+  const TrainingCheckpoint now = checkpoint_state();
+  std::vector<c10::IValue> parts;
+  for (const auto& entry : now.state_dict) parts.emplace_back(entry.value());
+  parts.emplace_back(now.optimizer);
+  const std::vector<char> bytes = compat::pickle_save(c10::ivalue::Tuple::create(std::move(parts)));
+  const std::string digest = fmt::format("{:016x} ({} bytes)", fnv1a(bytes), bytes.size());
+  const auto differs = compare_with_root(*comm, {digest});
+  DPT_CHECK(!differs, InternalError, "after the join, rank ", differs ? differs->rank : 0, "'s weights and optimizer ",
+            "state (digest ", differs ? differs->on_rank : "", ") differ from rank 0's (", differs ? differs->on_root : "",
+            ")");
+  if (options.log() != nullptr && (leader() || replacement)) {
+    *options.log() << "rank " << comm->rank() << ": the " << comm->size()
+                   << " replicas agree bitwise after the join (weights and optimizer state: digest " << digest << ")"
+                   << std::endl;
+  }
 }
 
 }  // namespace dpt::train

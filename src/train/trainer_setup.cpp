@@ -50,7 +50,12 @@ bool has_batch_norm_statistics(const torch::nn::Module& model) {
 void Trainer::State::join() {
   const ParallelOptions& parallel = options.parallel();
   const StyleTraits& traits = style_traits(parallel.mode());
-  job = dist::init_process_group(parallel.dist());
+  replacement = dist::detect_world(Environment::current(), parallel.dist().world()).replacement;
+  if (replacement) {
+    join_as_replacement();
+  } else {
+    job = dist::init_process_group(parallel.dist());
+  }
   comm = traits.trainers(job, parallel);
   device = comm->device();
   if (parallel.gpu()) {
@@ -199,9 +204,9 @@ void Trainer::State::expect_round_report(int resumed_from_world) {
 
 void Trainer::State::open_logs() {
   if (!options.timeline().empty()) {
-    timeline = std::make_unique<Timeline>(timeline_path(options.timeline(), comm->rank()), comm->rank());
+    timeline = std::make_unique<Timeline>(timeline_path(options.timeline(), file_rank()), file_rank());
   }
-  if (!options.sample_log().empty()) sample_log = std::make_unique<SampleLog>(options.sample_log(), comm->rank());
+  if (!options.sample_log().empty()) sample_log = std::make_unique<SampleLog>(options.sample_log(), file_rank());
   checkpoints = std::make_unique<RunCheckpoints>(
       options.checkpoint(), CheckpointWriterOptions().background(options.checkpoint().in_background()), options.log(),
       timeline.get());

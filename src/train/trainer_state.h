@@ -98,7 +98,12 @@ struct Trainer::State {
     bool in_step = true;
   };
   std::optional<FoundLoss> found_loss;
-  int reformations = 0;
+  int reformations = 0;  // the group's, shrunk or grown: each names its new group
+  // Replacements (dist/joining.h): whether this process is one, which joined the group that went
+  // on; the asks admitted so far, and the count the last step's sums carried.
+  bool replacement = false;
+  int64_t join_requests_seen = 0;
+  int64_t join_requests_asked = 0;
   at::Device device{at::kCPU};
   std::unique_ptr<ParallelStyle> style;
   std::shared_ptr<torch::optim::Optimizer> optimizer;  // the style's
@@ -145,7 +150,7 @@ struct Trainer::State {
   explicit State(TrainOptions o) : options(std::move(o)) {}
 
   // trainer_setup.cpp: the constructor's steps after prepare_locally(), in order.
-  void join();                                                 // the process group(s), the device
+  void join();  // the process group(s) (a replacement's: the running one), the device
   // A checkpoint newer than this rank's own, received from another rank (newest_among_ranks.h):
   // its weights replace those prepare_locally() loaded, before the style is built.
   void take_received_weights(const TrainingCheckpoint& checkpoint);
@@ -212,6 +217,30 @@ struct Trainer::State {
   // Collective over the ranks left: the group re-formed without the lost rank(s), and every part
   // of the step rebuilt over it from the last completed step, held in memory.
   void go_on_without_lost();
+  // Drops every part of the step that holds the group (the step, the heartbeat, the style, the
+  // loader), before the group changes.
+  void leave_group();
+  // A replacement's join (WorldInfo::replacement), in join(): the running group admits it.
+  void join_as_replacement();
+  // Collective over the group and the replacements that asked (join_requests_asked): the grown
+  // group formed, the last completed step's state sent to them, every part of the step rebuilt
+  // over the grown group as go_on_without_lost does over a smaller one.
+  void admit_replacements();
+  // Rank 0, each step (--on-failure continue): how many replacements have asked to join so far.
+  int64_t join_requests() const;
+  // Rank 0, as the run ends: a replacement still waiting leaves (dist/joining.h's close_joining).
+  void close_joining() const;
+  // A replacement's side of admit_replacements' state: the state it takes in place of a resume.
+  TrainingCheckpoint receive_state();
+  // Collective after a join: every rank's weights and optimizer state compared with rank 0's,
+  // bitwise (a digest each); InternalError naming the first rank that differs.
+  void check_replicas_agree();
+  // Both re-formations' end, over the new group: the step's parts rebuilt from `held` at its
+  // world size, and the change told after the next step (`report`, since `began`).
+  void rebuild_from(const TrainingCheckpoint& held, const MembershipReport& report, Clock::time_point began);
+  // The rank this process's files are named by: its rank in the group the job started with, which
+  // a replacement takes over from the rank it replaces.
+  int file_rank() const { return joined_ranks.empty() ? comm->rank() : joined_ranks[static_cast<size_t>(comm->rank())]; }
   // Collective over the new group: where the ranks left differ by a step (`left.progress`), the
   // lowest that completed the furthest sends its state (`held`), which the others take in place of
   // their own. `rank_before`: this rank's in the group before, for the log.
@@ -238,7 +267,9 @@ struct Trainer::State {
   // Trains one epoch from step_in_epoch on: to its end, until max_steps or a stop request, or, under
   // --on-failure continue, until a loss drops the step in flight (found_loss says why).
   // `skipped` gets this rank's bad images of the pass.
-  enum class EpochEnd { Finished, Stopped, StepDropped };
+  // Admitting: replacements asked to join (join_requests_asked): the caller admits them, then the
+  // epoch goes on.
+  enum class EpochEnd { Finished, Stopped, StepDropped, Admitting };
   EpochEnd train_epoch(MetricSums& sums, std::vector<data::SkippedSample>& skipped);
   // The loader of this epoch (from samples_in_epoch on) with the next one queued, if it comes.
   data::Loader& epoch_loader();

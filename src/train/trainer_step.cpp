@@ -38,6 +38,7 @@ std::optional<MetricSums> Trainer::State::step(data::DevicePrefetcher& batches) 
   optim::set_lr(*optimizer, schedule->lr_at(global_step()));
   MetricSums local = train_step->forward_backward(micro_batches, at);
   local.stop_votes = stop_vote();
+  if (continues_on_failure() && leader()) local.join_requests = join_requests();
   local.skipped_images = batches.skipped_count() - skipped_stepped;
   skipped_stepped += local.skipped_images;
   if (stragglers) local.rank_rows = stragglers->rows_to_send(at.number);
@@ -122,6 +123,11 @@ Trainer::State::EpochEnd Trainer::State::train_epoch(MetricSums& sums, std::vect
       prepare_checkpoints();
     }
     checkpoints->report();
+    if (all.join_requests > join_requests_seen) {  // every rank has the same count
+      join_requests_asked = all.join_requests;
+      skipped = batches.skipped();
+      return EpochEnd::Admitting;
+    }
   }
   skipped = batches.skipped();
   return stopped ? EpochEnd::Stopped : EpochEnd::Finished;

@@ -363,6 +363,43 @@ class GoingOn(unittest.TestCase):
             self.assertGreater(rounds[0]["seconds"], 0)
             return out + err, workers
 
+    def test_a_killed_rank_is_replaced_and_the_replacement_joins_from_a_live_peer(self):
+        # --max-restarts 1: the launcher starts a replacement for rank 2, which asks to join; the
+        # two ranks that went on admit it after their next step and rank 0 sends it the state.
+        with tempfile.TemporaryDirectory(prefix="dpt_rejoin_") as tmp:
+            output = os.path.join(tmp, "run")
+            samples = os.path.join(tmp, "samples.txt")
+            args = [dptrain(), "launch", "--standalone", "--nproc-per-node", "3", "--on-failure", "continue",
+                    "--max-restarts", "1", "--grace-period", "2", "--", dptrain(), "train", *SMALL,
+                    "--on-failure", "continue", "--sample-log", samples, "--output", output]
+            workers = {}
+
+            def kill_at(line, launcher):
+                if not workers and re.search(r"Epoch: \[0\]\[ ?3/8\]", line):
+                    workers.update({r: worker_of_rank(launcher, r) for r in range(3)})
+                    os.kill(workers[2], signal.SIGKILL)
+
+            code, out, err = run_watching(args, kill_at)
+            said = out + err
+            self.assertTrue(workers, said)
+            self.assertEqual(code, 0, said)
+            self.assertIn("dptrain launch: starting a replacement for rank 2 (1 of 1), to join the workers that went on",
+                          said)
+            self.assertRegex(said, r"rank 2 \(the replacement of rank 2\): received the state of global step \d+ from "
+                                   r"rank 0: [\d.]+ MB")
+            self.assertRegex(said, r"rank 0: the 3 replicas agree bitwise after the join \(weights and optimizer state: "
+                                   r"digest [0-9a-f]{16}")
+            self.assertRegex(said, r"rank 2: the 3 replicas agree bitwise after the join")
+            self.assertIn("world size 2 -> 3: a global batch of 32 does not split into 3 process(es) x 16", said)
+            # Back at 3 x 16, the second epoch takes 8 steps: global step 16 at the end, as undisturbed.
+            self.assertEqual(json.loads(re.findall(r"^\[rank 0\] (\{.*\})$", out, re.M)[-1])["global_step"], 16)
+            self.assert_each_sample_once(samples, lost=2)
+            with open(os.path.join(output, "metrics.jsonl")) as metrics:
+                rounds = [r for r in map(json.loads, metrics) if r["phase"] == "membership"]
+            self.assertEqual([(r["round"], r["world_size_before"], r["world_size"]) for r in rounds],
+                             [(1, 3, 2), (2, 2, 3)], rounds)
+            self.assertEqual(rounds[1]["cause"], "the replacement(s) of rank(s) 2 joined")
+
     def assert_each_sample_once(self, samples, lost):
         """Every epoch's trained samples, from every rank's --sample-log: each of the 384 once."""
         epochs, _ = trained_by_epoch(samples, range(3), lost)

@@ -14,4 +14,8 @@ enum class OnFailure {
 // to continue checks it, since under any other launcher its survivors would be stopped anyway.
 inline constexpr const char* kKeepsSurvivorsVariable = "DPTRAIN_LAUNCHER_KEEPS_SURVIVORS";
 
+// Set ("1") for a worker that a launcher keeping survivors started in place of a lost one
+// (--max-restarts): it joins the ranks that went on, and takes its state from them.
+inline constexpr const char* kReplacementVariable = "DPTRAIN_REPLACEMENT";
+
 }  // namespace dpt

@@ -15,6 +15,7 @@
 
 #include "dptrain/common/environment.h"
 #include "dptrain/dist/communicator.h"
+#include "dptrain/dist/joining.h"
 #include "dptrain/dist/world.h"
 
 namespace dpt::dist {
@@ -78,5 +79,37 @@ std::shared_ptr<Communicator> new_group(const Communicator& world, int first, in
 std::shared_ptr<Communicator> regroup(const Communicator& before, const std::vector<int>& members,
                                       const std::string& name, const InitOptions& options = InitOptions(),
                                       const Environment& env = Environment::current());
+
+// A communicator over `before`'s members, keeping their ranks, and `joining` replacements after
+// them (joining.h), formed on `store` (the job's store as the ranks joined it, which the
+// replacements reach too) under `name` (grown_group_name of the ticket's generation): collective
+// over the grown group, each replacement calling join_running_group. Its abandonment is armed as
+// `before`'s was.
+std::shared_ptr<Communicator> grow(const Communicator& before, const compat::StorePtr& store, int joining,
+                                   const std::string& name, const InitOptions& options = InitOptions(),
+                                   const Environment& env = Environment::current());
+
+// Collective over a running group at a step boundary where every rank knows that `asked`
+// replacements have asked (joining.h; `seen` of them admitted before): rank 0 checks each new
+// ask's proof of the job's token (admission.h), refuses those that do not hold it, and issues
+// the ticket of re-formation `generation`; every rank returns that ticket. `members`: the group's
+// slots now, in rank order. A ticket whose members are `members` admits nobody.
+JoinTicket admit_replacements(const Communicator& comm, c10d::Store& job_store, const std::vector<int>& members,
+                              int generation, int64_t seen, int64_t asked, const InitOptions& options = InitOptions(),
+                              const Environment& env = Environment::current());
+
+// What a replacement joined: the grown group, the job's store (its round's namespace) and the
+// ticket that admitted it.
+struct JoinedGroup {
+  std::shared_ptr<Communicator> comm;
+  compat::StorePtr job_store;
+  JoinTicket ticket;
+};
+
+// A replacement's start (WorldInfo::replacement), in place of init_process_group: asks the running
+// group to admit it, waits for its ticket within the rendezvous' bound, and joins the grown group.
+// Its rank is its place in the ticket's members. RunEnded when the run ended before admitting it.
+JoinedGroup join_running_group(const InitOptions& options = InitOptions(),
+                                              const Environment& env = Environment::current());
 
 }  // namespace dpt::dist

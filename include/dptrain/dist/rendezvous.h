@@ -43,6 +43,11 @@ struct RendezvousOptions {
 compat::StorePtr rendezvous(const InitMethod& method, const WorldInfo& world,
                             const RendezvousOptions& options);
 
+// The job's store under a launcher that serves it (WorldInfo::agent_store), in the round's
+// namespace, reached without taking a place: a replacement joins a running group there
+// (init.h's join_running_group). Errors as rendezvous()'s.
+compat::StorePtr connect_to_job_store(const WorldInfo& world, const RendezvousOptions& options);
+
 // The namespace of round `restart_count`'s workers in torchrun's agent store (the one PyTorch's
 // workers use): a launcher that serves the store writes there what the round's workers read.
 std::string agent_round_prefix(int restart_count);

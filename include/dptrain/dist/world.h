@@ -48,6 +48,9 @@ struct WorldInfo {
   // file:// init method) uses a store of the job's own.
   std::optional<StoreAddress> agent_store;
   int restart_count = 0;  // TORCHELASTIC_RESTART_COUNT: rounds of workers before this one
+  // DPTRAIN_REPLACEMENT=1: its launcher started it in place of a worker lost under --on-failure
+  // continue, so it joins the group that went on (init.h's join_running_group), not a rendezvous.
+  bool replacement = false;
 
   bool is_distributed() const { return world_size > 1; }
   // Whether torchrun's agent hosts the store at host:port.

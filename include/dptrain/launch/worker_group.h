@@ -50,6 +50,10 @@ struct SupervisorOptions {
   // happens.
   TORCH_ARG(bool, keep_survivors) = false;
   TORCH_ARG(std::function<void(const WorkerExit&)>, on_lost);
+  // Under keep_survivors, asked after on_lost for each worker that failed: true starts the worker
+  // again in its place, from its spec as this function left it (the launcher marks it a
+  // replacement, within its --max-restarts).
+  TORCH_ARG(std::function<bool(WorkerSpec& spec, const WorkerExit& lost)>, replace);
 };
 
 // How one worker ended.
@@ -98,11 +102,15 @@ class WorkerGroup {
  private:
   struct Worker;
   void start_all();
+  // Starts worker `index` from its spec; its log file opened with `log_mode` ("w", or "a" for a
+  // replacement, whose lines follow the lost worker's).
+  void start(size_t index, const char* log_mode);
   void stop_all(int signal, SignalCapture& signals);
   void reap_and_drain(bool block_output);
   bool any_running() const;
 
   std::vector<WorkerSpec> specs_;
+  std::vector<std::string> programs_;  // each spec's argv[0], resolved before the first start
   SupervisorOptions options_;
   std::vector<Worker> workers_;
 };

@@ -49,6 +49,10 @@ struct MetricSums {
   // Bad images the loaders skipped (bad_images.h), riding along so that every rank knows the
   // count at the same step.
   int64_t skipped_images = 0;
+  // Replacements that have asked to join the group so far (--on-failure continue, dist/joining.h):
+  // rank 0 reads the count from the store and the others pass 0, so that every rank learns it at
+  // the same step and all admit them at its end. Not added up over steps.
+  int64_t join_requests = 0;
   // Values that ride along in the same all-reduce, summed elementwise (every rank passes as many):
   // at a straggler window's end, each rank's row of step times (StragglerWatch::rows_to_send).
   std::vector<double> rank_rows;
@@ -57,7 +61,7 @@ struct MetricSums {
   void add(const at::Tensor& logits, const at::Tensor& targets, double mean_loss);
   void add(const MetricSums& other);
 
-  // The sums over all ranks of `comm` (one all-reduce of six float64 values and rank_rows);
+  // The sums over all ranks of `comm` (one all-reduce of seven float64 values and rank_rows);
   // collective.
   MetricSums reduced(dist::Communicator& comm) const;
 

@@ -17,4 +17,6 @@ void SampleLog::record(int64_t global_step, int64_t epoch, const std::vector<int
 
 void SampleLog::drop(int64_t global_step) { file_.write("dropped " + std::to_string(global_step) + "\n"); }
 
+void SampleLog::joined(int64_t global_step) { file_.write("joined " + std::to_string(global_step) + "\n"); }
+
 }  // namespace dpt::train

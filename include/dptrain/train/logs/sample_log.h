@@ -16,7 +16,8 @@
 // the checkpoint's step (bench/faults' elastic kind does). Under --on-failure continue, a step
 // dropped for a lost rank is followed by "dropped <step>": its line above it, and the lost rank's
 // line of that step, were not trained (the ranks left number their steps on from where their new
-// global batch puts them, which may be that number again). Each line is one write(2), whole or
+// global batch puts them, which may be that number again). A replacement that joins them appends
+// to the file of the rank it replaces after a line "joined <step>". Each line is one write(2), whole or
 // absent in a process killed mid-run.
 
 #include <cstdint>
@@ -34,6 +35,9 @@ class SampleLog {
   void record(int64_t global_step, int64_t epoch, const std::vector<int64_t>& indices);
   // The step recorded last, `global_step`, was dropped: a loss cut it short.
   void drop(int64_t global_step);
+  // A replacement opened the file of the rank it replaces, after global step `global_step`: the
+  // lines above are the lost process's, whose last one no step completed if the others dropped it.
+  void joined(int64_t global_step);
 
  private:
   LogFile file_;
