@@ -64,6 +64,15 @@ def trained_by_epoch(sample_log, ranks, lost):
     return epochs, dropped
 
 
+def each_once(epochs, samples, processes):
+    """Whether `epochs` ({epoch: [index, ...]}, as trained_by_epoch gives) trained every one of
+    `samples` samples in each epoch once, but for the fewer than `processes` that the sampler repeats
+    to give the processes equal shares of an epoch re-dealt at another world size (its stated rule,
+    DistributedSampler's padding)."""
+    return all(set(indices) == set(range(samples)) and 0 <= len(indices) - samples < processes
+               for indices in epochs.values())
+
+
 def train_two_ranks(*args, arch="resnet20"):
     """`dptrain train -a arch ARGS` on 2 processes under the launcher (the learning tests' runs);
     returns its output and rank 0's JSON line, or fails with the output."""

@@ -251,6 +251,38 @@ class Restarts(unittest.TestCase):
         self.assertEqual(out.count("attempt"), 2)
 
 
+class Replacements(unittest.TestCase):
+    """--on-failure continue: a worker that fails is replaced in its place, within --max-restarts,
+    while the others run on; the replacement is told it is one. (What it joins: train.test_train_faults.)"""
+
+    # Rank 1 fails at once unless it is a replacement; every worker says how it was started.
+    SCRIPT = ('echo "rank $RANK replacement=${DPTRAIN_REPLACEMENT:-0}"; '
+              'if [ "$RANK" = 1 ] && [ -z "$DPTRAIN_REPLACEMENT" ]; then exit 3; fi; sleep 0.5')
+
+    def run_replacing(self, restarts, log_dir=None):
+        logs = ["--log-dir", log_dir] if log_dir else []
+        return run(launch("--nproc-per-node", "2", "--on-failure", "continue", "--max-restarts", str(restarts),
+                          *logs, "--", "sh", "-c", self.SCRIPT), timeout=60)
+
+    def test_a_failed_worker_is_replaced_in_its_place_and_the_job_succeeds(self):
+        with tempfile.TemporaryDirectory() as logs:
+            code, out, err = self.run_replacing(1, logs)
+            self.assertEqual(code, 0, out + err)
+            self.assertRegex(err, r"rank 1 \(pid \d+\) exited with status 3; the other workers go on without it")
+            self.assertIn("starting a replacement for rank 1 (1 of 1), to join the workers that went on", err)
+            self.assertNotIn("restarting the local group", err)
+            with open(os.path.join(logs, "attempt_0", "rank_1.log")) as f:  # the replacement's follows
+                self.assertEqual(f.read(), "rank 1 replacement=0\nrank 1 replacement=1\n")
+            with open(os.path.join(logs, "attempt_0", "rank_0.log")) as f:  # started once
+                self.assertEqual(f.read(), "rank 0 replacement=0\n")
+
+    def test_no_replacement_without_restarts_left(self):
+        code, out, err = self.run_replacing(0)
+        self.assertEqual(code, 0, out + err)  # rank 0 finished: the job went on without rank 1
+        self.assertNotIn("starting a replacement", err)
+        self.assertNotIn("replacement=1", out)
+
+
 class LogDir(unittest.TestCase):
     def test_output_goes_to_one_file_per_rank_and_attempt(self):
         with tempfile.TemporaryDirectory() as logs:
