@@ -300,9 +300,10 @@ void Trainer::State::close_joining() const {
 }
 
 TrainingCheckpoint Trainer::State::receive_state() {
-  const auto began = Clock::now();
   at::Tensor size = at::empty({1}, at::kLong);
   comm->recv(size, 0);
+  // Timed from here: the size comes once rank 0 has pickled the state, so this is the transfer.
+  const auto began = Clock::now();
   at::Tensor bytes = at::empty({size.item<int64_t>()}, at::kByte);
   comm->recv(bytes, 0);
   const double seconds = seconds_since(began);
