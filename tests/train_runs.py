@@ -31,11 +31,12 @@ def last_json(out):
 
 def trained_by_epoch(sample_log, ranks, lost):
     """{epoch: [index, ...]} that a run's --sample-log files (`sample_log` as given to the flag, one
-    file per rank of `ranks`) say were trained, where rank `lost` was lost and the others went on
+    file per rank of `ranks`) say were trained, where rank `lost` (or each of several) was lost and the others went on
     (--on-failure continue). A step marked dropped was not trained: the line before its mark in the
     file that marks it, and the lost process's line of that step, its last (before a replacement's
     "joined" line, or at the end of the lost rank's file). A line cut short by a kill is not
     counted. Returns also the dropped steps."""
+    lost = {lost} if isinstance(lost, int) else set(lost)
     processes_by_rank, dropped = {}, set()
     for rank in ranks:
         processes = [[]]  # each process's kept lines: a replacement's follow the lost one's
@@ -57,7 +58,7 @@ def trained_by_epoch(sample_log, ranks, lost):
     epochs = {}
     for rank, processes in processes_by_rank.items():
         for number, lines in enumerate(processes):
-            was_lost = number < len(processes) - 1 or (rank == lost and len(processes) == 1)
+            was_lost = number < len(processes) - 1 or (rank in lost and len(processes) == 1)
             for at, fields in enumerate(lines):
                 if not (was_lost and at == len(lines) - 1 and int(fields[0]) in dropped):
                     epochs.setdefault(int(fields[1]), []).extend(int(i) for i in fields[2:])

@@ -263,8 +263,8 @@ JoinTicket admit_replacements(const Communicator& comm, c10d::Store& job_store, 
 JoinedGroup join_running_group(const InitOptions& options, const Environment& env) {
   const WorldInfo world = detect_world(env, options.world());
   const std::string who = str("the replacement of rank ", world.rank);
-  DPT_CHECK(world.agent_store, ConfigError, who, ": joining a running group needs the job's store served by its ",
-            "launcher (dptrain launch --on-failure continue)");
+  DPT_CHECK(world.store_outlives_ranks(), ConfigError, who, ": joining a running group needs a job's store that ",
+            "outlives its ranks (dptrain launch --on-failure continue)");
   const RendezvousOptions rendezvous = rendezvous_options(options, env);
   compat::StorePtr store = connect_to_job_store(world, rendezvous);
   const Admission admission =

@@ -17,6 +17,7 @@
 #include "dptrain/compat/c10d_failure.h"
 #include "dptrain/compat/tcp_store.h"
 #include "dptrain/dist/admission.h"
+#include "dptrain/dist/etcd_store.h"
 #include "dptrain/dist/store_text.h"
 
 namespace dpt::dist {
@@ -98,6 +99,7 @@ struct StoreHost {
 };
 
 StoreHost store_host(const WorldInfo& world) {
+  if (!world.etcd_endpoints.empty()) return {"the job's etcd cluster", "a majority of its members"};
   if (world.agent_store) return {"torchrun's agent store", "torchrun"};
   return {"the master (rank 0)", "rank 0"};
 }
@@ -149,6 +151,13 @@ TimeoutError unreachable_master(const WorldInfo& world, const std::string& host,
 // Under torchrun's agent store every rank is a client, and each restart round keys its own
 // namespace (the one PyTorch's workers use): the store outlives the rounds, so a round must not
 // read what the one before it left there.
+// The job's store in its etcd cluster (etcd_store.h), in the round's namespace as under an agent.
+compat::StorePtr make_etcd_store(const WorldInfo& world, const RendezvousOptions& options) {
+  compat::StorePtr store = c10::make_intrusive<EtcdStore>(
+      EtcdStoreOptions(world.etcd_endpoints, etcd_job_prefix(world.run_id)).timeout(options.timeout));
+  return c10::make_intrusive<c10d::PrefixStore>(agent_round_prefix(world.restart_count), std::move(store));
+}
+
 compat::StorePtr make_tcp_store(const std::string& host, int port, const WorldInfo& world,
                                 const RendezvousOptions& options) {
   const bool serves = world.rank == 0 && !world.agent_store;
@@ -334,6 +343,9 @@ compat::StorePtr rendezvous(const InitMethod& method, const WorldInfo& world, co
   compat::StorePtr store;
   switch (method.kind) {
     case InitMethod::Kind::Env:
+      store = world.etcd_endpoints.empty() ? make_tcp_store(host, port, joining, options)
+                                           : make_etcd_store(world, options);
+      break;
     case InitMethod::Kind::Tcp:
       store = make_tcp_store(host, port, joining, options);
       break;
@@ -352,8 +364,9 @@ compat::StorePtr rendezvous(const InitMethod& method, const WorldInfo& world, co
 }
 
 compat::StorePtr connect_to_job_store(const WorldInfo& world, const RendezvousOptions& options) {
-  DPT_CHECK(world.agent_store, ConfigError, "rank ", world.rank, ": only a store its launcher serves outlives ",
-            "the ranks that joined it");
+  DPT_CHECK(world.store_outlives_ranks(), ConfigError, "rank ", world.rank, ": only a store its launcher serves, ",
+            "or an etcd cluster, outlives the ranks that joined it");
+  if (!world.etcd_endpoints.empty()) return make_etcd_store(world, options);
   return make_tcp_store(world.agent_store->host, world.agent_store->port, world, options);
 }
 

@@ -6,6 +6,7 @@
 
 #include "dptrain/common/error.h"
 #include "dptrain/common/on_failure.h"
+#include "dptrain/dist/etcd_store.h"
 
 namespace dpt::dist {
 
@@ -78,6 +79,8 @@ WorldInfo from_torchrun(const Environment& env) {
   }
   w.restart_count = int_or(env, "TORCHELASTIC_RESTART_COUNT", 0);
   w.replacement = env.get(kReplacementVariable).value_or("0") == "1";
+  if (const auto etcd = env.get(kEtcdEndpointsVariable)) w.etcd_endpoints = parse_etcd_endpoints(*etcd);
+  w.run_id = env.get("TORCHELASTIC_RUN_ID").value_or("");
   return w;
 }
 

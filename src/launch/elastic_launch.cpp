@@ -11,6 +11,7 @@
 #include "dptrain/common/exit_codes.h"
 #include "dptrain/compat/c10d_failure.h"
 #include "dptrain/compat/tcp_store.h"
+#include "dptrain/dist/etcd_store.h"
 #include "dptrain/dist/rendezvous.h"
 #include "dptrain/launch/node_rendezvous.h"
 #include "dptrain/launch/supervise.h"
@@ -123,9 +124,16 @@ int launch_serving_store(const LaunchOptions& requested, const std::vector<std::
   // Resolved once: --standalone's port is chosen here, and the store must be on the one the
   // workers are told.
   const LaunchOptions options = resolve(requested, env).standalone(false);
-  // Node 0 serves it; the workers of every node join it there.
+  // Node 0 serves it, and the workers of every node join it there; or an etcd cluster holds it,
+  // where every node's launcher marks its own workers.
   compat::StorePtr store;
-  if (options.node_rank() == 0) store = open_store(options, /*host=*/true, "dptrain launch", "the workers' store");
+  if (!options.etcd_endpoints().empty()) {
+    store = c10::make_intrusive<dist::EtcdStore>(
+        dist::EtcdStoreOptions(options.etcd_endpoints(), dist::etcd_job_prefix(options.run_id()))
+            .timeout(options.rendezvous_timeout()));
+  } else if (options.node_rank() == 0) {
+    store = open_store(options, /*host=*/true, "dptrain launch", "the workers' store");
+  }
   // A worker seen to fail is marked in the store at once: the ranks left close their list without
   // waiting for it (dist/reformation.h), where a heartbeat would take its whole bound to name it.
   return launch_fixed_world(options, program, env, [store](int round, int rank) {

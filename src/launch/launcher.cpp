@@ -153,6 +153,15 @@ LaunchOptions resolve(LaunchOptions options, const Environment& env) {
   }
   DPT_CHECK(options.master_port() > 0 && options.master_port() < 65536, ConfigError, "--master-port ",
             options.master_port(), " is not a TCP port");
+  if (!options.etcd_endpoints().empty()) {
+    DPT_CHECK(options.on_failure() == OnFailure::Continue && !options.min_nnodes(), ConfigError,
+              "--rdzv-backend etcd keeps the workers' store of an --on-failure continue job (a restart starts ",
+              "every worker again, with rank 0's store); add --on-failure continue, without --nnodes MIN:MAX");
+    // Each node's workers find the job's keys under its run id: every node must name the same.
+    DPT_CHECK(options.nnodes() == 1 || !options.run_id().empty() || env.has("TORCHELASTIC_RUN_ID"), ConfigError,
+              "--rdzv-backend etcd with --nnodes ", options.nnodes(), " needs the job's --rdzv-id, the same on ",
+              "every node (its keys in etcd are kept under it)");
+  }
   if (options.run_id().empty()) options.run_id(env.get("TORCHELASTIC_RUN_ID").value_or(fresh_run_id()));
   if (!options.job_token()) {
     if (auto given = env.get(kJobTokenVariable)) {
@@ -214,6 +223,11 @@ std::vector<WorkerSpec> make_worker_specs(const LaunchOptions& options, const st
     set("TORCHELASTIC_USE_AGENT_STORE", options.on_failure() == OnFailure::Continue ? "True" : "False");
     if (options.job_token()) set(kJobTokenVariable, *options.job_token());
     if (options.on_failure() == OnFailure::Continue) set(kKeepsSurvivorsVariable, "1");
+    if (!options.etcd_endpoints().empty()) {
+      std::string endpoints;
+      for (const auto& endpoint : options.etcd_endpoints()) endpoints += (endpoints.empty() ? "" : ",") + endpoint;
+      set(kEtcdEndpointsVariable, endpoints);
+    }
     if (!base.has("OMP_NUM_THREADS")) {
       set("OMP_NUM_THREADS", blocks.empty() ? threads : std::to_string(blocks[local].size()));
     }

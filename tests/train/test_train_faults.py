@@ -13,9 +13,10 @@ import threading
 import time
 import unittest
 
+from etcd_cluster import EtcdCluster
 from file_creations import FileCreations
-from proc import Started, dptrain, run, worker_of_rank
-from train_runs import SMALL, STEPS, alone, compare_checkpoints, identical, last_json, trained_by_epoch
+from proc import Started, dptrain, free_port, run, worker_of_rank
+from train_runs import SMALL, STEPS, alone, compare_checkpoints, each_once, identical, last_json, trained_by_epoch
 
 
 def launch(output, restarts, extra=()):
@@ -431,6 +432,52 @@ class GoingOn(unittest.TestCase):
         self.assertIn("rank 0: heartbeat: told through the store: rank 1: rank 2", said)
         self.assertIn(f"dptrain launch: rank 2 (pid {workers[2]}) still runs a grace period after the others "
                       "finished without it: stopping it", said)
+
+
+class NoVitalMachine(unittest.TestCase):
+    """--rdzv-backend etcd: the workers' store lives in a 3-member etcd cluster instead of node 0's
+    launcher. Two launchers (nodes) of 2 workers each; node 0's launcher is killed with its workers
+    (as when its machine goes) and one etcd member with it: node 1's ranks go on as a group of 2,
+    rank 2 becoming rank 0, and finish, each epoch's samples trained once."""
+
+    def test_the_job_outlives_node_0_and_an_etcd_member(self):
+        with EtcdCluster(3) as etcd, tempfile.TemporaryDirectory(prefix="dpt_etcd_job_") as tmp:
+            samples = os.path.join(tmp, "samples.txt")
+            port = free_port()
+
+            def node(rank):
+                return Started([dptrain(), "launch", "--nnodes", "2", "--node-rank", str(rank), "--nproc-per-node", "2",
+                                "--master-addr", "127.0.0.1", "--master-port", str(port), "--rdzv-id", "etcd-test",
+                                "--rdzv-backend", "etcd", "--rdzv-endpoint", ",".join(etcd.endpoints),
+                                "--on-failure", "continue", "--grace-period", "2", "--", dptrain(), "train", *SMALL,
+                                "-b", "12", "--on-failure", "continue", "--sample-log", samples,
+                                "--output", os.path.join(tmp, f"node{rank}")], env=alone())
+            nodes = [node(0), node(1)]
+            try:
+                lines = []
+                deadline = time.monotonic() + 240
+                while time.monotonic() < deadline:
+                    line = nodes[0].proc.stdout.readline()
+                    if not line:
+                        break
+                    lines.append(line)
+                    if re.search(r"Epoch: \[0\]\[ ?3/8\]", line):
+                        os.killpg(nodes[0].proc.pid, signal.SIGKILL)  # the launcher and its workers
+                        etcd.kill(0)
+                        break
+                self.assertTrue(lines and "3/8" in lines[-1], "".join(lines))
+                code, out, err = nodes[1].wait(timeout=max(1, deadline - time.monotonic()))
+            finally:
+                for n in nodes:
+                    n.close()
+            said = out + err
+            self.assertEqual(code, 0, said)
+            self.assertIn("rank 2 goes on as rank 0 of 2 (ranks 2 3 of the 4 before)", said)
+            # The new rank 0 (worker "rank 2") ends the run: 2 x 12 a step from then on.
+            self.assertRegex(said, r"\[rank 2\] \{.*\"epochs\":2")
+            epochs, _ = trained_by_epoch(samples, range(4), lost=(0, 1))
+            self.assertEqual(sorted(epochs), [0, 1])
+            self.assertTrue(each_once(epochs, 384, 2), {e: len(i) for e, i in epochs.items()})
 
 
 class AutoResume(unittest.TestCase):

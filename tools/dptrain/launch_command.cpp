@@ -27,6 +27,8 @@ struct LaunchFlags {
   std::optional<int> rendezvous_timeout_s;
   double last_call_s = 10;
   std::optional<std::string> job_token_file;
+  std::string rdzv_backend = "c10d";
+  std::string rdzv_endpoint;
 };
 
 // A small non-negative decimal number (one that std::stoi cannot overflow on).
@@ -34,16 +36,25 @@ bool is_small_count(const std::string& text) {
   return !text.empty() && text.size() < 6 && text.find_first_not_of("0123456789") == std::string::npos;
 }
 
+// "a,b,c" into its entries; ConfigError naming `flag` for an empty one.
+std::vector<std::string> split_list(const std::string& text, const char* flag) {
+  std::vector<std::string> items;
+  size_t start = 0;
+  while (true) {
+    const size_t comma = text.find(',', start);
+    items.push_back(text.substr(start, comma == std::string::npos ? std::string::npos : comma - start));
+    DPT_CHECK(!items.back().empty(), ConfigError, flag, " '", text, "' has an empty entry");
+    if (comma == std::string::npos) return items;
+    start = comma + 1;
+  }
+}
+
 std::vector<int> parse_gpu_list(const std::string& text) {
   std::vector<int> gpus;
-  size_t start = 0;
-  while (start < text.size()) {
-    size_t comma = text.find(',', start);
-    std::string item = text.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+  if (text.empty()) return gpus;
+  for (const auto& item : split_list(text, "--gpus")) {
     DPT_CHECK(is_small_count(item), ConfigError, "--gpus '", text, "': '", item, "' is not a GPU index; use a list like 1,3");
     gpus.push_back(std::stoi(item));
-    if (comma == std::string::npos) break;
-    start = comma + 1;
   }
   return gpus;
 }
@@ -75,6 +86,12 @@ int run_launch(const LaunchFlags& flags, const std::vector<std::string>& program
                      .cpu_bind(flags.cpu_bind == "none" ? launch::CpuBind::None : launch::CpuBind::Cores)
                      .last_call(milliseconds(flags.last_call_s, "--rdzv-last-call"));
   parse_nnodes(flags.nnodes, options);
+  DPT_CHECK((flags.rdzv_backend == "etcd") == !flags.rdzv_endpoint.empty(), ConfigError,
+            flags.rdzv_backend == "etcd" ? "--rdzv-backend etcd needs --rdzv-endpoint HOST:PORT[,HOST:PORT...], the "
+                                           "etcd cluster's members"
+                                         : "--rdzv-endpoint names etcd's members: add --rdzv-backend etcd (with c10d, "
+                                           "--master-addr and --master-port say where the store is)");
+  if (flags.rdzv_backend == "etcd") options.etcd_endpoints(split_list(flags.rdzv_endpoint, "--rdzv-endpoint"));
   if (flags.job_token_file) options.job_token(read_job_token_file(*flags.job_token_file));
   if (flags.nproc_per_node != "auto") {
     DPT_CHECK(is_small_count(flags.nproc_per_node), ConfigError, "--nproc-per-node '", flags.nproc_per_node, "' is neither a number nor 'auto'");
@@ -125,6 +142,14 @@ Command add_launch_command(CLI::App& root, Launcher elastic, Launcher fixed) {
                   "serves their rendezvous store here (node 0), so that they can go on without rank 0 too")
       ->check(CLI::IsMember({"restart", "continue"}))
       ->capture_default_str();
+  app->add_option("--rdzv-backend,--rdzv_backend", flags->rdzv_backend,
+                  "where the workers' store lives: c10d (rank 0, or under --on-failure continue node 0's "
+                  "launcher, serves it) or etcd (an etcd cluster, --rdzv-endpoint; --on-failure continue only), "
+                  "so that the job outlives any one machine")
+      ->check(CLI::IsMember({"c10d", "etcd"}))
+      ->capture_default_str();
+  app->add_option("--rdzv-endpoint,--rdzv_endpoint", flags->rdzv_endpoint,
+                  "etcd: the cluster's members, HOST:PORT[,HOST:PORT...] (the keys go under --rdzv-id)");
   app->add_option("--log-dir,--log_dir", flags->log_dir, "write each worker's output to LOG_DIR/attempt_K/rank_R.log");
   app->add_option("--gpus", flags->gpus, "GPU indices, one per local worker (e.g. 1,3)");
   app->add_option("--run-id,--rdzv-id", flags->run_id, "job id exported as TORCHELASTIC_RUN_ID");

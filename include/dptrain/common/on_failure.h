@@ -18,4 +18,8 @@ inline constexpr const char* kKeepsSurvivorsVariable = "DPTRAIN_LAUNCHER_KEEPS_S
 // (--max-restarts): it joins the ranks that went on, and takes its state from them.
 inline constexpr const char* kReplacementVariable = "DPTRAIN_REPLACEMENT";
 
+// Set by `dptrain launch --rdzv-backend etcd` for its workers: the etcd cluster's endpoints
+// (comma-separated) where the job's store lives, in place of the store node 0's launcher serves.
+inline constexpr const char* kEtcdEndpointsVariable = "DPTRAIN_RDZV_ETCD";
+
 }  // namespace dpt

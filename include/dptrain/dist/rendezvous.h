@@ -43,8 +43,8 @@ struct RendezvousOptions {
 compat::StorePtr rendezvous(const InitMethod& method, const WorldInfo& world,
                             const RendezvousOptions& options);
 
-// The job's store under a launcher that serves it (WorldInfo::agent_store), in the round's
-// namespace, reached without taking a place: a replacement joins a running group there
+// The job's store where it outlives the ranks (WorldInfo::store_outlives_ranks: a launcher serves
+// it, or an etcd cluster holds it), in the round's namespace, reached without taking a place: a replacement joins a running group there
 // (init.h's join_running_group). Errors as rendezvous()'s.
 compat::StorePtr connect_to_job_store(const WorldInfo& world, const RendezvousOptions& options);
 

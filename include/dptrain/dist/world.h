@@ -48,6 +48,12 @@ struct WorldInfo {
   // file:// init method) uses a store of the job's own.
   std::optional<StoreAddress> agent_store;
   int restart_count = 0;  // TORCHELASTIC_RESTART_COUNT: rounds of workers before this one
+  // DPTRAIN_RDZV_ETCD: the etcd members (host:port) that hold the job's store, which then outlives
+  // every process and machine of the job (etcd_store.h); its keys are under the run id's prefix.
+  std::vector<std::string> etcd_endpoints;
+  std::string run_id;  // TORCHELASTIC_RUN_ID
+  // Whether the job's store outlives the ranks that joined it: a launcher's, or an etcd cluster.
+  bool store_outlives_ranks() const { return agent_store.has_value() || !etcd_endpoints.empty(); }
   // DPTRAIN_REPLACEMENT=1: its launcher started it in place of a worker lost under --on-failure
   // continue, so it joins the group that went on (init.h's join_running_group), not a rendezvous.
   bool replacement = false;

@@ -48,6 +48,11 @@ struct LaunchOptions {
   // Continue: a worker that fails leaves the others running (they re-form without it, as
   // `dptrain train --on-failure continue` does); the group fails only when every worker has.
   TORCH_ARG(OnFailure, on_failure) = OnFailure::Restart;
+  // Continue only: the etcd cluster (its members' host:port) that holds the workers' store
+  // (--rdzv-backend etcd --rdzv-endpoint), under the run id's prefix, so that the job outlives
+  // every machine, node 0's included; each node's launcher marks its failed workers there. Empty:
+  // node 0's launcher serves the store.
+  TORCH_ARG(std::vector<std::string>, etcd_endpoints) = {};
   // When set, each worker's output goes to LOG_DIR/attempt_K/rank_R.log instead of the terminal.
   TORCH_ARG(std::optional<std::string>, log_dir) = std::nullopt;
   // GPU indices; local rank i sees only the i-th (CUDA_VISIBLE_DEVICES), so subsets like 1,3 work.
