@@ -8,7 +8,6 @@ import signal
 import subprocess
 import tempfile
 import time
-import urllib.request
 
 from proc import cannot_run, free_port
 
@@ -16,8 +15,14 @@ ETCD = "/usr/bin/etcd"
 
 
 class EtcdCluster:
-    def __init__(self, members):
+    """`members` etcd members; member m listens on hosts[m] (default 127.0.0.1) and runs as
+    run_in[m](command line) (default: as it is; a network namespace's `ip netns exec` for a node of
+    bench/veth_link.py's link)."""
+
+    def __init__(self, members, hosts=None, run_in=None):
         self.members = members
+        self.hosts = hosts or ["127.0.0.1"] * members
+        self.run_in = run_in or [lambda args: args] * members
         self.procs = []
         self.endpoints = []
 
@@ -25,20 +30,21 @@ class EtcdCluster:
         if not os.access(ETCD, os.X_OK):
             cannot_run(f"{ETCD} is missing (Debian's etcd-server; scripts/install-deps installs it)")
         self.dir = tempfile.mkdtemp(prefix="dpt_etcd_")
+        # Free here; a namespace's ports are all free.
         ports = [(free_port(), free_port()) for _ in range(self.members)]
-        initial = ",".join(f"m{m}=http://127.0.0.1:{peer}" for m, (_, peer) in enumerate(ports))
+        initial = ",".join(f"m{m}=http://{host}:{peer}" for m, (host, (_, peer)) in enumerate(zip(self.hosts, ports)))
         try:
-            for m, (client, peer) in enumerate(ports):
-                self.endpoints.append(f"127.0.0.1:{client}")
+            for m, (host, (client, peer)) in enumerate(zip(self.hosts, ports)):
+                self.endpoints.append(f"{host}:{client}")
                 with open(os.path.join(self.dir, f"m{m}.log"), "w") as log:
-                    self.procs.append(subprocess.Popen(
+                    self.procs.append(subprocess.Popen(self.run_in[m](
                         [ETCD, "--name", f"m{m}", "--data-dir", os.path.join(self.dir, f"m{m}"),
-                         "--listen-client-urls", f"http://127.0.0.1:{client}",
-                         "--advertise-client-urls", f"http://127.0.0.1:{client}",
-                         "--listen-peer-urls", f"http://127.0.0.1:{peer}",
-                         "--initial-advertise-peer-urls", f"http://127.0.0.1:{peer}",
+                         "--listen-client-urls", f"http://{host}:{client}",
+                         "--advertise-client-urls", f"http://{host}:{client}",
+                         "--listen-peer-urls", f"http://{host}:{peer}",
+                         "--initial-advertise-peer-urls", f"http://{host}:{peer}",
                          "--initial-cluster", initial, "--initial-cluster-state", "new",
-                         "--initial-cluster-token", "dptrain-test"],
+                         "--initial-cluster-token", "dptrain-test"]),
                         stdout=log, stderr=subprocess.STDOUT, start_new_session=True))
             self.wait_healthy(timeout=30)
         except BaseException:
@@ -47,16 +53,15 @@ class EtcdCluster:
         return self
 
     def wait_healthy(self, timeout):
-        """Returns once every member says it is healthy (a leader elected), within `timeout` s."""
+        """Returns once every member says it is healthy (a leader elected), within `timeout` s; each
+        asked from where it runs (curl, inside its namespace)."""
         deadline = time.monotonic() + timeout
-        for endpoint in self.endpoints:
+        for m, endpoint in enumerate(self.endpoints):
             while True:
-                try:
-                    with urllib.request.urlopen(f"http://{endpoint}/health", timeout=1) as answer:
-                        if b'"true"' in answer.read():
-                            break
-                except OSError:
-                    pass
+                asked = subprocess.run(self.run_in[m](["curl", "-s", "-m", "1", f"http://{endpoint}/health"]),
+                                       capture_output=True, text=True, timeout=10)
+                if '"true"' in asked.stdout:
+                    break
                 if time.monotonic() > deadline:
                     raise AssertionError(f"etcd member {endpoint} not healthy within {timeout} s: {self.log()}")
                 time.sleep(0.1)
