@@ -9,6 +9,11 @@
 // the global batch kept through accumulation where it divides, the rest of the epoch re-dealt over
 // the ranks left, so that every sample of the epoch is trained once. No process restarts and
 // nothing is read from disk.
+//
+// Growing back: a replacement the launcher started asks to join (dist/joining.h); the ranks admit
+// it after the step whose summed metrics carry the ask, form the grown group, and rank 0 sends it
+// the last completed step's state, which it takes in place of a resume (admit_replacements,
+// receive_state). Every part of the step is then rebuilt at the grown world size the same way.
 #include "trainer_state.h"
 
 #include <ATen/CPUGeneratorImpl.h>
@@ -23,8 +28,8 @@
 #include "dptrain/compat/pickle.h"
 #include "dptrain/dist/init.h"
 #include "dptrain/dist/reformation.h"
-#include "dptrain/parallel/replicas.h"
 #include "dptrain/dist/rendezvous.h"
+#include "dptrain/parallel/replicas.h"
 
 namespace dpt::train {
 
@@ -48,7 +53,7 @@ uint64_t fnv1a(const std::vector<char>& bytes) {
   return hash;
 }
 
-// Pickled state as one byte tensor, for one broadcast.
+// Pickled state as one byte tensor, for one broadcast or send.
 at::Tensor to_tensor(const std::vector<char>& bytes) {
   at::Tensor tensor = at::empty({static_cast<int64_t>(bytes.size())}, at::kByte);
   std::copy(bytes.begin(), bytes.end(), reinterpret_cast<char*>(tensor.data_ptr<uint8_t>()));

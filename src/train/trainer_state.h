@@ -3,7 +3,7 @@
 //   trainer_setup.cpp  building the run: the process group, the step's parts, a resume, the logs;
 //   trainer_step.cpp   the training steps of an epoch, each one a TrainStep (train_step.h);
 //   trainer.cpp        the run's epochs, validation, checkpoints and stop requests;
-//   trainer_reform.cpp going on without a lost rank (--on-failure continue).
+//   trainer_reform.cpp going on without a lost rank, and taking replacements back (--on-failure continue).
 
 #include <ATen/ATen.h>
 #include <fmt/format.h>
