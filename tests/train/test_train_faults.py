@@ -372,7 +372,8 @@ class GoingOn(unittest.TestCase):
             samples = os.path.join(tmp, "samples.txt")
             args = [dptrain(), "launch", "--standalone", "--nproc-per-node", "3", "--on-failure", "continue",
                     "--max-restarts", "1", "--grace-period", "2", "--", dptrain(), "train", *SMALL,
-                    "--on-failure", "continue", "--sample-log", samples, "--output", output]
+                    # A third epoch: time for the replacement to start on a loaded machine.
+                    "--epochs", "3", "--on-failure", "continue", "--sample-log", samples, "--output", output]
             workers = {}
 
             def kill_at(line, launcher):
@@ -392,25 +393,27 @@ class GoingOn(unittest.TestCase):
                                    r"digest [0-9a-f]{16}")
             self.assertRegex(said, r"rank 2: the 3 replicas agree bitwise after the join")
             self.assertIn("world size 2 -> 3: a global batch of 32 does not split into 3 process(es) x 16", said)
-            # Back at 3 x 16, the second epoch takes 8 steps: global step 16 at the end, as undisturbed.
-            self.assertEqual(json.loads(re.findall(r"^\[rank 0\] (\{.*\})$", out, re.M)[-1])["global_step"], 16)
-            # The rest of epoch 0 dealt over 3 repeats what evens it out (the sampler's padding).
-            rest = 384 - int(re.search(r"the rest of epoch 0 \(from sample (\d+)\) is re-sharded over 3", said)[1])
-            self.assert_each_sample_once(samples, lost=2, repeated=-rest % 3)
+            # Back at 3 x 16, an epoch takes 8 steps: global step 24 at the end, as undisturbed.
+            self.assertEqual(json.loads(re.findall(r"^\[rank 0\] (\{.*\})$", out, re.M)[-1])["global_step"], 24)
+            # The rest of the epoch it joined in (the first, unless the machine is slow), dealt over 3,
+            # repeats what evens it out (the sampler's padding); none when it joined as an epoch began.
+            rest = re.search(r"the rest of epoch (\d) \(from sample (\d+)\) is re-sharded over 3", said)
+            self.assert_each_sample_once(samples, lost=2, repeated={int(rest[1]): -(384 - int(rest[2])) % 3} if rest else {},
+                                         epochs=3)
             with open(os.path.join(output, "metrics.jsonl")) as metrics:
                 rounds = [r for r in map(json.loads, metrics) if r["phase"] == "membership"]
             self.assertEqual([(r["round"], r["world_size_before"], r["world_size"]) for r in rounds],
                              [(1, 3, 2), (2, 2, 3)], rounds)
             self.assertEqual(rounds[1]["cause"], "the replacement(s) of rank(s) 2 joined")
 
-    def assert_each_sample_once(self, samples, lost, repeated=0):
+    def assert_each_sample_once(self, samples, lost, repeated=None, epochs=2):
         """Every epoch's trained samples, from every rank's --sample-log: each of the 384 once, but
-        for `repeated` that the sampler repeats to deal the rest of an epoch evenly."""
-        epochs, _ = trained_by_epoch(samples, range(3), lost)
-        self.assertEqual(sorted(epochs), [0, 1])
-        for epoch, indices in epochs.items():
+        for `repeated` ({epoch: count}) that the sampler repeats to deal the rest of an epoch evenly."""
+        trained, _ = trained_by_epoch(samples, range(3), lost)
+        self.assertEqual(sorted(trained), list(range(epochs)))
+        for epoch, indices in trained.items():
             self.assertEqual(sorted(set(indices)), list(range(384)), f"epoch {epoch}")
-            self.assertEqual(len(indices), 384 + (repeated if epoch == 0 else 0), f"epoch {epoch}")
+            self.assertEqual(len(indices), 384 + (repeated or {}).get(epoch, 0), f"epoch {epoch}")
 
     def test_a_killed_rank_is_left_behind_and_the_others_finish(self):
         said, workers = self.go_on(signal.SIGKILL)
