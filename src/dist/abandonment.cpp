@@ -33,8 +33,14 @@ void Abandonment::wait(const compat::WorkPtr& work, std::chrono::milliseconds ti
       work->wait(slice);
       return;
     } catch (...) {
-      // A work that completed failed for real; one still running only outlasted the slice.
-      if (work->isCompleted() || Clock::now() >= deadline) throw;
+      if (Clock::now() >= deadline) throw;
+      // Still running: it only outlasted the slice. Completed: either it failed for real, or it
+      // completed between the slice's end and this look, and the slice's own timeout is no failure;
+      // a second wait on a completed work gives its outcome (returns, or throws its error).
+      if (work->isCompleted()) {
+        work->wait(slice);
+        return;
+      }
     }
   }
 }

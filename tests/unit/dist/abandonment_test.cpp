@@ -51,6 +51,39 @@ TEST(Abandonment, AnArmedWaitLeavesWhenAbandoned) {
   }
 }
 
+// A work whose first wait outlasts its slice and that completes as that wait times out: the race
+// between a slice's end and the look at the work, which once failed a healthy step.
+class CompletingAsTheSliceEnds : public HeldWork {
+ public:
+  explicit CompletingAsTheSliceEnds(std::exception_ptr outcome = nullptr) : outcome_(std::move(outcome)) {}
+  bool wait(std::chrono::milliseconds timeout) override {
+    if (!isCompleted()) {
+      complete(outcome_);
+      throw std::runtime_error("Operation timed out!");
+    }
+    return HeldWork::wait(timeout);
+  }
+
+ private:
+  std::exception_ptr outcome_;
+};
+
+TEST(Abandonment, AWorkThatCompletesAsItsSliceEndsGivesItsOwnOutcome) {
+  Abandonment abandonment;
+  abandonment.arm();
+  // Completed well: the slice's timeout is no failure.
+  EXPECT_NO_THROW(abandonment.wait(c10::make_intrusive<CompletingAsTheSliceEnds>(), std::chrono::minutes(10)));
+  // Completed with an error: that error, not the slice's timeout.
+  auto failing = c10::make_intrusive<CompletingAsTheSliceEnds>(
+      std::make_exception_ptr(std::runtime_error("Connection closed by peer")));
+  try {
+    abandonment.wait(failing, std::chrono::minutes(10));
+    FAIL() << "a failed work's wait returned";
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find("Connection closed by peer"), std::string::npos) << e.what();
+  }
+}
+
 TEST(Abandonment, UnarmedTheBackendsOwnWaitRunsToItsTimeout) {
   // The negative control of the test above: the same abandonment, unarmed, ends nothing.
   Abandonment abandonment;
