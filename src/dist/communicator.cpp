@@ -49,7 +49,11 @@ void Work::wait() {
   if (!work_) return;
   auto work = std::move(work_);
   try {
-    comm_->abandonment_->wait(work, timeout_);
+    if (abandonable_) {
+      comm_->abandonment_->wait(work, timeout_);
+    } else {
+      work->wait(timeout_);
+    }
   } catch (...) {
     // The bound the user set: the wait's own may hold a transport's grace for its report on top.
     comm_->fail(id_, what_, std::current_exception(), comm_->timeout());
@@ -115,6 +119,10 @@ Work Communicator::start(const std::string& operation, const std::string& what, 
   // A transport that bounds its operations itself says which peer it waited for; a wait that
   // ended first would only say that it took too long.
   Work started(std::move(work), std::move(finish), this, id, what, timeout_ + transport_->failure_report_delay());
+  // Gloo closes the pair of a send or receive whose wait times out ("Application timeout caused
+  // pair closure"), so such a wait cannot be cut into the abandonment's slices: it waits whole,
+  // bounded by the timeout (a peer that dies closes the pair, which ends it at once).
+  started.abandonable_ = !record.point_to_point();
   if (!device_.is_cuda()) started.watch_completion();
   return started;
 }

@@ -10,6 +10,8 @@
 //   ...another thread: abandonment.abandon("rank 2 is lost");
 //   ...the training thread's collective throws GroupAbandoned("rank 2 is lost")
 //
+// A point-to-point send or receive is never waited in slices, since Gloo closes the pair of one
+// whose wait times out: it waits whole, bounded by the communicator's timeout.
 // Unarmed (the default), a wait is the backend's own wait, untouched: a slice costs a timed-out
 // wait and its exception, paid only by the jobs that may go on without a rank. GroupAbandoned is
 // a DistError, so code that does not go on fails as on any lost peer.

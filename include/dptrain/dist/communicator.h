@@ -82,6 +82,7 @@ class Work {
   uint64_t id_ = 0;
   std::string what_;
   std::chrono::milliseconds timeout_{0};  // the wait's: the communicator's and a transport's grace
+  bool abandonable_ = true;  // a collective's wait; a point-to-point one is never cut short (start())
 };
 
 struct CommunicatorOptions {

@@ -202,6 +202,24 @@ TEST_P(CommunicatorTest, SendAndRecvAroundARingWithTagsInFlightTogether) {
   });
 }
 
+TEST(Communicator, AnArmedRecvWaitsPastTheAbandonmentsSlicesWhole) {
+  // Gloo closes the pair of a receive whose wait times out: an armed group's receive that lasts
+  // longer than a slice (100 ms) must still get its message, and the pair must still carry the next.
+  dpt::testing::run_ranks(2, [](Communicator& comm) {
+    comm.abandonment()->arm();
+    for (int message = 0; message < 2; ++message) {
+      auto t = torch::full({4}, -1.0);
+      if (comm.rank() == 0) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(400));
+        comm.send(torch::full({4}, 1.0 + message), 1);
+      } else {
+        comm.recv(t, 0);
+        EXPECT_TRUE(t.equal(torch::full({4}, 1.0 + message))) << t;
+      }
+    }
+  }, std::chrono::seconds(30), Transport::Gloo);
+}
+
 // Thread ranks each start a Gloo group's first collective at once, which PyTorch's flight recorder
 // does not survive on 2.11 (support/torch_flight_recorder_off.cpp): it must be off in this process.
 TEST(ThreadRanks, PyTorchsFlightRecorderIsOffInTheTestProcess) {
