@@ -3,7 +3,7 @@
 #include <curl/curl.h>
 #include <nlohmann/json.hpp>
 
-#include <sstream>
+#include <cstring>
 #include <thread>
 
 #include "dptrain/common/error.h"
@@ -96,18 +96,6 @@ std::string base_url(std::string endpoint) {
 }
 
 }  // namespace
-
-std::vector<std::string> parse_etcd_endpoints(const std::string& list) {
-  std::vector<std::string> endpoints;
-  std::istringstream in(list);
-  for (std::string endpoint; std::getline(in, endpoint, ',');) {
-    DPT_CHECK(!endpoint.empty(), ConfigError, "the etcd endpoints '", list, "' have an empty entry: give ",
-              "host:port[,host:port...]");
-    endpoints.push_back(endpoint);
-  }
-  DPT_CHECK(!endpoints.empty(), ConfigError, "no etcd endpoint given: host:port[,host:port...]");
-  return endpoints;
-}
 
 // POSTs to the gateway: one libcurl handle, its connection kept alive, to the member that answered
 // last, passing to the next on a failure.

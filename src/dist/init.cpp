@@ -183,14 +183,16 @@ std::shared_ptr<Communicator> gloo_group(const compat::StorePtr& store, const Wo
 #endif
 }
 
-// Whether the job started with every rank on one host: then its later groups keep to it (a job
-// across hosts no longer knows how many of a group's members share this one).
-bool on_one_host(const WorldInfo& world) { return world.local_world_size == world.world_size; }
-
-// `group`'s place on its host, for a group of a job on one host or across hosts.
-void place_on_host(WorldInfo& group, bool one_host, int local_rank_across_hosts) {
+// A Gloo group of the job that `was` describes, in which this rank is `group.rank` of
+// `group.world_size` (regroup, grow, a replacement's join). The ranks of a job on one host stay on
+// it, with shared memory; a job across hosts no longer knows how many of a group's members share
+// this one, so it leaves shared memory out.
+std::shared_ptr<Communicator> later_group(const WorldInfo& was, const compat::StorePtr& store, WorldInfo group,
+                                          const std::string& name, const InitOptions& options, const Environment& env) {
+  const bool one_host = was.local_world_size == was.world_size;
   group.local_world_size = one_host ? group.world_size : 0;
-  group.local_rank = one_host ? group.rank : local_rank_across_hosts;
+  group.local_rank = one_host ? group.rank : was.local_rank;
+  return gloo_group(store, group, name, one_host && wants_shared_memory(options, env), options, env);
 }
 
 }  // namespace
@@ -216,9 +218,7 @@ std::shared_ptr<Communicator> regroup(const Communicator& before, const std::vec
   WorldInfo group = was;
   group.rank = static_cast<int>(mine - members.begin());
   group.world_size = static_cast<int>(members.size());
-  const bool one_host = on_one_host(was);
-  place_on_host(group, one_host, was.local_rank);
-  auto comm = gloo_group(before.store(), group, name, one_host && wants_shared_memory(options, env), options, env);
+  auto comm = later_group(was, before.store(), group, name, options, env);
   if (before.abandonment()->armed()) comm->abandonment()->arm();
   return comm;
 }
@@ -226,12 +226,9 @@ std::shared_ptr<Communicator> regroup(const Communicator& before, const std::vec
 std::shared_ptr<Communicator> grow(const Communicator& before, const compat::StorePtr& store, int joining,
                                    const std::string& name, const InitOptions& options, const Environment& env) {
   DPT_CHECK(joining >= 1, ConfigError, "rank ", before.rank(), ": a group grows by one rank or more, not ", joining);
-  const WorldInfo& was = before.world();
-  WorldInfo group = was;
+  WorldInfo group = before.world();
   group.world_size += joining;
-  const bool one_host = on_one_host(was);
-  place_on_host(group, one_host, was.local_rank);
-  auto comm = gloo_group(store, group, name, one_host && wants_shared_memory(options, env), options, env);
+  auto comm = later_group(before.world(), store, group, name, options, env);
   if (before.abandonment()->armed()) comm->abandonment()->arm();
   return comm;
 }
@@ -274,18 +271,15 @@ JoinedGroup join_running_group(const InitOptions& options, const Environment& en
   const int64_t number = ask_to_join(*store, world.rank, admission.proof(replacement_place(world.rank)));
   const std::optional<JoinTicket> ticket = wait_for_ticket(*store, number, rendezvous.timeout);
   if (!ticket) throw RunEnded(str(who, ": the run ended before it was admitted; nothing left to do"));
-  // The replacements come last; a slot replaced twice is there once, as its latest holder.
+  // The replacements come last: the last place with this slot is this process's.
   const auto mine = std::find(ticket->members.rbegin(), ticket->members.rend(), world.rank);
   DPT_CHECK(mine != ticket->members.rend(), DistError, who, ": the ticket issued for its ask (", ticket->encode(),
             ") does not name it");
   WorldInfo group = world;
   group.rank = static_cast<int>(ticket->members.rend() - mine) - 1;
   group.world_size = static_cast<int>(ticket->members.size());
-  const bool one_host = on_one_host(world);
-  place_on_host(group, one_host, world.local_rank);
   JoinedGroup joined;
-  joined.comm = gloo_group(store, group, grown_group_name(ticket->generation),
-                           one_host && wants_shared_memory(options, env), options, env);
+  joined.comm = later_group(world, store, group, grown_group_name(ticket->generation), options, env);
   joined.job_store = std::move(store);
   joined.ticket = *ticket;
   return joined;

@@ -3,10 +3,10 @@
 #include <algorithm>
 #include <cctype>
 #include <climits>
+#include <sstream>
 
 #include "dptrain/common/error.h"
 #include "dptrain/common/on_failure.h"
-#include "dptrain/dist/etcd_store.h"
 
 namespace dpt::dist {
 
@@ -66,6 +66,19 @@ WorldInfo placed(const Environment& env, WorldSource source, const char* rank, c
   return w;
 }
 
+// DPTRAIN_RDZV_ETCD's members, "h1:2379,h2:2379"; ConfigError for an empty entry.
+std::vector<std::string> etcd_endpoints_of(const std::string& list) {
+  std::vector<std::string> endpoints;
+  std::istringstream in(list);
+  for (std::string endpoint; std::getline(in, endpoint, ',');) {
+    DPT_CHECK(!endpoint.empty(), ConfigError, kEtcdEndpointsVariable, "='", list, "' has an empty entry: give ",
+              "host:port[,host:port...]");
+    endpoints.push_back(endpoint);
+  }
+  DPT_CHECK(!endpoints.empty(), ConfigError, kEtcdEndpointsVariable, " is set but names no etcd member");
+  return endpoints;
+}
+
 // Torchrun and `dptrain launch` set all of these; plain `RANK=1 WORLD_SIZE=2 prog` sets two.
 WorldInfo from_torchrun(const Environment& env) {
   WorldInfo w = placed(env, WorldSource::Torchrun, "RANK", "WORLD_SIZE");
@@ -79,7 +92,7 @@ WorldInfo from_torchrun(const Environment& env) {
   }
   w.restart_count = int_or(env, "TORCHELASTIC_RESTART_COUNT", 0);
   w.replacement = env.get(kReplacementVariable).value_or("0") == "1";
-  if (const auto etcd = env.get(kEtcdEndpointsVariable)) w.etcd_endpoints = parse_etcd_endpoints(*etcd);
+  if (const auto etcd = env.get(kEtcdEndpointsVariable)) w.etcd_endpoints = etcd_endpoints_of(*etcd);
   w.run_id = env.get("TORCHELASTIC_RUN_ID").value_or("");
   return w;
 }

@@ -47,9 +47,6 @@ struct EtcdStoreOptions {
 // The prefix of a job's keys in etcd: its run id's.
 inline std::string etcd_job_prefix(const std::string& run_id) { return "/dptrain/" + run_id + "/"; }
 
-// The endpoints of a comma-separated list ("h1:2379,h2:2379"); ConfigError for an empty entry.
-std::vector<std::string> parse_etcd_endpoints(const std::string& list);
-
 class EtcdStore : public c10d::Store {
  public:
   // Checks that a member answers; DistError naming every endpoint and what each said otherwise.

@@ -28,8 +28,10 @@ int launch_elastic(const LaunchOptions& options, const std::vector<std::string>&
 
 // `dptrain launch --on-failure continue`: launch()'s fixed world, with the workers' rendezvous
 // store served by this launcher when it is node 0 (on --master-addr:--master-port, which the
-// workers join as torchrun's agent store). The store then outlives every worker, rank 0 included,
-// and the ranks left after a loss meet in it to go on (dist/reformation.h).
+// workers join as torchrun's agent store), or kept in an etcd cluster (LaunchOptions::
+// etcd_endpoints), where every node's launcher marks its own failed workers. The store then
+// outlives every worker, rank 0 included (with etcd, every machine), and the ranks left after a
+// loss meet in it to go on (dist/reformation.h), as replacements do to join them (dist/joining.h).
 int launch_serving_store(const LaunchOptions& options, const std::vector<std::string>& program,
                          const Environment& env);
 
