@@ -48,7 +48,7 @@ TEST(EtcdStore, AnswersAsTheInMemoryStoreDoes) {
     EXPECT_EQ(store->compareSet("c", bytes("other"), bytes("second")), bytes("first"));
     EXPECT_EQ(store->compareSet("c", bytes("first"), bytes("second")), bytes("second"));
     EXPECT_EQ(store->get("c"), bytes("second"));
-    store->set("empty", {});
+    store->set("empty", std::vector<uint8_t>{});
     EXPECT_TRUE(store->check({"a", "c", "empty"}));
     EXPECT_TRUE(store->get("empty").empty());
     EXPECT_FALSE(store->check({"a", "missing"}));
