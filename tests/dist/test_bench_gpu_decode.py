@@ -76,8 +76,6 @@ class Run(unittest.TestCase):
             self.assertGreater(report[rate], 0, rate)
         self.assertEqual(report["nvjpeg_library"], [])  # no GPU decode on the CPU
         self.assertIsInstance(report["nvjpeg_headers"], list)
-        # Decoding alone does less than decoding and transforming.
-        self.assertGreater(report["decode_img_s"], report["pipeline_img_s"])
 
     @unittest.skipIf(torch.cuda.is_available(), "this machine has a GPU")
     def test_without_a_gpu_it_says_so_and_exits_2(self):
