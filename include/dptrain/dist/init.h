@@ -89,7 +89,7 @@ std::shared_ptr<Communicator> grow(const Communicator& before, const compat::Sto
                                    const std::string& name, const InitOptions& options = InitOptions(),
                                    const Environment& env = Environment::current());
 
-// Collective over a running group at a step boundary where every rank knows that `asked`
+// Called by every rank of a running group at the step boundary where each knows that `asked`
 // replacements have asked (joining.h; `seen` of them admitted before): rank 0 checks each new
 // ask's proof of the job's token (admission.h), refuses those that do not hold it, and issues
 // the ticket of re-formation `generation`; every rank returns that ticket. `members`: the group's
@@ -110,6 +110,6 @@ struct JoinedGroup {
 // group to admit it, waits for its ticket within the rendezvous' bound, and joins the grown group.
 // Its rank is its place in the ticket's members. RunEnded when the run ended before admitting it.
 JoinedGroup join_running_group(const InitOptions& options = InitOptions(),
-                                              const Environment& env = Environment::current());
+                               const Environment& env = Environment::current());
 
 }  // namespace dpt::dist
