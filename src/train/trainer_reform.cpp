@@ -53,6 +53,12 @@ uint64_t fnv1a(const std::vector<char>& bytes) {
   return hash;
 }
 
+// The state that to_tensor's bytes hold, `whose` naming it in errors.
+TrainingCheckpoint from_tensor(const at::Tensor& bytes, const std::string& whose) {
+  const char* data = reinterpret_cast<const char*>(bytes.data_ptr<uint8_t>());
+  return TrainingCheckpoint::from_ivalue(compat::pickle_load(std::vector<char>(data, data + bytes.numel())), whose);
+}
+
 // Pickled state as one byte tensor, for one broadcast or send.
 at::Tensor to_tensor(const std::vector<char>& bytes) {
   at::Tensor tensor = at::empty({static_cast<int64_t>(bytes.size())}, at::kByte);
@@ -120,9 +126,7 @@ void Trainer::State::take_furthest_state(const dist::Survivors& left, TrainingCh
   if (!holds) bytes = at::empty({size.item<int64_t>()}, at::kByte);
   comm->broadcast(bytes, holder);
   if (holds) return;
-  const char* data = reinterpret_cast<const char*>(bytes.data_ptr<uint8_t>());
-  held = TrainingCheckpoint::from_ivalue(compat::pickle_load(std::vector<char>(data, data + bytes.numel())),
-                                         "the state of rank " + std::to_string(holder));
+  held = from_tensor(bytes, "the state of rank " + std::to_string(holder));
   take_received_weights(held);
   if (options.log() != nullptr) {
     *options.log() << "rank " << rank_before << ": received the state of global step " << held.global_step
@@ -312,9 +316,7 @@ TrainingCheckpoint Trainer::State::receive_state() {
   at::Tensor bytes = at::empty({size.item<int64_t>()}, at::kByte);
   comm->recv(bytes, 0);
   const double seconds = seconds_since(began);
-  const char* data = reinterpret_cast<const char*>(bytes.data_ptr<uint8_t>());
-  TrainingCheckpoint held = TrainingCheckpoint::from_ivalue(
-      compat::pickle_load(std::vector<char>(data, data + bytes.numel())), "the state received from rank 0");
+  TrainingCheckpoint held = from_tensor(bytes, "the state received from rank 0");
   if (options.log() != nullptr) {
     *options.log() << fmt::format("rank {} (the replacement of rank {}): received the state of global step {} from "
                                   "rank 0: {:.1f} MB in {:.2f} s ({:.3f} Gbit/s)",
