@@ -10,6 +10,7 @@
 #include "dptrain/parallel/ddp.h"
 #include "dptrain/parallel/join.h"
 #include "dptrain/parallel/hvd.h"
+#include "dptrain/parallel/powersgd.h"
 #include "dptrain/parallel/ps.h"
 #include "dptrain/parallel/reducer.h"
 #include "dptrain/parallel/replicas.h"

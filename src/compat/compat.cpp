@@ -178,4 +178,12 @@ at::Tensor scaled_dot_product_attention(const at::Tensor& q, const at::Tensor& k
 #endif
 }
 
+at::Tensor norm_along(const at::Tensor& t, int64_t dim) {
+#if TORCH_VERSION_MAJOR >= 2
+  return at::linalg_vector_norm(t, 2, at::IntArrayRef{dim}, /*keepdim=*/true);
+#else
+  return at::frobenius_norm(t, at::IntArrayRef{dim}, /*keepdim=*/true);
+#endif
+}
+
 }  // namespace dpt::compat

@@ -4,14 +4,14 @@ namespace dpt::comm_hooks {
 
 // The transport divides where it costs least (dist/transport/transport.h).
 CommHook allreduce_mean() {
-  return [](dist::Communicator& comm, at::Tensor bucket) {
-    return PendingReduction(comm.all_reduce_async(bucket, dist::ReduceOp::Mean));
+  return [](dist::Communicator& comm, const GradBucket& bucket) {
+    return PendingReduction(comm.all_reduce_async(bucket.buffer, dist::ReduceOp::Mean));
   };
 }
 
 CommHook allreduce_sum() {
-  return [](dist::Communicator& comm, at::Tensor bucket) {
-    return PendingReduction(comm.all_reduce_async(bucket, dist::ReduceOp::Sum));
+  return [](dist::Communicator& comm, const GradBucket& bucket) {
+    return PendingReduction(comm.all_reduce_async(bucket.buffer, dist::ReduceOp::Sum));
   };
 }
 
@@ -19,11 +19,13 @@ namespace {
 
 // Dividing before the sum (not after) keeps the float16 partial sums small, as PyTorch's hook does.
 CommHook compress_to(at::ScalarType wire_type, bool average = true) {
-  return [wire_type, average](dist::Communicator& comm, at::Tensor bucket) {
-    at::Tensor wire = bucket.to(wire_type);
+  return [wire_type, average](dist::Communicator& comm, const GradBucket& bucket) {
+    at::Tensor wire = bucket.buffer.to(wire_type);
     if (average) wire.div_(comm.size());
     dist::Work work = comm.all_reduce_async(wire, dist::ReduceOp::Sum);
-    return PendingReduction(std::move(work), [bucket, wire]() mutable { bucket.copy_(wire); });
+    const int64_t bytes = wire.nbytes();
+    return PendingReduction(
+        std::move(work), [buffer = bucket.buffer, wire]() mutable { buffer.copy_(wire); }, bytes);
   };
 }
 

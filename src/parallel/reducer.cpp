@@ -153,7 +153,12 @@ Reducer::Reducer(std::vector<NamedParameter> params, std::shared_ptr<dist::Commu
       bucket.shard = at::zeros({bucket.numel / world}, options);
     } else {
       bucket.buffer = at::zeros({bucket.numel}, options);
-      for (size_t i : bucket.params) slots_[i].grad = alias_of(bucket.buffer, slots_[i].offset, params_[i].tensor);
+      bucket.handed = GradBucket{b, bucket_indices_.size(), bucket.buffer, {}, {}};
+      for (size_t i : bucket.params) {
+        slots_[i].grad = alias_of(bucket.buffer, slots_[i].offset, params_[i].tensor);
+        bucket.handed.gradients.push_back(slots_[i].grad);
+        bucket.handed.offsets.push_back(slots_[i].offset);
+      }
     }
   }
   for (size_t i = 0; i < params_.size(); ++i) {
@@ -325,7 +330,7 @@ void Reducer::launch_ready_buckets() {
       release_completed_buckets();
       continue;
     }
-    bucket.reduction = hook_(*comm_, bucket.buffer);
+    bucket.reduction = hook_(*comm_, bucket.handed);
     ++next_launch_;
   }
 }
@@ -334,8 +339,9 @@ ReductionTimes Reducer::last_reduction() const {
   std::lock_guard<std::mutex> lock(mutex_);
   ReductionTimes times = last_;
   for (const auto& bucket : buckets_) {
-    times.buckets.push_back({bucket.launched_at, bucket.reduction.completed_at(),
-                             bucket.numel * static_cast<int64_t>(params_[bucket.params.front()].tensor.element_size())});
+    const int64_t bytes = bucket.numel * static_cast<int64_t>(params_[bucket.params.front()].tensor.element_size());
+    const int64_t reduced = bucket.reduction.reduced_bytes();
+    times.buckets.push_back({bucket.launched_at, bucket.reduction.completed_at(), bytes, reduced < 0 ? bytes : reduced});
   }
   return times;
 }

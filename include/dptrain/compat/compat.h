@@ -170,4 +170,9 @@ void fused_sgd_unless_found_inf(at::TensorList params, at::TensorList grads, at:
 at::Tensor scaled_dot_product_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                         double dropout_p);
 
+// torch.norm(t, dim=dim, keepdim=True), the 2-norm along `dim`, by the kernel Python's torch.norm
+// reaches in this LibTorch (1.13: frobenius_norm; 2.x: linalg.vector_norm), so that the sums'
+// rounding is PyTorch's (PowerSGD's orthogonalization divides by it).
+at::Tensor norm_along(const at::Tensor& t, int64_t dim);
+
 }  // namespace dpt::compat

@@ -4,14 +4,19 @@
 //
 //   ddp.register_comm_hook(dpt::comm_hooks::fp16_compress());
 //
-//   // A custom hook: start the reduction, return what to wait on. Once waited, `bucket` must hold
-//   // the reduced gradient.
-//   dpt::CommHook sum = [](dpt::dist::Communicator& comm, at::Tensor bucket) {
-//     return dpt::PendingReduction(comm.all_reduce_async(bucket, dpt::dist::ReduceOp::Sum));
+//   // A custom hook: start the reduction, return what to wait on. Once waited, the bucket's
+//   // buffer must hold the reduced gradient.
+//   dpt::CommHook sum = [](dpt::dist::Communicator& comm, const dpt::GradBucket& bucket) {
+//     return dpt::PendingReduction(comm.all_reduce_async(bucket.buffer, dpt::dist::ReduceOp::Sum));
 //   };
+//
+// A hook that keeps state across steps (PowerSGD's error feedback, powersgd.h) keys it by the
+// bucket's index: the reducer hands every hook the same buckets, in the same order, every step.
 
+#include <cstdint>
 #include <functional>
 #include <utility>
+#include <vector>
 
 #include <ATen/ATen.h>
 
@@ -24,8 +29,10 @@ namespace dpt {
 class PendingReduction {
  public:
   PendingReduction() = default;
-  explicit PendingReduction(dist::Work work, std::function<void()> then = {})
-      : work_(std::move(work)), then_(std::move(then)) {}
+  // `reduced_bytes`: what this rank puts into reductions for the bucket (a compressing hook's
+  // compressed size), for the timeline and the report; -1: the bucket's own size.
+  explicit PendingReduction(dist::Work work, std::function<void()> then = {}, int64_t reduced_bytes = -1)
+      : work_(std::move(work)), then_(std::move(then)), reduced_bytes_(reduced_bytes) {}
 
   void wait() {
     work_.wait();
@@ -34,13 +41,30 @@ class PendingReduction {
   // When the collective completed (dist::Work::completed_at); the write-back runs after it.
   dist::Work::Clock::time_point completed_at() const { return work_.completed_at(); }
 
+  int64_t reduced_bytes() const { return reduced_bytes_; }
+
  private:
   dist::Work work_;
   std::function<void()> then_;
+  int64_t reduced_bytes_ = -1;
 };
 
-// Starts reducing `bucket` (a flat, contiguous tensor aliased by the parameters' .grad).
-using CommHook = std::function<PendingReduction(dist::Communicator& comm, at::Tensor bucket)>;
+// One bucket of gradients, as the reducer hands it to a hook (PyTorch's GradBucket).
+struct GradBucket {
+  size_t index = 0;  // in launch order, the same every step
+  size_t count = 0;  // buckets in all
+  // Flat and contiguous; the parameters' .grad alias it, each from its offset, laid out as the
+  // parameter is (a channels_last weight's gradient in channels_last order).
+  at::Tensor buffer;
+  std::vector<at::Tensor> gradients;  // each parameter's, in the bucket's order
+  std::vector<int64_t> offsets;       // where each begins in `buffer`
+
+  // The bucket reduced last in a step.
+  bool is_last() const { return index + 1 == count; }
+};
+
+// Starts reducing `bucket`.
+using CommHook = std::function<PendingReduction(dist::Communicator& comm, const GradBucket& bucket)>;
 
 namespace comm_hooks {
 
@@ -61,6 +85,8 @@ CommHook fp16_compress_sum();
 // bfloat16 reductions (Gloo before LibTorch 2.3) the Communicator reduces through float32, so
 // the result is rounded like bfloat16 but no bytes are saved.
 CommHook bf16_compress();
+
+// PowerSGD (powersgd.h) is a hook with state: comm_hooks::powersgd(state).
 
 }  // namespace comm_hooks
 }  // namespace dpt

@@ -61,7 +61,8 @@ struct ReductionTimes {
   struct Bucket {
     Clock::time_point launched;
     Clock::time_point completed;
-    int64_t bytes = 0;
+    int64_t bytes = 0;          // the bucket's gradients
+    int64_t reduced_bytes = 0;  // what the comm hook reduced for them (less when it compresses)
   };
   std::vector<Bucket> buckets;  // in launch order
   Clock::time_point wait_began;  // backward had finished computing; the reducer began to wait
@@ -145,6 +146,7 @@ class Reducer {
     int64_t numel = 0;                 // the buffer's, padded to a multiple of the world size when sharded
     std::vector<size_t> params;        // indices into params_
     size_t pending = 0;                // parameters not yet ready in this backward
+    GradBucket handed;                 // what the comm hook is given (unless sharded)
     PendingReduction reduction;
     std::chrono::steady_clock::time_point launched_at{};
   };

@@ -35,14 +35,13 @@ ParameterServerClient::ParameterServerClient(std::vector<ServedParameter> params
   reducer_ = std::make_unique<Reducer>(named(params_), world_, options_.buckets());
   DPT_ASSERT(reducer_->bucket_indices() == layout_.buckets(), "the reducer's buckets differ from the shard layout's");
   for (size_t b = 0; b < layout_.bucket_count(); ++b) {
-    bucket_of_[reducer_->bucket_buffer(b).data_ptr()] = b;
     pulled_.push_back(at::zeros({layout_.bucket_numel(b)}, at::kFloat));
     outbox_.emplace_back();
     for (int s = 0; s < roles_.servers; ++s) {
       outbox_[b].push_back(at::zeros({wire::kHeaderFloats + layout_.chunk(b, s).numel}, at::kFloat));
     }
   }
-  reducer_->set_comm_hook([this](dist::Communicator&, at::Tensor bucket) { return push(bucket); });
+  reducer_->set_comm_hook([this](dist::Communicator&, const GradBucket& bucket) { return push(bucket); });
 }
 
 ParameterServerClient::~ParameterServerClient() {
@@ -95,8 +94,8 @@ void ParameterServerClient::prepare_for_backward(double lr, int64_t step) {
   reducer_->prepare_for_backward();
 }
 
-PendingReduction ParameterServerClient::push(const at::Tensor& bucket) {
-  const size_t b = bucket_of_.at(bucket.data_ptr());
+PendingReduction ParameterServerClient::push(const GradBucket& bucket) {
+  const size_t b = bucket.index;
   // (std::function, which holds the wait, copies what it holds; a Work only moves.)
   auto works = std::make_shared<std::vector<dist::Work>>();
   dist::CollectiveLabel label(str("bucket ", b, " of step ", step_));
@@ -108,7 +107,7 @@ PendingReduction ParameterServerClient::push(const at::Tensor& bucket) {
     header.step = step_;
     header.lr = lr_;
     wire::write_header(message, header);
-    wire::payload(message, 0, c.numel).copy_(bucket.narrow(0, c.offset, c.numel));
+    wire::payload(message, 0, c.numel).copy_(bucket.buffer.narrow(0, c.offset, c.numel));
     works->push_back(world_->send_async(message, server, wire::push_tag(b)));
     if (c.numel == 0) continue;
     works->push_back(world_->recv_async(pulled_[b].narrow(0, c.offset, c.numel), server, wire::push_tag(b)));

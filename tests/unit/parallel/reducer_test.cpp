@@ -87,9 +87,9 @@ TEST(Reducer, LaunchesBucketsInOrderAndLeavesTheReducedGradientInGrad) {
                              .last_bucket_cap_mb(4.0 / (1 << 20)));
     ASSERT_EQ(reducer.bucket_indices(), (Buckets{{3}, {2}, {1}, {0}}));
     std::vector<int64_t> launched;
-    reducer.set_comm_hook([&launched](dpt::dist::Communicator& c, at::Tensor bucket) {
-      launched.push_back(bucket.numel());
-      return dpt::PendingReduction(c.all_reduce_async(bucket, dpt::dist::ReduceOp::Sum));
+    reducer.set_comm_hook([&launched](dpt::dist::Communicator& c, const dpt::GradBucket& bucket) {
+      launched.push_back(bucket.buffer.numel());
+      return dpt::PendingReduction(c.all_reduce_async(bucket.buffer, dpt::dist::ReduceOp::Sum));
     });
     const at::Tensor x = at::full({3, 4}, comm.rank() + 1.0);
 
@@ -120,9 +120,9 @@ TEST(Reducer, ReducesOnceAfterTheConfiguredNumberOfBackwardPasses) {
     dpt::Reducer reducer(params, {std::shared_ptr<void>(), &comm},
                          dpt::ReducerOptions().backward_passes(3));
     int launches = 0;
-    reducer.set_comm_hook([&launches](dpt::dist::Communicator& c, at::Tensor bucket) {
+    reducer.set_comm_hook([&launches](dpt::dist::Communicator& c, const dpt::GradBucket& bucket) {
       ++launches;
-      return dpt::PendingReduction(c.all_reduce_async(bucket, dpt::dist::ReduceOp::Sum));
+      return dpt::PendingReduction(c.all_reduce_async(bucket.buffer, dpt::dist::ReduceOp::Sum));
     });
     const at::Tensor x = at::full({3, 4}, comm.rank() + 1.0);
     reducer.prepare_for_backward();

@@ -18,7 +18,6 @@
 // bucket.
 
 #include <cstdint>
-#include <map>
 #include <memory>
 #include <vector>
 
@@ -74,7 +73,7 @@ class ParameterServerClient {
 
  private:
   // Starts bucket b's pushes and pulls; the returned reduction waits for them.
-  PendingReduction push(const at::Tensor& bucket);
+  PendingReduction push(const GradBucket& bucket);
   // Sends `request` (State or Stop) to every server, on bucket 0's tag.
   void send_request(wire::Request request);
   std::string who() const;
@@ -85,7 +84,6 @@ class ParameterServerClient {
   Roles roles_;
   ShardLayout layout_;
   std::unique_ptr<Reducer> reducer_;
-  std::map<const void*, size_t> bucket_of_;      // a bucket buffer's data -> its index
   std::vector<std::vector<at::Tensor>> outbox_;  // [bucket][server]: header + gradient chunk
   std::vector<at::Tensor> pulled_;               // [bucket]: the servers' weights, flat
   double lr_ = 0;

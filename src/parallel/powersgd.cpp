@@ -1,0 +1,285 @@
+#include "dptrain/parallel/powersgd.h"
+
+#include <algorithm>
+#include <utility>
+#include <vector>
+
+#include <ATen/CPUGeneratorImpl.h>
+
+#include "dptrain/common/error.h"
+#include "dptrain/compat/compat.h"
+
+namespace dpt {
+
+namespace {
+
+constexpr uint64_t kSeedBound = 1'000'000'000;  // PyTorch's hook draws randint(1_000_000_000)
+
+// Orthonormal columns in place, for a batch of matrices [b, n, r] (r <= n): PyTorch's choice,
+// Gram-Schmidt for r <= 2 and for half precision (which QR does not take), else QR.
+void orthogonalize(at::Tensor matrices, double epsilon) {
+  const int64_t rank = matrices.size(2);
+  const at::ScalarType dtype = matrices.scalar_type();
+  if (rank > 2 && dtype != at::kHalf && dtype != at::kBFloat16) {
+    at::Tensor r = at::empty({matrices.size(0), rank, rank}, matrices.options());
+    at::linalg_qr_out(matrices, r, matrices);
+    return;
+  }
+  for (int64_t i = 0; i < rank; ++i) {
+    at::Tensor column = matrices.narrow(2, i, 1);
+    // Without epsilon, a column of zeros becomes NaN (PyTorch's hook logs that and goes on).
+    if (epsilon == 0) {
+      column.div_(compat::norm_along(column, 1));
+    } else {
+      column.div_(compat::norm_along(column, 1) + epsilon);
+    }
+    if (i + 1 < rank) {
+      at::Tensor rest = matrices.narrow(2, i + 1, rank - i - 1);
+      rest.sub_(at::sum(column * rest, {1}, /*keepdim=*/true) * column);
+    }
+  }
+}
+
+// A gradient to compress: its slice of the bucket as a [1, rows, cols] matrix, and where its
+// P ([1, rows, r]) and Q ([1, cols, r]) live in the bucket's memory.
+struct Compressed {
+  at::Tensor matrix;
+  at::Tensor p;
+  at::Tensor q;
+};
+
+// A bucket's gradients, split as PyTorch's hook splits them.
+struct Split {
+  std::vector<at::Tensor> matrices;  // [rows, cols] views of the buffer, to compress
+  std::vector<at::Tensor> whole;     // flat views of the buffer, reduced as they are
+  int64_t p_numel = 0;
+  int64_t q_numel = 0;
+  CompressionStats stats;
+};
+
+Split split(const GradBucket& bucket, const PowerSGDOptions& options) {
+  Split out;
+  for (size_t i = 0; i < bucket.gradients.size(); ++i) {
+    const at::Tensor& gradient = bucket.gradients[i];
+    const int64_t numel = gradient.numel();
+    at::Tensor flat = bucket.buffer.narrow(0, bucket.offsets[i], numel);
+    // The matrix in the gradient's memory order: for a channels_last weight, its columns
+    // permuted, which a rank-r approximation maps to the same columns permuted.
+    const int64_t rows = gradient.dim() > 0 ? gradient.size(0) : 1;
+    const int64_t cols = rows > 0 ? numel / rows : 0;
+    const int64_t rank = std::min<int64_t>({rows, cols, options.matrix_approximation_rank()});
+    const int64_t compressed = (rows + cols) * rank;
+    out.stats.before += numel;
+    if (static_cast<double>(compressed) * options.min_compression_rate() < static_cast<double>(numel)) {
+      out.matrices.push_back(flat.view({rows, cols}));
+      out.p_numel += rows * rank;
+      out.q_numel += cols * rank;
+      out.stats.after += compressed;
+    } else {
+      out.whole.push_back(flat);
+      out.stats.after += numel;
+    }
+  }
+  return out;
+}
+
+// The matrices grouped by shape, the shapes in order of first appearance (the order in which
+// PyTorch's hook lays out P and Q and draws Q's random values), each with its P and Q.
+std::vector<Compressed> lay_out(const std::vector<at::Tensor>& matrices, const at::Tensor& p_memory,
+                                const at::Tensor& q_memory, int rank_limit) {
+  std::vector<std::vector<int64_t>> shapes;
+  for (const at::Tensor& m : matrices) {
+    std::vector<int64_t> shape = m.sizes().vec();
+    if (std::find(shapes.begin(), shapes.end(), shape) == shapes.end()) shapes.push_back(std::move(shape));
+  }
+  std::vector<Compressed> out;
+  int64_t p_at = 0, q_at = 0;
+  for (const auto& shape : shapes) {
+    for (const at::Tensor& m : matrices) {
+      if (m.sizes().vec() != shape) continue;
+      const int64_t rows = shape[0], cols = shape[1];
+      const int64_t rank = std::min<int64_t>({rows, cols, rank_limit});
+      out.push_back({m.unsqueeze(0), p_memory.narrow(0, p_at, rows * rank).view({1, rows, rank}),
+                     q_memory.narrow(0, q_at, cols * rank).view({1, cols, rank})});
+      p_at += rows * rank;
+      q_at += cols * rank;
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+uint64_t PowerSGDState::SeedSequence::next() {
+  // numpy's legacy bounded integers: the bound's bit mask over 32-bit draws, rejecting those above.
+  constexpr uint32_t kMask = (1u << 30) - 1;
+  static_assert(kMask >= kSeedBound - 1 && kMask / 2 < kSeedBound - 1, "the smallest mask covering the bound");
+  for (;;) {
+    const uint32_t value = static_cast<uint32_t>(engine_()) & kMask;
+    ++draws_;
+    if (value <= kSeedBound - 1) return value;
+  }
+}
+
+void PowerSGDState::SeedSequence::restore(int64_t draws) {
+  engine_.seed(seed_);
+  engine_.discard(static_cast<unsigned long long>(draws));
+  draws_ = draws;
+}
+
+PowerSGDState::PowerSGDState(PowerSGDOptions options) : options_(options), seeds_(options.random_seed()) {
+  DPT_CHECK(options_.matrix_approximation_rank() >= 1, ConfigError,
+            "PowerSGD's matrix approximation rank must be at least 1, got ", options_.matrix_approximation_rank());
+  DPT_CHECK(options_.start_iter() >= 0, ConfigError, "PowerSGD's start iteration must be at least 0, got ",
+            options_.start_iter());
+  DPT_CHECK(options_.min_compression_rate() > 0, ConfigError,
+            "PowerSGD's minimum compression rate must be above 0, got ", options_.min_compression_rate());
+  DPT_CHECK(options_.orthogonalization_epsilon() >= 0, ConfigError,
+            "PowerSGD's orthogonalization epsilon must be at least 0, got ", options_.orthogonalization_epsilon());
+}
+
+void PowerSGDState::end_bucket(const GradBucket& bucket, const CompressionStats& stats) {
+  step_stats_.before += stats.before;
+  step_stats_.after += stats.after;
+  if (!bucket.is_last()) return;
+  ++iteration_;
+  last_stats_ = std::exchange(step_stats_, CompressionStats{});
+}
+
+c10::impl::GenericDict PowerSGDState::state_dict() const {
+  c10::impl::GenericDict state(c10::StringType::get(), c10::AnyType::get());
+  state.insert("iteration", iteration_);
+  state.insert("seed_draws", seeds_.draws());
+  for (const auto& [index, memory] : buckets_) {
+    const std::string b = std::to_string(index);
+    if (memory.error.defined()) state.insert("error." + b, memory.error.cpu());
+    if (memory.p.defined()) state.insert("p." + b, memory.p.cpu());
+    if (memory.q.defined()) state.insert("q." + b, memory.q.cpu());
+  }
+  return state;
+}
+
+void PowerSGDState::load_state_dict(const c10::impl::GenericDict& state) {
+  DPT_CHECK(state.contains("iteration") && state.contains("seed_draws"), ConfigError,
+            "the PowerSGD state has no 'iteration' or 'seed_draws': it is not one PowerSGDState::state_dict() wrote");
+  std::map<size_t, BucketMemory> buckets;
+  for (const auto& entry : state) {
+    const std::string key = entry.key().toStringRef();
+    const size_t dot = key.find('.');
+    if (dot == std::string::npos) continue;
+    const std::string what = key.substr(0, dot);
+    BucketMemory& memory = buckets[std::stoul(key.substr(dot + 1))];
+    at::Tensor& slot = what == "error" ? memory.error : what == "p" ? memory.p : memory.q;
+    slot = entry.value().toTensor();
+  }
+  // Placed on the bucket's device at the first use (the tensors are the bucket's dtype).
+  iteration_ = state.at("iteration").toInt();
+  seeds_.restore(state.at("seed_draws").toInt());
+  buckets_ = std::move(buckets);
+}
+
+class PowerSGDHook {
+ public:
+  explicit PowerSGDHook(std::shared_ptr<PowerSGDState> state) : state_(std::move(state)) {}
+
+  PendingReduction operator()(dist::Communicator& comm, const GradBucket& bucket) const {
+    PowerSGDState& state = *state_;
+    if (!state.compressing()) {
+      state.end_bucket(bucket, {bucket.buffer.numel(), bucket.buffer.numel()});
+      return PendingReduction(comm.all_reduce_async(bucket.buffer, dist::ReduceOp::Mean));
+    }
+    const PowerSGDOptions& options = state.options();
+    const at::Tensor& input = bucket.buffer;
+    PowerSGDState::BucketMemory& memory = state.buckets_[bucket.index];
+    DPT_CHECK(!memory.error.defined() || memory.error.numel() == input.numel(), ConfigError, "rank ", comm.rank(),
+              ": PowerSGD's saved error of bucket ", bucket.index, " holds ", memory.error.numel(),
+              " values, the bucket ", input.numel(), ": the state comes from another model or bucket size");
+
+    // Last step's error joins this step's gradient; a copy of the sum gives this step's error.
+    at::Tensor input_copy;
+    if (options.use_error_feedback()) {
+      if (memory.error.defined()) {
+        input.add_(memory.error.to(input.device()));
+      } else {
+        memory.error = at::zeros_like(input);
+      }
+      input_copy = input.clone();
+    }
+
+    Split parts = split(bucket, options);
+    DPT_CHECK(!memory.p.defined() || memory.p.numel() == parts.p_numel, ConfigError, "rank ", comm.rank(),
+              ": PowerSGD's saved P of bucket ", bucket.index, " holds ", memory.p.numel(), " values, the bucket needs ",
+              parts.p_numel, ": the state comes from another model, bucket size or rank");
+    const bool fresh = !options.warm_start() || !memory.p.defined();
+    if (fresh) {
+      memory.p = at::empty({parts.p_numel}, input.options());
+      memory.q = at::empty({parts.q_numel}, input.options());
+    } else {
+      memory.p = memory.p.to(input.device());
+      memory.q = memory.q.to(input.device());
+    }
+    std::vector<Compressed> compressed =
+        lay_out(parts.matrices, memory.p, memory.q, options.matrix_approximation_rank());
+    if (fresh) {
+      // One seed per bucket, drawn in bucket order on every rank, so all ranks start alike; Q's
+      // values from a generator of its own (PyTorch forks the CPU generator for them).
+      at::Generator generator = at::make_generator<at::CPUGeneratorImpl>(state.seeds_.next());
+      for (Compressed& c : compressed) {
+        c.q.copy_(at::randn(c.q.sizes(), generator, at::TensorOptions().dtype(input.scalar_type())));
+        orthogonalize(c.q, options.orthogonalization_epsilon());
+      }
+    } else {
+      for (Compressed& c : compressed) orthogonalize(c.q, options.orthogonalization_epsilon());
+    }
+    for (Compressed& c : compressed) at::bmm_out(c.p, c.matrix, c.q);
+
+    // The whole gradients in one flat tensor, and the Ps, reduced at once (they do not depend on
+    // each other); Q needs the reduced P, so its stage runs once P's reduction is waited for.
+    auto whole = std::make_shared<dist::Work>();
+    at::Tensor whole_memory;
+    if (!parts.whole.empty()) {
+      whole_memory = at::cat(parts.whole);
+      *whole = comm.all_reduce_async(whole_memory, dist::ReduceOp::Sum);
+    }
+    dist::Work p_reduction = comm.all_reduce_async(memory.p, dist::ReduceOp::Sum);
+    const int64_t reduced_bytes = parts.stats.after * input.element_size();
+
+    auto finish = [state_ptr = state_, &comm, bucket, whole, whole_memory, parts = std::move(parts),
+                   compressed = std::move(compressed), input_copy, &memory]() mutable {
+      PowerSGDState& state = *state_ptr;
+      const PowerSGDOptions& options = state.options();
+      const int world = comm.size();
+      whole->wait();
+      if (whole_memory.defined()) {
+        whole_memory.div_(world);
+        int64_t at = 0;
+        for (const at::Tensor& flat : parts.whole) {
+          flat.copy_(whole_memory.narrow(0, at, flat.numel()));
+          at += flat.numel();
+        }
+      }
+      for (Compressed& c : compressed) orthogonalize(c.p, options.orthogonalization_epsilon());
+      for (Compressed& c : compressed) at::bmm_out(c.q, c.matrix.transpose(1, 2), c.p);
+      comm.all_reduce(memory.q, dist::ReduceOp::Sum);
+      memory.q.div_(world);
+      for (Compressed& c : compressed) at::bmm_out(c.matrix, c.p, c.q.transpose(1, 2));
+      if (options.use_error_feedback()) memory.error = input_copy - bucket.buffer;
+      if (!options.warm_start()) memory.p = memory.q = at::Tensor();
+      state.end_bucket(bucket, parts.stats);
+    };
+    return PendingReduction(std::move(p_reduction), std::move(finish), reduced_bytes);
+  }
+
+ private:
+  std::shared_ptr<PowerSGDState> state_;
+};
+
+namespace comm_hooks {
+
+CommHook powersgd(std::shared_ptr<PowerSGDState> state) {
+  DPT_CHECK(state, ConfigError, "the PowerSGD hook needs a state");
+  return PowerSGDHook(std::move(state));
+}
+
+}  // namespace comm_hooks
+}  // namespace dpt
