@@ -22,6 +22,7 @@
 #include "dptrain/compat/pickle.h"
 #include "dptrain/dist/init.h"
 #include "dptrain/parallel/powersgd.h"
+#include "support/grad_buckets.h"
 
 namespace {
 
@@ -38,23 +39,6 @@ void save(const c10::Dict<std::string, at::Tensor>& dict, const std::string& pat
   std::ofstream(path, std::ios::binary).write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
 }
 
-dpt::GradBucket make_bucket(size_t index, const std::vector<std::vector<int64_t>>& shapes) {
-  dpt::GradBucket bucket;
-  bucket.index = index;
-  bucket.count = kBuckets.size();
-  int64_t numel = 0;
-  for (const auto& shape : shapes) numel += c10::multiply_integers(shape);
-  bucket.buffer = at::zeros({numel});
-  int64_t at = 0;
-  for (const auto& shape : shapes) {
-    const int64_t n = c10::multiply_integers(shape);
-    bucket.gradients.push_back(bucket.buffer.narrow(0, at, n).view(shape));
-    bucket.offsets.push_back(at);
-    at += n;
-  }
-  return bucket;
-}
-
 int run(const std::string& out, int rank_limit, int64_t start_iter, uint32_t seed) {
   at::set_num_threads(1);
   auto comm = dpt::dist::init_process_group(dpt::dist::InitOptions().backend("gloo").timeout(std::chrono::seconds(60)));
@@ -65,7 +49,7 @@ int run(const std::string& out, int rank_limit, int64_t start_iter, uint32_t see
   std::vector<std::vector<at::Tensor>> inputs;  // [bucket][gradient]: [steps, *shape]
   c10::Dict<std::string, at::Tensor> input_file;
   for (size_t b = 0; b < kBuckets.size(); ++b) {
-    buckets.push_back(make_bucket(b, kBuckets[b]));
+    buckets.push_back(dpt::testing::grad_bucket(b, kBuckets.size(), kBuckets[b]));
     inputs.emplace_back();
     for (size_t g = 0; g < kBuckets[b].size(); ++g) {
       std::vector<int64_t> shape = kBuckets[b][g];
