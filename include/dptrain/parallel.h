@@ -4,6 +4,7 @@
 //   #include "dptrain/parallel.h"
 //   dpt::DistributedDataParallel ddp(model, dpt::dist::init_process_group());
 
+#include "dptrain/parallel/comm_hook_options.h"
 #include "dptrain/parallel/comm_hooks.h"
 #include "dptrain/parallel/convert_sync_batchnorm.h"
 #include "dptrain/parallel/data_parallel.h"

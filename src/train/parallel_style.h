@@ -24,6 +24,7 @@
 
 #include <torch/optim/optimizer.h>
 
+#include "dptrain/compat/pickle.h"
 #include "dptrain/dist/communicator.h"
 #include "dptrain/models/classifier.h"
 #include "dptrain/parallel/reducer.h"
@@ -77,6 +78,13 @@ class ParallelStyle {
   // itself, so in lockstep every rank first takes rank 0's buffers (BatchNorm's statistics, which
   // each rank's own batches moved): the pass then measures the model rank 0 checkpoints.
   virtual void before_evaluate();
+  // What the style's gradient exchange keeps between steps (--comm-hook powersgd's state), for a
+  // checkpoint. Collective: every rank calls it; the whole on rank 0, empty on the others and in
+  // styles that keep nothing.
+  virtual c10::impl::GenericDict gather_comm_hook_state() { return compat::string_dict(); }
+  // Takes back what gather_comm_hook_state() returned in an earlier run (a resume). Returns a note
+  // on what could not be (PowerSGD's errors at another world size), else "".
+  virtual std::string load_comm_hook_state(const c10::impl::GenericDict& /*state*/) { return ""; }
   // The reducer whose buckets carry the gradients (its times go on the timeline); null for styles
   // without one.
   virtual const Reducer* reducer() const { return nullptr; }

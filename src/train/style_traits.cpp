@@ -18,6 +18,7 @@ std::string to_string(StyleFlag flag) {
     case StyleFlag::Amp: return "--amp";
     case StyleFlag::AccumSteps: return "--accum-steps";
     case StyleFlag::ClipGradNorm: return "--clip-grad-norm";
+    case StyleFlag::CommHook: return "--comm-hook";
   }
   return "?";
 }
@@ -50,6 +51,9 @@ std::string StyleTraits::refusal(StyleFlag flag) const {
                  " (--mode hvd fuses tensors as Horovod does; --mode dp has no buckets)");
     case StyleFlag::ParameterServer:
     case StyleFlag::Replicas: return str(to_string(flag), " belong to ", modes);
+    case StyleFlag::CommHook:
+      return str("--comm-hook needs ", modes, ": it reduces DistributedDataParallel's buckets (--mode hvd and dp "
+                 "reduce without them, the parameter servers take whole gradients)");
     default: return str(to_string(flag), " needs ", modes, "; --mode ", to_string(mode()), " does not take it");
   }
 }
@@ -65,6 +69,7 @@ void check_style_options(const TrainOptions& o) {
       {StyleFlag::Amp, o.amp()},
       {StyleFlag::AccumSteps, o.accum_steps() > 1},
       {StyleFlag::ClipGradNorm, o.optimizer().clip_grad_norm().has_value()},
+      {StyleFlag::CommHook, o.parallel().comm_hook().kind() != CommHookKind::Allreduce},
   };
   for (const auto& [flag, in_use] : used) {
     DPT_CHECK(!in_use || style.accepts(flag), ConfigError, style.refusal(flag));

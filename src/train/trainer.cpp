@@ -114,6 +114,7 @@ TrainingCheckpoint Trainer::State::checkpoint_state() {
   // writer's prepared memory falls short by the optimizer state).
   cp.optimizer = sharded ? gathered_optimizer_state : optimizer_state_dict(*optimizer);
   cp.scaler = scaler->state_dict();
+  cp.comm_hook = gathered_comm_hook_state;
   if (ema) cp.model_ema = ema->state_dict();
   at::Generator generator = at::detail::getDefaultCPUGenerator();
   cp.rng_state = generator.get_state();
@@ -128,6 +129,7 @@ void Trainer::State::save_checkpoint(RunCheckpoints::Cause cause, BestModel best
   if (!checkpoints->enabled()) return;
   // Every rank sends its shard of the optimizer state; rank 0 writes the whole.
   if (sharded) gathered_optimizer_state = consolidated_optimizer_state_dict(*sharded, /*to=*/0);
+  gathered_comm_hook_state = style->gather_comm_hook_state();
   if (!leader()) return;
   const auto snapshot = span_of(timeline.get(), "checkpoint", {{"step", global_step()}});
   style->gather_state();

@@ -75,9 +75,11 @@ void Trainer::State::prepare_to_continue() {
   // leave (NCCL's waits are the GPU's), a style whose every part is rebuilt here.
   DPT_CHECK(parallel.heartbeat().has_value(), ConfigError, "--on-failure continue needs the heartbeat, which finds ",
             "a stopped rank: drop --heartbeat off");
-  DPT_CHECK(parallel.mode() == ParallelMode::Ddp && parallel.zero_stage() == 0 && !parallel.sync_bn(), ConfigError,
-            "--on-failure continue works with --mode ddp, without --zero or --sync-bn (their state and their "
-            "layers hold the group); use --on-failure restart");
+  DPT_CHECK(parallel.mode() == ParallelMode::Ddp && parallel.zero_stage() == 0 && !parallel.sync_bn() &&
+                parallel.comm_hook().kind() != CommHookKind::PowerSGD,
+            ConfigError,
+            "--on-failure continue works with --mode ddp, without --zero, --sync-bn or --comm-hook powersgd (their "
+            "state and their layers hold the group); use --on-failure restart");
   DPT_CHECK(comm->backend_name() == "gloo", ConfigError, "--on-failure continue needs the Gloo backend (NCCL's ",
             "collectives cannot be left from the host yet): --dist-backend gloo, or --on-failure restart");
   comm->abandonment()->arm();

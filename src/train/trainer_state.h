@@ -112,6 +112,8 @@ struct Trainer::State {
   std::shared_ptr<ShardedOptimizer> sharded;
   // Rank 0, under `sharded`: its state gathered for the checkpoint being written.
   c10::impl::GenericDict gathered_optimizer_state = compat::string_dict();
+  // The style's comm hook state as save_checkpoint gathered it (--comm-hook powersgd).
+  c10::impl::GenericDict gathered_comm_hook_state = compat::string_dict();
   std::unique_ptr<optim::GradScaler> scaler;
   std::unique_ptr<data::DistributedSampler> sampler;
   // The training batches, kept from one epoch to the next: the next epoch's first batches are

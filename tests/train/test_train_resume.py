@@ -71,6 +71,49 @@ class ExactResume(unittest.TestCase):
                                  else ["AdamW [0.05, 0.0, 0.0]", "ema_bitwise True n_averaged 3"])
 
 
+# The PowerSGD state a checkpoint holds: its step count and every rank's error keys.
+POWERSGD_STATE = r"""
+import sys, torch
+hook = torch.load(sys.argv[1])["comm_hook"]
+print("iteration", int(hook["iteration"]), "errors", sorted(k for k in hook if k.startswith("error.")))
+"""
+
+
+class PowerSGDTraining(unittest.TestCase):
+    def test_stop_and_resume_with_powersgd_equals_straight_run_bitwise(self):
+        """--comm-hook powersgd on 2 processes: compression from step 2, so the half-way checkpoint
+        carries P, Q, the seeds' position and both ranks' errors, and the resumed run ends bit for
+        bit where the straight one does. (Without that state the resumed run would all-reduce
+        plainly for 2 steps and draw a new Q: unit/parallel/powersgd_test.cpp shows such resumes
+        differ.)"""
+        powersgd = ["--comm-hook", "powersgd", "--powersgd-rank", "2", "--powersgd-start-iter", "2"]
+        with tempfile.TemporaryDirectory(prefix="dpt_resume_") as tmp:
+            straight, halves = os.path.join(tmp, "straight"), os.path.join(tmp, "halves")
+            for out_dir, steps in ((straight, "8"), (halves, "4")):
+                code, out, err = run(launch(*SMALL, *powersgd, "--max-steps", steps, "--output", out_dir), timeout=240)
+                self.assertEqual(code, 0, out + err)
+            code, out, err = run([PYTHON, "-c", POWERSGD_STATE, os.path.join(halves, "checkpoint.pt")], timeout=120)
+            self.assertEqual(code, 0, err)
+            self.assertRegex(out, r"^iteration 4 errors \['error\.0\.0', 'error\.0\.1'")
+            code, out, err = run(launch(*SMALL, *powersgd, "--max-steps", "8", "--output", halves, "--resume",
+                                        os.path.join(halves, "checkpoint.pt")), timeout=240)
+            self.assertEqual(code, 0, out + err)
+            self.assertEqual(compare_checkpoints(os.path.join(straight, "checkpoint.pt"),
+                                                 os.path.join(halves, "checkpoint.pt")), identical("8 1 2 8 1 2"))
+
+    def test_refuses_what_it_cannot_run(self):
+        for flags, message in ((["--powersgd-rank", "2"], "--powersgd-rank belongs to --comm-hook powersgd"),
+                               (["--comm-hook", "lowrank"], "unknown communication hook 'lowrank': allreduce, fp16, "
+                                                            "bf16 or powersgd"),
+                               (["--comm-hook", "fp16", "--mode", "hvd"], "--comm-hook needs --mode ddp"),
+                               (["--comm-hook", "powersgd", "--zero", "2"],
+                                "--comm-hook powersgd cannot go with --zero 2")):
+            with self.subTest(flags=" ".join(flags)):
+                code, out, err = run([dptrain(), "train", *SMALL, *flags, "--max-steps", "1"], timeout=60)
+                self.assertEqual(code, 2, out + err)
+                self.assertIn(message, err)
+
+
 class CheckpointFiles(unittest.TestCase):
     def test_keep_last_k_and_best_all_load_in_python(self):
         with tempfile.TemporaryDirectory(prefix="dpt_ckfiles_") as tmp:

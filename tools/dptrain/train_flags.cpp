@@ -194,6 +194,25 @@ std::optional<dist::HeartbeatOptions> heartbeat_option(const std::string& value)
   return dist::HeartbeatOptions().silence(milliseconds(seconds, "--heartbeat"));
 }
 
+void add_comm_hook_flags(CLI::App& app, CommHookOptions& hook) {
+  add_parsed_option(app, "--comm-hook", hook.kind(), parse_comm_hook_kind,
+                    "--mode ddp: how each gradient bucket is reduced: allreduce (the mean), fp16 or bf16 (the mean "
+                    "sent at half the bytes), powersgd (each gradient matrix sent as a rank --powersgd-rank "
+                    "approximation, with error feedback: far fewer bytes for slow links; docs/ethernet.md)")
+      ->default_str("allreduce");
+  PowerSGDOptions& powersgd = hook.powersgd();
+  app.add_option("--powersgd-rank", powersgd.matrix_approximation_rank(),
+                 "--comm-hook powersgd: the rank of each gradient's approximation (1-4 suit most image models; "
+                 "higher sends more and is more exact)")
+      ->check(at_least(1))
+      ->capture_default_str();
+  app.add_option("--powersgd-start-iter", powersgd.start_iter(),
+                 "--comm-hook powersgd: optimizer steps of plain allreduce before compression begins (early "
+                 "training is sensitive to the approximation)")
+      ->check(at_least(0))
+      ->capture_default_str();
+}
+
 void add_parallel_flags(CLI::App& app, TrainFlags& flags) {
   train::ParallelOptions& parallel = flags.options.parallel();
   app.add_option_function<std::string>(
@@ -247,6 +266,7 @@ void add_parallel_flags(CLI::App& app, TrainFlags& flags) {
   app.add_flag("--find-unused-parameters", reducer.find_unused_parameters(),
                "--mode ddp and ps: parameters without a gradient in a step count as ready (one more small "
                "all-reduce per step) instead of failing the step");
+  add_comm_hook_flags(app, parallel.comm_hook());
   add_parameter_server_flags(app, parallel.ps());
   app.add_option("--replicas", parallel.replicas(), "--mode dp: this many CPU replicas")->check(at_least(1));
   // A device index of -1 would be LibTorch's "the current device", not an error.
@@ -271,6 +291,10 @@ void check_mode_flags(const CLI::App& app, const train::TrainOptions& options) {
       {train::StyleFlag::Buckets,
        {"--bucket-cap-mb", "--first-bucket-cap-mb", "--last-bucket-cap-mb", "--find-unused-parameters"}},
   };
+  for (const char* name : {"--powersgd-rank", "--powersgd-start-iter"}) {
+    DPT_CHECK(app.count(name) == 0 || options.parallel().comm_hook().kind() == CommHookKind::PowerSGD, ConfigError,
+              name, " belongs to --comm-hook powersgd");
+  }
   const train::StyleTraits& style = train::style_traits(options.parallel().mode());
   for (const auto& [flag, names] : given) {
     size_t count = 0;

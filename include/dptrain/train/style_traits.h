@@ -28,6 +28,7 @@ enum class StyleFlag {
   Amp,              // --amp
   AccumSteps,       // --accum-steps above 1
   ClipGradNorm,     // --clip-grad-norm
+  CommHook,         // --comm-hook other than allreduce
 };
 // The flags as the command line spells them: "--replicas and --gpus".
 std::string to_string(StyleFlag flag);

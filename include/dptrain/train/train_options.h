@@ -27,6 +27,7 @@
 #include "dptrain/data/interpolation.h"
 #include "dptrain/dist/heartbeat.h"
 #include "dptrain/dist/init.h"
+#include "dptrain/parallel/comm_hook_options.h"
 #include "dptrain/parallel/ps/options.h"
 #include "dptrain/parallel/reducer.h"
 #include "dptrain/train/batch_mixing.h"
@@ -162,6 +163,9 @@ struct ParallelOptions {
   // backward has filled it (DDP's bucket_cap_mb, the small first and last buckets, unused
   // parameters). Gradients always alias their bucket (PyTorch's gradient_as_bucket_view): no copy.
   TORCH_ARG(ReducerOptions, reducer) = {};
+  // Mode Ddp: how each bucket is reduced (the mean, halved to fp16 or bf16, or compressed by
+  // PowerSGD, whose state the checkpoints keep).
+  TORCH_ARG(CommHookOptions, comm_hook) = {};
   // Mode Ps: the servers and the consistency model (its buckets are `reducer`'s, its timeout
   // `dist`'s).
   TORCH_ARG(ps::PsOptions, ps) = {};

@@ -82,6 +82,7 @@ c10::IValue TrainingCheckpoint::to_ivalue() const {
     for (const auto& item : model_ema) ema.insert(item.key(), item.value().detach().cpu().contiguous());
     out.insert("model_ema", ema);
   }
+  if (comm_hook.size() > 0) out.insert("comm_hook", comm_hook);
   return out;
 }
 
@@ -105,6 +106,7 @@ TrainingCheckpoint TrainingCheckpoint::from_ivalue(const c10::IValue& value, con
   out.scaler = read.dict("scaler");
   out.rng_state = read.get("rng_state", &c10::IValue::isTensor, "a tensor").toTensor();
   if (read.has("model_ema")) out.model_ema = tensors_of(read.dict("model_ema"), file);
+  if (read.has("comm_hook")) out.comm_hook = read.dict("comm_hook");
   return out;
 }
 

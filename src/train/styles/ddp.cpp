@@ -3,7 +3,10 @@
 #include "../parallel_style.h"
 
 #include "dptrain/compat/compat.h"
+#include "dptrain/compat/pickle.h"
+#include "dptrain/parallel/comm_hook_options.h"
 #include "dptrain/parallel/ddp.h"
+#include "dptrain/train/checkpoint/powersgd_state.h"
 
 namespace dpt::train {
 namespace {
@@ -15,8 +18,10 @@ class DdpStyle : public ParallelStyle {
         ddp_(in.model, in.comm,
              DDPOptions().reducer(ReducerOptions(in.options.parallel().reducer())
                                       // ZeRO-2: each bucket reduce-scattered, each rank keeping its part.
-                                      .shard_gradients(in.options.parallel().zero_stage() == 2))) {
+                                      .shard_gradients(in.options.parallel().zero_stage() == 2))),
+        comm_hook_(in.options.parallel().comm_hook()) {
     const int stage = in.options.parallel().zero_stage();
+    if (comm_hook_.kind() != CommHookKind::Allreduce) ddp_.register_comm_hook(make_comm_hook(comm_hook_, &powersgd_));
     if (stage == 0) {
       optimizer_ = in.make_optimizer();
       return;
@@ -39,11 +44,31 @@ class DdpStyle : public ParallelStyle {
     auto local_only = ddp_.no_sync();
     loss.backward();
   }
+  c10::impl::GenericDict gather_comm_hook_state() override {
+    return powersgd_ ? gather_powersgd_state(*powersgd_, *comm_) : compat::string_dict();
+  }
+  std::string load_comm_hook_state(const c10::impl::GenericDict& state) override {
+    if (!powersgd_ || state.size() == 0) return "";
+    if (load_powersgd_state(*powersgd_, state, comm_->rank(), comm_->size())) return "";
+    return "the checkpoint's PowerSGD errors belong to another number of processes: each starts without one (the "
+           "rest of PowerSGD's state is resumed)";
+  }
   const Reducer* reducer() const override { return &ddp_.reducer(); }
-  std::string describe() const override { return "DistributedDataParallel"; }
+  std::string describe() const override {
+    const CommHookOptions& hook = comm_hook_;
+    switch (hook.kind()) {
+      case CommHookKind::Allreduce: return "DistributedDataParallel";
+      case CommHookKind::PowerSGD:
+        return str("DistributedDataParallel, PowerSGD rank ", hook.powersgd().matrix_approximation_rank(),
+                   " from step ", hook.powersgd().start_iter());
+      default: return str("DistributedDataParallel, ", to_string(hook.kind()), " allreduce");
+    }
+  }
 
  private:
   DistributedDataParallel<models::Classifier> ddp_;
+  CommHookOptions comm_hook_;
+  std::shared_ptr<PowerSGDState> powersgd_;  // --comm-hook powersgd
 };
 
 class DdpKind : public StyleKind {
@@ -51,6 +76,12 @@ class DdpKind : public StyleKind {
   ParallelMode mode() const override { return ParallelMode::Ddp; }
   bool accepts(StyleFlag flag) const override {
     return flag != StyleFlag::ParameterServer && flag != StyleFlag::Replicas;
+  }
+  void check(const TrainOptions& options) const override {
+    DPT_CHECK(options.parallel().zero_stage() != 2 || options.parallel().comm_hook().kind() == CommHookKind::Allreduce,
+              ConfigError, "--comm-hook ", to_string(options.parallel().comm_hook().kind()),
+              " cannot go with --zero 2, which reduce-scatters each bucket instead of all-reducing it; use --zero 1 "
+              "(the optimizer's state sharded, the gradients whole)");
   }
   std::unique_ptr<ParallelStyle> make(const StyleInputs& inputs) const override {
     return std::make_unique<DdpStyle>(inputs);

@@ -96,7 +96,8 @@ class PsKind : public StyleKind {
     switch (flag) {
       case StyleFlag::Zero:
       case StyleFlag::Replicas:
-      case StyleFlag::ClipGradNorm: return false;
+      case StyleFlag::ClipGradNorm:
+      case StyleFlag::CommHook: return false;
       default: return true;
     }
   }

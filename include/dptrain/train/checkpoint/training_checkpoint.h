@@ -46,6 +46,9 @@ struct TrainingCheckpoint {
   // --model-ema: the average as Python's AveragedModel.state_dict() names it ("n_averaged",
   // "module.<name>"); empty without EMA (and in older checkpoints).
   models::StateDict model_ema;
+  // --comm-hook powersgd: its state, every rank's errors included (powersgd_state.h); empty
+  // otherwise (and in older checkpoints).
+  c10::impl::GenericDict comm_hook{c10::StringType::get(), c10::AnyType::get()};
 
   c10::IValue to_ivalue() const;
   // Throws CheckpointError naming `file` and the missing or mistyped entry.
