@@ -2,7 +2,8 @@
 torchvision's model and torch.nn.parallel.DistributedDataParallel. One rank per process, started by
 `dptrain launch`; rank 0 prints one JSON line with the same fields. --overlap adds the same
 exposed-communication measurement as bench-ddp's: steps under no_sync() and the buckets'
-allreduce alone."""
+allreduce alone. --comm-hook powersgd registers torch's powerSGD_hook (rank --powersgd-rank, plain
+allreduce for the first --powersgd-start-iter steps), as bench-ddp's flag of the same name."""
 import argparse
 import datetime
 import json
@@ -23,6 +24,9 @@ parser.add_argument("--warmup", type=int, default=3)
 parser.add_argument("--threads", type=int, default=1)
 parser.add_argument("--bucket-cap-mb", type=float, default=25)
 parser.add_argument("--overlap", action="store_true")
+parser.add_argument("--comm-hook", choices=["allreduce", "powersgd"], default="allreduce")
+parser.add_argument("--powersgd-rank", type=int, default=1)
+parser.add_argument("--powersgd-start-iter", type=int, default=2)  # torch's least with error feedback
 parser.add_argument("--allreduce-repeats", type=int, default=3)
 args = parser.parse_args()
 
@@ -32,6 +36,11 @@ rank, world = dist.get_rank(), dist.get_world_size()
 torch.manual_seed(rank)
 model = getattr(torchvision.models, args.arch)(num_classes=1000)
 ddp = torch.nn.parallel.DistributedDataParallel(model, bucket_cap_mb=args.bucket_cap_mb)
+if args.comm_hook == "powersgd":
+    from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as powersgd
+    powersgd_state = powersgd.PowerSGDState(process_group=None, matrix_approximation_rank=args.powersgd_rank,
+                                            start_powerSGD_iter=args.powersgd_start_iter)
+    ddp.register_comm_hook(powersgd_state, powersgd.powerSGD_hook)
 optimizer = torch.optim.SGD(ddp.parameters(), lr=0.01, momentum=0.9, weight_decay=1e-4)
 images = torch.randn(args.batch_size, 3, args.image_size, args.image_size)
 labels = torch.randint(1000, (args.batch_size,))
@@ -97,7 +106,7 @@ if rank == 0:
               "image_size": args.image_size, "steps": args.steps,
               "img_s": args.steps * args.batch_size * world / seconds,
               "step_ms": 1000 * seconds / args.steps, "median_step_ms": step_ms[0].median().item(),
-              "peak_rss_mb": stats[-1].item()}
+              "peak_rss_mb": stats[-1].item(), "comm_hook": args.comm_hook}
     if args.overlap:
         report.update(no_sync_step_ms=step_ms[1].mean().item(), each_step_ms=step_ms[0].tolist(),
                       each_no_sync_step_ms=step_ms[1].tolist(), allreduce_ms=1000 * stats[-2].item(),

@@ -153,7 +153,6 @@ c10::impl::GenericDict PowerSGDState::state_dict() const {
   for (const auto& [index, memory] : buckets_) {
     const std::string b = std::to_string(index);
     if (memory.error.defined()) state.insert("error." + b, memory.error.cpu());
-    if (memory.p.defined()) state.insert("p." + b, memory.p.cpu());
     if (memory.q.defined()) state.insert("q." + b, memory.q.cpu());
   }
   return state;
@@ -169,14 +168,28 @@ void PowerSGDState::load_state_dict(const c10::impl::GenericDict& state) {
     if (dot == std::string::npos) continue;
     const std::string what = key.substr(0, dot);
     BucketMemory& memory = buckets[std::stoul(key.substr(dot + 1))];
-    at::Tensor& slot = what == "error" ? memory.error : what == "p" ? memory.p : memory.q;
-    slot = entry.value().toTensor();
+    if (what == "error") memory.error = entry.value().toTensor();
+    if (what == "q") memory.q = entry.value().toTensor();
   }
   // Placed on the bucket's device at the first use (the tensors are the bucket's dtype).
   iteration_ = state.at("iteration").toInt();
   seeds_.restore(state.at("seed_draws").toInt());
   buckets_ = std::move(buckets);
 }
+
+namespace {
+
+// One bucket's reduction under way, shared by its two stages.
+struct BucketStep {
+  dist::Communicator* comm = nullptr;
+  GradBucket bucket;
+  Split parts;
+  std::vector<Compressed> compressed;
+  at::Tensor input_copy;  // with error feedback: the input the error is measured from
+  dist::Work reduction;   // of P and the whole gradients, then of Q
+};
+
+}  // namespace
 
 class PowerSGDHook {
  public:
@@ -194,80 +207,83 @@ class PowerSGDHook {
     DPT_CHECK(!memory.error.defined() || memory.error.numel() == input.numel(), ConfigError, "rank ", comm.rank(),
               ": PowerSGD's saved error of bucket ", bucket.index, " holds ", memory.error.numel(),
               " values, the bucket ", input.numel(), ": the state comes from another model or bucket size");
+    auto step = std::make_shared<BucketStep>();
+    step->comm = &comm;
+    step->bucket = bucket;
 
     // Last step's error joins this step's gradient; a copy of the sum gives this step's error.
-    at::Tensor input_copy;
     if (options.use_error_feedback()) {
       if (memory.error.defined()) {
         input.add_(memory.error.to(input.device()));
       } else {
         memory.error = at::zeros_like(input);
       }
-      input_copy = input.clone();
+      step->input_copy = input.clone();
     }
 
-    Split parts = split(bucket, options);
-    DPT_CHECK(!memory.p.defined() || memory.p.numel() == parts.p_numel, ConfigError, "rank ", comm.rank(),
-              ": PowerSGD's saved P of bucket ", bucket.index, " holds ", memory.p.numel(), " values, the bucket needs ",
-              parts.p_numel, ": the state comes from another model, bucket size or rank");
-    const bool fresh = !options.warm_start() || !memory.p.defined();
-    if (fresh) {
-      memory.p = at::empty({parts.p_numel}, input.options());
-      memory.q = at::empty({parts.q_numel}, input.options());
-    } else {
-      memory.p = memory.p.to(input.device());
-      memory.q = memory.q.to(input.device());
+    step->parts = split(bucket, options);
+    const Split& parts = step->parts;
+    DPT_CHECK(!memory.q.defined() || memory.q.numel() == parts.q_numel, ConfigError, "rank ", comm.rank(),
+              ": PowerSGD's saved Q of bucket ", bucket.index, " holds ", memory.q.numel(), " values, the bucket needs ",
+              parts.q_numel, ": the state comes from another model, bucket size or rank");
+    // P and the whole gradients travel in one collective (PyTorch reduces them one after the
+    // other; the sums are the same). P is made anew each step: only Q carries over (warm start).
+    int64_t whole_numel = 0;
+    for (const at::Tensor& flat : parts.whole) whole_numel += flat.numel();
+    if (!memory.first.defined() || memory.first.numel() != parts.p_numel + whole_numel) {
+      memory.first = at::empty({parts.p_numel + whole_numel}, input.options());
     }
-    std::vector<Compressed> compressed =
-        lay_out(parts.matrices, memory.p, memory.q, options.matrix_approximation_rank());
+    const bool fresh = !options.warm_start() || !memory.q.defined();
+    if (fresh) memory.q = at::empty({parts.q_numel}, input.options());
+    memory.q = memory.q.to(input.device());
+    step->compressed = lay_out(parts.matrices, memory.first.narrow(0, 0, parts.p_numel), memory.q,
+                               options.matrix_approximation_rank());
     if (fresh) {
       // One seed per bucket, drawn in bucket order on every rank, so all ranks start alike; Q's
       // values from a generator of its own (PyTorch forks the CPU generator for them).
       at::Generator generator = at::make_generator<at::CPUGeneratorImpl>(state.seeds_.next());
-      for (Compressed& c : compressed) {
+      for (Compressed& c : step->compressed) {
         c.q.copy_(at::randn(c.q.sizes(), generator, at::TensorOptions().dtype(input.scalar_type())));
         orthogonalize(c.q, options.orthogonalization_epsilon());
       }
     } else {
-      for (Compressed& c : compressed) orthogonalize(c.q, options.orthogonalization_epsilon());
+      for (Compressed& c : step->compressed) orthogonalize(c.q, options.orthogonalization_epsilon());
     }
-    for (Compressed& c : compressed) at::bmm_out(c.p, c.matrix, c.q);
-
-    // The whole gradients in one flat tensor, and the Ps, reduced at once (they do not depend on
-    // each other); Q needs the reduced P, so its stage runs once P's reduction is waited for.
-    auto whole = std::make_shared<dist::Work>();
-    at::Tensor whole_memory;
-    if (!parts.whole.empty()) {
-      whole_memory = at::cat(parts.whole);
-      *whole = comm.all_reduce_async(whole_memory, dist::ReduceOp::Sum);
+    for (Compressed& c : step->compressed) at::bmm_out(c.p, c.matrix, c.q);
+    int64_t at = parts.p_numel;
+    for (const at::Tensor& flat : parts.whole) {
+      memory.first.narrow(0, at, flat.numel()).copy_(flat);
+      at += flat.numel();
     }
-    dist::Work p_reduction = comm.all_reduce_async(memory.p, dist::ReduceOp::Sum);
-    const int64_t reduced_bytes = parts.stats.after * input.element_size();
+    step->reduction = comm.all_reduce_async(memory.first, dist::ReduceOp::Sum);
 
-    auto finish = [state_ptr = state_, &comm, bucket, whole, whole_memory, parts = std::move(parts),
-                   compressed = std::move(compressed), input_copy, &memory]() mutable {
-      PowerSGDState& state = *state_ptr;
-      const PowerSGDOptions& options = state.options();
-      const int world = comm.size();
-      whole->wait();
-      if (whole_memory.defined()) {
-        whole_memory.div_(world);
-        int64_t at = 0;
-        for (const at::Tensor& flat : parts.whole) {
-          flat.copy_(whole_memory.narrow(0, at, flat.numel()));
-          at += flat.numel();
-        }
+    // Once P is reduced: the whole gradients' mean written back, and Q = M^T P started.
+    auto advance = [state_ptr = state_, step, &memory] {
+      const double epsilon = state_ptr->options().orthogonalization_epsilon();
+      const int world = step->comm->size();
+      step->reduction.wait();
+      int64_t at = step->parts.p_numel;
+      for (const at::Tensor& flat : step->parts.whole) {
+        flat.copy_(memory.first.narrow(0, at, flat.numel()).div_(world));
+        at += flat.numel();
       }
-      for (Compressed& c : compressed) orthogonalize(c.p, options.orthogonalization_epsilon());
-      for (Compressed& c : compressed) at::bmm_out(c.q, c.matrix.transpose(1, 2), c.p);
-      comm.all_reduce(memory.q, dist::ReduceOp::Sum);
-      memory.q.div_(world);
-      for (Compressed& c : compressed) at::bmm_out(c.matrix, c.p, c.q.transpose(1, 2));
-      if (options.use_error_feedback()) memory.error = input_copy - bucket.buffer;
-      if (!options.warm_start()) memory.p = memory.q = at::Tensor();
-      state.end_bucket(bucket, parts.stats);
+      for (Compressed& c : step->compressed) orthogonalize(c.p, epsilon);
+      for (Compressed& c : step->compressed) at::bmm_out(c.q, c.matrix.transpose(1, 2), c.p);
+      step->reduction = step->comm->all_reduce_async(memory.q, dist::ReduceOp::Sum);
     };
-    return PendingReduction(std::move(p_reduction), std::move(finish), reduced_bytes);
+    // Once Q is reduced: each gradient becomes P Q^T / world; what that left out is this rank's
+    // error for the next step.
+    auto then = [state_ptr = state_, step, &memory] {
+      PowerSGDState& state = *state_ptr;
+      step->reduction.wait();
+      memory.q.div_(step->comm->size());
+      for (Compressed& c : step->compressed) at::bmm_out(c.matrix, c.p, c.q.transpose(1, 2));
+      if (state.options().use_error_feedback()) memory.error = step->input_copy - step->bucket.buffer;
+      if (!state.options().warm_start()) memory.q = at::Tensor();
+      state.end_bucket(step->bucket, step->parts.stats);
+    };
+    return PendingReduction::in_stages(std::move(advance), std::move(then),
+                                       parts.stats.after * static_cast<int64_t>(input.element_size()));
   }
 
  private:

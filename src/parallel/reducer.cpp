@@ -330,6 +330,8 @@ void Reducer::launch_ready_buckets() {
       release_completed_buckets();
       continue;
     }
+    // The bucket before starts its second stage, if its hook has one, before this one's first.
+    if (next_launch_ > 0) buckets_[next_launch_ - 1].reduction.advance();
     bucket.reduction = hook_(*comm_, bucket.handed);
     ++next_launch_;
   }
@@ -341,7 +343,7 @@ ReductionTimes Reducer::last_reduction() const {
   for (const auto& bucket : buckets_) {
     const int64_t bytes = bucket.numel * static_cast<int64_t>(params_[bucket.params.front()].tensor.element_size());
     const int64_t reduced = bucket.reduction.reduced_bytes();
-    times.buckets.push_back({bucket.launched_at, bucket.reduction.completed_at(), bytes, reduced < 0 ? bytes : reduced});
+    times.buckets.push_back({bucket.launched_at, bucket.reduction.finished_at(), bytes, reduced < 0 ? bytes : reduced});
   }
   return times;
 }
@@ -391,6 +393,7 @@ void Reducer::finish_backward() {
     launch_ready_buckets();
     DPT_ASSERT(next_launch_ == buckets_.size(), "only ", next_launch_, " of ", buckets_.size(),
                " buckets were launched");
+    if (!buckets_.empty()) buckets_.back().reduction.advance();
     if (options_.find_unused_parameters()) users = count_users();
     armed_ = false;
   }

@@ -2,7 +2,8 @@
 // per process (start it with `dptrain launch`). Rank 0 ends with one JSON line: images per second
 // over all ranks, the mean and the median step time, the mean per-step forward / backward /
 // exposed-communication times, each gradient bucket's size and mean launch time (ms after
-// forward), and the largest peak RSS of any rank. bench/ddp runs it next to Python PyTorch's DDP.
+// forward), the bytes the comm hook reduced per step (--comm-hook: fewer when it compresses), and
+// the largest peak RSS of any rank. bench/ddp runs it next to Python PyTorch's DDP.
 //
 // With --overlap it then measures how much of the gradient allreduce stays exposed: the same
 // number of steps under no_sync() (no gradient communication), and the time to all-reduce flat
@@ -19,10 +20,12 @@
 
 #include "bench_common.h"
 #include "bench_step_flags.h"
+#include "comm_hook_flags.h"
 #include "command.h"
 #include "number_bounds.h"
 #include "dptrain/dist/init.h"
 #include "dptrain/models/registry.h"
+#include "dptrain/parallel/comm_hook_options.h"
 #include "dptrain/parallel/ddp.h"
 
 namespace dpt::cli {
@@ -31,6 +34,8 @@ namespace {
 
 struct BenchDdpFlags {
   BenchStepFlags step;
+  // PowerSGD from the first step: the warm-up steps take its first, costlier one.
+  CommHookOptions comm_hook = CommHookOptions().powersgd(PowerSGDOptions().start_iter(0));
   double bucket_cap_mb = 25;
   double last_bucket_cap_mb = 1;
   bool overlap = false;
@@ -77,11 +82,14 @@ int run_bench_ddp(const BenchDdpFlags& flags) {
   DistributedDataParallel ddp(
       model, comm,
       DDPOptions().reducer(ReducerOptions().bucket_cap_mb(flags.bucket_cap_mb).last_bucket_cap_mb(flags.last_bucket_cap_mb)));
+  std::shared_ptr<PowerSGDState> powersgd;
+  if (flags.comm_hook.kind() != CommHookKind::Allreduce) ddp.register_comm_hook(make_comm_hook(flags.comm_hook, &powersgd));
   torch::optim::SGD optimizer(ddp.parameters(), torch::optim::SGDOptions(0.01).momentum(0.9).weight_decay(1e-4));
   const at::Tensor images = torch::randn({flags.step.batch_size, 3, flags.step.image_size, flags.step.image_size});
   const at::Tensor labels = torch::randint(1000, {flags.step.batch_size}, at::kLong);
 
   StepTiming total;
+  int64_t reduced_bytes = 0;  // over the measured steps
   const std::vector<int64_t> numels = bucket_numels(ddp);
   total.bucket_launch_ms.assign(numels.size(), 0);
   const auto train_step = [&] {
@@ -99,6 +107,7 @@ int run_bench_ddp(const BenchDdpFlags& flags) {
     total.forward_ms += timing.forward_ms;
     total.backward_ms += timing.backward_ms;
     total.comm_wait_ms += timing.comm_wait_ms;
+    for (const auto& bucket : ddp.reducer().last_reduction().buckets) reduced_bytes += bucket.reduced_bytes;
     for (size_t i = 0; i < numels.size(); ++i) total.bucket_launch_ms[i] += timing.bucket_launch_ms.at(i);
     if (flags.overlap) {
       stats[flags.step.steps + step] = timed(*comm, 1, [&] {
@@ -138,6 +147,8 @@ int run_bench_ddp(const BenchDdpFlags& flags) {
                              {"forward_ms", total.forward_ms / steps},
                              {"backward_ms", total.backward_ms / steps},
                              {"comm_wait_ms", total.comm_wait_ms / steps},
+                             {"comm_hook", to_string(flags.comm_hook.kind())},
+                             {"reduced_mb_per_step", static_cast<double>(reduced_bytes) / steps / (1 << 20)},
                              {"buckets", numels.size()},
                              {"bucket_mb", bucket_mb},
                              {"bucket_launch_ms", bucket_launch_ms},
@@ -169,12 +180,16 @@ Command add_bench_ddp_command(CLI::App& root) {
                   "gives PyTorch's layout")
       ->check(above(0))
       ->capture_default_str();
+  add_comm_hook_flags(*app, flags->comm_hook);
   app->add_flag("--overlap", flags->overlap,
                 "also time the steps under no_sync() and all-reducing the buckets alone (exposed communication)");
   app->add_option("--allreduce-repeats", flags->allreduce_repeats, "timed bucket allreduces with --overlap")
       ->check(at_least(1))
       ->capture_default_str();
-  return {app, [flags](const std::vector<std::string>&) { return run_bench_ddp(*flags); }};
+  return {app, [flags, app](const std::vector<std::string>&) {
+            check_comm_hook_flags(*app, flags->comm_hook);
+            return run_bench_ddp(*flags);
+          }};
 }
 
 }  // namespace dpt::cli

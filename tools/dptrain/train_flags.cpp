@@ -2,6 +2,8 @@
 
 #include "train_flags.h"
 
+#include "comm_hook_flags.h"
+
 #include "dptrain/common/environment.h"
 #include "dptrain/common/error.h"
 #include "dptrain/dist/init_method.h"
@@ -194,25 +196,6 @@ std::optional<dist::HeartbeatOptions> heartbeat_option(const std::string& value)
   return dist::HeartbeatOptions().silence(milliseconds(seconds, "--heartbeat"));
 }
 
-void add_comm_hook_flags(CLI::App& app, CommHookOptions& hook) {
-  add_parsed_option(app, "--comm-hook", hook.kind(), parse_comm_hook_kind,
-                    "--mode ddp: how each gradient bucket is reduced: allreduce (the mean), fp16 or bf16 (the mean "
-                    "sent at half the bytes), powersgd (each gradient matrix sent as a rank --powersgd-rank "
-                    "approximation, with error feedback: far fewer bytes for slow links; docs/ethernet.md)")
-      ->default_str("allreduce");
-  PowerSGDOptions& powersgd = hook.powersgd();
-  app.add_option("--powersgd-rank", powersgd.matrix_approximation_rank(),
-                 "--comm-hook powersgd: the rank of each gradient's approximation (1-4 suit most image models; "
-                 "higher sends more and is more exact)")
-      ->check(at_least(1))
-      ->capture_default_str();
-  app.add_option("--powersgd-start-iter", powersgd.start_iter(),
-                 "--comm-hook powersgd: optimizer steps of plain allreduce before compression begins (early "
-                 "training is sensitive to the approximation)")
-      ->check(at_least(0))
-      ->capture_default_str();
-}
-
 void add_parallel_flags(CLI::App& app, TrainFlags& flags) {
   train::ParallelOptions& parallel = flags.options.parallel();
   app.add_option_function<std::string>(
@@ -291,10 +274,7 @@ void check_mode_flags(const CLI::App& app, const train::TrainOptions& options) {
       {train::StyleFlag::Buckets,
        {"--bucket-cap-mb", "--first-bucket-cap-mb", "--last-bucket-cap-mb", "--find-unused-parameters"}},
   };
-  for (const char* name : {"--powersgd-rank", "--powersgd-start-iter"}) {
-    DPT_CHECK(app.count(name) == 0 || options.parallel().comm_hook().kind() == CommHookKind::PowerSGD, ConfigError,
-              name, " belongs to --comm-hook powersgd");
-  }
+  check_comm_hook_flags(app, options.parallel().comm_hook());
   const train::StyleTraits& style = train::style_traits(options.parallel().mode());
   for (const auto& [flag, names] : given) {
     size_t count = 0;

@@ -26,6 +26,11 @@ namespace dpt {
 
 // A bucket reduction in flight: the collective, then an optional step that writes the result
 // back into the bucket (decompression). Move-only; waiting twice is a no-op.
+//
+// A reduction in two stages (PowerSGD: Q is reduced once the reduced P is known) names its second
+// stage's start, `advance`: the reducer runs it once it has launched the next bucket (or at the end
+// of backward), so the second collective starts in the same order on every rank and overlaps the
+// rest of backward; wait() runs it first if nobody did.
 class PendingReduction {
  public:
   PendingReduction() = default;
@@ -34,19 +39,42 @@ class PendingReduction {
   explicit PendingReduction(dist::Work work, std::function<void()> then = {}, int64_t reduced_bytes = -1)
       : work_(std::move(work)), then_(std::move(then)), reduced_bytes_(reduced_bytes) {}
 
+  // Two stages: `advance` waits for what the hook started and starts the second stage, `then`
+  // waits for that and writes the result back.
+  static PendingReduction in_stages(std::function<void()> advance, std::function<void()> then, int64_t reduced_bytes) {
+    PendingReduction staged(dist::Work(), std::move(then), reduced_bytes);
+    staged.advance_ = std::move(advance);
+    return staged;
+  }
+
+  void advance() {
+    if (advance_) std::exchange(advance_, nullptr)();
+  }
   void wait() {
+    advance();
     work_.wait();
-    if (then_) std::exchange(then_, nullptr)();
+    if (then_) {
+      std::exchange(then_, nullptr)();
+      if (!work_.valid()) written_back_at_ = dist::Work::Clock::now();
+    }
   }
   // When the collective completed (dist::Work::completed_at); the write-back runs after it.
   dist::Work::Clock::time_point completed_at() const { return work_.completed_at(); }
+  // When the bucket held its result: the collective's completion, or for a reduction whose
+  // collectives are the hook's own (in stages, or point to point) the write-back's end, known once
+  // waited.
+  dist::Work::Clock::time_point finished_at() const {
+    return written_back_at_ != dist::Work::Clock::time_point{} ? written_back_at_ : work_.completed_at();
+  }
 
   int64_t reduced_bytes() const { return reduced_bytes_; }
 
  private:
   dist::Work work_;
+  std::function<void()> advance_;
   std::function<void()> then_;
   int64_t reduced_bytes_ = -1;
+  dist::Work::Clock::time_point written_back_at_{};
 };
 
 // One bucket of gradients, as the reducer hands it to a hook (PyTorch's GradBucket).

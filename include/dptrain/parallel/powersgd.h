@@ -23,9 +23,10 @@
 //
 // Where this differs from PyTorch, on purpose: start_iter may be 0 or 1 (PyTorch refuses them
 // because its DDP rebuilds buckets after the first step; dptrain's buckets never change); P and the
-// uncompressed tensors are all-reduced at once (PyTorch waits for the latter first; the sums are
-// the same); the whole compressed-tensor stage after P's allreduce runs when the reducer waits for
-// the bucket, so the Q allreduces of a step follow the last bucket's P.
+// uncompressed tensors are all-reduced in one collective (PyTorch reduces the latter first, then P:
+// two ranks' sums are the same, more ranks' may round differently); Q's stage starts when the
+// reducer launches the next bucket (PendingReduction::advance), not from a callback thread, so the
+// collectives keep one order on every rank; P is not kept between steps (only Q is ever reused).
 
 #include <cstdint>
 #include <map>
@@ -113,8 +114,8 @@ class PowerSGDState {
 
   struct BucketMemory {
     at::Tensor error;  // this rank's input minus the result, the bucket's size
-    at::Tensor p;      // every compressed matrix's P, end to end
-    at::Tensor q;      // and Q
+    at::Tensor q;      // every compressed matrix's Q, end to end (the warm start)
+    at::Tensor first;  // scratch: every P, then the gradients reduced whole, in one collective
   };
 
   void end_bucket(const GradBucket& bucket, const CompressionStats& stats);
