@@ -152,8 +152,10 @@ c10::impl::GenericDict PowerSGDState::state_dict() const {
   state.insert("seed_draws", seeds_.draws());
   for (const auto& [index, memory] : buckets_) {
     const std::string b = std::to_string(index);
-    if (memory.error.defined()) state.insert("error." + b, memory.error.cpu());
-    if (memory.q.defined()) state.insert("q." + b, memory.q.cpu());
+    // Copies: the steps after go on writing both in place.
+    const auto cpu = at::TensorOptions().device(at::kCPU);
+    if (memory.error.defined()) state.insert("error." + b, memory.error.to(cpu, false, /*copy=*/true));
+    if (memory.q.defined()) state.insert("q." + b, memory.q.to(cpu, false, /*copy=*/true));
   }
   return state;
 }
@@ -185,7 +187,6 @@ struct BucketStep {
   GradBucket bucket;
   Split parts;
   std::vector<Compressed> compressed;
-  at::Tensor input_copy;  // with error feedback: the input the error is measured from
   dist::Work reduction;   // of P and the whole gradients, then of Q
 };
 
@@ -212,13 +213,19 @@ class PowerSGDHook {
     step->bucket = bucket;
 
     // Last step's error joins this step's gradient; a copy of the sum gives this step's error.
+    // Both buffers are kept from step to step: a bucket-sized allocation each step costs a page
+    // fault per 4 KiB.
     if (options.use_error_feedback()) {
       if (memory.error.defined()) {
-        input.add_(memory.error.to(input.device()));
+        memory.error = memory.error.to(input.device());
+        input.add_(memory.error);
       } else {
         memory.error = at::zeros_like(input);
       }
-      step->input_copy = input.clone();
+      if (!memory.input_copy.defined() || memory.input_copy.numel() != input.numel()) {
+        memory.input_copy = at::empty_like(input);
+      }
+      memory.input_copy.copy_(input);
     }
 
     step->parts = split(bucket, options);
@@ -278,7 +285,7 @@ class PowerSGDHook {
       step->reduction.wait();
       memory.q.div_(step->comm->size());
       for (Compressed& c : step->compressed) at::bmm_out(c.matrix, c.p, c.q.transpose(1, 2));
-      if (state.options().use_error_feedback()) memory.error = step->input_copy - step->bucket.buffer;
+      if (state.options().use_error_feedback()) at::sub_out(memory.error, memory.input_copy, step->bucket.buffer);
       if (!state.options().warm_start()) memory.q = at::Tensor();
       state.end_bucket(step->bucket, step->parts.stats);
     };
