@@ -119,7 +119,7 @@ void TrainStep::trace_reduction(int64_t step) const {
     for (size_t b = 0; b < times.buckets.size(); ++b) {
       const auto& bucket = times.buckets[b];
       parts_.timeline->add(Timeline::Track::Communication, str("bucket ", b), bucket.launched, bucket.completed,
-                           {{"step", step}, {"bytes", bucket.bytes}});
+                           {{"step", step}, {"bytes", bucket.bytes}, {"reduced_bytes", bucket.reduced_bytes}});
     }
   }
   if (parts_.phases != nullptr) {

@@ -95,6 +95,8 @@ class Timeline(unittest.TestCase):
         cls.runs = {mode: train(os.path.join(cls.tmp.name, mode), mode) for mode in ["ddp", "hvd"]}
         cls.small_buckets = train(os.path.join(cls.tmp.name, "small_buckets"), "ddp", "--bucket-cap-mb", "0.05",
                                   "--first-bucket-cap-mb", "0.02", "--last-bucket-cap-mb", "0.02")
+        cls.powersgd = train(os.path.join(cls.tmp.name, "powersgd"), "ddp", "--comm-hook", "powersgd",
+                             "--powersgd-rank", "1", "--powersgd-start-iter", "2")
 
     @classmethod
     def tearDownClass(cls):
@@ -124,6 +126,32 @@ class Timeline(unittest.TestCase):
         self.assertEqual(code, 2, out + err)
         self.assertIn("--bucket-cap-mb, --first-bucket-cap-mb, --last-bucket-cap-mb and --find-unused-parameters "
                       "belong to --mode ddp and ps", err)
+
+    def test_the_timeline_and_report_show_what_powersgd_reduced(self):
+        code, out, err, trace = self.powersgd
+        self.assertEqual(code, 0, out + err)
+        events = load_trace(trace, 0)
+        buckets = spans(events, 2)
+        steps = sorted({b["args"]["step"] for b in buckets})
+        per_step = {n: [b for b in buckets if b["args"]["step"] == n] for n in steps}
+        # Plain allreduce for the first 2 steps, then ResNet-20's convolutions as rank-1 factors.
+        for n in steps[:2]:
+            self.assertEqual([b["args"]["reduced_bytes"] for b in per_step[n]], [b["args"]["bytes"] for b in per_step[n]])
+        for n in steps[2:]:
+            gradient = sum(b["args"]["bytes"] for b in per_step[n])
+            reduced = sum(b["args"]["reduced_bytes"] for b in per_step[n])
+            self.assertGreater(gradient / reduced, 10, n)
+        run_dir = os.path.dirname(os.path.dirname(trace))
+        code, out, err = run([dptrain(), "report", run_dir, "--timeline", trace], timeout=60)
+        self.assertEqual(code, 0, out + err)
+        page = read_page(os.path.join(run_dir, "report.html"))
+        timed = [e for e in events if e["ph"] == "X" and e["name"] == "step"]
+        gradient_mb = sum(b["args"]["bytes"] for b in buckets) / len(timed) / 1e6
+        reduced_mb = sum(b["args"]["reduced_bytes"] for b in buckets) / len(timed) / 1e6
+        self.assertAlmostEqual(page.cells[("gradient MB", 0)], gradient_mb, delta=1e-3)
+        self.assertAlmostEqual(page.cells[("reduced MB", 0)], reduced_mb, delta=1e-3)
+        self.assertAlmostEqual(page.cells[("compression", 0)], gradient_mb / reduced_mb, delta=0.05)
+        self.assertGreater(page.cells[("compression", 0)], 1.5)
 
     def test_the_report_page_plots_the_metrics_and_the_mean_step_of_each_rank(self):
         code, out, err, trace = self.runs["ddp"]

@@ -179,7 +179,7 @@ json read_trace(const fs::path& path) {
 StepBreakdown breakdown(const json& trace, int rank) {
   StepBreakdown ranked;
   ranked.rank = rank;
-  double step_sum = 0, bucket_sum = 0;
+  double step_sum = 0, bucket_sum = 0, gradient_bytes = 0, reduced_bytes = 0;
   std::map<StepPhase, double> sums;
   for (const auto& event : trace) {
     if (event.value("ph", "") != "X") continue;
@@ -189,6 +189,11 @@ StepBreakdown breakdown(const json& trace, int rank) {
     if (track == static_cast<int>(Timeline::Track::Communication)) {
       bucket_sum += ms;
       ++ranked.buckets;
+      // Timelines before comm hooks compressed have no reduced_bytes: all was reduced.
+      const json args = event.value("args", json::object());
+      const double bytes = args.value("bytes", 0.0);
+      gradient_bytes += bytes;
+      reduced_bytes += args.value("reduced_bytes", bytes);
     } else if (name == "step") {
       step_sum += ms;
       ++ranked.steps;
@@ -205,6 +210,8 @@ StepBreakdown breakdown(const json& trace, int rank) {
   for (StepPhase phase : step_phases()) ranked.parts[phase] = sums[phase] / steps;
   if (ranked.buckets > 0) ranked.bucket_ms = bucket_sum / static_cast<double>(ranked.buckets);
   ranked.buckets /= ranked.steps;
+  ranked.gradient_mb = gradient_bytes / steps / 1e6;
+  ranked.reduced_mb = reduced_bytes / steps / 1e6;
   return ranked;
 }
 
@@ -282,6 +289,11 @@ std::string breakdown_section(const std::vector<StepBreakdown>& ranks) {
   total_row("bucket", "one bucket's all-reduce, launch to completion",
             [](const StepBreakdown& r) { return r.bucket_ms; }, 2);
   total_row("buckets", "buckets per step", [](const StepBreakdown& r) { return static_cast<double>(r.buckets); }, 0);
+  total_row("gradient MB", "gradients per step (MB)", [](const StepBreakdown& r) { return r.gradient_mb; }, 3);
+  total_row("reduced MB", "reduced per step (MB; less when --comm-hook compresses)",
+            [](const StepBreakdown& r) { return r.reduced_mb; }, 3);
+  total_row("compression", "compression (gradients / reduced)",
+            [](const StepBreakdown& r) { return r.reduced_mb > 0 ? r.gradient_mb / r.reduced_mb : 1.0; }, 1);
   html += "</table>\n";
 
   // One stacked bar per rank, on one scale.

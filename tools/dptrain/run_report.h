@@ -46,6 +46,8 @@ struct StepBreakdown {
   std::map<train::StepPhase, double> parts;    // mean ms of each phase (absent in the trace: 0)
   int64_t buckets = 0;                  // gradient buckets per step
   double bucket_ms = 0;                 // mean time of one bucket's all-reduce, launch to completion
+  double gradient_mb = 0;               // the buckets' gradients per step, MB
+  double reduced_mb = 0;                // what the comm hook reduced for them per step, MB (less if compressed)
 };
 
 struct RunRecords {
