@@ -14,11 +14,12 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 WORLD = 2
 
 
-def oracle_program():
+def oracle_program(name="dptrain_ddp_oracle"):
+    """A program of the build's bin/ (DPT_BUILD, else build/)."""
     root = os.path.dirname(os.path.dirname(HERE))
-    path = os.path.join(os.environ.get("DPT_BUILD", os.path.join(root, "build")), "bin", "dptrain_ddp_oracle")
+    path = os.path.join(os.environ.get("DPT_BUILD", os.path.join(root, "build")), "bin", name)
     if not os.access(path, os.X_OK):
-        raise RuntimeError(f"{path} not found: build the dptrain_ddp_oracle target, or set DPT_BUILD")
+        raise RuntimeError(f"{path} not found: build the {name} target, or set DPT_BUILD")
     return path
 
 
