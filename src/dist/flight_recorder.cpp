@@ -1,6 +1,7 @@
 #include "dptrain/dist/flight_recorder.h"
 
 #include <algorithm>
+#include <utility>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -12,6 +13,7 @@ namespace dpt::dist {
 namespace {
 
 thread_local std::string current_label;
+thread_local bool agreement_implied = false;
 
 double milliseconds_between(CollectiveRecord::Clock::time_point from, CollectiveRecord::Clock::time_point to) {
   return std::chrono::duration<double, std::milli>(to - from).count();
@@ -49,6 +51,7 @@ uint64_t FlightRecorder::start(std::string operation, const at::Tensor& tensor, 
   record.operation = std::move(operation);
   record.peer = peer;
   record.label = CollectiveLabel::current();
+  record.agreement_implied = AgreementImplied::active();
   if (tensor.defined()) {
     record.shape = tensor.sizes().vec();
     record.dtype = tensor.scalar_type();
@@ -114,5 +117,11 @@ CollectiveLabel::CollectiveLabel(std::string label) : previous_(std::move(curren
 CollectiveLabel::~CollectiveLabel() { current_label = std::move(previous_); }
 
 const std::string& CollectiveLabel::current() { return current_label; }
+
+AgreementImplied::AgreementImplied() : previous_(std::exchange(agreement_implied, true)) {}
+
+AgreementImplied::~AgreementImplied() { agreement_implied = previous_; }
+
+bool AgreementImplied::active() { return agreement_implied; }
 
 }  // namespace dpt::dist

@@ -276,6 +276,8 @@ class PowerSGDHook {
       }
       for (Compressed& c : step->compressed) orthogonalize(c.p, epsilon);
       for (Compressed& c : step->compressed) at::bmm_out(c.q, c.matrix.transpose(1, 2), c.p);
+      // Every rank reached this bucket's first collective, checked, and derives Q's shape from it.
+      const dist::AgreementImplied checked_with_p;
       step->reduction = step->comm->all_reduce_async(memory.q, dist::ReduceOp::Sum);
     };
     // Once Q is reduced: each gradient becomes P Q^T / world; what that left out is this rank's

@@ -40,6 +40,8 @@ struct CollectiveRecord {
   Clock::time_point started;
   Clock::time_point ended;  // when it completed or failed
   State state = State::Started;
+  // Started under AgreementImplied: no agreement check of its own (transport.h's check_agreement).
+  bool agreement_implied = false;
 
   bool point_to_point() const { return peer >= 0; }
   // What every rank's record of the same collective must say: "#57 all_reduce(sum) bucket 3
@@ -105,6 +107,24 @@ class CollectiveLabel {
 
  private:
   std::string previous_;
+};
+
+// While it lives, the collectives this thread starts skip the agreement check of their own: for a
+// collective that follows from one already checked, whose shape and place every rank derives from
+// that one (PowerSGD's Q, after its bucket's P). The check costs a blocking round trip per
+// collective. Thread-local, as CollectiveLabel.
+class AgreementImplied {
+ public:
+  AgreementImplied();
+  ~AgreementImplied();
+  AgreementImplied(const AgreementImplied&) = delete;
+  AgreementImplied& operator=(const AgreementImplied&) = delete;
+
+  // Whether one is alive on this thread.
+  static bool active();
+
+ private:
+  bool previous_;
 };
 
 }  // namespace dpt::dist

@@ -90,3 +90,22 @@ TEST(CollectiveLabel, NestsAndIsPerThread) {
   }
   EXPECT_EQ(CollectiveLabel::current(), "outer");
 }
+
+// A collective started under AgreementImplied is marked so (the Gloo transport then skips its own
+// agreement round trip); the mark ends with the scope, and a nested scope keeps it.
+TEST(FlightRecorder, MarksCollectivesWhoseAgreementIsImplied) {
+  FlightRecorder recorder(4);
+  recorder.start("all_reduce(sum)", at::zeros({3}));
+  {
+    const dpt::dist::AgreementImplied outer;
+    {
+      const dpt::dist::AgreementImplied inner;
+      recorder.start("all_reduce(sum)", at::zeros({3}));
+    }
+    recorder.start("all_reduce(sum)", at::zeros({3}));
+  }
+  recorder.start("all_reduce(sum)", at::zeros({3}));
+  std::vector<bool> implied;
+  for (const auto& record : recorder.records()) implied.push_back(record.agreement_implied);
+  EXPECT_EQ(implied, (std::vector<bool>{false, true, true, false}));
+}

@@ -54,7 +54,9 @@ bool Transport::scatters(const at::Tensor& /*like*/, ReduceOp op) const {
 }
 
 void Transport::agree(const CollectiveRecord& record) {
-  if (check_agreement_) detail::check_agreement(*backend_, record, timeout_, abandonment_.get());
+  if (check_agreement_ && !record.agreement_implied) {
+    detail::check_agreement(*backend_, record, timeout_, abandonment_.get());
+  }
 }
 
 compat::WorkPtr Transport::all_reduce(at::Tensor tensor, ReduceOp op, const CollectiveRecord& record) {
