@@ -101,6 +101,19 @@ class PowerSGDTraining(unittest.TestCase):
             self.assertEqual(compare_checkpoints(os.path.join(straight, "checkpoint.pt"),
                                                  os.path.join(halves, "checkpoint.pt")), identical("8 1 2 8 1 2"))
 
+    def test_zero_1_shards_the_optimizer_beside_powersgd(self):
+        """ZeRO-1 steps the same SGD on shards of the same compressed gradients: the weights end bit
+        for bit where the whole optimizer's do."""
+        powersgd = ["--comm-hook", "powersgd", "--powersgd-rank", "2", "--powersgd-start-iter", "2"]
+        with tempfile.TemporaryDirectory(prefix="dpt_powersgd_zero_") as tmp:
+            whole, sharded = os.path.join(tmp, "whole"), os.path.join(tmp, "sharded")
+            for out_dir, zero in ((whole, []), (sharded, ["--zero", "1"])):
+                code, out, err = run(launch(*SMALL, *powersgd, *zero, "--max-steps", "6", "--output", out_dir),
+                                     timeout=240)
+                self.assertEqual(code, 0, out + err)
+            comparison = compare_checkpoints(os.path.join(whole, "checkpoint.pt"), os.path.join(sharded, "checkpoint.pt"))
+            self.assertTrue(comparison.bitwise, comparison)
+
     def test_refuses_what_it_cannot_run(self):
         # (CLI11 exits 105 for a value its parser refuses, 2 for a refusal of dptrain's.)
         for flags, code_expected, message in (
