@@ -161,21 +161,33 @@ c10::impl::GenericDict PowerSGDState::state_dict() const {
 }
 
 void PowerSGDState::load_state_dict(const c10::impl::GenericDict& state) {
-  DPT_CHECK(state.contains("iteration") && state.contains("seed_draws"), ConfigError,
-            "the PowerSGD state has no 'iteration' or 'seed_draws': it is not one PowerSGDState::state_dict() wrote");
+  const auto integer = [&state](const char* key) {
+    const auto found = state.find(key);
+    DPT_CHECK(found != state.end() && found->value().isInt(), ConfigError, "the PowerSGD state has no integer '",
+              key, "': it is not one PowerSGDState::state_dict() wrote");
+    return found->value().toInt();
+  };
+  const int64_t iteration = integer("iteration");
+  const int64_t draws = integer("seed_draws");
   std::map<size_t, BucketMemory> buckets;
   for (const auto& entry : state) {
     const std::string key = entry.key().toStringRef();
+    if (key == "iteration" || key == "seed_draws") continue;
+    // "error.<bucket>" or "q.<bucket>"
     const size_t dot = key.find('.');
-    if (dot == std::string::npos) continue;
     const std::string what = key.substr(0, dot);
-    BucketMemory& memory = buckets[std::stoul(key.substr(dot + 1))];
-    if (what == "error") memory.error = entry.value().toTensor();
-    if (what == "q") memory.q = entry.value().toTensor();
+    const std::string index = dot == std::string::npos ? "" : key.substr(dot + 1);
+    DPT_CHECK((what == "error" || what == "q") && !index.empty() && index.size() < 10 &&
+                  std::all_of(index.begin(), index.end(), [](char c) { return c >= '0' && c <= '9'; }) &&
+                  entry.value().isTensor(),
+              ConfigError, "the PowerSGD state holds '", key, "', not an error or a Q tensor of a bucket ",
+              "('error.<bucket>', 'q.<bucket>'): it is not one PowerSGDState::state_dict() wrote");
+    BucketMemory& memory = buckets[std::stoul(index)];
+    (what == "error" ? memory.error : memory.q) = entry.value().toTensor();
   }
   // Placed on the bucket's device at the first use (the tensors are the bucket's dtype).
-  iteration_ = state.at("iteration").toInt();
-  seeds_.restore(state.at("seed_draws").toInt());
+  iteration_ = iteration;
+  seeds_.restore(draws);
   buckets_ = std::move(buckets);
 }
 

@@ -86,8 +86,8 @@ class PowerSGDState {
   // Everything an exact resume needs. The error feedback is this rank's own: a checkpoint keeps
   // every rank's (see train/), the rest is the same on every rank.
   c10::impl::GenericDict state_dict() const;
-  // From state_dict() of the same model, bucket layout and rank. Throws ConfigError when the
-  // buckets' sizes differ.
+  // From state_dict() of the same model, bucket layout and rank. ConfigError for entries that
+  // state_dict() does not write, and at the first compressed step for buckets of other sizes.
   void load_state_dict(const c10::impl::GenericDict& state);
   // Forgets the errors (a resume at another world size, where they belong to other ranks).
   void drop_error_feedback() { for (auto& [index, bucket] : buckets_) bucket.error = at::Tensor(); }

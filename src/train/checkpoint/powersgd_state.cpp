@@ -39,7 +39,11 @@ bool load_powersgd_state(PowerSGDState& state, const c10::impl::GenericDict& gat
       continue;
     }
     const size_t dot = key.rfind('.');  // "error.<bucket>.<rank>"
-    const int saved_rank = std::stoi(key.substr(dot + 1));
+    const std::string rank_text = key.substr(dot + 1);
+    DPT_CHECK(dot > 6 && !rank_text.empty() && rank_text.size() < 7 &&
+                  std::all_of(rank_text.begin(), rank_text.end(), [](char c) { return c >= '0' && c <= '9'; }),
+              CheckpointError, "the checkpoint's PowerSGD state holds '", key, "', not 'error.<bucket>.<rank>'");
+    const int saved_rank = std::stoi(rank_text);
     saved_world = std::max(saved_world, saved_rank + 1);
     if (saved_rank == rank) own.insert(key.substr(0, dot), entry.value());
   }

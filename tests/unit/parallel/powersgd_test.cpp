@@ -119,6 +119,18 @@ TEST(PowerSGD, RefusesAStateOfAnotherBucketLayout) {
           << e.what();
     }
     EXPECT_THROW(PowerSGDState(PowerSGDOptions().matrix_approximation_rank(0)), dpt::ConfigError);
+    // Entries state_dict() does not write: refused by name, not read as something else.
+    auto unknown = state->state_dict();
+    unknown.insert("p.x", at::zeros({3}));
+    try {
+      PowerSGDState(options).load_state_dict(unknown);
+      FAIL() << "an unknown entry was taken";
+    } catch (const dpt::ConfigError& e) {
+      EXPECT_NE(std::string(e.what()).find("holds 'p.x', not an error or a Q tensor"), std::string::npos) << e.what();
+    }
+    auto untyped = state->state_dict();
+    untyped.insert_or_assign("iteration", std::string("four"));
+    EXPECT_THROW(PowerSGDState(options).load_state_dict(untyped), dpt::ConfigError);
   });
 }
 

@@ -1,6 +1,6 @@
 #pragma once
 // PowerSGD's state in a checkpoint, which rank 0 alone writes: what every rank shares (the step
-// count, the random seeds' position, P and Q) once, and each rank's own error feedback beside it,
+// count, the random seeds' position, Q) once, and each rank's own error feedback beside it,
 // so that a resume at the same world size continues exactly.
 //
 //   cp.comm_hook = dpt::train::gather_powersgd_state(*state, comm);   // every rank calls it
@@ -19,6 +19,7 @@ c10::impl::GenericDict gather_powersgd_state(const PowerSGDState& state, dist::C
 
 // Loads rank `rank`'s part of a gathered state. Saved by another number of ranks, the errors belong
 // to ranks of that world: each rank then starts without one (returns false), the rest is loaded.
+// CheckpointError (or ConfigError from the state) for entries that are not what the gather wrote.
 bool load_powersgd_state(PowerSGDState& state, const c10::impl::GenericDict& gathered, int rank, int world);
 
 }  // namespace dpt::train
