@@ -82,8 +82,7 @@ int run_bench_ddp(const BenchDdpFlags& flags) {
   DistributedDataParallel ddp(
       model, comm,
       DDPOptions().reducer(ReducerOptions().bucket_cap_mb(flags.bucket_cap_mb).last_bucket_cap_mb(flags.last_bucket_cap_mb)));
-  std::shared_ptr<PowerSGDState> powersgd;
-  if (flags.comm_hook.kind() != CommHookKind::Allreduce) ddp.register_comm_hook(make_comm_hook(flags.comm_hook, &powersgd));
+  if (flags.comm_hook.kind() != CommHookKind::Allreduce) ddp.register_comm_hook(make_comm_hook(flags.comm_hook));
   torch::optim::SGD optimizer(ddp.parameters(), torch::optim::SGDOptions(0.01).momentum(0.9).weight_decay(1e-4));
   const at::Tensor images = torch::randn({flags.step.batch_size, 3, flags.step.image_size, flags.step.image_size});
   const at::Tensor labels = torch::randint(1000, {flags.step.batch_size}, at::kLong);

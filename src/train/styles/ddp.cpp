@@ -55,13 +55,12 @@ class DdpStyle : public ParallelStyle {
   }
   const Reducer* reducer() const override { return &ddp_.reducer(); }
   std::string describe() const override {
-    const CommHookOptions& hook = comm_hook_;
-    switch (hook.kind()) {
+    switch (comm_hook_.kind()) {
       case CommHookKind::Allreduce: return "DistributedDataParallel";
       case CommHookKind::PowerSGD:
-        return str("DistributedDataParallel, PowerSGD rank ", hook.powersgd().matrix_approximation_rank(),
-                   " from step ", hook.powersgd().start_iter());
-      default: return str("DistributedDataParallel, ", to_string(hook.kind()), " allreduce");
+        return str("DistributedDataParallel, PowerSGD rank ", comm_hook_.powersgd().matrix_approximation_rank(),
+                   " from step ", comm_hook_.powersgd().start_iter());
+      default: return str("DistributedDataParallel, ", to_string(comm_hook_.kind()), " allreduce");
     }
   }
 
