@@ -1,12 +1,15 @@
 #include "dptrain/parallel/powersgd.h"
 
 #include <algorithm>
+#include <optional>
+#include <string_view>
 #include <utility>
 #include <vector>
 
 #include <ATen/CPUGeneratorImpl.h>
 
 #include "dptrain/common/error.h"
+#include "dptrain/common/text.h"
 #include "dptrain/compat/compat.h"
 
 namespace dpt {
@@ -14,6 +17,7 @@ namespace dpt {
 namespace {
 
 constexpr uint64_t kSeedBound = 1'000'000'000;  // PyTorch's hook draws randint(1_000_000_000)
+constexpr uint64_t kMaxBuckets = 1'000'000'000;  // a bucket index past it is no state_dict()'s
 
 // Orthonormal columns in place, for a batch of matrices [b, n, r] (r <= n): PyTorch's choice,
 // Gram-Schmidt for r <= 2 and for half precision (which QR does not take), else QR.
@@ -54,6 +58,7 @@ struct Split {
   std::vector<at::Tensor> whole;     // flat views of the buffer, reduced as they are
   int64_t p_numel = 0;
   int64_t q_numel = 0;
+  int64_t whole_numel = 0;
   CompressionStats stats;
 };
 
@@ -77,6 +82,7 @@ Split split(const GradBucket& bucket, const PowerSGDOptions& options) {
       out.stats.after += compressed;
     } else {
       out.whole.push_back(flat);
+      out.whole_numel += numel;
       out.stats.after += numel;
     }
   }
@@ -176,13 +182,12 @@ void PowerSGDState::load_state_dict(const c10::impl::GenericDict& state) {
     // "error.<bucket>" or "q.<bucket>"
     const size_t dot = key.find('.');
     const std::string what = key.substr(0, dot);
-    const std::string index = dot == std::string::npos ? "" : key.substr(dot + 1);
-    DPT_CHECK((what == "error" || what == "q") && !index.empty() && index.size() < 10 &&
-                  std::all_of(index.begin(), index.end(), [](char c) { return c >= '0' && c <= '9'; }) &&
-                  entry.value().isTensor(),
+    const std::optional<uint64_t> index =
+        dot == std::string::npos ? std::nullopt : decimal_number(std::string_view(key).substr(dot + 1));
+    DPT_CHECK((what == "error" || what == "q") && index && *index < kMaxBuckets && entry.value().isTensor(),
               ConfigError, "the PowerSGD state holds '", key, "', not an error or a Q tensor of a bucket ",
               "('error.<bucket>', 'q.<bucket>'): it is not one PowerSGDState::state_dict() wrote");
-    BucketMemory& memory = buckets[std::stoul(index)];
+    BucketMemory& memory = buckets[*index];
     (what == "error" ? memory.error : memory.q) = entry.value().toTensor();
   }
   // Placed on the bucket's device at the first use (the tensors are the bucket's dtype).
@@ -199,7 +204,8 @@ struct BucketStep {
   GradBucket bucket;
   Split parts;
   std::vector<Compressed> compressed;
-  dist::Work reduction;   // of P and the whole gradients, then of Q
+  std::vector<at::Tensor> whole_sent;  // each of parts.whole's place in the first collective, after P
+  dist::Work reduction;                // of P and the whole gradients, then of Q
 };
 
 }  // namespace
@@ -243,14 +249,17 @@ class PowerSGDHook {
     step->parts = split(bucket, options);
     const Split& parts = step->parts;
     DPT_CHECK(!memory.q.defined() || memory.q.numel() == parts.q_numel, ConfigError, "rank ", comm.rank(),
-              ": PowerSGD's saved Q of bucket ", bucket.index, " holds ", memory.q.numel(), " values, the bucket needs ",
-              parts.q_numel, ": the state comes from another model, bucket size or rank");
+              ": PowerSGD's saved Q of bucket ", bucket.index, " holds ", memory.q.numel(),
+              " values, the bucket needs ", parts.q_numel, ": the state comes from another model, bucket size or rank");
     // P and the whole gradients travel in one collective (PyTorch reduces them one after the
     // other; the sums are the same). P is made anew each step: only Q carries over (warm start).
-    int64_t whole_numel = 0;
-    for (const at::Tensor& flat : parts.whole) whole_numel += flat.numel();
-    if (!memory.first.defined() || memory.first.numel() != parts.p_numel + whole_numel) {
-      memory.first = at::empty({parts.p_numel + whole_numel}, input.options());
+    if (!memory.first.defined() || memory.first.numel() != parts.p_numel + parts.whole_numel) {
+      memory.first = at::empty({parts.p_numel + parts.whole_numel}, input.options());
+    }
+    int64_t at = parts.p_numel;
+    for (const at::Tensor& flat : parts.whole) {
+      step->whole_sent.push_back(memory.first.narrow(0, at, flat.numel()));
+      at += flat.numel();
     }
     const bool fresh = !options.warm_start() || !memory.q.defined();
     if (fresh) memory.q = at::empty({parts.q_numel}, input.options());
@@ -263,17 +272,11 @@ class PowerSGDHook {
       at::Generator generator = at::make_generator<at::CPUGeneratorImpl>(state.seeds_.next());
       for (Compressed& c : step->compressed) {
         c.q.copy_(at::randn(c.q.sizes(), generator, at::TensorOptions().dtype(input.scalar_type())));
-        orthogonalize(c.q, options.orthogonalization_epsilon());
       }
-    } else {
-      for (Compressed& c : step->compressed) orthogonalize(c.q, options.orthogonalization_epsilon());
     }
+    for (Compressed& c : step->compressed) orthogonalize(c.q, options.orthogonalization_epsilon());
     for (Compressed& c : step->compressed) at::bmm_out(c.p, c.matrix, c.q);
-    int64_t at = parts.p_numel;
-    for (const at::Tensor& flat : parts.whole) {
-      memory.first.narrow(0, at, flat.numel()).copy_(flat);
-      at += flat.numel();
-    }
+    for (size_t i = 0; i < parts.whole.size(); ++i) step->whole_sent[i].copy_(parts.whole[i]);
     step->reduction = comm.all_reduce_async(memory.first, dist::ReduceOp::Sum);
 
     // Once P is reduced: the whole gradients' mean written back, and Q = M^T P started.
@@ -281,11 +284,7 @@ class PowerSGDHook {
       const double epsilon = state_ptr->options().orthogonalization_epsilon();
       const int world = step->comm->size();
       step->reduction.wait();
-      int64_t at = step->parts.p_numel;
-      for (const at::Tensor& flat : step->parts.whole) {
-        flat.copy_(memory.first.narrow(0, at, flat.numel()).div_(world));
-        at += flat.numel();
-      }
+      for (size_t i = 0; i < step->parts.whole.size(); ++i) step->parts.whole[i].copy_(step->whole_sent[i].div_(world));
       for (Compressed& c : step->compressed) orthogonalize(c.p, epsilon);
       for (Compressed& c : step->compressed) at::bmm_out(c.q, c.matrix.transpose(1, 2), c.p);
       // Every rank reached this bucket's first collective, checked, and derives Q's shape from it.

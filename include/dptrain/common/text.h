@@ -6,10 +6,13 @@
 //   dpt::join(names, ", ")   // "a, b, c"
 //   dpt::zero_padded(17, 6)  // "000017", as shard and sample names number themselves
 //   if (dpt::starts_with(url, "s3://")) ...; if (dpt::ends_with(name, ".tar")) ...
+//   if (auto index = dpt::decimal_number("17")) ...   // 17; "", "-1", "1a", "+1": none
 
 #include <algorithm>
 #include <cctype>
+#include <charconv>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -26,6 +29,15 @@ inline std::string ascii_lower(std::string text) {
 inline bool starts_with(std::string_view text, std::string_view part) { return text.substr(0, part.size()) == part; }
 inline bool ends_with(std::string_view text, std::string_view part) {
   return text.size() >= part.size() && text.substr(text.size() - part.size()) == part;
+}
+
+// `text` as a non-negative decimal number: digits only, at least one, within uint64_t.
+inline std::optional<uint64_t> decimal_number(std::string_view text) {
+  uint64_t value = 0;
+  const char* end = text.data() + text.size();
+  const auto [stop, error] = std::from_chars(text.data(), end, value);
+  if (text.empty() || error != std::errc() || stop != end) return std::nullopt;
+  return value;
 }
 
 // A non-negative number in decimal, with leading zeros up to `width` digits.

@@ -1,15 +1,20 @@
 #include "dptrain/train/checkpoint/powersgd_state.h"
 
 #include <algorithm>
+#include <cstdint>
+#include <optional>
 #include <string>
+#include <string_view>
 
 #include "dptrain/common/error.h"
+#include "dptrain/common/text.h"
 #include "dptrain/compat/pickle.h"
 
 namespace dpt::train {
 
 namespace {
-bool is_error_key(const std::string& key) { return key.rfind("error.", 0) == 0; }
+bool is_error_key(const std::string& key) { return starts_with(key, "error."); }
+constexpr uint64_t kMaxRanks = 1'000'000;  // a saved rank past it is no gather's
 }  // namespace
 
 c10::impl::GenericDict gather_powersgd_state(const PowerSGDState& state, dist::Communicator& comm) {
@@ -39,11 +44,10 @@ bool load_powersgd_state(PowerSGDState& state, const c10::impl::GenericDict& gat
       continue;
     }
     const size_t dot = key.rfind('.');  // "error.<bucket>.<rank>"
-    const std::string rank_text = key.substr(dot + 1);
-    DPT_CHECK(dot > 6 && !rank_text.empty() && rank_text.size() < 7 &&
-                  std::all_of(rank_text.begin(), rank_text.end(), [](char c) { return c >= '0' && c <= '9'; }),
-              CheckpointError, "the checkpoint's PowerSGD state holds '", key, "', not 'error.<bucket>.<rank>'");
-    const int saved_rank = std::stoi(rank_text);
+    const std::optional<uint64_t> rank_number = decimal_number(std::string_view(key).substr(dot + 1));
+    DPT_CHECK(dot > 6 && rank_number && *rank_number < kMaxRanks, CheckpointError,
+              "the checkpoint's PowerSGD state holds '", key, "', not 'error.<bucket>.<rank>'");
+    const int saved_rank = static_cast<int>(*rank_number);
     saved_world = std::max(saved_world, saved_rank + 1);
     if (saved_rank == rank) own.insert(key.substr(0, dot), entry.value());
   }
