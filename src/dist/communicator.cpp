@@ -95,6 +95,8 @@ Communicator::Communicator(compat::BackendPtr backend, WorldInfo world, const Co
       transport::TransportOptions()
           .timeout(timeout_)
           .shared_memory(options.shared_memory())
+          .hierarchical(options.hierarchical())
+          .group_backend(options.group_backend())
           .store(store_)
           .check_agreement(options.check_agreement())
           .abandonment(abandonment_));

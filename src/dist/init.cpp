@@ -98,6 +98,10 @@ bool wants_shared_memory(const InitOptions& options, const Environment& env) {
   return options.shared_memory() && env.get("DPTRAIN_SHM").value_or("1") != "0";
 }
 
+bool wants_hierarchy(const InitOptions& options, const Environment& env) {
+  return options.hierarchical() && env.get("DPTRAIN_HIERARCHICAL").value_or("1") != "0";
+}
+
 bool check_collectives(const InitOptions& options, const Environment& env) {
   return options.check_collectives() && env.get("DPTRAIN_CHECK_COLLECTIVES").value_or("1") != "0";
 }
@@ -128,11 +132,21 @@ std::shared_ptr<Communicator> init_process_group(const InitOptions& options, con
   if (choice.backend == "gloo") {
 #if defined(DPTRAIN_WITH_GLOO)
     auto gloo = make_gloo(store, world, world.master_addr, interface, options.timeout());
+    // The machines' leaders' group of the hierarchical allreduce: Gloo on the job's interface.
+    auto leaders = [world, interface, timeout = options.timeout()](const compat::StorePtr& group_store, int rank,
+                                                                   int size) {
+      WorldInfo group = world;
+      group.rank = rank;
+      group.world_size = size;
+      return make_gloo(group_store, group, world.master_addr, interface, timeout);
+    };
     return std::make_shared<Communicator>(std::move(gloo), world,
                                           CommunicatorOptions()
                                               .timeout(options.timeout())
                                               .store(store)
                                               .shared_memory(wants_shared_memory(options, env))
+                                              .hierarchical(wants_hierarchy(options, env))
+                                              .group_backend(leaders)
                                               .check_agreement(check_collectives(options, env)));
 #else
     throw ConfigError("this build of dptrain has no Gloo backend (its headers were missing at build time); "

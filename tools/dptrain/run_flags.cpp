@@ -92,6 +92,9 @@ void add_run_flags(CLI::App& app, train::TrainOptions& o) {
       "seconds to wait for every rank to join (default: DPTRAIN_RENDEZVOUS_TIMEOUT, else 300 or "
       "--dist-timeout if shorter)");
   app.add_flag("--verbose-rendezvous", dist.verbose_rendezvous(), "every rank reports who is missing, not only rank 0");
+  app.add_flag_callback("--no-hierarchical-allreduce", [&dist] { dist.hierarchical(false); },
+                        "where the ranks span machines, all-reduce across all of them at once instead of within each "
+                        "machine first (as DPTRAIN_HIERARCHICAL=0)");
 }
 
 nlohmann::json metrics_json(const train::MetricSums& m) {

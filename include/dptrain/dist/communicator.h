@@ -95,6 +95,10 @@ struct CommunicatorOptions {
   TORCH_ARG(compat::StorePtr, store);
   // Try shared memory for all_reduce when every rank is on this host (needs `store`).
   TORCH_ARG(bool, shared_memory) = false;
+  // With shared_memory, where the ranks span machines: all_reduce within each machine first
+  // (transport::TransportOptions::hierarchical), its leaders' group made by `group_backend`.
+  TORCH_ARG(bool, hierarchical) = false;
+  TORCH_ARG(transport::GroupBackendFactory, group_backend);
   // Over Gloo, every collective first compares every rank's flight-recorder entry for it (one
   // small all_gather): a rank that skipped a collective or has another shape fails every rank at
   // once, naming each one's, instead of summing the wrong tensors or aborting inside Gloo.

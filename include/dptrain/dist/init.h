@@ -52,6 +52,11 @@ struct InitOptions {
   // goes through /dev/shm (transport/shm/allreduce.h). DPTRAIN_SHM=0 in the environment turns it
   // off as well; Communicator::transport() says which is in use, or why shared memory is not.
   TORCH_ARG(bool, shared_memory) = true;
+  // When the job's ranks span machines and a machine runs several of them, Gloo's float all_reduce
+  // goes through shared memory on each machine first and across machines by one rank of each
+  // (transport/hierarchical/transport.h). DPTRAIN_HIERARCHICAL=0 in the environment turns it off
+  // as well (so does DPTRAIN_SHM=0); every rank must agree, else none takes it.
+  TORCH_ARG(bool, hierarchical) = true;
   // Over Gloo, every collective first compares every rank's record of it (step, operation,
   // shape), so that a skipped collective or a shape that differs fails at once and names each
   // rank's (CommunicatorOptions::check_agreement). DPTRAIN_CHECK_COLLECTIVES=0 turns it off.

@@ -3,10 +3,72 @@
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 
 #include "dptrain/common/error.h"
+#include "dptrain/dist/store_text.h"
+#include "dptrain/dist/transport/hierarchical/transport.h"
 #include "dptrain/dist/transport/process_group/transport.h"
 #include "dptrain/dist/transport/shm/transport.h"
+#include "hierarchical/node_layout.h"
 
 namespace dpt::dist::transport {
+namespace {
+
+std::unique_ptr<process_group::Transport> through_backend(compat::BackendPtr backend, const TransportOptions& options,
+                                                          std::string note = {}) {
+  return std::make_unique<process_group::Transport>(std::move(backend), options, std::move(note));
+}
+
+// Every rank of the job says whether its part of the hierarchy is ready (`why_not` empty) and
+// reads every other's: the first failure, or empty when all are ready.
+std::string first_failure(c10d::Store& store, const WorldInfo& world, const std::string& why_not,
+                          std::chrono::milliseconds timeout) {
+  const auto key = [](int rank) { return "ready/" + std::to_string(rank); };
+  write_text(store, key(world.rank), why_not.empty() ? "ok" : why_not);
+  std::vector<std::string> keys;
+  for (int r = 0; r < world.world_size; ++r) keys.push_back(key(r));
+  store.wait(keys, timeout);
+  for (int r = 0; r < world.world_size; ++r) {
+    const std::string answer = read_text(store, keys[r]);
+    if (answer != "ok") return str("rank ", r, ": ", answer);
+  }
+  return {};
+}
+
+// The hierarchical transport where every rank wants it and it pays, else null with the reason in
+// `*why_not` (empty where the job's layout simply gains nothing from it).
+std::unique_ptr<Transport> hierarchical_transport(compat::BackendPtr& backend, const WorldInfo& world,
+                                                  const TransportOptions& options, std::string* why_not) {
+  c10d::PrefixStore store("hierarchy", options.store());
+  const bool wants = options.hierarchical() && options.shared_memory() && options.group_backend();
+  const auto layout = hierarchical::agree_on_layout(store, world, wants, options.timeout(), why_not);
+  if (!layout || !layout->pays()) return nullptr;
+  const std::vector<int>& mates = layout->machines[layout->machine];
+  std::unique_ptr<shm::Allreduce> machine;
+  std::string failed;
+  if (mates.size() >= 2) {
+    WorldInfo local = world;
+    local.rank = local.local_rank = layout->local;
+    local.world_size = local.local_world_size = static_cast<int>(mates.size());
+    c10d::PrefixStore shm_store(str("hierarchy/machine", layout->machine, "/shm"), options.store());
+    machine = shm::Allreduce::attach(shm_store, local, shm::Options().timeout(options.timeout()).job_ranks(mates),
+                                     &failed);
+  }
+  failed = first_failure(store, world, failed, options.timeout());
+  if (!failed.empty()) {
+    *why_not = "no shared memory on a machine: " + failed;
+    return nullptr;
+  }
+  std::unique_ptr<process_group::Transport> leaders;
+  if (layout->leads()) {
+    auto leaders_store = c10::make_intrusive<c10d::PrefixStore>("hierarchy/leaders", options.store());
+    leaders = through_backend(
+        options.group_backend()(leaders_store, layout->machine, static_cast<int>(layout->machines.size())), options);
+  }
+  return std::make_unique<hierarchical::Transport>(layout->describe(), world.world_size, std::move(machine),
+                                                   std::move(leaders), through_backend(std::move(backend), options),
+                                                   options.timeout());
+}
+
+}  // namespace
 
 std::unique_ptr<Transport> make_transport(compat::BackendPtr backend, const WorldInfo& world,
                                           const TransportOptions& options) {
@@ -19,14 +81,13 @@ std::unique_ptr<Transport> make_transport(compat::BackendPtr backend, const Worl
     DPT_ASSERT(options.store(), "shared memory needs the rendezvous store");
     c10d::PrefixStore store("shm", options.store());
     auto local = shm::Allreduce::attach(store, world, shm::Options().timeout(options.timeout()), &why_not);
-    if (local) {
-      auto fallback =
-          std::make_unique<process_group::Transport>(std::move(backend), options);
-      return std::make_unique<shm::Transport>(std::move(local), std::move(fallback));
-    }
+    if (local) return std::make_unique<shm::Transport>(std::move(local), through_backend(std::move(backend), options));
     why_not = "no shared memory: " + why_not;
+  } else if (world.world_size > 1 && !all_on_this_host && cpu_backend && options.store()) {
+    if (auto hierarchical = hierarchical_transport(backend, world, options, &why_not)) return hierarchical;
+    if (!why_not.empty()) why_not = "not hierarchical: " + why_not;
   }
-  return std::make_unique<process_group::Transport>(std::move(backend), options, why_not);
+  return through_backend(std::move(backend), options, why_not);
 }
 
 }  // namespace dpt::dist::transport

@@ -106,6 +106,55 @@ TEST(SharedMemoryAllreduce, AllGatherOverManyChunksBetweenReductions) {
   }
 }
 
+// reduce to a root and broadcast from it over many chunks, each root in turn, between all-reduces
+// on the same slots: the root ends with the sum, then every rank with the root's tensor; a
+// negative control (the root's own input is not every rank's) shows the copy happened.
+TEST(SharedMemoryAllreduce, ReduceToARootAndBroadcastFromItOverManyChunks) {
+  constexpr int kSize = 3;
+  run_group(kSize, SharedMemoryOptions().slot_bytes(4096), [=](int rank, SharedMemoryAllreduce* group) {
+    ASSERT_NE(group, nullptr);
+    for (int root = 0; root < kSize; ++root) {
+      for (int64_t numel : {int64_t{1}, int64_t{1025}, int64_t{5000}}) {
+        at::Tensor before = input_of(rank, numel, at::kFloat), mine = input_of(rank, numel, at::kDouble);
+        at::Tensor summed = input_of(rank, numel, at::kFloat);
+        auto first = group->all_reduce(before, ReduceOp::Max);
+        auto reduce = group->reduce(summed, ReduceOp::Sum, root);
+        auto broadcast = group->broadcast(mine, root);
+        first->wait();
+        reduce->wait();
+        broadcast->wait();
+        if (rank == root) {
+          EXPECT_TRUE(summed.equal(input_of(0, numel, at::kFloat) + input_of(1, numel, at::kFloat) +
+                                   input_of(2, numel, at::kFloat)));
+        }
+        EXPECT_TRUE(mine.equal(input_of(root, numel, at::kDouble))) << "root " << root << ", " << numel;
+        EXPECT_EQ(mine.equal(input_of(rank, numel, at::kDouble)), rank == root);
+        EXPECT_TRUE(before.equal(input_of(kSize - 1, numel, at::kFloat)));
+      }
+    }
+  });
+}
+
+// Ranks that name different roots fail on every rank, naming each one's, and nothing is copied.
+TEST(SharedMemoryAllreduce, RanksThatDisagreeOnTheRootFailOnEveryRank) {
+  std::vector<std::string> messages(2);
+  run_group(2, SharedMemoryOptions(), [&](int rank, SharedMemoryAllreduce* group) {
+    ASSERT_NE(group, nullptr);
+    auto tensor = torch::full({10}, rank, torch::kFloat);
+    try {
+      group->broadcast(tensor, /*root=*/rank)->wait();
+    } catch (const dpt::DistError& e) {
+      messages[rank] = e.what();
+    }
+    EXPECT_TRUE(tensor.equal(torch::full({10}, rank, torch::kFloat)));
+  });
+  for (int rank = 0; rank < 2; ++rank) {
+    EXPECT_NE(messages[rank].find("rank 0: broadcast from rank 0 of 10 Float\n    rank 1: broadcast from rank 1 of 10 Float"),
+              std::string::npos)
+        << messages[rank];
+  }
+}
+
 TEST(SharedMemoryAllreduce, SlotsShrinkWithLargeWorldsToKeepTheSegmentSmall) {
   EXPECT_EQ(dpt::dist::transport::shm::default_slot_bytes(2), size_t{4} << 20);
   EXPECT_EQ(dpt::dist::transport::shm::default_slot_bytes(4), size_t{4} << 20);

@@ -18,6 +18,7 @@
 // checks that every rank's says the same (the step, the shape) before it moves anything.
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -68,13 +69,24 @@ class Transport {
   virtual std::chrono::milliseconds failure_report_delay() const { return std::chrono::milliseconds(0); }
 };
 
+// Makes a backend for a group of the job's ranks on `store`, in which this rank is `rank` of
+// `size`: the machines' leaders' group of the hierarchical allreduce (init_process_group's makes
+// a Gloo group on the job's network interface).
+using GroupBackendFactory = std::function<compat::BackendPtr(const compat::StorePtr& store, int rank, int size)>;
+
 struct TransportOptions {
   // Bound on setting up and on each operation.
   TORCH_ARG(std::chrono::milliseconds, timeout) = kDefaultTimeout;
   // Float CPU all_reduce through shared memory when every rank of the world runs on this host
   // (LOCAL_WORLD_SIZE equals WORLD_SIZE). Requires `store`.
   TORCH_ARG(bool, shared_memory) = false;
-  // The rendezvous store, through which the ranks agree on shared memory.
+  // Float CPU all_reduce through shared memory on each machine and across machines by one rank of
+  // each (hierarchical/transport.h), when the ranks span machines and one of them runs several.
+  // Needs shared_memory, `store` and `group_backend`; every rank must want it, or none takes it.
+  TORCH_ARG(bool, hierarchical) = false;
+  // Makes the machines' leaders' group for the hierarchical allreduce.
+  TORCH_ARG(GroupBackendFactory, group_backend);
+  // The rendezvous store, through which the ranks agree on shared memory and on the machines.
   TORCH_ARG(compat::StorePtr, store);
   // Over Gloo, compare every rank's record of each all_reduce first (one small all_gather): a
   // skipped collective or a different shape fails at once with each rank's, instead of summing the
@@ -86,8 +98,8 @@ struct TransportOptions {
 };
 
 // Collective: every rank calls it at the same point and all of them get the same kind of transport
-// (the ranks agree on shared memory, and ask Gloo which types it reduces). Without shared memory,
-// what travels through `backend` says why in describe().
+// (the ranks agree on shared memory and on the machines, and ask Gloo which types it reduces).
+// Without shared memory or the hierarchy, what travels through `backend` says why in describe().
 std::unique_ptr<Transport> make_transport(compat::BackendPtr backend, const WorldInfo& world,
                                           const TransportOptions& options = {});
 

@@ -14,6 +14,7 @@
 #include <thread>
 #include <vector>
 
+#include "../completing_work.h"
 #include "../process_group/agreement.h"
 #include "dptrain/common/error.h"
 #include "dptrain/dist/store_text.h"
@@ -36,33 +37,19 @@ void cpu_relax() {
 #endif
 }
 
-// An allreduce that the serving thread completes. Its future tells watchers (the timeline's
-// bucket spans) when, as Gloo's work does.
-class LocalWork : public c10d::Work {
- public:
-  void complete(std::exception_ptr failure) {
-    if (failure) {
-      future_->setError(failure);
-    } else {
-      future_->markCompleted(c10::IValue());
-    }
-    finish(std::move(failure));
-  }
-  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return future_; }
-
- private:
-  c10::intrusive_ptr<c10::ivalue::Future> future_ = c10::make_intrusive<c10::ivalue::Future>(c10::NoneType::get());
-};
-
 }  // namespace
 
 struct Allreduce::State {
+  enum class Kind { Reduce, Gather, Broadcast };  // Reduce: to every rank, or to `root` when set
   struct Operation {
+    Kind kind = Kind::Reduce;
     at::Tensor tensor;
     ReduceOp op = ReduceOp::Sum;
     int64_t step = -1;
-    c10::intrusive_ptr<LocalWork> work;
-    at::Tensor gathered;  // all_gather: where every rank's `tensor` goes; undefined for all_reduce
+    c10::intrusive_ptr<CompletingWork> work;
+    at::Tensor gathered;  // Gather: where every rank's `tensor` goes
+    int root = -1;        // Broadcast: the rank whose `tensor` every rank ends with; Reduce: the only
+                          // rank that does, or -1 for every rank
   };
 
   State(std::unique_ptr<Segment> segment, const WorldInfo& world, const Options& options,
@@ -90,11 +77,15 @@ struct Allreduce::State {
   void serve();
   void run(const Operation& operation);
   void run_gather(const Operation& operation);
+  void run_broadcast(const Operation& operation);
+  void enqueue(Operation operation);
   // Returns once every other rank's `counter` has reached `chunk`; throws on timeout, on a peer
   // that exited and on shutdown.
   void wait_for_peers(Counter RankControl::*counter, uint32_t chunk, const char* step, Clock::time_point deadline);
   void check_labels(int slot);
   [[noreturn]] void fail_waiting(int peer, const char* step, const std::string& why);
+  // Rank `r` of this group as the job numbers it, for messages.
+  int job_rank(int r) const { return options.job_ranks().empty() ? r : options.job_ranks()[r]; }
 
   std::unique_ptr<Segment> segment;
   const int rank;
@@ -123,7 +114,11 @@ void Allreduce::State::serve() {
     }
     if (!broken) {
       try {
-        operation.gathered.defined() ? run_gather(operation) : run(operation);
+        switch (operation.kind) {
+          case Kind::Reduce: run(operation); break;
+          case Kind::Gather: run_gather(operation); break;
+          case Kind::Broadcast: run_broadcast(operation); break;
+        }
       } catch (...) {
         broken = std::current_exception();
       }
@@ -163,7 +158,8 @@ void Allreduce::State::run(const Operation& operation) {
       if (r != rank) std::memcpy(part(own_slot, r), part(values, r), part_bytes(r));
     }
     mine.labels[slot] = ChunkLabel{static_cast<uint64_t>(numel), static_cast<uint64_t>(offset), operation.step,
-                                   static_cast<int32_t>(tensor.scalar_type()), static_cast<int32_t>(operation.op)};
+                                   static_cast<int32_t>(tensor.scalar_type()), static_cast<int32_t>(operation.op),
+                                   operation.root};
     publish(mine.arrived, number);
     wait_for_peers(&RankControl::arrived, number, "start the same all_reduce", deadline);
     check_labels(slot);
@@ -179,9 +175,9 @@ void Allreduce::State::run(const Operation& operation) {
     }
     publish(mine.reduced, number);
 
-    // 3. Copy out the other ranks' parts.
+    // 3. Copy out the other ranks' parts (a reduce to a root: the root only).
     wait_for_peers(&RankControl::reduced, number, "reduce its part", deadline);
-    for (int r = 0; r < world_size; ++r) {
+    for (int r = 0; r < world_size && (operation.root < 0 || rank == operation.root); ++r) {
       if (r != rank) std::memcpy(part(values, r), part(segment->slot(r, slot), r), part_bytes(r));
     }
     publish(mine.finished, number);
@@ -221,6 +217,43 @@ void Allreduce::State::run_gather(const Operation& operation) {
   }
 }
 
+void Allreduce::State::run_broadcast(const Operation& operation) {
+  const auto deadline = Clock::now() + options.timeout();
+  const at::Tensor& tensor = operation.tensor;
+  const size_t element = tensor.element_size();
+  const int64_t numel = tensor.numel();
+  const int64_t chunk_elements = static_cast<int64_t>(segment->slot_bytes() / element);
+  char* data = static_cast<char*>(tensor.data_ptr());
+  RankControl& mine = segment->control(rank);
+  for (int64_t offset = 0; offset < numel; offset += chunk_elements) {
+    const size_t bytes = static_cast<size_t>(std::min(chunk_elements, numel - offset)) * element;
+    const uint64_t chunk = ++chunks;
+    const uint32_t number = static_cast<uint32_t>(chunk);
+    const int slot = static_cast<int>(chunk & 1);
+    // 1. The root copies its chunk in, once every rank has finished the chunk that used this slot;
+    //    the others only label theirs, so that every rank checks what every other one started.
+    if (chunk > 2) wait_for_peers(&RankControl::finished, number - 2, "finish the chunk before last", deadline);
+    if (rank == operation.root) std::memcpy(segment->slot(rank, slot), data + offset * element, bytes);
+    mine.labels[slot] = ChunkLabel{static_cast<uint64_t>(numel), static_cast<uint64_t>(offset), operation.step,
+                                   static_cast<int32_t>(tensor.scalar_type()), kBroadcastOp, operation.root};
+    publish(mine.arrived, number);
+    wait_for_peers(&RankControl::arrived, number, "start the same broadcast", deadline);
+    check_labels(slot);
+    // 2. The others copy it out; every counter moves on, as after a reduction.
+    if (rank != operation.root) std::memcpy(data + offset * element, segment->slot(operation.root, slot), bytes);
+    publish(mine.reduced, number);
+    publish(mine.finished, number);
+  }
+}
+
+void Allreduce::State::enqueue(Operation operation) {
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    queue.push_back(std::move(operation));
+  }
+  queued.notify_one();
+}
+
 void Allreduce::State::wait_for_peers(Counter RankControl::*counter, uint32_t chunk, const char* step,
                                       Clock::time_point deadline) {
   for (int peer = 0; peer < world_size; ++peer) {
@@ -235,16 +268,16 @@ void Allreduce::State::wait_for_peers(Counter RankControl::*counter, uint32_t ch
       }
       if (stopping) fail_waiting(peer, step, "this rank's communicator was shut down");
       if (segment->control(peer).closed.value.load(std::memory_order_acquire) != 0) {
-        fail_waiting(peer, step, str("rank ", peer, " has closed its communicator: it left the job or failed; "
+        fail_waiting(peer, step, str("rank ", job_rank(peer), " has closed its communicator: it left the job or failed; "
                                      "its own output says why"));
       }
       const int32_t pid = segment->control(peer).pid;
       if (peers_visible && kill(pid, 0) != 0 && errno == ESRCH) {
-        fail_waiting(peer, step, str("rank ", peer, " (pid ", pid, ") has exited; its own output says why"));
+        fail_waiting(peer, step, str("rank ", job_rank(peer), " (pid ", pid, ") has exited; its own output says why"));
       }
       const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
       if (left.count() <= 0) {
-        throw TimeoutError(str("rank ", rank, ": all_reduce over shared memory timed out: rank ", peer, " did not ",
+        throw TimeoutError(str("rank ", job_rank(rank), ": all_reduce over shared memory timed out: rank ", job_rank(peer), " did not ",
                                step, " within ", options.timeout().count() / 1000.0,
                                " s. It is stuck, much slower, or gone; check its output."));
       }
@@ -258,13 +291,16 @@ void Allreduce::State::check_labels(int slot) {
   for (int peer = 0; peer < world_size; ++peer) {
     const ChunkLabel& theirs = segment->control(peer).labels[slot];
     if (theirs == own) continue;
-    const auto describe = [](int r, const ChunkLabel& label) {
+    const auto describe = [this](int r, const ChunkLabel& label) {
       const std::string what =
-          label.op == kGatherOp ? "all_gather" : str("all_reduce(", to_string(ReduceOp(label.op)), ")");
-      return str("\n    rank ", r, ": ", what, " of ", label.numel, " ", at::ScalarType(label.dtype),
+          label.op == kGatherOp      ? std::string("all_gather")
+          : label.op == kBroadcastOp ? str("broadcast from rank ", job_rank(label.root))
+          : label.root >= 0 ? str("reduce(", to_string(ReduceOp(label.op)), ") to rank ", job_rank(label.root))
+                            : str("all_reduce(", to_string(ReduceOp(label.op)), ")");
+      return str("\n    rank ", job_rank(r), ": ", what, " of ", label.numel, " ", at::ScalarType(label.dtype),
                  label.step >= 0 ? str(" step ", label.step) : "");
     };
-    throw DistError(str("rank ", rank, ": all_reduce over shared memory: the ranks disagree on what they reduce: ",
+    throw DistError(str("rank ", job_rank(rank), ": all_reduce over shared memory: the ranks disagree on what they reduce: ",
                         detail::kDisagreementAdvice, " Each rank's:",
                         describe(std::min(rank, peer), rank < peer ? own : theirs),
                         describe(std::max(rank, peer), rank < peer ? theirs : own)));
@@ -272,7 +308,7 @@ void Allreduce::State::check_labels(int slot) {
 }
 
 void Allreduce::State::fail_waiting(int peer, const char* step, const std::string& why) {
-  throw DistError(str("rank ", rank, ": all_reduce over shared memory failed while waiting for rank ", peer, " to ",
+  throw DistError(str("rank ", job_rank(rank), ": all_reduce over shared memory failed while waiting for rank ", job_rank(peer), " to ",
                       step, ": ", why));
 }
 
@@ -287,7 +323,7 @@ Allreduce::Allreduce(std::unique_ptr<State> state) : state_(std::move(state)) {}
 
 Allreduce::~Allreduce() = default;
 
-bool Allreduce::accepts(const at::Tensor& tensor, ReduceOp op) const {
+bool Allreduce::accepts(const at::Tensor& tensor, ReduceOp op) {
   return tensor.device().is_cpu() && tensor.is_contiguous() && !tensor.is_sparse() &&
          (tensor.scalar_type() == at::kFloat || tensor.scalar_type() == at::kDouble) &&
          (op == ReduceOp::Sum || op == ReduceOp::Mean || op == ReduceOp::Max || op == ReduceOp::Min);
@@ -295,12 +331,16 @@ bool Allreduce::accepts(const at::Tensor& tensor, ReduceOp op) const {
 
 compat::WorkPtr Allreduce::all_reduce(at::Tensor tensor, ReduceOp op, int64_t step) {
   DPT_ASSERT(accepts(tensor, op), "shared-memory all_reduce given a tensor or operation it does not take");
-  auto work = c10::make_intrusive<LocalWork>();
-  {
-    std::lock_guard<std::mutex> lock(state_->mutex);
-    state_->queue.push_back(State::Operation{std::move(tensor), op, step, work, at::Tensor()});
-  }
-  state_->queued.notify_one();
+  auto work = c10::make_intrusive<CompletingWork>();
+  state_->enqueue(State::Operation{State::Kind::Reduce, std::move(tensor), op, step, work, at::Tensor(), -1});
+  return work;
+}
+
+compat::WorkPtr Allreduce::reduce(at::Tensor tensor, ReduceOp op, int root, int64_t step) {
+  DPT_ASSERT(accepts(tensor, op) && root >= 0 && root < state_->world_size,
+             "shared-memory reduce given a tensor, operation or root it does not take");
+  auto work = c10::make_intrusive<CompletingWork>();
+  state_->enqueue(State::Operation{State::Kind::Reduce, std::move(tensor), op, step, work, at::Tensor(), root});
   return work;
 }
 
@@ -308,12 +348,16 @@ compat::WorkPtr Allreduce::all_gather(at::Tensor input, at::Tensor output, int64
   DPT_ASSERT(accepts(input, ReduceOp::Sum) && output.is_contiguous() && output.scalar_type() == input.scalar_type() &&
                  output.numel() == input.numel() * state_->world_size,
              "shared-memory all_gather given tensors it does not take");
-  auto work = c10::make_intrusive<LocalWork>();
-  {
-    std::lock_guard<std::mutex> lock(state_->mutex);
-    state_->queue.push_back(State::Operation{std::move(input), ReduceOp::Sum, step, work, std::move(output)});
-  }
-  state_->queued.notify_one();
+  auto work = c10::make_intrusive<CompletingWork>();
+  state_->enqueue(State::Operation{State::Kind::Gather, std::move(input), ReduceOp::Sum, step, work, std::move(output), -1});
+  return work;
+}
+
+compat::WorkPtr Allreduce::broadcast(at::Tensor tensor, int root, int64_t step) {
+  DPT_ASSERT(accepts(tensor, ReduceOp::Sum) && root >= 0 && root < state_->world_size,
+             "shared-memory broadcast given a tensor or root it does not take");
+  auto work = c10::make_intrusive<CompletingWork>();
+  state_->enqueue(State::Operation{State::Kind::Broadcast, std::move(tensor), ReduceOp::Sum, step, work, at::Tensor(), root});
   return work;
 }
 

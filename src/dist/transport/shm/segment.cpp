@@ -19,7 +19,7 @@
 namespace dpt::dist::transport::shm {
 namespace {
 
-constexpr uint64_t kMagic = 0x31306d6873747064;  // "dptshm01"
+constexpr uint64_t kMagic = 0x32306d6873747064;  // "dptshm02"
 
 struct alignas(64) SegmentHeader {
   uint64_t magic = 0;

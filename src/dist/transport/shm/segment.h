@@ -37,8 +37,9 @@ void wait_for_change(Counter& counter, uint32_t seen, std::chrono::milliseconds 
 // Whether a counter holding `value` has reached chunk `target` (modulo 2^32).
 inline bool reached(uint32_t value, uint32_t target) { return static_cast<int32_t>(value - target) >= 0; }
 
-// ChunkLabel::op of an all_gather's chunks (the ReduceOp values are 0 and up).
+// ChunkLabel::op of an all_gather's and of a broadcast's chunks (the ReduceOp values are 0 and up).
 constexpr int32_t kGatherOp = -1;
+constexpr int32_t kBroadcastOp = -2;
 
 // What a rank placed in one of its slots: every rank checks that all of them reduce the same thing.
 // A rank that skipped a collective reduces its next one with the others' current one: same size,
@@ -49,11 +50,12 @@ struct ChunkLabel {
   int64_t step = -1;    // the caller's (FlightRecorder::set_step), or -1
   int32_t dtype = 0;
   int32_t op = 0;
+  int32_t root = -1;  // a broadcast's
 
   // A step of -1 (none: a rank that joined, dpt::Join) agrees with any.
   bool operator==(const ChunkLabel& other) const {
     return numel == other.numel && offset == other.offset && dtype == other.dtype && op == other.op &&
-           (step == other.step || step < 0 || other.step < 0);
+           root == other.root && (step == other.step || step < 0 || other.step < 0);
   }
 };
 

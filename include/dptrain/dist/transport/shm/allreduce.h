@@ -14,8 +14,9 @@
 // Chunks are at most `slot_bytes`; each rank has two slots, so one chunk's copy-out overlaps the
 // next one's copy-in. Ranks wait for each other on futexes in the segment, never by spinning (the
 // CPUs are busy with backward), with the communicator's timeout, and notice a peer that exited.
-// Operations run in order on one thread per rank, as Gloo's do. all_gather runs through the same
-// slots without a reduction (each rank copies its part in, then the others' out).
+// Operations run in order on one thread per rank, as Gloo's do. all_gather and broadcast run
+// through the same slots without a reduction (each rank, or the root, copies its part in, then the
+// others copy it out).
 //
 //   std::string why_not;
 //   auto local = dpt::dist::transport::shm::Allreduce::attach(store, world, {}, &why_not);  // collective
@@ -28,6 +29,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include <torch/arg.h>
 
@@ -47,6 +49,9 @@ struct Options {
   TORCH_ARG(std::optional<size_t>, slot_bytes) = std::nullopt;
   // Bound on attaching and on each operation.
   TORCH_ARG(std::chrono::milliseconds, timeout) = kDefaultTimeout;
+  // The job's rank of each rank of this group, which errors name (a machine's group under the
+  // hierarchical allreduce); empty: the group is the job.
+  TORCH_ARG(std::vector<int>, job_ranks);
 };
 
 class Allreduce {
@@ -61,17 +66,25 @@ class Allreduce {
   Allreduce& operator=(const Allreduce&) = delete;
 
   // Contiguous float32 or float64 CPU tensors: sum, mean, maximum or minimum.
-  bool accepts(const at::Tensor& tensor, ReduceOp op) const;
+  static bool accepts(const at::Tensor& tensor, ReduceOp op);
 
   // In place, queued behind the operations started before it; wait() on the result. Every rank
   // must give the same `step` (the caller's position, -1 for none) with the same size, type and
   // op, or all of them fail naming each one's.
   compat::WorkPtr all_reduce(at::Tensor tensor, ReduceOp op, int64_t step = -1);
 
+  // As all_reduce, but only `root`'s tensor ends with the result (the others skip step 3 and hold
+  // partial values): the first half of the hierarchical allreduce.
+  compat::WorkPtr reduce(at::Tensor tensor, ReduceOp op, int root, int64_t step = -1);
+
   // Every rank's `input` into `output` (world x its size, rank r's at r x size), queued as above.
   // A chunk takes two steps: each rank copies its part into its slot, then copies every other
   // rank's out of theirs. Tensors as accepts() takes them for Sum.
   compat::WorkPtr all_gather(at::Tensor input, at::Tensor output, int64_t step = -1);
+
+  // Every rank ends with `root`'s `tensor`, queued as above. A chunk takes two steps: the root
+  // copies it into its slot, then the others copy it out. Tensors as accepts() takes them for Sum.
+  compat::WorkPtr broadcast(at::Tensor tensor, int root, int64_t step = -1);
 
   // An operation that runs out of time fails within this long after its timeout, with an error
   // that names the rank it waited for; whoever waits on it gives it that much more.

@@ -1,0 +1,78 @@
+#pragma once
+// The hierarchical allreduce, for jobs whose machines each run several ranks (Horovod's
+// HOROVOD_HIERARCHICAL_ALLREDUCE): a float CPU all_reduce goes
+//
+//   1. within each machine, through shared memory (shm/allreduce.h): the rank that leads it (its
+//      lowest) ends with the machine's sum;
+//   2. across machines, by the leaders only, through a Gloo group of them;
+//   3. back within each machine, broadcast from the leader through shared memory.
+//
+// Over the network each machine then sends its gradient once instead of once per rank: a ring of
+// 2 machines x 2 ranks carries 1.5 times a gradient each way over the link between the machines,
+// the leaders' ring of 2 carries one. Each operation passes the three steps on one thread per rank,
+// in the order the operations were started, so that every rank takes them alike. The sums are
+// those of the flat allreduce in another order: equal where the order cannot matter (maximum,
+// minimum, sums that are exact), else within float rounding (the flat ring's order is Gloo's).
+// Everything else (other types and operations, broadcast, all_gather, reduce_scatter, point to
+// point) goes through the whole job's backend.
+//
+// make_transport (transport.h) builds it when the ranks of a Gloo job, asked through the store,
+// all want it and some machine runs two ranks or more: it is then the job's transport, and
+// describe() says "gloo + hierarchical (2 machines x 2 ranks)".
+
+#include <memory>
+#include <string>
+
+#include "dptrain/dist/transport/process_group/transport.h"
+#include "dptrain/dist/transport/shm/allreduce.h"
+#include "dptrain/dist/transport/transport.h"
+
+namespace dpt::dist::transport::hierarchical {
+
+class Transport : public transport::Transport {
+ public:
+  // `machine`: shared memory among this machine's ranks, null where it runs this rank only;
+  // `leaders`: the machines' leaders' group, on the leader only; `job`: the whole job's.
+  // `layout` describes the machines (describe()) of the job's `world_size` ranks.
+  Transport(std::string layout, int world_size, std::unique_ptr<shm::Allreduce> machine,
+            std::unique_ptr<process_group::Transport> leaders, std::unique_ptr<process_group::Transport> job,
+            std::chrono::milliseconds timeout);
+  ~Transport() override;
+
+  std::string describe() const override;
+  std::string backend_name() const override { return job_->backend_name(); }
+  bool reduces(at::ScalarType type) const override { return job_->reduces(type); }
+  bool scatters(const at::Tensor& like, ReduceOp op) const override { return job_->scatters(like, op); }
+  compat::WorkPtr all_reduce(at::Tensor tensor, ReduceOp op, const CollectiveRecord& record) override;
+  compat::WorkPtr broadcast(at::Tensor tensor, int root, const CollectiveRecord& record) override {
+    return job_->broadcast(std::move(tensor), root, record);
+  }
+  compat::WorkPtr all_gather(at::Tensor input, at::Tensor output, const CollectiveRecord& record) override {
+    return job_->all_gather(std::move(input), std::move(output), record);
+  }
+  compat::WorkPtr reduce_scatter(at::Tensor input, at::Tensor output, ReduceOp op,
+                                 const CollectiveRecord& record) override {
+    return job_->reduce_scatter(std::move(input), std::move(output), op, record);
+  }
+  compat::WorkPtr send(at::Tensor tensor, int peer, int tag) override {
+    return job_->send(std::move(tensor), peer, tag);
+  }
+  compat::WorkPtr recv(at::Tensor tensor, int peer, int tag) override {
+    return job_->recv(std::move(tensor), peer, tag);
+  }
+  std::chrono::milliseconds failure_report_delay() const override { return shm::Allreduce::kFailureReportDelay; }
+
+ private:
+  struct Steps;  // the queue and the thread that takes each operation through the three steps
+
+  int world_size_;
+  // Declared first, destroyed last: the steps' thread finishes or fails what is queued while the
+  // groups it uses are still there.
+  std::unique_ptr<process_group::Transport> job_;
+  std::unique_ptr<process_group::Transport> leaders_;
+  std::unique_ptr<shm::Allreduce> machine_;
+  std::string layout_;
+  std::unique_ptr<Steps> steps_;
+};
+
+}  // namespace dpt::dist::transport::hierarchical
