@@ -1,5 +1,7 @@
 #include "dptrain/dist/transport/transport.h"
 
+#include <algorithm>
+
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 
 #include "dptrain/common/error.h"
@@ -42,30 +44,36 @@ std::unique_ptr<Transport> hierarchical_transport(compat::BackendPtr& backend, c
   const auto layout = hierarchical::agree_on_layout(store, world, wants, options.timeout(), why_not);
   if (!layout || !layout->pays()) return nullptr;
   const std::vector<int>& mates = layout->machines[layout->machine];
-  std::unique_ptr<shm::Allreduce> machine;
+  hierarchical::Transport::Groups groups;
   std::string failed;
   if (mates.size() >= 2) {
     WorldInfo local = world;
     local.rank = local.local_rank = layout->local;
     local.world_size = local.local_world_size = static_cast<int>(mates.size());
-    c10d::PrefixStore shm_store(str("hierarchy/machine", layout->machine, "/shm"), options.store());
-    machine = shm::Allreduce::attach(shm_store, local, shm::Options().timeout(options.timeout()).job_ranks(mates),
-                                     &failed);
+    // Two segments of half the usual slots (a page at least): together the size of one.
+    const size_t half_slot = shm::default_slot_bytes(local.world_size) / 2 / 4096 * 4096;
+    const auto shm_options =
+        shm::Options().timeout(options.timeout()).job_ranks(mates).slot_bytes(std::max<size_t>(4096, half_slot));
+    for (auto [group, name] : {std::pair{&groups.reductions, "reductions"}, std::pair{&groups.broadcasts, "broadcasts"}}) {
+      // Collective on the machine: every rank attaches both, whatever became of the first.
+      c10d::PrefixStore shm_store(str("hierarchy/machine", layout->machine, "/", name), options.store());
+      std::string why;
+      *group = shm::Allreduce::attach(shm_store, local, shm_options, &why);
+      if (failed.empty()) failed = why;
+    }
   }
   failed = first_failure(store, world, failed, options.timeout());
   if (!failed.empty()) {
     *why_not = "no shared memory on a machine: " + failed;
     return nullptr;
   }
-  std::unique_ptr<process_group::Transport> leaders;
   if (layout->leads()) {
     auto leaders_store = c10::make_intrusive<c10d::PrefixStore>("hierarchy/leaders", options.store());
-    leaders = through_backend(
+    groups.leaders = through_backend(
         options.group_backend()(leaders_store, layout->machine, static_cast<int>(layout->machines.size())), options);
   }
-  return std::make_unique<hierarchical::Transport>(layout->describe(), world.world_size, std::move(machine),
-                                                   std::move(leaders), through_backend(std::move(backend), options),
-                                                   options.timeout());
+  return std::make_unique<hierarchical::Transport>(layout->describe(), world.world_size, std::move(groups),
+                                                   through_backend(std::move(backend), options), options.timeout());
 }
 
 }  // namespace

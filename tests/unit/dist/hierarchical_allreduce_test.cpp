@@ -197,6 +197,21 @@ TEST(HierarchicalAllreduce, OperationsInFlightTogetherEndRight) {
   });
 }
 
+// One tensor reduced twice without waiting between: the second reduction reads what the first's
+// broadcast wrote (it waits for it), so each rank's 1..4 sum to 10, then four tens to 40.
+TEST(HierarchicalAllreduce, TheSameTensorTwiceInFlightSumsTheSums) {
+  run_job({0, 0, 1, 1}, [](const WorldInfo& world, Transport& hierarchical, Transport&) {
+    for (int64_t numel : {int64_t{1}, int64_t{3} << 20}) {
+      at::Tensor tensor = torch::full({numel}, world.rank + 1.0f);
+      auto first = hierarchical.all_reduce(tensor, ReduceOp::Sum, kSameOnEveryRank);
+      auto second = hierarchical.all_reduce(tensor, ReduceOp::Sum, kSameOnEveryRank);
+      first->wait(kTimeout);
+      second->wait(kTimeout);
+      EXPECT_TRUE(tensor.eq(40.0f).all().item<bool>()) << numel << ": " << tensor[0];
+    }
+  });
+}
+
 // A rank that reduces another size than its machine's other rank fails there, at once, naming both;
 // the other machine's ranks, whose leader then waits in vain, fail at their bound. No rank hangs.
 TEST(HierarchicalAllreduce, RanksThatDisagreeFailOnEveryRank) {

@@ -1,7 +1,9 @@
 #include "dptrain/dist/transport/hierarchical/transport.h"
 
 #include <condition_variable>
+#include <algorithm>
 #include <deque>
+#include <functional>
 #include <mutex>
 #include <thread>
 
@@ -10,91 +12,164 @@
 
 namespace dpt::dist::transport::hierarchical {
 
+// A queue served by one thread, in order; stopping lets it finish what is queued.
+template <typename Item>
+class Served {
+ public:
+  explicit Served(std::function<void(Item&)> serve) : serve_(std::move(serve)), worker_([this] { run(); }) {}
+  ~Served() {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      stopping_ = true;
+    }
+    queued_.notify_all();
+    worker_.join();
+  }
+  void push(Item item) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      queue_.push_back(std::move(item));
+    }
+    queued_.notify_one();
+  }
+
+ private:
+  void run() {
+    for (;;) {
+      Item item;
+      {
+        std::unique_lock<std::mutex> lock(mutex_);
+        queued_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+        if (queue_.empty()) return;
+        item = std::move(queue_.front());
+        queue_.pop_front();
+      }
+      serve_(item);
+    }
+  }
+
+  std::function<void(Item&)> serve_;
+  std::mutex mutex_;
+  std::condition_variable queued_;
+  std::deque<Item> queue_;
+  bool stopping_ = false;
+  std::thread worker_;  // last: starts once everything above exists
+};
+
+// The three steps as a pipeline, so that the link between machines never waits for shared memory:
+// while the leaders all-reduce one operation across machines, the machine already reduces the
+// next, and broadcasts the one before. Reductions and broadcasts go through two shared-memory
+// groups of their own, each in the operations' order on every rank of the machine whenever the
+// leader's step 2 ends. The leader starts each operation on one thread (step 1, then step 2's
+// agreement check and launch) and finishes it on another (waits for step 2, starts step 3).
 struct Transport::Steps {
   struct Operation {
     at::Tensor tensor;
-    ReduceOp op;  // Sum, Max or Min: a mean was divided before it was queued
+    ReduceOp op = ReduceOp::Sum;  // Sum, Max or Min: a mean was divided before it was queued
     CollectiveRecord record;
     c10::intrusive_ptr<CompletingWork> work;
+    compat::WorkPtr reduced;  // step 1's, where the machine runs several ranks
+    compat::WorkPtr across;   // step 2's, on the leader
   };
 
-  Steps(shm::Allreduce* machine, process_group::Transport* leaders, std::chrono::milliseconds timeout)
-      : machine(machine), leaders(leaders), timeout(timeout), worker([this] { serve(); }) {}
+  Steps(Groups groups, std::chrono::milliseconds timeout)
+      : groups(std::move(groups)),
+        timeout(timeout),
+        finisher([this](Operation& operation) { finish(operation); }),
+        starter([this](Operation& operation) { start(operation); }) {}
 
-  ~Steps() {
-    {
-      std::lock_guard<std::mutex> lock(mutex);
-      stopping = true;
-    }
-    queued.notify_all();
-    worker.join();
-  }
-
+  // Started in order on every rank. An operation on memory that one still in flight uses waits for
+  // it: its reduction must read what that one's broadcast writes.
   void enqueue(Operation operation) {
-    {
-      std::lock_guard<std::mutex> lock(mutex);
-      queue.push_back(std::move(operation));
+    const void* storage = operation.tensor.storage().data();
+    for (auto& [earlier, work] : in_flight) {
+      if (earlier == storage && !work->isCompleted()) work->wait(machine_wait());
     }
-    queued.notify_one();
+    in_flight.erase(std::remove_if(in_flight.begin(), in_flight.end(),
+                                   [](const auto& entry) { return entry.second->isCompleted(); }),
+                    in_flight.end());
+    in_flight.emplace_back(storage, operation.work);
+    starter.push(std::move(operation));
   }
 
-  void serve() {
-    for (;;) {
-      Operation operation;
-      {
-        std::unique_lock<std::mutex> lock(mutex);
-        queued.wait(lock, [&] { return stopping || !queue.empty(); });
-        if (queue.empty()) return;
-        operation = std::move(queue.front());
-        queue.pop_front();
+  void start(Operation& operation) {
+    try {
+      rethrow_if_broken();
+      const int64_t step = operation.record.step;
+      if (groups.reductions) {
+        operation.reduced = groups.reductions->reduce(operation.tensor, operation.op, /*root=*/0, step);
       }
-      if (!broken) {
-        try {
-          run(operation);
-        } catch (...) {
-          broken = std::current_exception();
+      if (groups.leaders) {
+        // The leaders compare their records while their machines reduce.
+        groups.leaders->check_agreement(operation.record);
+        if (operation.reduced) operation.reduced->wait(machine_wait());
+        CollectiveRecord checked = operation.record;
+        checked.agreement_implied = true;
+        operation.across = groups.leaders->all_reduce(operation.tensor, operation.op, checked);
+      }
+    } catch (...) {
+      fail(operation, std::current_exception());
+      return;
+    }
+    finisher.push(std::move(operation));
+  }
+
+  void finish(Operation& operation) {
+    try {
+      rethrow_if_broken();
+      // A rank that does not lead learns here of a failed reduction (the leader in start()).
+      if (operation.reduced) operation.reduced->wait(machine_wait());
+      if (operation.across) operation.across->wait(timeout);
+      if (!groups.broadcasts) {
+        operation.work->complete(nullptr);
+        return;
+      }
+      auto broadcast = groups.broadcasts->broadcast(operation.tensor, /*root=*/0, operation.record.step);
+      auto work = operation.work;
+      broadcast->getFuture()->addCallback([this, work](c10::ivalue::Future& done) {
+        if (done.hasError()) {
+          fail_with(done.exception_ptr());
+          work->complete(done.exception_ptr());
+        } else {
+          work->complete(nullptr);
         }
-      }
-      operation.work->complete(broken);
+      });
+    } catch (...) {
+      fail(operation, std::current_exception());
     }
   }
 
-  // The three steps. A rank that does not lead queues both of its shared-memory steps at once:
-  // the machine's ranks take them in the same order whenever the leader's step 2 ends.
-  void run(const Operation& operation) {
-    const auto machine_wait = timeout + shm::Allreduce::kFailureReportDelay;
-    const int64_t step = operation.record.step;
-    compat::WorkPtr reduced;
-    if (machine) reduced = machine->reduce(operation.tensor, operation.op, /*root=*/0, step);
-    if (leaders) {
-      if (reduced) reduced->wait(machine_wait);
-      leaders->all_reduce(operation.tensor, operation.op, operation.record)->wait(timeout);
-    }
-    if (machine) machine->broadcast(operation.tensor, /*root=*/0, step)->wait(machine_wait);
+  // How long a shared-memory operation may take to fail, once started.
+  std::chrono::milliseconds machine_wait() const { return timeout + shm::Allreduce::kFailureReportDelay; }
+  void rethrow_if_broken() {
+    std::lock_guard<std::mutex> lock(mutex);
+    if (broken) std::rethrow_exception(broken);
+  }
+  void fail_with(std::exception_ptr failure) {
+    std::lock_guard<std::mutex> lock(mutex);
+    if (!broken) broken = failure;
+  }
+  void fail(Operation& operation, std::exception_ptr failure) {
+    fail_with(failure);
+    operation.work->complete(failure);
   }
 
-  shm::Allreduce* const machine;           // null where this rank is alone on its machine
-  process_group::Transport* const leaders;  // null where this rank does not lead its machine
-  const std::chrono::milliseconds timeout;
-
+  // The groups outlive the threads that use them, and the failure outlives the groups, whose
+  // destruction fails what they still hold (the broadcasts' callbacks note it).
   std::mutex mutex;
-  std::condition_variable queued;
-  std::deque<Operation> queue;
-  bool stopping = false;
-  std::exception_ptr broken;  // the failure that ended the hierarchy; every later operation gets it
-  std::thread worker;         // last: starts once everything above exists
+  std::exception_ptr broken;  // the first failure: every later operation gets it
+  const Groups groups;
+  const std::chrono::milliseconds timeout;
+  std::vector<std::pair<const void*, c10::intrusive_ptr<CompletingWork>>> in_flight;  // the caller's
+  Served<Operation> finisher;  // declared before the starter, so destroyed after it
+  Served<Operation> starter;
 };
 
-Transport::Transport(std::string layout, int world_size, std::unique_ptr<shm::Allreduce> machine,
-                     std::unique_ptr<process_group::Transport> leaders, std::unique_ptr<process_group::Transport> job,
+Transport::Transport(std::string layout, int world_size, Groups groups, std::unique_ptr<process_group::Transport> job,
                      std::chrono::milliseconds timeout)
-    : world_size_(world_size),
-      job_(std::move(job)),
-      leaders_(std::move(leaders)),
-      machine_(std::move(machine)),
-      layout_(std::move(layout)),
-      steps_(std::make_unique<Steps>(machine_.get(), leaders_.get(), timeout)) {
-  DPT_ASSERT(machine_ || leaders_, "a rank alone on its machine leads it");
+    : world_size_(world_size), job_(std::move(job)), layout_(std::move(layout)) {
+  DPT_ASSERT(groups.leaders || (groups.reductions && groups.broadcasts), "a rank alone on its machine leads it");
+  steps_ = std::make_unique<Steps>(std::move(groups), timeout);
 }
 
 Transport::~Transport() = default;

@@ -53,14 +53,14 @@ bool Transport::scatters(const at::Tensor& /*like*/, ReduceOp op) const {
          (op != ReduceOp::Mean || compat::backend_supports_avg(*backend_));
 }
 
-void Transport::agree(const CollectiveRecord& record) {
+void Transport::check_agreement(const CollectiveRecord& record) {
   if (check_agreement_ && !record.agreement_implied) {
     detail::check_agreement(*backend_, record, timeout_, abandonment_.get());
   }
 }
 
 compat::WorkPtr Transport::all_reduce(at::Tensor tensor, ReduceOp op, const CollectiveRecord& record) {
-  agree(record);
+  check_agreement(record);
   const bool native_avg = compat::backend_supports_avg(*backend_);
   // Gloo has no average: divide before the sum, here, while the caller (DDP's backward) is still
   // producing gradients, rather than after it, when the reducer waits for every bucket at once.
@@ -74,7 +74,7 @@ compat::WorkPtr Transport::all_reduce(at::Tensor tensor, ReduceOp op, const Coll
 }
 
 compat::WorkPtr Transport::broadcast(at::Tensor tensor, int root, const CollectiveRecord& record) {
-  agree(record);
+  check_agreement(record);
   std::vector<at::Tensor> tensors{std::move(tensor)};
   c10d::BroadcastOptions options;
   options.rootRank = root;
@@ -83,7 +83,7 @@ compat::WorkPtr Transport::broadcast(at::Tensor tensor, int root, const Collecti
 }
 
 compat::WorkPtr Transport::all_gather(at::Tensor input, at::Tensor output, const CollectiveRecord& record) {
-  agree(record);
+  check_agreement(record);
   // c10d's list form, into views of `output`: Gloo (and NCCL) copy each rank's part into them.
   const int64_t n = input.numel();
   std::vector<std::vector<at::Tensor>> outputs(1);
@@ -97,7 +97,7 @@ compat::WorkPtr Transport::all_gather(at::Tensor input, at::Tensor output, const
 compat::WorkPtr Transport::reduce_scatter(at::Tensor input, at::Tensor output, ReduceOp op,
                                           const CollectiveRecord& record) {
   DPT_ASSERT(scatters(input, op), "reduce_scatter through ", describe(), ", which has none: ask scatters() first");
-  agree(record);
+  check_agreement(record);
   std::vector<std::vector<at::Tensor>> inputs{input.split(input.size(0) / backend_->getSize(), 0)};
   std::vector<at::Tensor> outputs{output.view(inputs[0][0].sizes())};
   c10d::ReduceScatterOptions options;

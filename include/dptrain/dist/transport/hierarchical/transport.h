@@ -9,8 +9,9 @@
 //
 // Over the network each machine then sends its gradient once instead of once per rank: a ring of
 // 2 machines x 2 ranks carries 1.5 times a gradient each way over the link between the machines,
-// the leaders' ring of 2 carries one. Each operation passes the three steps on one thread per rank,
-// in the order the operations were started, so that every rank takes them alike. The sums are
+// the leaders' ring of 2 carries one. The operations pass the steps in the order they were
+// started, as a pipeline (the machine reduces the next one while the leaders send this one), so
+// that the link between machines does not wait for shared memory. The sums are
 // those of the flat allreduce in another order: equal where the order cannot matter (maximum,
 // minimum, sums that are exact), else within float rounding (the flat ring's order is Gloo's).
 // Everything else (other types and operations, broadcast, all_gather, reduce_scatter, point to
@@ -31,11 +32,19 @@ namespace dpt::dist::transport::hierarchical {
 
 class Transport : public transport::Transport {
  public:
-  // `machine`: shared memory among this machine's ranks, null where it runs this rank only;
-  // `leaders`: the machines' leaders' group, on the leader only; `job`: the whole job's.
-  // `layout` describes the machines (describe()) of the job's `world_size` ranks.
-  Transport(std::string layout, int world_size, std::unique_ptr<shm::Allreduce> machine,
-            std::unique_ptr<process_group::Transport> leaders, std::unique_ptr<process_group::Transport> job,
+  // What the steps go through on this rank.
+  struct Groups {
+    // Steps 1 and 3 among this machine's ranks, each in a shared-memory group of its own (so that
+    // each keeps its operations' order while they overlap); null where the machine runs this rank only.
+    std::unique_ptr<shm::Allreduce> reductions;
+    std::unique_ptr<shm::Allreduce> broadcasts;
+    // Step 2: the machines' leaders' group; on the leader only.
+    std::unique_ptr<process_group::Transport> leaders;
+  };
+
+  // `layout` describes the machines (describe()) of the job's `world_size` ranks; `job` is the
+  // whole job's transport, for everything else.
+  Transport(std::string layout, int world_size, Groups groups, std::unique_ptr<process_group::Transport> job,
             std::chrono::milliseconds timeout);
   ~Transport() override;
 
@@ -63,14 +72,12 @@ class Transport : public transport::Transport {
   std::chrono::milliseconds failure_report_delay() const override { return shm::Allreduce::kFailureReportDelay; }
 
  private:
-  struct Steps;  // the queue and the thread that takes each operation through the three steps
+  struct Steps;  // the pipeline that takes each operation through the three steps
 
   int world_size_;
-  // Declared first, destroyed last: the steps' thread finishes or fails what is queued while the
-  // groups it uses are still there.
+  // Declared first, destroyed last: the steps finish or fail what is queued while the job's
+  // backend is still there.
   std::unique_ptr<process_group::Transport> job_;
-  std::unique_ptr<process_group::Transport> leaders_;
-  std::unique_ptr<shm::Allreduce> machine_;
   std::string layout_;
   std::unique_ptr<Steps> steps_;
 };

@@ -33,9 +33,11 @@ class Transport : public transport::Transport {
   compat::WorkPtr send(at::Tensor tensor, int peer, int tag) override;
   compat::WorkPtr recv(at::Tensor tensor, int peer, int tag) override;
 
+  // With check_agreement, compares every rank's `record` of the collective about to start (unless
+  // the record says agreement is implied); every collective above does it first. Blocks.
+  void check_agreement(const CollectiveRecord& record);
+
  private:
-  // With check_agreement, compares every rank's `record` of the collective about to start.
-  void agree(const CollectiveRecord& record);
 
   compat::BackendPtr backend_;
   std::chrono::milliseconds timeout_;
