@@ -124,18 +124,29 @@ Reducer::Reducer(std::vector<NamedParameter> params, std::shared_ptr<dist::Commu
   DPT_CHECK(!options_.shard_gradients() || !options_.find_unused_parameters(), ConfigError, "rank ", comm_->rank(),
             ": sharded gradients (ZeRO-2) cannot find unused parameters: a shard has no unset gradient for the "
             "optimizer to skip");
-  std::vector<at::Tensor> tensors;
   for (const auto& p : params_) {
     DPT_CHECK(p.tensor.requires_grad(), ConfigError, "rank ", comm_->rank(), ": parameter '", p.name,
               "' does not require gradients; pass only trainable parameters to the reducer");
     DPT_CHECK(!p.tensor.is_sparse() && p.tensor.layout() == at::kStrided, ConfigError, "rank ", comm_->rank(),
               ": parameter '", p.name, "' is not a dense tensor; only dense parameters can be reduced");
-    tensors.push_back(p.tensor);
   }
+  lay_out_buckets();
+  for (size_t i = 0; i < params_.size(); ++i) {
+    auto accumulator = torch::autograd::impl::grad_accumulator(params_[i].tensor);
+    DPT_ASSERT(accumulator, "parameter '", params_[i].name, "' has no gradient accumulator");
+    hook_keys_.push_back(accumulator->add_post_hook(std::make_unique<ReadyHook>(this, i)));
+    accumulators_.push_back(std::move(accumulator));
+  }
+}
+
+void Reducer::lay_out_buckets() {
+  std::vector<at::Tensor> tensors;
+  for (const auto& p : params_) tensors.push_back(p.tensor);
   bucket_indices_ = assign_buckets(tensors, bucket_caps(options_));
 
   torch::NoGradGuard no_grad;
-  slots_.resize(params_.size());
+  slots_.assign(params_.size(), Slot());
+  buckets_.clear();
   buckets_.resize(bucket_indices_.size());
   const int world = comm_->size();
   for (size_t b = 0; b < bucket_indices_.size(); ++b) {
@@ -161,12 +172,15 @@ Reducer::Reducer(std::vector<NamedParameter> params, std::shared_ptr<dist::Commu
       }
     }
   }
-  for (size_t i = 0; i < params_.size(); ++i) {
-    auto accumulator = torch::autograd::impl::grad_accumulator(params_[i].tensor);
-    DPT_ASSERT(accumulator, "parameter '", params_[i].name, "' has no gradient accumulator");
-    hook_keys_.push_back(accumulator->add_post_hook(std::make_unique<ReadyHook>(this, i)));
-    accumulators_.push_back(std::move(accumulator));
-  }
+}
+
+void Reducer::rebucket(double bucket_cap_mb) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  DPT_ASSERT(!armed_ && !options_.shard_gradients(), "buckets change between steps, and not under ZeRO-2");
+  options_.bucket_cap_mb(bucket_cap_mb);
+  // The parameters' .grad still alias the old buffers, which they keep alive: the next
+  // prepare_for_backward() copies what they hold into the new ones.
+  lay_out_buckets();
 }
 
 Reducer::~Reducer() {
@@ -308,6 +322,7 @@ void Reducer::mark_ready(size_t index) {
   slot.ready = true;
   slot.used = true;
   if (!finish_queued_) {
+    last_.began = std::chrono::steady_clock::now();  // this reducing backward's first gradient
     finish_queued_ = true;
     torch::autograd::Engine::get_default_engine().queue_callback([this] { finish_backward(); });
   }

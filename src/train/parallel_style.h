@@ -85,6 +85,11 @@ class ParallelStyle {
   // Takes back what gather_comm_hook_state() returned in an earlier run (a resume). Returns a note
   // on what could not be (PowerSGD's errors at another world size), else "".
   virtual std::string load_comm_hook_state(const c10::impl::GenericDict& /*state*/) { return ""; }
+  // The bucket size (MiB) the style chose by measuring its first steps (DDP's BucketTuner), for
+  // checkpoints; 0 while it has chosen none, and in styles that do not choose.
+  virtual double tuned_bucket_cap_mb() const { return 0; }
+  // Takes back tuned_bucket_cap_mb() of an earlier run (a resume), which then measures nothing.
+  virtual void resume_bucket_cap(double /*mb*/) {}
   // The reducer whose buckets carry the gradients (its times go on the timeline); null for styles
   // without one.
   virtual const Reducer* reducer() const { return nullptr; }

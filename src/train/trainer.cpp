@@ -115,6 +115,7 @@ TrainingCheckpoint Trainer::State::checkpoint_state() {
   cp.optimizer = sharded ? gathered_optimizer_state : optimizer_state_dict(*optimizer);
   cp.scaler = scaler->state_dict();
   cp.comm_hook = gathered_comm_hook_state;
+  cp.bucket_cap_mb = style->tuned_bucket_cap_mb();
   if (ema) cp.model_ema = ema->state_dict();
   at::Generator generator = at::detail::getDefaultCPUGenerator();
   cp.rng_state = generator.get_state();

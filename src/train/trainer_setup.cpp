@@ -144,6 +144,7 @@ void Trainer::State::restore(const TrainingCheckpoint& cp, const fs::path& file)
   load_optimizer_state_dict(*optimizer, cp.optimizer);
   if (scaler->is_enabled() && cp.scaler.size() > 0) scaler->load_state_dict(cp.scaler);
   if (std::string note = style->load_comm_hook_state(cp.comm_hook); !note.empty()) start_notes.push_back(note);
+  if (cp.bucket_cap_mb > 0) style->resume_bucket_cap(cp.bucket_cap_mb);
   if (ema && !cp.model_ema.is_empty()) {
     ema->load_state_dict(cp.model_ema);
   } else if (ema) {

@@ -10,6 +10,8 @@ train::TrainOptions command_line_options() {
   auto options = train::TrainOptions("resnet18").log(&std::cout).logs(train::LogOptions());
   // imagenet/main.py's processes wait as long as torch.distributed's default (30 minutes).
   options.parallel().dist().timeout(std::chrono::minutes(30));
+  // Unless --bucket-cap-mb gives one, DDP chooses its bucket size by measuring (BucketTuner).
+  options.parallel().tune_buckets(true);
   return options;
 }
 

@@ -234,10 +234,15 @@ void add_parallel_flags(CLI::App& app, TrainFlags& flags) {
                  "fills it); checkpoints hold the whole state, resumable with or without it")
       ->capture_default_str();
   ReducerOptions& reducer = parallel.reducer();
-  app.add_option("--bucket-cap-mb", reducer.bucket_cap_mb(),
-                 "--mode ddp and ps: gradient bucket size in MiB, each bucket reduced as soon as backward fills it")
-      ->check(above(0))
-      ->capture_default_str();
+  app.add_option_function<double>(
+         "--bucket-cap-mb",
+         [&parallel](double mb) {
+           parallel.reducer().bucket_cap_mb(mb);
+           parallel.tune_buckets(false);
+         },
+         "--mode ddp and ps: gradient bucket size in MiB, each bucket reduced as soon as backward fills it "
+         "(default: ddp chooses from 1, 4, 10, 25 and 50 by measuring its first steps, and says which; ps 25)")
+      ->check(above(0));
   app.add_option("--first-bucket-cap-mb", reducer.first_bucket_cap_mb(),
                  "--mode ddp and ps: the first bucket's size (small, so that communication starts early)")
       ->check(above(0))

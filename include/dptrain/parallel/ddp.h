@@ -100,6 +100,7 @@ class DistributedDataParallelBase : public Joinable {
   const DDPOptions& options() const { return options_; }
   dist::Communicator& communicator() const { return *comm_; }
   const Reducer& reducer() const { return reducer_; }
+  Reducer& reducer() { return reducer_; }
 
   // Timing of the last step whose backward reduced gradients.
   StepTiming last_timing() const;

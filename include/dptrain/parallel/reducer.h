@@ -65,6 +65,7 @@ struct ReductionTimes {
     int64_t reduced_bytes = 0;  // what the comm hook reduced for them (less when it compresses)
   };
   std::vector<Bucket> buckets;  // in launch order
+  Clock::time_point began;       // the backward's first gradient reached the reducer
   Clock::time_point wait_began;  // backward had finished computing; the reducer began to wait
   Clock::time_point finished;    // every bucket reduced (and unused parameters counted)
 };
@@ -104,6 +105,12 @@ class Reducer {
 
   // Replaces the default mean allreduce.
   void set_comm_hook(CommHook hook);
+
+  // Lays the buckets out anew with ReducerOptions::bucket_cap_mb `bucket_cap_mb` (BucketTuner's
+  // choices), between steps; every rank at the same step. Not with shard_gradients (the sharded
+  // optimizer is cut from the buckets), nor under a hook that keeps state per bucket once it has
+  // begun (PowerSGD after its start_iter).
+  void rebucket(double bucket_cap_mb);
 
   // Arms the hooks: the next backward (the backward_passes-th from now) will reduce. Without it,
   // backward accumulates locally. Also points every parameter's .grad at its bucket slice, keeping its value (zero
@@ -160,6 +167,8 @@ class Reducer {
   };
   class ReadyHook;
 
+  // Buckets, slots and the hooks' views for options_'s caps (the constructor, rebucket()).
+  void lay_out_buckets();
   void mark_ready(size_t index);
   bool accumulating_locally();
   void adopt_gradient(size_t index);

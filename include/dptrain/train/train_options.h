@@ -163,6 +163,11 @@ struct ParallelOptions {
   // backward has filled it (DDP's bucket_cap_mb, the small first and last buckets, unused
   // parameters). Gradients always alias their bucket (PyTorch's gradient_as_bucket_view): no copy.
   TORCH_ARG(ReducerOptions, reducer) = {};
+  // Mode Ddp: choose reducer.bucket_cap_mb by measuring the first steps under a few sizes
+  // (BucketTuner), and say the choice; checkpoints keep it. Not with ZeRO-2 (its optimizer is cut
+  // from the buckets), PowerSGD (its state is kept per bucket) or deterministic runs (with more than
+  // two ranks the buckets set the order of the sums): those keep reducer.bucket_cap_mb.
+  TORCH_ARG(bool, tune_buckets) = false;
   // Mode Ddp: how each bucket is reduced (the mean, halved to fp16 or bf16, or compressed by
   // PowerSGD, whose state the checkpoints keep).
   TORCH_ARG(CommHookOptions, comm_hook) = {};

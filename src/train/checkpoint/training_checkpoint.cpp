@@ -83,6 +83,7 @@ c10::IValue TrainingCheckpoint::to_ivalue() const {
     out.insert("model_ema", ema);
   }
   if (comm_hook.size() > 0) out.insert("comm_hook", comm_hook);
+  if (bucket_cap_mb > 0) out.insert("bucket_cap_mb", bucket_cap_mb);
   return out;
 }
 
@@ -107,6 +108,7 @@ TrainingCheckpoint TrainingCheckpoint::from_ivalue(const c10::IValue& value, con
   out.rng_state = read.get("rng_state", &c10::IValue::isTensor, "a tensor").toTensor();
   if (read.has("model_ema")) out.model_ema = tensors_of(read.dict("model_ema"), file);
   if (read.has("comm_hook")) out.comm_hook = read.dict("comm_hook");
+  if (read.has("bucket_cap_mb")) out.bucket_cap_mb = read.number("bucket_cap_mb");
   return out;
 }
 

@@ -140,4 +140,43 @@ TEST(Reducer, ReducesOnceAfterTheConfiguredNumberOfBackwardPasses) {
   });
 }
 
+// rebucket() between steps: one bucket per parameter, then the first (tiny) bucket and one for the
+// rest (those under the middle limit, now 1 MiB). The gradient the
+// last step left in .grad moves into the new bucket (an optimizer may still read it), and the next
+// step reduces through the new layout.
+TEST(Reducer, RebucketsBetweenStepsKeepingTheGradients) {
+  dpt::testing::run_ranks(2, [](dpt::dist::Communicator& comm) {
+    torch::nn::Sequential model(torch::nn::Linear(4, 8), torch::nn::Linear(8, 2));
+    std::vector<dpt::NamedParameter> params;
+    for (const auto& p : model->named_parameters()) params.push_back({p.key(), p.value()});
+    const double tiny_mb = 4.0 / (1 << 20);
+    dpt::Reducer reducer(params, {std::shared_ptr<void>(), &comm},
+                         dpt::ReducerOptions().first_bucket_cap_mb(tiny_mb).bucket_cap_mb(tiny_mb).last_bucket_cap_mb(1));
+    std::vector<int64_t> launched;
+    reducer.set_comm_hook([&launched](dpt::dist::Communicator& c, const dpt::GradBucket& bucket) {
+      launched.push_back(bucket.buffer.numel());
+      return dpt::PendingReduction(c.all_reduce_async(bucket.buffer, dpt::dist::ReduceOp::Sum));
+    });
+    const at::Tensor x = at::full({3, 4}, comm.rank() + 1.0);
+    const auto& bias = model[1]->as<torch::nn::Linear>()->bias;
+    reducer.prepare_for_backward();
+    model->forward(x).sum().backward();
+    EXPECT_EQ(launched, (std::vector<int64_t>{2, 16, 8, 32}));
+    const at::Tensor first_step_weight_grad = model[0]->as<torch::nn::Linear>()->weight.grad().clone();
+
+    reducer.rebucket(1.0);
+    EXPECT_EQ(reducer.bucket_indices(), (Buckets{{3}, {2, 1, 0}}));
+    EXPECT_TRUE(bias.grad().equal(at::full({2}, 6.0)));
+    reducer.prepare_for_backward();  // the gradients move into the new bucket, unchanged
+    EXPECT_TRUE(model[0]->as<torch::nn::Linear>()->weight.grad().equal(first_step_weight_grad));
+    EXPECT_EQ(bias.grad().data_ptr(), reducer.bucket_buffer(0).data_ptr());  // bias (3) is bucket 0's
+    for (auto& p : model->parameters()) p.mutable_grad().zero_();
+    launched.clear();
+    model->forward(x).sum().backward();
+    EXPECT_EQ(launched, (std::vector<int64_t>{2, 56}));
+    EXPECT_TRUE(bias.grad().equal(at::full({2}, 6.0)));
+    EXPECT_TRUE(model[0]->as<torch::nn::Linear>()->weight.grad().equal(first_step_weight_grad));
+  });
+}
+
 }  // namespace

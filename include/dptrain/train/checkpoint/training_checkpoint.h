@@ -49,6 +49,9 @@ struct TrainingCheckpoint {
   // --comm-hook powersgd: its state, every rank's errors included (powersgd_state.h); empty
   // otherwise (and in older checkpoints).
   c10::impl::GenericDict comm_hook{c10::StringType::get(), c10::AnyType::get()};
+  // The DDP bucket size (MiB) the run chose by measuring (BucketTuner), which a resume keeps; 0:
+  // none chosen (a size given, or older checkpoints).
+  double bucket_cap_mb = 0;
 
   c10::IValue to_ivalue() const;
   // Throws CheckpointError naming `file` and the missing or mistyped entry.
