@@ -54,7 +54,8 @@ std::unique_ptr<Transport> hierarchical_transport(compat::BackendPtr& backend, c
     const size_t half_slot = shm::default_slot_bytes(local.world_size) / 2 / 4096 * 4096;
     const auto shm_options =
         shm::Options().timeout(options.timeout()).job_ranks(mates).slot_bytes(std::max<size_t>(4096, half_slot));
-    for (auto [group, name] : {std::pair{&groups.reductions, "reductions"}, std::pair{&groups.broadcasts, "broadcasts"}}) {
+    for (auto [group, name] :
+         {std::pair{&groups.reductions, "reductions"}, std::pair{&groups.broadcasts, "broadcasts"}}) {
       // Collective on the machine: every rank attaches both, whatever became of the first.
       c10d::PrefixStore shm_store(str("hierarchy/machine", layout->machine, "/", name), options.store());
       std::string why;

@@ -228,8 +228,9 @@ TEST(HierarchicalAllreduce, RanksThatDisagreeFailOnEveryRank) {
     }
   });
   for (int rank : {2, 3}) {
-    EXPECT_NE(messages[rank].find("rank 2: reduce(sum) to rank 2 of 64 Float\n    rank 3: reduce(sum) to rank 2 of 65 Float"),
-              std::string::npos)
+    EXPECT_NE(
+        messages[rank].find("rank 2: reduce(sum) to rank 2 of 64 Float\n    rank 3: reduce(sum) to rank 2 of 65 Float"),
+        std::string::npos)
         << messages[rank];
   }
   for (int rank : {0, 1}) EXPECT_FALSE(messages[rank].empty()) << "rank " << rank << " did not fail";

@@ -149,8 +149,9 @@ TEST(SharedMemoryAllreduce, RanksThatDisagreeOnTheRootFailOnEveryRank) {
     EXPECT_TRUE(tensor.equal(torch::full({10}, rank, torch::kFloat)));
   });
   for (int rank = 0; rank < 2; ++rank) {
-    EXPECT_NE(messages[rank].find("rank 0: broadcast from rank 0 of 10 Float\n    rank 1: broadcast from rank 1 of 10 Float"),
-              std::string::npos)
+    EXPECT_NE(
+        messages[rank].find("rank 0: broadcast from rank 0 of 10 Float\n    rank 1: broadcast from rank 1 of 10 Float"),
+        std::string::npos)
         << messages[rank];
   }
 }
@@ -161,7 +162,8 @@ TEST(SharedMemoryAllreduce, SlotsShrinkWithLargeWorldsToKeepTheSegmentSmall) {
   EXPECT_EQ(dpt::dist::transport::shm::default_slot_bytes(8), size_t{2} << 20);
   EXPECT_EQ(dpt::dist::transport::shm::default_slot_bytes(64), size_t{256} << 10);
   EXPECT_EQ(dpt::dist::transport::shm::default_slot_bytes(3) % 4096, 0u);
-  for (int n : {2, 3, 5, 8, 64, 1000}) EXPECT_LE(2 * n * dpt::dist::transport::shm::default_slot_bytes(n), size_t{32} << 20) << n;
+  for (int n : {2, 3, 5, 8, 64, 1000})
+    EXPECT_LE(2 * n * dpt::dist::transport::shm::default_slot_bytes(n), size_t{32} << 20) << n;
 }
 
 TEST(SharedMemoryAllreduce, TakesOnlyWhatItCanReduce) {

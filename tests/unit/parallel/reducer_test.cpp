@@ -150,8 +150,9 @@ TEST(Reducer, RebucketsBetweenStepsKeepingTheGradients) {
     std::vector<dpt::NamedParameter> params;
     for (const auto& p : model->named_parameters()) params.push_back({p.key(), p.value()});
     const double tiny_mb = 4.0 / (1 << 20);
-    dpt::Reducer reducer(params, {std::shared_ptr<void>(), &comm},
-                         dpt::ReducerOptions().first_bucket_cap_mb(tiny_mb).bucket_cap_mb(tiny_mb).last_bucket_cap_mb(1));
+    dpt::Reducer reducer(
+        params, {std::shared_ptr<void>(), &comm},
+        dpt::ReducerOptions().first_bucket_cap_mb(tiny_mb).bucket_cap_mb(tiny_mb).last_bucket_cap_mb(1));
     std::vector<int64_t> launched;
     reducer.set_comm_hook([&launched](dpt::dist::Communicator& c, const dpt::GradBucket& bucket) {
       launched.push_back(bucket.buffer.numel());

@@ -167,18 +167,18 @@ struct Transport::Steps {
 
 Transport::Transport(std::string layout, int world_size, Groups groups, std::unique_ptr<process_group::Transport> job,
                      std::chrono::milliseconds timeout)
-    : world_size_(world_size), job_(std::move(job)), layout_(std::move(layout)) {
+    : OverBackend(std::move(job)), world_size_(world_size), layout_(std::move(layout)) {
   DPT_ASSERT(groups.leaders || (groups.reductions && groups.broadcasts), "a rank alone on its machine leads it");
   steps_ = std::make_unique<Steps>(std::move(groups), timeout);
 }
 
 Transport::~Transport() = default;
 
-std::string Transport::describe() const { return job_->describe() + " + hierarchical (" + layout_ + ")"; }
+std::string Transport::describe() const { return backend().describe() + " + hierarchical (" + layout_ + ")"; }
 
 compat::WorkPtr Transport::all_reduce(at::Tensor tensor, ReduceOp op, const CollectiveRecord& record) {
   // What shared memory takes (the leaders' Gloo takes it too), on every rank alike.
-  if (!shm::Allreduce::accepts(tensor, op)) return job_->all_reduce(std::move(tensor), op, record);
+  if (!shm::Allreduce::accepts(tensor, op)) return OverBackend::all_reduce(std::move(tensor), op, record);
   // Divided before the sum, on the calling thread, as the flat Gloo allreduce does (process_group/
   // transport.h): the same addends, so only the order of the sum differs.
   if (op == ReduceOp::Mean) {

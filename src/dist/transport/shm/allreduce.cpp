@@ -10,6 +10,7 @@
 #include <condition_variable>
 #include <cstring>
 #include <deque>
+#include <functional>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -76,6 +77,11 @@ struct Allreduce::State {
 
   void serve();
   void run(const Operation& operation);
+  // A copy chunk by chunk without a reduction: copy_in(slot, byte offset, bytes) fills this rank's
+  // slot where it contributes, and once every rank's is labelled and checked, copy_out reads them.
+  using ChunkCopy = std::function<void(int, size_t, size_t)>;
+  void run_copy(const Operation& operation, int32_t label_op, const char* step, const ChunkCopy& copy_in,
+                const ChunkCopy& copy_out);
   void run_gather(const Operation& operation);
   void run_broadcast(const Operation& operation);
   void enqueue(Operation operation);
@@ -184,66 +190,61 @@ void Allreduce::State::run(const Operation& operation) {
   }
 }
 
-void Allreduce::State::run_gather(const Operation& operation) {
-  const auto deadline = Clock::now() + options.timeout();
-  const at::Tensor& input = operation.tensor;
-  const size_t element = input.element_size();
-  const int64_t numel = input.numel();
-  const int64_t chunk_elements = static_cast<int64_t>(segment->slot_bytes() / element);
-  const char* own = static_cast<const char*>(input.data_ptr());
-  char* gathered = static_cast<char*>(operation.gathered.data_ptr());
-  RankControl& mine = segment->control(rank);
-  for (int64_t offset = 0; offset < numel; offset += chunk_elements) {
-    const size_t bytes = static_cast<size_t>(std::min(chunk_elements, numel - offset)) * element;
-    const uint64_t chunk = ++chunks;
-    const uint32_t number = static_cast<uint32_t>(chunk);
-    const int slot = static_cast<int>(chunk & 1);
-    // 1. Copy this rank's part in, once every rank has finished the chunk that used this slot.
-    if (chunk > 2) wait_for_peers(&RankControl::finished, number - 2, "finish the chunk before last", deadline);
-    std::memcpy(segment->slot(rank, slot), own + offset * element, bytes);
-    mine.labels[slot] = ChunkLabel{static_cast<uint64_t>(numel), static_cast<uint64_t>(offset), operation.step,
-                                   static_cast<int32_t>(input.scalar_type()), kGatherOp};
-    publish(mine.arrived, number);
-    wait_for_peers(&RankControl::arrived, number, "start the same all_gather", deadline);
-    check_labels(slot);
-    // 2. Copy every rank's part out (this rank's from its input). `reduced` moves on too, so that
-    //    every counter keeps the chunk count whichever operations follow.
-    for (int r = 0; r < world_size; ++r) {
-      const char* from = r == rank ? own + offset * element : segment->slot(r, slot);
-      std::memcpy(gathered + (r * numel + offset) * element, from, bytes);
-    }
-    publish(mine.reduced, number);
-    publish(mine.finished, number);
-  }
-}
-
-void Allreduce::State::run_broadcast(const Operation& operation) {
+void Allreduce::State::run_copy(const Operation& operation, int32_t label_op, const char* step,
+                                const ChunkCopy& copy_in, const ChunkCopy& copy_out) {
   const auto deadline = Clock::now() + options.timeout();
   const at::Tensor& tensor = operation.tensor;
   const size_t element = tensor.element_size();
   const int64_t numel = tensor.numel();
   const int64_t chunk_elements = static_cast<int64_t>(segment->slot_bytes() / element);
-  char* data = static_cast<char*>(tensor.data_ptr());
   RankControl& mine = segment->control(rank);
   for (int64_t offset = 0; offset < numel; offset += chunk_elements) {
     const size_t bytes = static_cast<size_t>(std::min(chunk_elements, numel - offset)) * element;
     const uint64_t chunk = ++chunks;
     const uint32_t number = static_cast<uint32_t>(chunk);
     const int slot = static_cast<int>(chunk & 1);
-    // 1. The root copies its chunk in, once every rank has finished the chunk that used this slot;
-    //    the others only label theirs, so that every rank checks what every other one started.
+    // 1. Copy in, once every rank has finished the chunk that used this slot. Every rank labels
+    //    its slot, whether it copied or not, so that every rank checks what every other one started.
     if (chunk > 2) wait_for_peers(&RankControl::finished, number - 2, "finish the chunk before last", deadline);
-    if (rank == operation.root) std::memcpy(segment->slot(rank, slot), data + offset * element, bytes);
+    copy_in(slot, offset * element, bytes);
     mine.labels[slot] = ChunkLabel{static_cast<uint64_t>(numel), static_cast<uint64_t>(offset), operation.step,
-                                   static_cast<int32_t>(tensor.scalar_type()), kBroadcastOp, operation.root};
+                                   static_cast<int32_t>(tensor.scalar_type()), label_op, operation.root};
     publish(mine.arrived, number);
-    wait_for_peers(&RankControl::arrived, number, "start the same broadcast", deadline);
+    wait_for_peers(&RankControl::arrived, number, step, deadline);
     check_labels(slot);
-    // 2. The others copy it out; every counter moves on, as after a reduction.
-    if (rank != operation.root) std::memcpy(data + offset * element, segment->slot(operation.root, slot), bytes);
+    // 2. Copy out. `reduced` moves on too, so that every counter keeps the chunk count whichever
+    //    operations follow.
+    copy_out(slot, offset * element, bytes);
     publish(mine.reduced, number);
     publish(mine.finished, number);
   }
+}
+
+void Allreduce::State::run_gather(const Operation& operation) {
+  const char* own = static_cast<const char*>(operation.tensor.data_ptr());
+  char* gathered = static_cast<char*>(operation.gathered.data_ptr());
+  const size_t input_bytes = operation.tensor.nbytes();
+  run_copy(
+      operation, kGatherOp, "start the same all_gather",
+      [&](int slot, size_t at, size_t bytes) { std::memcpy(segment->slot(rank, slot), own + at, bytes); },
+      [&](int slot, size_t at, size_t bytes) {  // every rank's part, this rank's from its input
+        for (int r = 0; r < world_size; ++r) {
+          std::memcpy(gathered + r * input_bytes + at, r == rank ? own + at : segment->slot(r, slot), bytes);
+        }
+      });
+}
+
+void Allreduce::State::run_broadcast(const Operation& operation) {
+  char* data = static_cast<char*>(operation.tensor.data_ptr());
+  const int root = operation.root;
+  run_copy(
+      operation, kBroadcastOp, "start the same broadcast",
+      [&](int slot, size_t at, size_t bytes) {
+        if (rank == root) std::memcpy(segment->slot(rank, slot), data + at, bytes);
+      },
+      [&](int slot, size_t at, size_t bytes) {
+        if (rank != root) std::memcpy(data + at, segment->slot(root, slot), bytes);
+      });
 }
 
 void Allreduce::State::enqueue(Operation operation) {
@@ -268,8 +269,10 @@ void Allreduce::State::wait_for_peers(Counter RankControl::*counter, uint32_t ch
       }
       if (stopping) fail_waiting(peer, step, "this rank's communicator was shut down");
       if (segment->control(peer).closed.value.load(std::memory_order_acquire) != 0) {
-        fail_waiting(peer, step, str("rank ", job_rank(peer), " has closed its communicator: it left the job or failed; "
-                                     "its own output says why"));
+        fail_waiting(peer, step,
+                     str("rank ", job_rank(peer),
+                         " has closed its communicator: it left the job or failed; "
+                         "its own output says why"));
       }
       const int32_t pid = segment->control(peer).pid;
       if (peers_visible && kill(pid, 0) != 0 && errno == ESRCH) {
@@ -277,8 +280,8 @@ void Allreduce::State::wait_for_peers(Counter RankControl::*counter, uint32_t ch
       }
       const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
       if (left.count() <= 0) {
-        throw TimeoutError(str("rank ", job_rank(rank), ": all_reduce over shared memory timed out: rank ", job_rank(peer), " did not ",
-                               step, " within ", options.timeout().count() / 1000.0,
+        throw TimeoutError(str("rank ", job_rank(rank), ": all_reduce over shared memory timed out: rank ",
+                               job_rank(peer), " did not ", step, " within ", options.timeout().count() / 1000.0,
                                " s. It is stuck, much slower, or gone; check its output."));
       }
       wait_for_change(awaited, seen, std::min(left, kWaitSlice));
@@ -300,16 +303,16 @@ void Allreduce::State::check_labels(int slot) {
       return str("\n    rank ", job_rank(r), ": ", what, " of ", label.numel, " ", at::ScalarType(label.dtype),
                  label.step >= 0 ? str(" step ", label.step) : "");
     };
-    throw DistError(str("rank ", job_rank(rank), ": all_reduce over shared memory: the ranks disagree on what they reduce: ",
-                        detail::kDisagreementAdvice, " Each rank's:",
-                        describe(std::min(rank, peer), rank < peer ? own : theirs),
-                        describe(std::max(rank, peer), rank < peer ? theirs : own)));
+    throw DistError(
+        str("rank ", job_rank(rank), ": all_reduce over shared memory: the ranks disagree on what they reduce: ",
+            detail::kDisagreementAdvice, " Each rank's:", describe(std::min(rank, peer), rank < peer ? own : theirs),
+            describe(std::max(rank, peer), rank < peer ? theirs : own)));
   }
 }
 
 void Allreduce::State::fail_waiting(int peer, const char* step, const std::string& why) {
-  throw DistError(str("rank ", job_rank(rank), ": all_reduce over shared memory failed while waiting for rank ", job_rank(peer), " to ",
-                      step, ": ", why));
+  throw DistError(str("rank ", job_rank(rank), ": all_reduce over shared memory failed while waiting for rank ",
+                      job_rank(peer), " to ", step, ": ", why));
 }
 
 size_t default_slot_bytes(int world_size) {
@@ -349,7 +352,8 @@ compat::WorkPtr Allreduce::all_gather(at::Tensor input, at::Tensor output, int64
                  output.numel() == input.numel() * state_->world_size,
              "shared-memory all_gather given tensors it does not take");
   auto work = c10::make_intrusive<CompletingWork>();
-  state_->enqueue(State::Operation{State::Kind::Gather, std::move(input), ReduceOp::Sum, step, work, std::move(output), -1});
+  state_->enqueue(
+      State::Operation{State::Kind::Gather, std::move(input), ReduceOp::Sum, step, work, std::move(output), -1});
   return work;
 }
 
@@ -357,7 +361,8 @@ compat::WorkPtr Allreduce::broadcast(at::Tensor tensor, int root, int64_t step) 
   DPT_ASSERT(accepts(tensor, ReduceOp::Sum) && root >= 0 && root < state_->world_size,
              "shared-memory broadcast given a tensor or root it does not take");
   auto work = c10::make_intrusive<CompletingWork>();
-  state_->enqueue(State::Operation{State::Kind::Broadcast, std::move(tensor), ReduceOp::Sum, step, work, at::Tensor(), root});
+  state_->enqueue(
+      State::Operation{State::Kind::Broadcast, std::move(tensor), ReduceOp::Sum, step, work, at::Tensor(), root});
   return work;
 }
 

@@ -24,13 +24,13 @@
 #include <memory>
 #include <string>
 
+#include "dptrain/dist/transport/over_backend.h"
 #include "dptrain/dist/transport/process_group/transport.h"
 #include "dptrain/dist/transport/shm/allreduce.h"
-#include "dptrain/dist/transport/transport.h"
 
 namespace dpt::dist::transport::hierarchical {
 
-class Transport : public transport::Transport {
+class Transport : public OverBackend {
  public:
   // What the steps go through on this rank.
   struct Groups {
@@ -49,35 +49,13 @@ class Transport : public transport::Transport {
   ~Transport() override;
 
   std::string describe() const override;
-  std::string backend_name() const override { return job_->backend_name(); }
-  bool reduces(at::ScalarType type) const override { return job_->reduces(type); }
-  bool scatters(const at::Tensor& like, ReduceOp op) const override { return job_->scatters(like, op); }
   compat::WorkPtr all_reduce(at::Tensor tensor, ReduceOp op, const CollectiveRecord& record) override;
-  compat::WorkPtr broadcast(at::Tensor tensor, int root, const CollectiveRecord& record) override {
-    return job_->broadcast(std::move(tensor), root, record);
-  }
-  compat::WorkPtr all_gather(at::Tensor input, at::Tensor output, const CollectiveRecord& record) override {
-    return job_->all_gather(std::move(input), std::move(output), record);
-  }
-  compat::WorkPtr reduce_scatter(at::Tensor input, at::Tensor output, ReduceOp op,
-                                 const CollectiveRecord& record) override {
-    return job_->reduce_scatter(std::move(input), std::move(output), op, record);
-  }
-  compat::WorkPtr send(at::Tensor tensor, int peer, int tag) override {
-    return job_->send(std::move(tensor), peer, tag);
-  }
-  compat::WorkPtr recv(at::Tensor tensor, int peer, int tag) override {
-    return job_->recv(std::move(tensor), peer, tag);
-  }
   std::chrono::milliseconds failure_report_delay() const override { return shm::Allreduce::kFailureReportDelay; }
 
  private:
   struct Steps;  // the pipeline that takes each operation through the three steps
 
   int world_size_;
-  // Declared first, destroyed last: the steps finish or fail what is queued while the job's
-  // backend is still there.
-  std::unique_ptr<process_group::Transport> job_;
   std::string layout_;
   std::unique_ptr<Steps> steps_;
 };
