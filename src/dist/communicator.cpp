@@ -92,14 +92,7 @@ Communicator::Communicator(compat::BackendPtr backend, WorldInfo world, const Co
              world_.rank, "/", world_.world_size);
   transport_ = transport::make_transport(
       std::move(backend), world_,
-      transport::TransportOptions()
-          .timeout(timeout_)
-          .shared_memory(options.shared_memory())
-          .hierarchical(options.hierarchical())
-          .group_backend(options.group_backend())
-          .store(store_)
-          .check_agreement(options.check_agreement())
-          .abandonment(abandonment_));
+      transport::TransportOptions(options.transport()).timeout(timeout_).store(store_).abandonment(abandonment_));
 }
 
 Communicator::~Communicator() = default;

@@ -144,10 +144,11 @@ std::shared_ptr<Communicator> init_process_group(const InitOptions& options, con
                                           CommunicatorOptions()
                                               .timeout(options.timeout())
                                               .store(store)
-                                              .shared_memory(wants_shared_memory(options, env))
-                                              .hierarchical(wants_hierarchy(options, env))
-                                              .group_backend(leaders)
-                                              .check_agreement(check_collectives(options, env)));
+                                              .transport(transport::TransportOptions()
+                                                             .shared_memory(wants_shared_memory(options, env))
+                                                             .hierarchical(wants_hierarchy(options, env))
+                                                             .group_backend(leaders)
+                                                             .check_agreement(check_collectives(options, env))));
 #else
     throw ConfigError("this build of dptrain has no Gloo backend (its headers were missing at build time); "
                       "install libgloo-dev and rebuild, or use --dist-backend nccl");
@@ -188,8 +189,9 @@ std::shared_ptr<Communicator> gloo_group(const compat::StorePtr& store, const Wo
                                         CommunicatorOptions()
                                             .timeout(options.timeout())
                                             .store(prefixed)
-                                            .shared_memory(shared_memory)
-                                            .check_agreement(check_collectives(options, env)));
+                                            .transport(transport::TransportOptions()
+                                                           .shared_memory(shared_memory)
+                                                           .check_agreement(check_collectives(options, env))));
 #else
   throw ConfigError(
       "this build of dptrain has no Gloo backend (its headers were missing at build time); "

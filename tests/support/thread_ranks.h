@@ -90,8 +90,9 @@ inline void run_ranks(int world_size, const std::function<void(dist::Communicato
                             dist::CommunicatorOptions()
                                 .timeout(timeout)
                                 .store(store)
-                                .shared_memory(shared_memory)
-                                .check_agreement(transport != Transport::UncheckedGloo));
+                                .transport(dist::transport::TransportOptions()
+                                               .shared_memory(shared_memory)
+                                               .check_agreement(transport != Transport::UncheckedGloo)));
     if (shared_memory && world_size > 1 && comm.transport() != "gloo + shared memory") {
       throw std::runtime_error("asked for shared memory, got " + comm.transport());
     }

@@ -93,16 +93,12 @@ struct CommunicatorOptions {
   // The rendezvous store, kept alive as long as the communicator (on rank 0 it is the server the
   // other ranks talk to). Null for a communicator built around a bare backend.
   TORCH_ARG(compat::StorePtr, store);
-  // Try shared memory for all_reduce when every rank is on this host (needs `store`).
-  TORCH_ARG(bool, shared_memory) = false;
-  // With shared_memory, where the ranks span machines: all_reduce within each machine first
-  // (transport::TransportOptions::hierarchical), its leaders' group made by `group_backend`.
-  TORCH_ARG(bool, hierarchical) = false;
-  TORCH_ARG(transport::GroupBackendFactory, group_backend);
-  // Over Gloo, every collective first compares every rank's flight-recorder entry for it (one
-  // small all_gather): a rank that skipped a collective or has another shape fails every rank at
-  // once, naming each one's, instead of summing the wrong tensors or aborting inside Gloo.
-  TORCH_ARG(bool, check_agreement) = true;
+  // How the operations travel (transport/transport.h): shared memory on one host, the hierarchy
+  // across machines (both need `store`), and over Gloo the agreement check before every collective
+  // (a rank that skipped a collective or has another shape fails every rank at once, naming each
+  // one's, instead of summing the wrong tensors or aborting inside Gloo). Its timeout, store and
+  // abandonment are the communicator's own.
+  TORCH_ARG(transport::TransportOptions, transport) = {};
   // How many recent collectives the flight recorder keeps (about three training steps' worth).
   TORCH_ARG(size_t, flight_recorder_size) = 16;
   // Where a failing collective prints the flight recorder's entries; null: nowhere.
@@ -111,8 +107,8 @@ struct CommunicatorOptions {
 
 class Communicator {
  public:
-  // Collective when options.shared_memory(): every rank constructs its communicator at the same
-  // point, since the ranks agree on the transport (transport::make_transport).
+  // Collective where the transport may be shared memory or hierarchical: every rank constructs its
+  // communicator at the same point, since the ranks agree on the transport (transport::make_transport).
   Communicator(compat::BackendPtr backend, WorldInfo world, const CommunicatorOptions& options = {});
   ~Communicator();
   Communicator(const Communicator&) = delete;
