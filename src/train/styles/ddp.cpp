@@ -90,6 +90,7 @@ class DdpStyle : public ParallelStyle {
     }
   }
 
+ private:
   // Tunes the bucket size where nothing rules it out; else says why it stays.
   void start_tuning(const TrainOptions& options) {
     const char* why_not = options.parallel().zero_stage() == 2 ? "ZeRO-2 cuts its optimizer from the buckets"

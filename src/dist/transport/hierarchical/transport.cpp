@@ -1,7 +1,7 @@
 #include "dptrain/dist/transport/hierarchical/transport.h"
 
-#include <condition_variable>
 #include <algorithm>
+#include <condition_variable>
 #include <deque>
 #include <functional>
 #include <mutex>
@@ -11,6 +11,7 @@
 #include "dptrain/common/error.h"
 
 namespace dpt::dist::transport::hierarchical {
+namespace {
 
 // A queue served by one thread, in order; stopping lets it finish what is queued.
 template <typename Item>
@@ -56,6 +57,8 @@ class Served {
   std::thread worker_;  // last: starts once everything above exists
 };
 
+}  // namespace
+
 // The three steps as a pipeline, so that the link between machines never waits for shared memory:
 // while the leaders all-reduce one operation across machines, the machine already reduces the
 // next, and broadcasts the one before. Reductions and broadcasts go through two shared-memory
@@ -82,6 +85,7 @@ struct Transport::Steps {
   // it: its reduction must read what that one's broadcast writes.
   void enqueue(Operation operation) {
     const void* storage = operation.tensor.storage().data();
+    std::lock_guard<std::mutex> lock(starting);  // the callers' threads (backward's, the loop's) in turn
     for (auto& [earlier, work] : in_flight) {
       if (earlier == storage && !work->isCompleted()) work->wait(machine_wait());
     }
@@ -160,7 +164,8 @@ struct Transport::Steps {
   std::exception_ptr broken;  // the first failure: every later operation gets it
   const Groups groups;
   const std::chrono::milliseconds timeout;
-  std::vector<std::pair<const void*, c10::intrusive_ptr<CompletingWork>>> in_flight;  // the caller's
+  std::mutex starting;
+  std::vector<std::pair<const void*, c10::intrusive_ptr<CompletingWork>>> in_flight;  // under `starting`
   Served<Operation> finisher;  // declared before the starter, so destroyed after it
   Served<Operation> starter;
 };
