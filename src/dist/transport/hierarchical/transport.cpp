@@ -191,7 +191,7 @@ compat::WorkPtr Transport::all_reduce(at::Tensor tensor, ReduceOp op, const Coll
     op = ReduceOp::Sum;
   }
   auto work = c10::make_intrusive<CompletingWork>();
-  steps_->enqueue(Steps::Operation{std::move(tensor), op, record, work, nullptr, nullptr});
+  steps_->enqueue(Steps::Operation{std::move(tensor), op, record, work, compat::WorkPtr(), compat::WorkPtr()});
   return work;
 }
 
