@@ -19,22 +19,6 @@ std::unique_ptr<process_group::Transport> through_backend(compat::BackendPtr bac
   return std::make_unique<process_group::Transport>(std::move(backend), options, std::move(note));
 }
 
-// Every rank of the job says whether its part of the hierarchy is ready (`why_not` empty) and
-// reads every other's: the first failure, or empty when all are ready.
-std::string first_failure(c10d::Store& store, const WorldInfo& world, const std::string& why_not,
-                          std::chrono::milliseconds timeout) {
-  const auto key = [](int rank) { return "ready/" + std::to_string(rank); };
-  write_text(store, key(world.rank), why_not.empty() ? "ok" : why_not);
-  std::vector<std::string> keys;
-  for (int r = 0; r < world.world_size; ++r) keys.push_back(key(r));
-  store.wait(keys, timeout);
-  for (int r = 0; r < world.world_size; ++r) {
-    const std::string answer = read_text(store, keys[r]);
-    if (answer != "ok") return str("rank ", r, ": ", answer);
-  }
-  return {};
-}
-
 // The hierarchical transport where every rank wants it and it pays, else null with the reason in
 // `*why_not` (empty where the job's layout simply gains nothing from it).
 std::unique_ptr<Transport> hierarchical_transport(compat::BackendPtr& backend, const WorldInfo& world,
@@ -63,7 +47,7 @@ std::unique_ptr<Transport> hierarchical_transport(compat::BackendPtr& backend, c
       if (failed.empty()) failed = why;
     }
   }
-  failed = first_failure(store, world, failed, options.timeout());
+  failed = first_refusal(store, "ready", world.rank, world.world_size, failed, options.timeout());
   if (!failed.empty()) {
     *why_not = "no shared memory on a machine: " + failed;
     return nullptr;

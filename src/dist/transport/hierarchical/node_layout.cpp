@@ -45,14 +45,11 @@ NodeLayout layout_of(const std::vector<int>& node_of_rank, int rank) {
 
 std::optional<NodeLayout> agree_on_layout(c10d::Store& store, const WorldInfo& world, bool wants,
                                           std::chrono::milliseconds timeout, std::string* why_not) {
-  const auto key = [](int rank) { return "node/" + std::to_string(rank); };
-  write_text(store, key(world.rank), str(world.node_rank, wants ? " wants" : " flat"));
-  std::vector<std::string> keys;
-  for (int r = 0; r < world.world_size; ++r) keys.push_back(key(r));
-  store.wait(keys, timeout);
+  const std::vector<std::string> answers = exchange_text(store, "node", world.rank, world.world_size,
+                                                        str(world.node_rank, wants ? " wants" : " flat"), timeout);
   std::vector<int> node_of_rank;
   for (int r = 0; r < world.world_size; ++r) {
-    const std::string said = read_text(store, keys[r]);
+    const std::string& said = answers[r];
     const auto space = said.find(' ');
     const auto node = decimal_number(std::string_view(said).substr(0, space));
     DPT_CHECK(node && space != std::string::npos, DistError, "rank ", world.rank, ": rank ", r,

@@ -1,64 +1,13 @@
 #include "dptrain/dist/transport/hierarchical/transport.h"
 
 #include <algorithm>
-#include <condition_variable>
-#include <deque>
-#include <functional>
 #include <mutex>
-#include <thread>
 
 #include "../completing_work.h"
+#include "../served_queue.h"
 #include "dptrain/common/error.h"
 
 namespace dpt::dist::transport::hierarchical {
-namespace {
-
-// A queue served by one thread, in order; stopping lets it finish what is queued.
-template <typename Item>
-class Served {
- public:
-  explicit Served(std::function<void(Item&)> serve) : serve_(std::move(serve)), worker_([this] { run(); }) {}
-  ~Served() {
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      stopping_ = true;
-    }
-    queued_.notify_all();
-    worker_.join();
-  }
-  void push(Item item) {
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      queue_.push_back(std::move(item));
-    }
-    queued_.notify_one();
-  }
-
- private:
-  void run() {
-    for (;;) {
-      Item item;
-      {
-        std::unique_lock<std::mutex> lock(mutex_);
-        queued_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
-        if (queue_.empty()) return;
-        item = std::move(queue_.front());
-        queue_.pop_front();
-      }
-      serve_(item);
-    }
-  }
-
-  std::function<void(Item&)> serve_;
-  std::mutex mutex_;
-  std::condition_variable queued_;
-  std::deque<Item> queue_;
-  bool stopping_ = false;
-  std::thread worker_;  // last: starts once everything above exists
-};
-
-}  // namespace
-
 // The three steps as a pipeline, so that the link between machines never waits for shared memory:
 // while the leaders all-reduce one operation across machines, the machine already reduces the
 // next, and broadcasts the one before. Reductions and broadcasts go through two shared-memory
@@ -166,8 +115,8 @@ struct Transport::Steps {
   const std::chrono::milliseconds timeout;
   std::mutex starting;
   std::vector<std::pair<const void*, c10::intrusive_ptr<CompletingWork>>> in_flight;  // under `starting`
-  Served<Operation> finisher;  // declared before the starter, so destroyed after it
-  Served<Operation> starter;
+  ServedQueue<Operation> finisher;  // declared before the starter, so destroyed after it
+  ServedQueue<Operation> starter;
 };
 
 Transport::Transport(std::string layout, int world_size, Groups groups, std::unique_ptr<process_group::Transport> job,

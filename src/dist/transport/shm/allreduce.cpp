@@ -7,16 +7,13 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
-#include <condition_variable>
 #include <cstring>
-#include <deque>
 #include <functional>
-#include <mutex>
-#include <thread>
 #include <vector>
 
 #include "../completing_work.h"
 #include "../process_group/agreement.h"
+#include "../served_queue.h"
 #include "dptrain/common/error.h"
 #include "dptrain/dist/store_text.h"
 #include "reduce_parts.h"
@@ -60,22 +57,19 @@ struct Allreduce::State {
         world_size(world.world_size),
         options(options),
         peers_visible(peers_visible),
-        worker([this] { serve(); }) {}
+        operations([this](Operation& operation) { serve(operation); }) {}
 
   ~State() {
-    {
-      std::lock_guard<std::mutex> lock(mutex);
-      stopping = true;
-    }
-    queued.notify_all();
-    worker.join();
+    stopping = true;    // what is still queued fails at once: its waits look at this
+    operations.stop();
     // Peers still waiting for this rank learn at once that it will not come.
     RankControl& mine = segment->control(rank);
     mine.closed.value.store(1, std::memory_order_release);
     for (Counter* counter : {&mine.arrived, &mine.reduced, &mine.finished}) wake_all(*counter);
   }
 
-  void serve();
+  // One operation, unless an earlier one failed the group; completes its work either way.
+  void serve(Operation& operation);
   void run(const Operation& operation);
   // A copy chunk by chunk without a reduction: copy_in(slot, byte offset, bytes) fills this rank's
   // slot where it contributes, and once every rank's is labelled and checked, copy_out reads them.
@@ -84,7 +78,6 @@ struct Allreduce::State {
                 const ChunkCopy& copy_out);
   void run_gather(const Operation& operation);
   void run_broadcast(const Operation& operation);
-  void enqueue(Operation operation);
   // Returns once every other rank's `counter` has reached `chunk`; throws on timeout, on a peer
   // that exited and on shutdown.
   void wait_for_peers(Counter RankControl::*counter, uint32_t chunk, const char* step, Clock::time_point deadline);
@@ -100,37 +93,24 @@ struct Allreduce::State {
   const bool peers_visible;  // their pids can be checked from here (same pid namespace)
   uint64_t chunks = 0;       // chunks moved so far; the same count on every rank
 
-  std::mutex mutex;
-  std::condition_variable queued;
-  std::deque<Operation> queue;
   std::atomic<bool> stopping{false};
   std::exception_ptr broken;  // the failure that ended this group; every later operation gets it
-  std::thread worker;         // last: starts once everything above exists
+  ServedQueue<Operation> operations;  // last: its thread starts once everything above exists
 };
 
-void Allreduce::State::serve() {
-  for (;;) {
-    Operation operation;
-    {
-      std::unique_lock<std::mutex> lock(mutex);
-      queued.wait(lock, [&] { return stopping || !queue.empty(); });
-      if (queue.empty()) return;
-      operation = std::move(queue.front());
-      queue.pop_front();
-    }
-    if (!broken) {
-      try {
-        switch (operation.kind) {
-          case Kind::Reduce: run(operation); break;
-          case Kind::Gather: run_gather(operation); break;
-          case Kind::Broadcast: run_broadcast(operation); break;
-        }
-      } catch (...) {
-        broken = std::current_exception();
+void Allreduce::State::serve(Operation& operation) {
+  if (!broken) {
+    try {
+      switch (operation.kind) {
+        case Kind::Reduce: run(operation); break;
+        case Kind::Gather: run_gather(operation); break;
+        case Kind::Broadcast: run_broadcast(operation); break;
       }
+    } catch (...) {
+      broken = std::current_exception();
     }
-    operation.work->complete(broken);
   }
+  operation.work->complete(broken);
 }
 
 void Allreduce::State::run(const Operation& operation) {
@@ -247,14 +227,6 @@ void Allreduce::State::run_broadcast(const Operation& operation) {
       });
 }
 
-void Allreduce::State::enqueue(Operation operation) {
-  {
-    std::lock_guard<std::mutex> lock(mutex);
-    queue.push_back(std::move(operation));
-  }
-  queued.notify_one();
-}
-
 void Allreduce::State::wait_for_peers(Counter RankControl::*counter, uint32_t chunk, const char* step,
                                       Clock::time_point deadline) {
   for (int peer = 0; peer < world_size; ++peer) {
@@ -335,7 +307,7 @@ bool Allreduce::accepts(const at::Tensor& tensor, ReduceOp op) {
 compat::WorkPtr Allreduce::all_reduce(at::Tensor tensor, ReduceOp op, int64_t step) {
   DPT_ASSERT(accepts(tensor, op), "shared-memory all_reduce given a tensor or operation it does not take");
   auto work = c10::make_intrusive<CompletingWork>();
-  state_->enqueue(State::Operation{State::Kind::Reduce, std::move(tensor), op, step, work, at::Tensor(), -1});
+  state_->operations.push(State::Operation{State::Kind::Reduce, std::move(tensor), op, step, work, at::Tensor(), -1});
   return work;
 }
 
@@ -343,7 +315,7 @@ compat::WorkPtr Allreduce::reduce(at::Tensor tensor, ReduceOp op, int root, int6
   DPT_ASSERT(accepts(tensor, op) && root >= 0 && root < state_->world_size,
              "shared-memory reduce given a tensor, operation or root it does not take");
   auto work = c10::make_intrusive<CompletingWork>();
-  state_->enqueue(State::Operation{State::Kind::Reduce, std::move(tensor), op, step, work, at::Tensor(), root});
+  state_->operations.push(State::Operation{State::Kind::Reduce, std::move(tensor), op, step, work, at::Tensor(), root});
   return work;
 }
 
@@ -352,7 +324,7 @@ compat::WorkPtr Allreduce::all_gather(at::Tensor input, at::Tensor output, int64
                  output.numel() == input.numel() * state_->world_size,
              "shared-memory all_gather given tensors it does not take");
   auto work = c10::make_intrusive<CompletingWork>();
-  state_->enqueue(
+  state_->operations.push(
       State::Operation{State::Kind::Gather, std::move(input), ReduceOp::Sum, step, work, std::move(output), -1});
   return work;
 }
@@ -361,7 +333,7 @@ compat::WorkPtr Allreduce::broadcast(at::Tensor tensor, int root, int64_t step) 
   DPT_ASSERT(accepts(tensor, ReduceOp::Sum) && root >= 0 && root < state_->world_size,
              "shared-memory broadcast given a tensor or root it does not take");
   auto work = c10::make_intrusive<CompletingWork>();
-  state_->enqueue(
+  state_->operations.push(
       State::Operation{State::Kind::Broadcast, std::move(tensor), ReduceOp::Sum, step, work, at::Tensor(), root});
   return work;
 }
@@ -369,7 +341,6 @@ compat::WorkPtr Allreduce::broadcast(at::Tensor tensor, int root, int64_t step) 
 namespace {
 
 constexpr const char* kNameKey = "name";
-std::string rank_key(int rank) { return "attached/" + std::to_string(rank); }
 
 }  // namespace
 
@@ -397,17 +368,10 @@ std::unique_ptr<Allreduce> Allreduce::attach(c10d::Store& store, const WorldInfo
       }
     }
     if (segment) segment->control(world.rank).pid = static_cast<int32_t>(getpid());
-    write_text(store, rank_key(world.rank), segment ? "ok" : why);
-
-    // Every rank reads every answer, so all of them take the same transport.
-    std::vector<std::string> keys;
-    for (int r = 0; r < world.world_size; ++r) keys.push_back(rank_key(r));
-    store.wait(keys, options.timeout());
-    why.clear();  // the first rank's failure, this one's included, read back like the others
-    for (int r = 0; r < world.world_size && why.empty(); ++r) {
-      const std::string answer = read_text(store, keys[r]);
-      if (answer != "ok") why = str("rank ", r, ": ", answer);
-    }
+    // Every rank reads every answer, so all of them take the same transport: the first rank's
+    // failure, this one's included, read back like the others.
+    why = first_refusal(store, "attached", world.rank, world.world_size, segment ? std::string() : why,
+                        options.timeout());
   } catch (const std::exception& e) {
     if (world.rank == 0 && segment) shm_unlink(name.c_str());
     throw DistError(str("rank ", world.rank, ": setting up shared memory with the other ranks through the store "
