@@ -1,4 +1,6 @@
-# Installs the library so that another project can use it with find_package(dptrain).
+# Installs the library so that another project can use it with find_package(dptrain), the CLI,
+# the guides and the examples (as sources, to read and copy); cmake/dptrainPackage.cmake makes a
+# Debian package of the same.
 include(CMakePackageConfigHelpers)
 get_property(DPTRAIN_LAYER_TARGETS GLOBAL PROPERTY DPTRAIN_LAYER_TARGETS)
 install(TARGETS dptrain dptrain_torch ${DPTRAIN_LAYER_TARGETS} EXPORT dptrainTargets
@@ -18,3 +20,5 @@ install(FILES ${CMAKE_CURRENT_BINARY_DIR}/dptrainConfig.cmake
 if(DPTRAIN_BUILD_TOOLS)
   install(TARGETS dptrain_cli dptrain_torch_cli RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
 endif()
+install(FILES README.md DESTINATION ${CMAKE_INSTALL_DOCDIR})
+install(DIRECTORY docs examples DESTINATION ${CMAKE_INSTALL_DOCDIR})

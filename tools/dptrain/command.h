@@ -50,5 +50,7 @@ Command add_models_command(CLI::App& root);
 Command add_bench_models_command(CLI::App& root);
 Command add_bench_peak_command(CLI::App& root);
 Command add_report_command(CLI::App& root);
+Command add_completion_command(CLI::App& root);  // the two of cli_docs.h, over `root`'s whole tree
+Command add_man_command(CLI::App& root);         // (hidden: the package installs its page)
 
 }  // namespace dpt::cli

@@ -50,6 +50,8 @@ constexpr NamedCommand kCommands[] = {
     {"bench-models", add_bench_models_command},
     {"bench-peak", add_bench_peak_command},
     {"report", add_report_command},
+    {"completion", add_completion_command},
+    {"man", add_man_command},
 };
 
 }  // namespace
