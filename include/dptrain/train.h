@@ -19,4 +19,5 @@
 #include "dptrain/train/metrics.h"
 #include "dptrain/train/ps_server_role.h"
 #include "dptrain/train/train_options.h"
+#include "dptrain/train/evaluator.h"
 #include "dptrain/train/trainer.h"

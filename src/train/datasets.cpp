@@ -74,14 +74,15 @@ void check_same_classes(const Split& train, const Split& val) {
                       only_in(val.classes(), train.classes()), ")"));
 }
 
-// The two splits of a folder (ImageFolders or shard sets), checked to number their classes alike,
-// with their warnings for the banner.
+// The splits of a folder (ImageFolders or shard sets; `train` null where only val/ is read),
+// checked to number their classes alike, with their warnings for the banner.
 template <class Split>
 RunDatasets split_datasets(std::shared_ptr<Split> train, std::shared_ptr<Split> val, const std::string& kind,
                            int image_size, std::vector<int64_t> train_shard_sizes) {
-  check_same_classes(*train, *val);
+  if (train) check_same_classes(*train, *val);
   RunDatasets datasets{train, val, kind, image_size, /*warnings=*/{}, std::move(train_shard_sizes)};
   for (const auto* split : {train.get(), val.get()}) {
+    if (!split) continue;
     for (const auto& warning : split->warnings()) datasets.warnings.push_back("warning: " + warning);
   }
   return datasets;
@@ -89,9 +90,12 @@ RunDatasets split_datasets(std::shared_ptr<Split> train, std::shared_ptr<Split> 
 
 }  // namespace
 
-RunDatasets open_datasets(const DataOptions& options, uint64_t seed, const models::ModelInfo& model) {
+RunDatasets open_datasets(const DataOptions& options, uint64_t seed, const models::ModelInfo& model, Splits splits) {
   // Small images keep more of themselves in a crop than ImageNet's 8% floor allows.
   constexpr double kSmallImageScaleMin = 0.35;
+  const bool with_train = splits == Splits::kTrainAndVal;
+  // Builds the training split only where the run reads it.
+  const auto if_trained = [with_train](auto make) { return with_train ? make() : nullptr; };
   data::TransformOptions shared;
   if (options.interpolation()) shared.interpolation(*options.interpolation());
   if (options.dummy()) {
@@ -105,9 +109,11 @@ RunDatasets open_datasets(const DataOptions& options, uint64_t seed, const model
           .image_size(largest + largest / 4)
           .seed(set_seed);
     };
-    return {std::make_shared<data::SyntheticDataset>(
-                synthetic(options.dummy_train_size(), seed),
-                train_transform(options, shared, seed, sizes.train_crop, kSmallImageScaleMin)),
+    return {if_trained([&] {
+              return std::make_shared<data::SyntheticDataset>(
+                  synthetic(options.dummy_train_size(), seed),
+                  train_transform(options, shared, seed, sizes.train_crop, kSmallImageScaleMin));
+            }),
             std::make_shared<data::SyntheticDataset>(synthetic(options.dummy_val_size(), seed + 1),
                                                      eval_transform(shared, sizes.val_crop, sizes.val_resize)),
             "synthetic", sizes.train_crop, /*warnings=*/{}, /*train_shard_sizes=*/{}};
@@ -119,17 +125,25 @@ RunDatasets open_datasets(const DataOptions& options, uint64_t seed, const model
   const bool remote = data::is_remote(options.root());
   DPT_CHECK(remote || fs::is_directory(root), DataError, "data folder '", root.string(),
             "' does not exist or is not a folder");
-  if (!remote && fs::exists(root / data::cifar_files(true).front())) {
+  // CIFAR-10 by the first file of the split read first.
+  if (!remote && fs::exists(root / data::cifar_files(with_train).front())) {
     const Sizes sizes = sizes_for(options, data::kCifarSide, 1.0);
-    return {std::make_shared<data::Cifar10>(root.string(), true,
-                                            train_transform(options, shared, seed, sizes.train_crop, kSmallImageScaleMin)),
+    return {if_trained([&] {
+              return std::make_shared<data::Cifar10>(
+                  root.string(), true, train_transform(options, shared, seed, sizes.train_crop, kSmallImageScaleMin));
+            }),
             std::make_shared<data::Cifar10>(root.string(), false,
                                             eval_transform(shared, sizes.val_crop, sizes.val_resize)),
             "CIFAR-10", sizes.train_crop, /*warnings=*/{}, /*train_shard_sizes=*/{}};
   }
-  for (const char* split : {"train", "val"}) {
-    DPT_CHECK(remote || fs::is_directory(root / split), DataError, "data folder '", root.string(), "' has no ", split,
-              "/ folder; expected train/ and val/ (ImageFolders or shard sets), or CIFAR-10 binary files");
+  if (with_train) {
+    for (const char* split : {"train", "val"}) {
+      DPT_CHECK(remote || fs::is_directory(root / split), DataError, "data folder '", root.string(), "' has no ",
+                split, "/ folder; expected train/ and val/ (ImageFolders or shard sets), or CIFAR-10 binary files");
+    }
+  } else {
+    DPT_CHECK(remote || fs::is_directory(root / "val"), DataError, "data folder '", root.string(),
+              "' has no val/ folder; evaluation reads val/ (an ImageFolder or a shard set), or CIFAR-10's test_batch.bin");
   }
   // torchvision's recipe: RandomResizedCrop(crop) for training, Resize(resize) + CenterCrop(crop)
   // for validation, with the model's sizes (224 and 256 for most; other sizes keep the ratio),
@@ -142,17 +156,19 @@ RunDatasets open_datasets(const DataOptions& options, uint64_t seed, const model
   const auto train = train_transform(options, shared, seed, sizes.train_crop, scale_min);
   const auto val = eval_transform(shared, sizes.val_crop, sizes.val_resize);
   const std::string train_root = (root / "train").string(), val_root = (root / "val").string();
-  if (remote || data::is_shard_set(train_root)) {
+  if (remote || data::is_shard_set(with_train ? train_root : val_root)) {
     const auto cache = data::ShardCacheOptions(options.shard_cache().empty() ? data::default_shard_cache_folder()
                                                                              : options.shard_cache())
                            .max_bytes(options.shard_cache_bytes());
-    auto shards = std::make_shared<data::ShardSet>(train_root, train, options.bad_images(), cache);
+    auto shards =
+        if_trained([&] { return std::make_shared<data::ShardSet>(train_root, train, options.bad_images(), cache); });
     return split_datasets(shards, std::make_shared<data::ShardSet>(val_root, val, options.bad_images(), cache),
-                          "shards", sizes.train_crop, shards->shard_sizes());
+                          "shards", sizes.train_crop, shards ? shards->shard_sizes() : std::vector<int64_t>{});
   }
-  return split_datasets(std::make_shared<data::ImageFolder>(train_root, train, options.bad_images()),
-                        std::make_shared<data::ImageFolder>(val_root, val, options.bad_images()), "ImageFolder",
-                        sizes.train_crop, /*train_shard_sizes=*/{});
+  return split_datasets(
+      if_trained([&] { return std::make_shared<data::ImageFolder>(train_root, train, options.bad_images()); }),
+      std::make_shared<data::ImageFolder>(val_root, val, options.bad_images()), "ImageFolder", sizes.train_crop,
+      /*train_shard_sizes=*/{});
 }
 
 }  // namespace dpt::train

@@ -11,8 +11,12 @@
 
 namespace dpt::train {
 
+// Which splits a run opens: evaluation reads only the validation set, and may be given a folder
+// that holds nothing else (people keep ImageNet's val/ apart).
+enum class Splits { kTrainAndVal, kValOnly };
+
 struct RunDatasets {
-  std::shared_ptr<const data::Dataset> train;
+  std::shared_ptr<const data::Dataset> train;  // null for Splits::kValOnly
   std::shared_ptr<const data::Dataset> val;
   std::string kind;  // "synthetic", "CIFAR-10", "ImageFolder" or "shards"
   int image_size = 0;  // side of the network's input
@@ -27,6 +31,7 @@ struct RunDatasets {
 // resize for that architecture (299/342 for Inception v3, 224/232 for ResNet-50); an explicit image size
 // keeps the model's resize-to-crop ratio. Throws DataError naming the folder when the data is
 // missing or unreadable.
-RunDatasets open_datasets(const DataOptions& options, uint64_t seed, const models::ModelInfo& model);
+RunDatasets open_datasets(const DataOptions& options, uint64_t seed, const models::ModelInfo& model,
+                          Splits splits = Splits::kTrainAndVal);
 
 }  // namespace dpt::train

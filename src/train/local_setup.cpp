@@ -42,7 +42,7 @@ FoundCheckpoint read_resume_checkpoint(const TrainOptions& o) {
 // Weights: resumed, pretrained or seeded (the same on every rank), into setup.model; what the
 // run's banner says of them goes to setup.notes.
 void build_model(const TrainOptions& options, const models::StateDict* resumed_weights, LocalSetup& setup) {
-  const int64_t classes = setup.data.train->num_classes();
+  const int64_t classes = setup.data.val->num_classes();  // the training split's too (open_datasets checks)
   torch::manual_seed(options.seed());  // the same initial weights on every rank
   setup.model = models::create(options.arch(), models::ClassifierOptions()
                                                    .num_classes(classes)
@@ -70,7 +70,7 @@ void build_model(const TrainOptions& options, const models::StateDict* resumed_w
 
 }  // namespace
 
-LocalSetup prepare_locally(TrainOptions& options) {
+LocalSetup prepare_locally(TrainOptions& options, Splits splits) {
   check_options(options);
   // Rank 0 alone creates the folder, once the ranks have met: a file in its place fails them all here.
   const fs::path output = options.checkpoint().output_dir();
@@ -90,11 +90,22 @@ LocalSetup prepare_locally(TrainOptions& options) {
     setup.resumed = read_resume_checkpoint(options);
     if (setup.resumed.checkpoint) options.seed(setup.resumed.checkpoint->seed);
   }
-  setup.data = open_datasets(options.data(), options.seed(), models::info(options.arch()));
+  setup.data = open_datasets(options.data(), options.seed(), models::info(options.arch()), splits);
   setup.notes = setup.data.warnings;
   const TrainingCheckpoint* resumed = setup.resumed.checkpoint ? &*setup.resumed.checkpoint : nullptr;
   build_model(options, resumed ? &resumed->state_dict : nullptr, setup);
   return setup;
+}
+
+void refuse_untrained_classifier(const std::string& untrained_classifier) {
+  DPT_CHECK(untrained_classifier.empty(), ConfigError, untrained_classifier,
+            ": evaluate them on data with their classes, or train to fine-tune them to these");
+}
+
+void to_channels_last(torch::nn::Module& module) {
+  for (auto& p : module.parameters()) {
+    if (p.dim() == 4) p.set_data(p.data().contiguous(at::MemoryFormat::ChannelsLast));
+  }
 }
 
 }  // namespace dpt::train

@@ -3,7 +3,7 @@
 // options checked, the checkpoint to resume from read, the datasets opened and the model built
 // with its starting weights (resumed, pretrained or seeded alike on every rank). Local work only,
 // so that a bad folder, name or file fails on every rank alike before any rank waits for the
-// others. The trainer and the parameter server's server process both start here.
+// others. The trainer, the parameter server's server process and the evaluator start here.
 
 #include <string>
 #include <vector>
@@ -28,6 +28,14 @@ struct LocalSetup {
 // Throws ConfigError, DataError or CheckpointError naming the flag, folder or file. A resumed
 // checkpoint's seed replaces options.seed(), so that the run continues the one it resumes. The
 // parameter server's own checks come before, in serves_parameters(), which both callers ask first.
-LocalSetup prepare_locally(TrainOptions& options);
+// An evaluation opens only the validation split (Splits::kValOnly).
+LocalSetup prepare_locally(TrainOptions& options, Splits splits = Splits::kTrainAndVal);
+
+// ConfigError when `untrained_classifier` (LocalSetup's) says the classifier is random: a
+// validation pass before any training would score chance.
+void refuse_untrained_classifier(const std::string& untrained_classifier);
+
+// Channels-last weights make convolutions pick NHWC kernels; the inputs follow the same layout.
+void to_channels_last(torch::nn::Module& module);
 
 }  // namespace dpt::train

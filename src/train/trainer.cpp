@@ -86,16 +86,6 @@ Trainer::~Trainer() {
 int Trainer::rank() const { return state_->comm->rank(); }
 int Trainer::world_size() const { return state_->comm->size(); }
 
-data::LoaderOptions batch_loading(const TrainOptions& options, at::Device device) {
-  return data::LoaderOptions()
-      .batch_size(options.batch_size())
-      .threads(options.data().workers())
-      .bad_image_policy(options.data().bad_images())
-      .pin_memory(device.is_cuda())
-      .memory_format(options.channels_last() && device.is_cpu() ? at::MemoryFormat::ChannelsLast
-                                                                 : at::MemoryFormat::Contiguous);
-}
-
 TrainingCheckpoint Trainer::State::checkpoint_state() {
   TrainingCheckpoint cp;
   cp.arch = options.arch();
@@ -243,8 +233,7 @@ TrainResult Trainer::train() {
 }
 
 MetricSums Trainer::evaluate() {
-  DPT_CHECK(state_->untrained_classifier.empty(), ConfigError, state_->untrained_classifier,
-            ": evaluate them on data with their classes, or train to fine-tune them to these");
+  refuse_untrained_classifier(state_->untrained_classifier);
   state_->style->before_evaluate();
   return state_->evaluate(*state_->model, "val");
 }
@@ -252,29 +241,11 @@ MetricSums Trainer::evaluate() {
 MetricSums Trainer::State::evaluate(models::ClassifierImpl& net, const std::string& phase) {
   const auto start = Clock::now();
   net.eval();
-  torch::NoGradGuard no_grad;
   if (!ranks().validates()) return {};
-  data::Loader loader(data.val, ranks().validation_indices(data.val->size()), /*epoch=*/0,
-                      batch_loading(options, device));
-  data::DevicePrefetcher batches(loader, data::DevicePrefetcherOptions(device));  // as train_epoch's
-  MetricSums local;
-  while (auto batch = batches.next()) {
-    auto [images, labels] = batch_to_device(*batch, device, options.channels_last());
-    const at::Tensor logits = eval_logits(net, images);
-    // Per-sample losses in float64: the sum then depends on the samples, not on how the ranks
-    // batched them (a float32 batch mean rounds differently for every batch composition).
-    const auto loss = classification_loss(logits.to(at::kDouble), labels, options.loss().label_smoothing());
-    local.add(logits, labels, loss.item<double>());
-  }
-  local.skipped_images = loader.skipped_count();
-  const MetricSums all = ranks().sum(local);
-  report_pass(phase, all, loader.skipped(), start);
+  const LocalPass local = validate_locally(net, data.val, ranks().validation_indices(data.val->size()), options, device);
+  const MetricSums all = ranks().sum(local.sums);
+  report_pass(phase, all, local.skipped, start);
   return all;
-}
-
-at::Tensor Trainer::State::eval_logits(models::ClassifierImpl& net, const at::Tensor& images) const {
-  compat::AutocastGuard autocast(device.type(), optim::amp_dtype(device), options.amp());
-  return net.forward(images).to(at::kFloat);
 }
 
 void Trainer::State::report_pass(const std::string& phase, const MetricSums& all,

@@ -23,19 +23,13 @@
 #include "dptrain/train/logs/jsonl_observer.h"
 #include "dptrain/train/logs/observers.h"
 #include "dptrain/train/style_traits.h"
+#include "local_setup.h"
 
 namespace dpt::train {
 
 namespace fs = std::filesystem;
 
 namespace {
-
-// Channels-last weights make convolutions pick NHWC kernels; the inputs follow the same layout.
-void to_channels_last(torch::nn::Module& module) {
-  for (auto& p : module.parameters()) {
-    if (p.dim() == 4) p.set_data(p.data().contiguous(at::MemoryFormat::ChannelsLast));
-  }
-}
 
 bool has_batch_norm_statistics(const torch::nn::Module& model) {
   for (const auto& buffer : model.named_buffers()) {

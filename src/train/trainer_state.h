@@ -46,16 +46,9 @@
 #include "parallel_style.h"
 #include "run_checkpoints.h"
 #include "train_step.h"
+#include "validation_pass.h"
 
 namespace dpt::train {
-
-// How a run's loaders build its batches: as `options` says; for a CPU run in the layout the model
-// takes (the loader's threads convert to channels_last, off the step's path; a GPU converts its
-// copy faster than a CPU thread would), page-locked for a CUDA device.
-// Each loader pools its own buffers: one pool kept across passes would hold the training and the
-// validation batches' buffers at once (two 4 GB sets at batch 256, 224 px, 8 threads), to save the
-// page faults of each pass's first batches, which the loader's threads take, off the step's path.
-data::LoaderOptions batch_loading(const TrainOptions& options, at::Device device);
 
 struct Trainer::State {
   using Clock = std::chrono::steady_clock;
@@ -295,8 +288,6 @@ struct Trainer::State {
   // as `phase`. Collective (apart: rank 0's pass alone, the others return nothing).
   // The model's pass first runs the style's before_evaluate(); the EMA's has no need to.
   MetricSums evaluate(models::ClassifierImpl& net, const std::string& phase);
-  // The eval-mode logits of `net` (the model or its EMA), in --amp's precision, as float32.
-  at::Tensor eval_logits(models::ClassifierImpl& net, const at::Tensor& images) const;
   // Tells the observers about a finished train or val pass: `all` are its sums over all ranks (its
   // skipped images those of the whole pass), `skipped_here` this rank's. Throws DataError when
   // the pass had too many bad images, or no usable one (BadImages::finish).

@@ -1,8 +1,11 @@
 """Distributed evaluation is exact: `dptrain eval` on 2 processes over a validation set of odd size
 (unequal shards, no padded duplicates) gives the counts of one process exactly and the same loss
-(`dptrain train -e` too). `-a` naming another model than the checkpoint's is refused."""
+(`dptrain train -e` too). `-a` naming another model than the checkpoint's is refused. Evaluation
+reads only the validation split: a training split it does not use neither bounds its batch nor
+needs to exist."""
 
 import os
+import shutil
 import tempfile
 import unittest
 
@@ -52,6 +55,47 @@ class DistributedEval(unittest.TestCase):
             # process's): seen 3e-10 relative in a minimal Debian 12 root, so float32's 1e-6.
             self.assertAlmostEqual(two["loss_sum"], single["loss_sum"], delta=1e-6 * abs(single["loss_sum"]))
             self.assertAlmostEqual(evaluate_flag["loss_sum"], single["loss_sum"], delta=1e-6 * abs(single["loss_sum"]))
+
+
+class EvalReadsOnlyValidation(unittest.TestCase):
+    def test_a_small_training_split_or_none_at_all(self):
+        with tempfile.TemporaryDirectory(prefix="dpt_eval_val_") as tmp:
+            data, run_dir, val_only = (os.path.join(tmp, name) for name in ("data", "run", "val_only"))
+            code, out, err = run([dptrain(), "make-dataset", "--train-size", "10", "--val-size", "37", "--image-size",
+                                  "16", data], timeout=60)
+            self.assertEqual(code, 0, err)
+            common = ["--image-size", "16", "-j", "1"]
+            code, out, err = run([dptrain(), "train", data, *common, "-a", "resnet20", "-b", "8", "--max-steps", "1",
+                                  "--output", run_dir], timeout=240, env=alone())
+            self.assertEqual(code, 0, out + err)
+            checkpoint = os.path.join(run_dir, "checkpoint.pt")
+            # Training refuses a batch larger than its 10 images; evaluation takes 16 of the 37.
+            code, out, err = run([dptrain(), "train", data, *common, "-a", "resnet20", "-b", "16"], timeout=240,
+                                 env=alone())
+            self.assertEqual(code, 2, out + err)
+            self.assertIn("-b 16 is more than the 10 training images", err)
+            code, out, err = run([dptrain(), "eval", data, *common, "-b", "16", "--checkpoint", checkpoint],
+                                 timeout=240, env=alone())
+            self.assertEqual(code, 0, out + err)
+            whole = last_json(out)
+            self.assertEqual(whole["count"], 37)
+            # ImageNet's val/ kept apart: the same pass, the same numbers; training needs train/.
+            shutil.copytree(os.path.join(data, "val"), os.path.join(val_only, "val"))
+            code, out, err = run([dptrain(), "eval", val_only, *common, "-b", "16", "--checkpoint", checkpoint],
+                                 timeout=240, env=alone())
+            self.assertEqual(code, 0, out + err)
+            self.assertEqual(last_json(out), whole)
+            code, out, err = run([dptrain(), "train", val_only, *common, "-a", "resnet20", "-b", "8"], timeout=240,
+                                 env=alone())
+            self.assertEqual(code, 1, out + err)
+            self.assertIn(f"data folder '{val_only}' has no train/ folder", err)
+            # Without val/ either, evaluation says what it reads.
+            shutil.rmtree(os.path.join(val_only, "val"))
+            code, out, err = run([dptrain(), "eval", val_only, *common, "--checkpoint", checkpoint], timeout=240,
+                                 env=alone())
+            self.assertEqual((code, err), (1, f"dptrain: error: data folder '{val_only}' has no val/ folder; evaluation "
+                                              "reads val/ (an ImageFolder or a shard set), or CIFAR-10's "
+                                              "test_batch.bin\n"))
 
 
 if __name__ == "__main__":

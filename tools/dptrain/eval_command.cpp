@@ -11,7 +11,7 @@
 #include "command.h"
 #include "dptrain/common/error.h"
 #include "dptrain/train/checkpoint/checkpoint_file.h"
-#include "dptrain/train/trainer.h"
+#include "dptrain/train/evaluator.h"
 #include "run_flags.h"
 
 namespace dpt::cli {
@@ -49,9 +49,9 @@ int run_eval(const EvalFlags& f, bool arch_given) {
   train::check_checkpoint_file(f.checkpoint, "checkpoint", "--checkpoint");
   options.arch(model_to_evaluate(f.checkpoint, arch_given ? std::optional(options.arch()) : std::nullopt));
   options.checkpoint().pretrained(f.checkpoint);
-  train::Trainer trainer(options);
-  const auto m = trainer.evaluate();
-  if (trainer.rank() == 0) {
+  train::Evaluator evaluator(options);
+  const auto m = evaluator.evaluate();
+  if (evaluator.rank() == 0) {
     std::cout << metrics_json(m).dump() << std::endl;
   }
   return 0;
