@@ -81,6 +81,4 @@ MetricSums Evaluator::evaluate() {
 
 int Evaluator::rank() const { return state_->comm->rank(); }
 
-int Evaluator::world_size() const { return state_->comm->size(); }
-
 }  // namespace dpt::train

@@ -85,6 +85,18 @@ std::string join(const std::vector<std::string>& words) {
   return out;
 }
 
+// The values a validator allows, from CLI11's type name "TEXT:{c10d,etcd}"; empty when any goes.
+std::vector<std::string> choices(const CLI::Option& option) {
+  const std::string type = option.get_type_name();
+  const auto open = type.find(":{");
+  const auto close = type.find('}', open);
+  std::vector<std::string> values;
+  if (open == std::string::npos || close == std::string::npos) return values;
+  std::istringstream list(type.substr(open + 2, close - open - 2));
+  for (std::string value; std::getline(list, value, ',');) values.push_back(value);
+  return values;
+}
+
 // A bash function name from the program's name (dptrain-torch -> _dptrain_torch).
 std::string function_name(const std::string& program) {
   std::string name = "_" + program;
@@ -127,15 +139,20 @@ std::string bash_completion(const CLI::App& root) {
   for (const CLI::Option* option : visible_options(root)) {
     for (const auto& name : flag_names(*option)) root_flags.push_back(name);
   }
-  // Per command: every flag, and those that take a value (whose next word is a value, not a flag).
-  std::ostringstream cases;
+  // Per command: every flag, and those that take a value (whose next word is a value, not a flag);
+  // per flag with a fixed set of values, those.
+  std::ostringstream cases, choice_cases;
   for (const CLI::App* command : visible_commands(root)) {
     commands.push_back(command->get_name());
     std::vector<std::string> flags, valued;
     for (const CLI::Option* option : visible_options(*command)) {
+      const std::vector<std::string> values = choices(*option);
       for (const auto& name : flag_names(*option)) {
         flags.push_back(name);
         if (takes_value(*option)) valued.push_back(name);
+        if (!values.empty()) {
+          choice_cases << "    \"" << command->get_name() << " " << name << "\") values=\"" << join(values) << "\" ;;\n";
+        }
       }
     }
     cases << "    " << command->get_name() << ") flags=\"" << join(flags) << "\"; valued=\" " << join(valued)
@@ -161,7 +178,12 @@ std::string bash_completion(const CLI::App& root) {
       << "  local flags=\"\" valued=\" \"\n"
       << "  case $command in\n"
       << cases.str() << "  esac\n"
-      << "  if [[ $cur == -* && $valued != *\" $prev \"* ]]; then\n"
+      << "  local values=\"\"\n"
+      << "  case \"$command $prev\" in\n"
+      << choice_cases.str() << "  esac\n"
+      << "  if [ -n \"$values\" ]; then\n"
+      << "    COMPREPLY=($(compgen -W \"$values\" -- \"$cur\"))\n"
+      << "  elif [[ $cur == -* && $valued != *\" $prev \"* ]]; then\n"
       << "    COMPREPLY=($(compgen -W \"$flags\" -- \"$cur\"))\n"
       << "  else\n"
       << "    # A flag's value or a positional: most are paths (data folders, checkpoints, outputs).\n"

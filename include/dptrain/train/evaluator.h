@@ -36,7 +36,6 @@ class Evaluator {
   MetricSums evaluate();
 
   int rank() const;
-  int world_size() const;
 
  private:
   struct State;

@@ -15,7 +15,7 @@ namespace cli_docs_test {
 // default, a flag, a hidden option and a hidden command, and text roff would otherwise read.
 struct Tool {
   CLI::App root{"tool: does things", "tool"};
-  std::string data, secret;
+  std::string data, secret, mode = "fast";
   int count = 1;
   bool fast = false;
   Tool() {
@@ -23,6 +23,7 @@ struct Tool {
     run->add_option("data", data, "the data folder")->required();
     run->add_option("-n,--count", count, "how many")->capture_default_str();
     run->add_flag("--fast", fast, "go fast");
+    run->add_option("-m,--mode", mode, "how")->check(CLI::IsMember({"fast", "exact"}));
     run->add_option("--secret", secret, "never listed")->group("");
     root.add_subcommand("internal", "never listed")->group("");
   }
@@ -75,6 +76,9 @@ TEST(BashCompletion, CompletesCommandsThenTheirFlagsThenValues) {
   EXPECT_EQ(complete(script, "tool run -n --f"), "");
   EXPECT_EQ(complete(script, "tool run --fast --f"), "--fast");
   EXPECT_EQ(complete(script, "tool run compl"), "completion.bash");
+  // A flag with a fixed set of values completes those.
+  EXPECT_EQ(complete(script, "tool run --mode \"\""), "fast exact");
+  EXPECT_EQ(complete(script, "tool run -m ex"), "exact");
 }
 
 }  // namespace cli_docs_test
