@@ -125,7 +125,7 @@ RunDatasets open_datasets(const DataOptions& options, uint64_t seed, const model
   const bool remote = data::is_remote(options.root());
   DPT_CHECK(remote || fs::is_directory(root), DataError, "data folder '", root.string(),
             "' does not exist or is not a folder");
-  // CIFAR-10 by the first file of the split read first.
+  // A CIFAR-10 folder, told by a file of a split the run reads (evaluation: the test batch).
   if (!remote && fs::exists(root / data::cifar_files(with_train).front())) {
     const Sizes sizes = sizes_for(options, data::kCifarSide, 1.0);
     return {if_trained([&] {
