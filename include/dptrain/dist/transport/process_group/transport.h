@@ -4,7 +4,13 @@
 // which may differ from sum / n in the last bit when n is not a power of two. Over Gloo, each
 // collective first compares every rank's record of it (agreement.h); point-to-point operations
 // involve one peer and are not compared.
+//
+// The comparison is a collective of its own, which Gloo runs after those before it: on a slow link
+// it waits for the previous bucket's transfer. So that the caller (DDP's backward) does not wait
+// with it, checked collectives start, in the order they were asked for, on a thread of this
+// transport's, and their work completes when the backend's does.
 
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -34,10 +40,15 @@ class Transport : public transport::Transport {
   compat::WorkPtr recv(at::Tensor tensor, int peer, int tag) override;
 
   // With check_agreement, compares every rank's `record` of the collective about to start (unless
-  // the record says agreement is implied); every collective above does it first. Blocks.
+  // the record says agreement is implied), in order with the collectives asked for before; every
+  // collective above does it first. Blocks.
   void check_agreement(const CollectiveRecord& record);
 
  private:
+  class Starter;  // the thread checked collectives start on
+  // `start` after the check of `record`: at once where nothing is checked, else on the starter.
+  compat::WorkPtr checked(const CollectiveRecord& record, std::function<compat::WorkPtr()> start);
+  void check_now(const CollectiveRecord& record);
 
   compat::BackendPtr backend_;
   std::chrono::milliseconds timeout_;
@@ -45,6 +56,7 @@ class Transport : public transport::Transport {
   std::shared_ptr<const Abandonment> abandonment_;
   std::string note_;
   std::vector<at::ScalarType> through_float_;  // types the backend cannot reduce itself
+  std::unique_ptr<Starter> starter_;  // with check_agreement_ only; last: it calls the backend
 };
 
 }  // namespace dpt::dist::transport::process_group
