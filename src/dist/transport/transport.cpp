@@ -14,9 +14,10 @@
 namespace dpt::dist::transport {
 namespace {
 
-std::unique_ptr<process_group::Transport> through_backend(compat::BackendPtr backend, const TransportOptions& options,
-                                                          std::string note = {}) {
-  return std::make_unique<process_group::Transport>(std::move(backend), options, std::move(note));
+std::unique_ptr<process_group::Transport> through_backend(
+    compat::BackendPtr backend, const TransportOptions& options, std::string note = {},
+    process_group::Transport::Starting starting = process_group::Transport::Starting::kOnItsThread) {
+  return std::make_unique<process_group::Transport>(std::move(backend), options, std::move(note), starting);
 }
 
 // The hierarchical transport where every rank wants it and it pays, else null with the reason in
@@ -54,8 +55,10 @@ std::unique_ptr<Transport> hierarchical_transport(compat::BackendPtr& backend, c
   }
   if (layout->leads()) {
     auto leaders_store = c10::make_intrusive<c10d::PrefixStore>("hierarchy/leaders", options.store());
+    // The hierarchy's own thread starts the leaders' operations (hierarchical/transport.cpp).
     groups.leaders = through_backend(
-        options.group_backend()(leaders_store, layout->machine, static_cast<int>(layout->machines.size())), options);
+        options.group_backend()(leaders_store, layout->machine, static_cast<int>(layout->machines.size())), options,
+        /*note=*/{}, process_group::Transport::Starting::kOnTheCallersThread);
   }
   return std::make_unique<hierarchical::Transport>(layout->describe(), world.world_size, std::move(groups),
                                                    through_backend(std::move(backend), options), options.timeout());

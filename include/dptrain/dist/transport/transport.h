@@ -92,8 +92,8 @@ struct TransportOptions {
   // skipped collective or a different shape fails at once with each rank's, instead of summing the
   // wrong tensors or aborting inside Gloo.
   TORCH_ARG(bool, check_agreement) = true;
-  // The communicator's: the agreement check's wait, on the caller's thread, leaves once it is
-  // abandoned (armed). Null: the backend's own wait.
+  // The communicator's: the agreement check's wait leaves once it is abandoned (armed). Null: the
+  // backend's own wait.
   TORCH_ARG(std::shared_ptr<const Abandonment>, abandonment);
 };
 

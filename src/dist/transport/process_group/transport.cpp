@@ -63,13 +63,13 @@ class Transport::Starter {
   ServedQueue<Start> queue_;
 };
 
-Transport::Transport(compat::BackendPtr backend, const TransportOptions& options, std::string note)
+Transport::Transport(compat::BackendPtr backend, const TransportOptions& options, std::string note, Starting starting)
     : backend_(std::move(backend)),
       timeout_(options.timeout()),
       check_agreement_(options.check_agreement() && detail::can_check_agreement(*backend_)),
       abandonment_(options.abandonment()),
       note_(std::move(note)) {
-  if (check_agreement_) starter_ = std::make_unique<Starter>(*this);
+  if (check_agreement_ && starting == Starting::kOnItsThread) starter_ = std::make_unique<Starter>(*this);
   for (const auto type : {at::kHalf, at::kBFloat16}) {
     try {
       if (!compat::backend_reduces(*backend_, type)) through_float_.push_back(type);
@@ -107,13 +107,15 @@ void Transport::check_now(const CollectiveRecord& record) {
 }
 
 void Transport::check_agreement(const CollectiveRecord& record) {
-  if (!starter_) return;
+  if (!starter_) return check_now(record);
   const compat::WorkPtr checked = starter_->push(record, nullptr);
   checked->wait(timeout_);  // the check bounds its own wait by the timeout
 }
 
 compat::WorkPtr Transport::checked(const CollectiveRecord& record, std::function<compat::WorkPtr()> start) {
-  return starter_ ? starter_->push(record, std::move(start)) : start();
+  if (starter_) return starter_->push(record, std::move(start));
+  check_now(record);
+  return start();
 }
 
 compat::WorkPtr Transport::all_reduce(at::Tensor tensor, ReduceOp op, const CollectiveRecord& record) {

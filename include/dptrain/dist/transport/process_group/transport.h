@@ -20,11 +20,16 @@ namespace dpt::dist::transport::process_group {
 
 class Transport : public transport::Transport {
  public:
+  // Where checked collectives start: on this transport's thread, or on the caller's where the
+  // caller is a thread of a transport's own already (the hierarchical allreduce's leaders).
+  enum class Starting { kOnItsThread, kOnTheCallersThread };
+
   // Collective: asks the backend which of half and bfloat16 it reduces (compat::backend_reduces),
   // every rank at the same point. `note`, when set, says why a faster way was not taken;
   // describe() repeats it. With options.check_agreement(), Gloo's collectives first compare every
   // rank's record of them; options.shared_memory() and store() are not this transport's.
-  Transport(compat::BackendPtr backend, const TransportOptions& options, std::string note = {});
+  Transport(compat::BackendPtr backend, const TransportOptions& options, std::string note = {},
+            Starting starting = Starting::kOnItsThread);
   ~Transport() override;
 
   std::string describe() const override;
