@@ -35,6 +35,13 @@ class Transport::Starter {
     return work;
   }
 
+  // Returns once every collective pushed before has started.
+  void drain(std::chrono::milliseconds timeout) {
+    CollectiveRecord nothing_to_check;
+    nothing_to_check.agreement_implied = true;
+    push(nothing_to_check, nullptr)->wait(timeout);
+  }
+
  private:
   struct Start {
     CollectiveRecord record;
@@ -112,14 +119,18 @@ void Transport::check_agreement(const CollectiveRecord& record) {
   checked->wait(timeout_);  // the check bounds its own wait by the timeout
 }
 
-compat::WorkPtr Transport::checked(const CollectiveRecord& record, std::function<compat::WorkPtr()> start) {
-  if (starter_) return starter_->push(record, std::move(start));
+compat::WorkPtr Transport::checked(const CollectiveRecord& record, const at::Tensor& tensor,
+                                   std::function<compat::WorkPtr()> start) {
+  if (starter_ && tensor.is_cpu()) return starter_->push(record, std::move(start));
+  // A GPU tensor through Gloo starts on the caller's thread, whose current CUDA stream Gloo's work
+  // waits for (the starter's would be another), once the collectives asked for before it started.
+  if (starter_) starter_->drain(timeout_);
   check_now(record);
   return start();
 }
 
 compat::WorkPtr Transport::all_reduce(at::Tensor tensor, ReduceOp op, const CollectiveRecord& record) {
-  return checked(record, [this, tensor = std::move(tensor), op]() mutable {
+  return checked(record, tensor, [this, tensor, op]() mutable {
     const bool native_avg = compat::backend_supports_avg(*backend_);
     // Gloo has no average: divide before the sum, here, while the caller (DDP's backward) is still
     // producing gradients, rather than after it, when the reducer waits for every bucket at once.
@@ -134,7 +145,7 @@ compat::WorkPtr Transport::all_reduce(at::Tensor tensor, ReduceOp op, const Coll
 }
 
 compat::WorkPtr Transport::broadcast(at::Tensor tensor, int root, const CollectiveRecord& record) {
-  return checked(record, [this, tensor = std::move(tensor), root]() mutable {
+  return checked(record, tensor, [this, tensor, root]() mutable {
     std::vector<at::Tensor> tensors{std::move(tensor)};
     c10d::BroadcastOptions options;
     options.rootRank = root;
@@ -144,7 +155,7 @@ compat::WorkPtr Transport::broadcast(at::Tensor tensor, int root, const Collecti
 }
 
 compat::WorkPtr Transport::all_gather(at::Tensor input, at::Tensor output, const CollectiveRecord& record) {
-  return checked(record, [this, input = std::move(input), output = std::move(output)]() mutable {
+  return checked(record, input, [this, input, output]() mutable {
     // c10d's list form, into views of `output`: Gloo (and NCCL) copy each rank's part into them.
     const int64_t n = input.numel();
     std::vector<std::vector<at::Tensor>> outputs(1);
@@ -159,7 +170,7 @@ compat::WorkPtr Transport::all_gather(at::Tensor input, at::Tensor output, const
 compat::WorkPtr Transport::reduce_scatter(at::Tensor input, at::Tensor output, ReduceOp op,
                                           const CollectiveRecord& record) {
   DPT_ASSERT(scatters(input, op), "reduce_scatter through ", describe(), ", which has none: ask scatters() first");
-  return checked(record, [this, input = std::move(input), output = std::move(output), op]() mutable {
+  return checked(record, input, [this, input, output, op]() mutable {
     std::vector<std::vector<at::Tensor>> inputs{input.split(input.size(0) / backend_->getSize(), 0)};
     std::vector<at::Tensor> outputs{output.view(inputs[0][0].sizes())};
     c10d::ReduceScatterOptions options;

@@ -10,6 +10,7 @@
 // with it, checked collectives start, in the order they were asked for, on a thread of this
 // transport's, and their work completes when the backend's does.
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -51,8 +52,10 @@ class Transport : public transport::Transport {
 
  private:
   class Starter;  // the thread checked collectives start on
-  // `start` after the check of `record`: at once where nothing is checked, else on the starter.
-  compat::WorkPtr checked(const CollectiveRecord& record, std::function<compat::WorkPtr()> start);
+  // `start` after the check of `record`: at once where nothing is checked, else on the starter
+  // (a CPU `tensor`) or on this thread once the starter has started what came before (a GPU one).
+  compat::WorkPtr checked(const CollectiveRecord& record, const at::Tensor& tensor,
+                          std::function<compat::WorkPtr()> start);
   void check_now(const CollectiveRecord& record);
 
   compat::BackendPtr backend_;
