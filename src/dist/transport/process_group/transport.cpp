@@ -132,8 +132,9 @@ compat::WorkPtr Transport::checked(const CollectiveRecord& record, const at::Ten
 compat::WorkPtr Transport::all_reduce(at::Tensor tensor, ReduceOp op, const CollectiveRecord& record) {
   return checked(record, tensor, [this, tensor, op]() mutable {
     const bool native_avg = compat::backend_supports_avg(*backend_);
-    // Gloo has no average: divide before the sum, here, while the caller (DDP's backward) is still
-    // producing gradients, rather than after it, when the reducer waits for every bucket at once.
+    // Gloo has no average: divide before the sum, here (on the starter thread, where there is one),
+    // while DDP's backward is still producing gradients, rather than after it, when the reducer
+    // waits for every bucket at once.
     // It is also where PyTorch's reducer divides, so DDP's gradients match it bit for bit.
     if (op == ReduceOp::Mean && !native_avg && backend_->getSize() > 1) tensor.div_(backend_->getSize());
     std::vector<at::Tensor> tensors{std::move(tensor)};
