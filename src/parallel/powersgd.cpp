@@ -44,18 +44,17 @@ void orthogonalize(at::Tensor matrices, double epsilon) {
   }
 }
 
-// A gradient to compress: its slice of the bucket as a [1, rows, cols] matrix, and where its
-// P ([1, rows, r]) and Q ([1, cols, r]) live in the bucket's memory.
-struct Compressed {
-  at::Tensor matrix;
-  at::Tensor p;
-  at::Tensor q;
-};
-
-// A bucket's gradients, split as PyTorch's hook splits them.
+// Where a bucket's gradients lie in its buffer, split as PyTorch's hook splits them: those to
+// compress as [rows, cols] matrices, the rest reduced whole.
 struct Split {
-  std::vector<at::Tensor> matrices;  // [rows, cols] views of the buffer, to compress
-  std::vector<at::Tensor> whole;     // flat views of the buffer, reduced as they are
+  struct Matrix {
+    int64_t offset, rows, cols;
+  };
+  struct Whole {
+    int64_t offset, numel;
+  };
+  std::vector<Matrix> matrices;
+  std::vector<Whole> whole;
   int64_t p_numel = 0;
   int64_t q_numel = 0;
   int64_t whole_numel = 0;
@@ -67,7 +66,6 @@ Split split(const GradBucket& bucket, const PowerSGDOptions& options) {
   for (size_t i = 0; i < bucket.gradients.size(); ++i) {
     const at::Tensor& gradient = bucket.gradients[i];
     const int64_t numel = gradient.numel();
-    at::Tensor flat = bucket.buffer.narrow(0, bucket.offsets[i], numel);
     // The matrix in the gradient's memory order: for a channels_last weight, its columns
     // permuted, which a rank-r approximation maps to the same columns permuted.
     const int64_t rows = gradient.dim() > 0 ? gradient.size(0) : 1;
@@ -76,12 +74,12 @@ Split split(const GradBucket& bucket, const PowerSGDOptions& options) {
     const int64_t compressed = (rows + cols) * rank;
     out.stats.before += numel;
     if (static_cast<double>(compressed) * options.min_compression_rate() < static_cast<double>(numel)) {
-      out.matrices.push_back(flat.view({rows, cols}));
+      out.matrices.push_back({bucket.offsets[i], rows, cols});
       out.p_numel += rows * rank;
       out.q_numel += cols * rank;
       out.stats.after += compressed;
     } else {
-      out.whole.push_back(flat);
+      out.whole.push_back({bucket.offsets[i], numel});
       out.whole_numel += numel;
       out.stats.after += numel;
     }
@@ -89,26 +87,47 @@ Split split(const GradBucket& bucket, const PowerSGDOptions& options) {
   return out;
 }
 
+// A gradient reduced whole, in a bucket-sized tensor.
+at::Tensor whole_of(const at::Tensor& flat, const Split::Whole& whole) {
+  return flat.narrow(0, whole.offset, whole.numel);
+}
+
+// A gradient to compress: the matrix it is approximated from ([1, rows, cols]), where its
+// approximation goes (the same place in the bucket's buffer), and its P ([1, rows, r]) and Q
+// ([1, cols, r]) in the memory the collectives carry.
+struct Compressed {
+  at::Tensor matrix;
+  at::Tensor approximation;
+  at::Tensor p;
+  at::Tensor q;
+};
+
 // The matrices grouped by shape, the shapes in order of first appearance (the order in which
 // PyTorch's hook lays out P and Q and draws Q's random values), each with its P and Q.
-std::vector<Compressed> lay_out(const std::vector<at::Tensor>& matrices, const at::Tensor& p_memory,
-                                const at::Tensor& q_memory, int rank_limit) {
-  std::vector<std::vector<int64_t>> shapes;
-  for (const at::Tensor& m : matrices) {
-    std::vector<int64_t> shape = m.sizes().vec();
-    if (std::find(shapes.begin(), shapes.end(), shape) == shapes.end()) shapes.push_back(std::move(shape));
+std::vector<Compressed> lay_out(const Split& parts, const at::Tensor& source, const at::Tensor& buffer,
+                                const at::Tensor& p_memory, const at::Tensor& q_memory, int rank_limit) {
+  const auto same_shape = [](const Split::Matrix& a, const Split::Matrix& b) {
+    return a.rows == b.rows && a.cols == b.cols;
+  };
+  std::vector<Split::Matrix> shapes;
+  for (const Split::Matrix& m : parts.matrices) {
+    const auto seen = [&](const Split::Matrix& s) { return same_shape(s, m); };
+    if (std::none_of(shapes.begin(), shapes.end(), seen)) shapes.push_back(m);
   }
   std::vector<Compressed> out;
   int64_t p_at = 0, q_at = 0;
-  for (const auto& shape : shapes) {
-    for (const at::Tensor& m : matrices) {
-      if (m.sizes().vec() != shape) continue;
-      const int64_t rows = shape[0], cols = shape[1];
-      const int64_t rank = std::min<int64_t>({rows, cols, rank_limit});
-      out.push_back({m.unsqueeze(0), p_memory.narrow(0, p_at, rows * rank).view({1, rows, rank}),
-                     q_memory.narrow(0, q_at, cols * rank).view({1, cols, rank})});
-      p_at += rows * rank;
-      q_at += cols * rank;
+  for (const Split::Matrix& shape : shapes) {
+    for (const Split::Matrix& m : parts.matrices) {
+      if (!same_shape(m, shape)) continue;
+      const int64_t rank = std::min<int64_t>({m.rows, m.cols, rank_limit});
+      const auto matrix_in = [&m](const at::Tensor& flat) {
+        return flat.narrow(0, m.offset, m.rows * m.cols).view({1, m.rows, m.cols});
+      };
+      out.push_back({matrix_in(source), matrix_in(buffer),
+                     p_memory.narrow(0, p_at, m.rows * rank).view({1, m.rows, rank}),
+                     q_memory.narrow(0, q_at, m.cols * rank).view({1, m.cols, rank})});
+      p_at += m.rows * rank;
+      q_at += m.cols * rank;
     }
   }
   return out;
@@ -204,7 +223,7 @@ struct BucketStep {
   GradBucket bucket;
   Split parts;
   std::vector<Compressed> compressed;
-  std::vector<at::Tensor> whole_sent;  // each of parts.whole's place in the first collective, after P
+  std::vector<at::Tensor> whole_sent;  // each whole gradient's place in the first collective, after P
   dist::Work reduction;                // of P and the whole gradients, then of Q
 };
 
@@ -230,20 +249,20 @@ class PowerSGDHook {
     step->comm = &comm;
     step->bucket = bucket;
 
-    // Last step's error joins this step's gradient; a copy of the sum gives this step's error.
-    // Both buffers are kept from step to step: a bucket-sized allocation each step costs a page
-    // fault per 4 KiB.
+    // With error feedback the gradient is compressed from the error buffer: it takes this step's
+    // input (the sum is PyTorch's input + error) and, once the result is in the bucket's buffer,
+    // gives it up again (error = input - result). So the input needs no copy of its own, and the
+    // buffer is kept from step to step: a bucket-sized allocation each step costs a page fault
+    // per 4 KiB.
+    at::Tensor source = input;
     if (options.use_error_feedback()) {
       if (memory.error.defined()) {
         memory.error = memory.error.to(input.device());
-        input.add_(memory.error);
+        memory.error.add_(input);
       } else {
-        memory.error = at::zeros_like(input);
+        memory.error = input.clone();
       }
-      if (!memory.input_copy.defined() || memory.input_copy.numel() != input.numel()) {
-        memory.input_copy = at::empty_like(input);
-      }
-      memory.input_copy.copy_(input);
+      source = memory.error;
     }
 
     step->parts = split(bucket, options);
@@ -257,14 +276,14 @@ class PowerSGDHook {
       memory.first = at::empty({parts.p_numel + parts.whole_numel}, input.options());
     }
     int64_t at = parts.p_numel;
-    for (const at::Tensor& flat : parts.whole) {
-      step->whole_sent.push_back(memory.first.narrow(0, at, flat.numel()));
-      at += flat.numel();
+    for (const Split::Whole& whole : parts.whole) {
+      step->whole_sent.push_back(memory.first.narrow(0, at, whole.numel));
+      at += whole.numel;
     }
     const bool fresh = !options.warm_start() || !memory.q.defined();
     if (fresh) memory.q = at::empty({parts.q_numel}, input.options());
     memory.q = memory.q.to(input.device());
-    step->compressed = lay_out(parts.matrices, memory.first.narrow(0, 0, parts.p_numel), memory.q,
+    step->compressed = lay_out(parts, source, input, memory.first.narrow(0, 0, parts.p_numel), memory.q,
                                options.matrix_approximation_rank());
     if (fresh) {
       // One seed per bucket, drawn in bucket order on every rank, so all ranks start alike; Q's
@@ -276,29 +295,31 @@ class PowerSGDHook {
     }
     for (Compressed& c : step->compressed) orthogonalize(c.q, options.orthogonalization_epsilon());
     for (Compressed& c : step->compressed) at::bmm_out(c.p, c.matrix, c.q);
-    for (size_t i = 0; i < parts.whole.size(); ++i) step->whole_sent[i].copy_(parts.whole[i]);
+    for (size_t i = 0; i < parts.whole.size(); ++i) step->whole_sent[i].copy_(whole_of(source, parts.whole[i]));
     step->reduction = comm.all_reduce_async(memory.first, dist::ReduceOp::Sum);
 
-    // Once P is reduced: the whole gradients' mean written back, and Q = M^T P started.
+    // Once P is reduced: the whole gradients' mean written to the buffer, and Q = M^T P started.
     auto advance = [state_ptr = state_, step, &memory] {
       const double epsilon = state_ptr->options().orthogonalization_epsilon();
       const int world = step->comm->size();
       step->reduction.wait();
-      for (size_t i = 0; i < step->parts.whole.size(); ++i) step->parts.whole[i].copy_(step->whole_sent[i].div_(world));
+      for (size_t i = 0; i < step->parts.whole.size(); ++i) {
+        whole_of(step->bucket.buffer, step->parts.whole[i]).copy_(step->whole_sent[i].div_(world));
+      }
       for (Compressed& c : step->compressed) orthogonalize(c.p, epsilon);
       for (Compressed& c : step->compressed) at::bmm_out(c.q, c.matrix.transpose(1, 2), c.p);
       // Every rank reached this bucket's first collective, checked, and derives Q's shape from it.
       const dist::AgreementImplied checked_with_p;
       step->reduction = step->comm->all_reduce_async(memory.q, dist::ReduceOp::Sum);
     };
-    // Once Q is reduced: each gradient becomes P Q^T / world; what that left out is this rank's
-    // error for the next step.
+    // Once Q is reduced: each gradient becomes P Q^T / world; what that left out of the input is
+    // this rank's error for the next step.
     auto then = [state_ptr = state_, step, &memory] {
       PowerSGDState& state = *state_ptr;
       step->reduction.wait();
       memory.q.div_(step->comm->size());
-      for (Compressed& c : step->compressed) at::bmm_out(c.matrix, c.p, c.q.transpose(1, 2));
-      if (state.options().use_error_feedback()) at::sub_out(memory.error, memory.input_copy, step->bucket.buffer);
+      for (Compressed& c : step->compressed) at::bmm_out(c.approximation, c.p, c.q.transpose(1, 2));
+      if (state.options().use_error_feedback()) memory.error.sub_(step->bucket.buffer);
       if (!state.options().warm_start()) memory.q = at::Tensor();
       state.end_bucket(step->bucket, step->parts.stats);
     };

@@ -113,10 +113,9 @@ class PowerSGDState {
   };
 
   struct BucketMemory {
-    at::Tensor error;       // this rank's input minus the result, the bucket's size
-    at::Tensor q;           // every compressed matrix's Q, end to end (the warm start)
-    at::Tensor first;       // scratch: every P, then the gradients reduced whole, in one collective
-    at::Tensor input_copy;  // scratch: the input the error is measured from
+    at::Tensor error;  // this rank's input minus the result, the bucket's size (the input, mid-step)
+    at::Tensor q;      // every compressed matrix's Q, end to end (the warm start)
+    at::Tensor first;  // scratch: every P, then the gradients reduced whole, in one collective
   };
 
   void end_bucket(const GradBucket& bucket, const CompressionStats& stats);
