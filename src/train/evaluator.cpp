@@ -5,9 +5,7 @@
 #include <string>
 #include <utility>
 
-#include "dptrain/common/text.h"
 #include "dptrain/data/sampler.h"
-#include "dptrain/dist/cuda_device.h"
 #include "dptrain/dist/init.h"
 #include "dptrain/train/bad_images.h"
 #include "dptrain/train/logs/observers.h"
@@ -34,10 +32,7 @@ Evaluator::Evaluator(TrainOptions options) : state_(std::make_unique<State>(std:
   s.data = std::move(local.data);
   s.model = local.model;
   s.comm = dist::init_process_group(s.options.parallel().dist());
-  s.device = s.comm->device();
-  if (s.options.parallel().gpu()) {
-    s.device = dist::cuda_device(*s.options.parallel().gpu(), str("rank ", s.comm->rank(), ": --gpu"));
-  }
+  s.device = rank_device(s.options.parallel(), *s.comm);
   s.model->to(s.device);
   if (s.options.channels_last()) to_channels_last(*s.model);
   if (s.comm->rank() == 0) {  // rank 0 reports, as the Trainer's leader does
@@ -65,15 +60,8 @@ MetricSums Evaluator::evaluate() {
                                      .finish({"val", all.skipped_images, all.count, images, local.skipped});
   if (s.options.log() != nullptr && !bad_images.empty()) *s.options.log() << bad_images << std::endl;
   if (s.comm->rank() == 0) {
-    EpochReport report;
-    report.phase = "val";
-    report.loss = all.loss();
-    report.acc1 = all.top1_percent();
-    report.acc5 = all.top5_percent();
-    report.samples = all.count;
-    report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    report.images_per_s = report.seconds > 0 ? static_cast<double>(all.count) / report.seconds : 0.0;
-    report.skipped_images = all.skipped_images;
+    const EpochReport report =
+        pass_report("val", all, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
     for (auto& observer : s.options.observers()) observer->on_epoch(report);
   }
   return all;

@@ -250,14 +250,9 @@ MetricSums Trainer::State::evaluate(models::ClassifierImpl& net, const std::stri
 
 void Trainer::State::report_pass(const std::string& phase, const MetricSums& all,
                                  const std::vector<data::SkippedSample>& skipped_here, Clock::time_point start) {
-  EpochReport report;
+  EpochReport report = pass_report(phase, all, seconds_since(start));
   score(report, all);
-  report.phase = phase;
-  report.samples = all.count;
-  report.seconds = seconds_since(start);
-  report.images_per_s = report.seconds > 0 ? static_cast<double>(all.count) / report.seconds : 0.0;
   if (phase == "train") report.model_rate = model_rate(report.images_per_s);
-  report.skipped_images = all.skipped_images;
   notify([&](TrainObserver& o) { o.on_epoch(report); });
   const int64_t images = phase == "train" ? data.train->size() : data.val->size();
   const std::string line = bad_images.finish({pass_name(phase), all.skipped_images, all.count, images, skipped_here});

@@ -15,7 +15,6 @@
 #include "dptrain/common/error.h"
 #include "dptrain/common/round_end.h"
 #include "dptrain/compat/onednn.h"
-#include "dptrain/dist/cuda_device.h"
 #include "dptrain/dist/init.h"
 #include "dptrain/models/multiply_adds.h"
 #include "dptrain/parallel/convert_sync_batchnorm.h"
@@ -51,11 +50,7 @@ void Trainer::State::join() {
     job = dist::init_process_group(parallel.dist());
   }
   comm = traits.trainers(job, parallel);
-  device = comm->device();
-  if (parallel.gpu()) {
-    device = dist::cuda_device(*parallel.gpu(), str("rank ", comm->rank(), ": --gpu"));
-  }
-  device = traits.model_device(device, parallel);
+  device = traits.model_device(rank_device(parallel, *comm), parallel);
   model->to(device);
   if (options.channels_last()) to_channels_last(*model);
   if (parallel.sync_bn()) {

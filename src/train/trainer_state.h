@@ -298,9 +298,7 @@ struct Trainer::State {
   void score(Report& report, const MetricSums& all) const {
     report.epoch = epoch;
     report.global_step = global_step();
-    report.loss = all.loss();
-    report.acc1 = all.top1_percent();
-    report.acc5 = all.top5_percent();
+    fill_scores(report, all);
   }
   // The state a checkpoint holds now (weights and optimizer state aliased, not copied).
   TrainingCheckpoint checkpoint_state();

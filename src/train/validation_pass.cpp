@@ -2,12 +2,19 @@
 
 #include <torch/utils.h>
 
+#include "dptrain/common/text.h"
 #include "dptrain/compat/compat.h"
 #include "dptrain/data/device_prefetcher.h"
+#include "dptrain/dist/cuda_device.h"
 #include "dptrain/optim/amp.h"
 #include "train_step.h"
 
 namespace dpt::train {
+
+at::Device rank_device(const ParallelOptions& parallel, const dist::Communicator& comm) {
+  if (!parallel.gpu()) return comm.device();
+  return dist::cuda_device(*parallel.gpu(), str("rank ", comm.rank(), ": --gpu"));
+}
 
 data::LoaderOptions batch_loading(const TrainOptions& options, at::Device device) {
   return data::LoaderOptions()
@@ -40,6 +47,23 @@ LocalPass validate_locally(models::ClassifierImpl& net, std::shared_ptr<const da
   pass.sums.skipped_images = loader.skipped_count();
   pass.skipped = loader.skipped();
   return pass;
+}
+
+void fill_scores(Report& report, const MetricSums& all) {
+  report.loss = all.loss();
+  report.acc1 = all.top1_percent();
+  report.acc5 = all.top5_percent();
+}
+
+EpochReport pass_report(const std::string& phase, const MetricSums& all, double seconds) {
+  EpochReport report;
+  fill_scores(report, all);
+  report.phase = phase;
+  report.samples = all.count;
+  report.seconds = seconds;
+  report.images_per_s = seconds > 0 ? static_cast<double>(all.count) / seconds : 0.0;
+  report.skipped_images = all.skipped_images;
+  return report;
 }
 
 }  // namespace dpt::train
