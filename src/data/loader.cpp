@@ -22,7 +22,6 @@ Loader::Loader(std::shared_ptr<const Dataset> dataset, std::vector<int64_t> indi
             "loader: pin_memory needs a CUDA build of dptrain; this one is CPU-only");
 #endif
   pool_ = options.buffer_pool() ? options.buffer_pool() : std::make_shared<BufferPool>();
-  dataset_->will_read(indices);
   queue_epoch(std::move(indices), epoch);
   workers_.reserve(options.threads());
   try {
@@ -51,6 +50,7 @@ void Loader::stop() {
 }
 
 void Loader::queue_epoch(std::vector<int64_t> indices, int64_t epoch) {
+  dataset_->will_read(epoch, indices);  // a remote set's next shards may come across the epoch's turn
   auto queued = std::make_shared<Epoch>();
   const int64_t n = static_cast<int64_t>(indices.size());
   const int64_t b = options_.batch_size();
@@ -85,9 +85,7 @@ void Loader::work() {
       number = next_to_build_++;
       epoch = epoch_of(number);
     }
-    // A queued epoch's first batch: its shards may be fetched now (the first epoch's were asked
-    // for by the constructor).
-    if (number == epoch->first && epoch->first > 0) dataset_->will_read(epoch->indices);
+    if (number == epoch->first) dataset_->starts_reading(epoch->number);
     Built built;
     try {
       built = build(*epoch, number - epoch->first);

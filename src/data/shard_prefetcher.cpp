@@ -11,9 +11,10 @@ ShardPrefetcher::ShardPrefetcher(const ShardCache& cache, const std::vector<std:
     : cache_(cache),
       urls_(urls),
       sizes_(sizes),
-      order_(std::move(order)),
-      position_(urls.size(), order_.size()),
-      ahead_bytes_(ahead_bytes) {
+      epoch_shards_(order.size()),
+      position_(urls.size(), order.size()),
+      ahead_bytes_(ahead_bytes),
+      order_(std::move(order)) {
   bytes_before_.push_back(0);
   for (size_t k = 0; k < order_.size(); ++k) {
     position_[order_[k]] = k;
@@ -33,7 +34,7 @@ ShardPrefetcher::~ShardPrefetcher() {
 
 void ShardPrefetcher::reading(size_t shard) {
   const size_t position = position_[shard];
-  if (position == order_.size()) return;
+  if (position == epoch_shards_) return;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (position < read_up_to_) return;
@@ -42,20 +43,38 @@ void ShardPrefetcher::reading(size_t shard) {
   wake_.notify_all();
 }
 
+void ShardPrefetcher::then(const std::vector<size_t>& next_order) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    order_.resize(epoch_shards_);
+    bytes_before_.resize(epoch_shards_ + 1);
+    for (size_t shard : next_order) {
+      order_.push_back(shard);
+      bytes_before_.push_back(bytes_before_.back() + std::max<int64_t>(sizes_[shard], 0));
+    }
+  }
+  wake_.notify_all();
+}
+
 void ShardPrefetcher::run() {
-  for (size_t k = 0; k < order_.size(); ++k) {
+  for (size_t k = 0;; ++k) {
+    size_t shard;
     {
       // The shard at k fits when what lies fetched ahead of the reading, with it, stays within
-      // the bound; the shard being read next always does.
+      // the bound; the shard being read next always does. Past this epoch's shards, the next
+      // epoch's wait for then().
       std::unique_lock<std::mutex> lock(mutex_);
       wake_.wait(lock, [&] {
+        if (stop_) return true;
+        if (k >= order_.size()) return false;
         const size_t from = std::min(read_up_to_, k);
-        return stop_ || k <= read_up_to_ || bytes_before_[k + 1] - bytes_before_[from] <= ahead_bytes_;
+        return k <= read_up_to_ || bytes_before_[k + 1] - bytes_before_[from] <= ahead_bytes_;
       });
       if (stop_) return;
+      shard = order_[k];
     }
     try {
-      cache_.local(urls_[order_[k]], sizes_[order_[k]]);
+      cache_.local(urls_[shard], sizes_[shard]);
     } catch (const Error&) {
       // The loader's own read of this shard fetches again and reports the failure with its sample.
     }

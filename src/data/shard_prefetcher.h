@@ -2,7 +2,9 @@
 // Fetches a remote shard set's shards into the cache (shard_cache.h) in the order the loader will
 // read them, on a thread of its own, keeping at most `ahead_bytes` of shards fetched beyond the
 // furthest one read so far: the next shards are local when the loader reaches them, and the cache
-// is not filled with shards the epoch needs only much later. Private to the data layer.
+// is not filled with shards the epoch needs only much later. Once the epoch's shards are fetched
+// it goes on with the next epoch's (then()), within the same bound, so that the next epoch's first
+// batches do not wait for the link when the epoch turns. Private to the data layer.
 
 #include <condition_variable>
 #include <cstdint>
@@ -17,7 +19,7 @@ namespace dpt::data {
 
 class ShardPrefetcher {
  public:
-  // `order`: shard numbers (into `urls` and `sizes`) in the order they are first read.
+  // `order`: shard numbers (into `urls` and `sizes`) in the order the epoch first reads them.
   ShardPrefetcher(const ShardCache& cache, const std::vector<std::string>& urls, const std::vector<int64_t>& sizes,
                   std::vector<size_t> order, int64_t ahead_bytes);
   // Stops after the fetch under way, if any.
@@ -25,8 +27,12 @@ class ShardPrefetcher {
   ShardPrefetcher(const ShardPrefetcher&) = delete;
   ShardPrefetcher& operator=(const ShardPrefetcher&) = delete;
 
-  // A sample of shard `shard` was read: the fetching may go further.
+  // A sample of shard `shard` was read in this epoch: the fetching may go further.
   void reading(size_t shard);
+  // The next epoch's shards in their order (replacing any said before): fetched after this
+  // epoch's, the bytes of both ahead of the reading within the bound. Its reading is the next
+  // prefetcher's to follow.
+  void then(const std::vector<size_t>& next_order);
 
  private:
   void run();
@@ -34,12 +40,13 @@ class ShardPrefetcher {
   const ShardCache& cache_;
   const std::vector<std::string>& urls_;
   const std::vector<int64_t>& sizes_;
-  std::vector<size_t> order_;
-  std::vector<size_t> position_;    // of each shard in order_ (order_.size() when absent)
-  std::vector<int64_t> bytes_before_;  // of order_'s shards before each position
+  const size_t epoch_shards_;       // order_'s first ones, this epoch's; then the next epoch's
+  std::vector<size_t> position_;    // of each shard in this epoch's order (epoch_shards_ when absent)
   int64_t ahead_bytes_;
   std::mutex mutex_;
   std::condition_variable wake_;
+  std::vector<size_t> order_;          // under mutex_, as then() grows it
+  std::vector<int64_t> bytes_before_;  // of order_'s shards before each position
   size_t read_up_to_ = 0;  // one past the furthest position read
   bool stop_ = false;
   std::thread thread_;

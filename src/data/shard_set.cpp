@@ -213,8 +213,7 @@ std::string ShardSet::member_name(size_t shard, size_t sample) const {
   return str(paths_[shard], "#", indices_[shard].member(sample));
 }
 
-void ShardSet::will_read(const std::vector<int64_t>& indices) const {
-  if (!cache_) return;
+std::vector<size_t> ShardSet::shard_order(const std::vector<int64_t>& indices) const {
   std::vector<size_t> order;
   std::vector<bool> seen(paths_.size(), false);
   for (int64_t draw : indices) {
@@ -224,10 +223,34 @@ void ShardSet::will_read(const std::vector<int64_t>& indices) const {
       order.push_back(shard);
     }
   }
+  return order;
+}
+
+void ShardSet::will_read(int64_t epoch, const std::vector<int64_t>& indices) const {
+  if (!cache_) return;
+  std::vector<size_t> order = shard_order(indices);
   std::lock_guard<std::mutex> lock(prefetch_mutex_);
-  prefetcher_.reset();  // the last epoch's, if any
-  prefetcher_ = std::make_unique<ShardPrefetcher>(*cache_, paths_, archive_sizes_, std::move(order),
+  // An epoch said again or before the last: a new loader, whose epochs replace the old one's.
+  said_.erase(said_.lower_bound(epoch), said_.end());
+  if (prefetcher_ && epoch == reading_epoch_ + 1) prefetcher_->then(order);
+  said_.emplace(epoch, std::move(order));
+}
+
+void ShardSet::starts_reading(int64_t epoch) const {
+  if (!cache_) return;
+  // The epoch before's prefetcher stops once the lock is released (declared before it): it may
+  // be fetching one of this epoch's shards, which the readers of its own last batches need not
+  // wait for.
+  std::unique_ptr<ShardPrefetcher> done;
+  std::lock_guard<std::mutex> lock(prefetch_mutex_);
+  const auto found = said_.find(epoch);
+  if (found == said_.end()) return;
+  done = std::move(prefetcher_);
+  prefetcher_ = std::make_unique<ShardPrefetcher>(*cache_, paths_, archive_sizes_, std::move(found->second),
                                                   cache_->options().max_bytes() / 2);
+  reading_epoch_ = epoch;
+  said_.erase(said_.begin(), std::next(found));
+  if (!said_.empty() && said_.begin()->first == epoch + 1) prefetcher_->then(said_.begin()->second);
 }
 
 std::vector<int64_t> ShardSet::shard_sizes() const {

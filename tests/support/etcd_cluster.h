@@ -8,17 +8,13 @@
 //   auto store = c10::make_intrusive<dpt::dist::EtcdStore>(EtcdStoreOptions(cluster.endpoints(), "/t/"));
 //   cluster.kill(0);  // the others keep a majority
 
-#include <fcntl.h>
-#include <netinet/in.h>
 #include <signal.h>
-#include <sys/prctl.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
-#include <unistd.h>
 
 #include <string>
 #include <vector>
 
+#include "server_process.h"
 #include "temp_dir.h"
 
 namespace dpt::testing {
@@ -48,7 +44,7 @@ class EtcdCluster {
                                              "--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
                                              "--initial-cluster", initial, "--initial-cluster-state", "new",
                                              "--initial-cluster-token", "dptrain-test"};
-      pids_.push_back(spawn(args, dir_.path() + "/" + name(m) + ".log"));
+      pids_.push_back(spawn_server(args, dir_.path() + "/" + name(m) + ".log"));
     }
   }
   ~EtcdCluster() {
@@ -72,37 +68,6 @@ class EtcdCluster {
 
  private:
   static std::string name(int m) { return "m" + std::to_string(m); }
-
-  static int free_port() {
-    const int fd = socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in address{};
-    address.sin_family = AF_INET;
-    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address));
-    socklen_t size = sizeof(address);
-    getsockname(fd, reinterpret_cast<sockaddr*>(&address), &size);
-    close(fd);
-    return ntohs(address.sin_port);
-  }
-
-  // `args` run with their output in `log` (etcd logs every election).
-  static pid_t spawn(const std::vector<std::string>& args, const std::string& log) {
-    std::vector<char*> argv;
-    for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-    argv.push_back(nullptr);
-    const pid_t pid = fork();
-    if (pid == 0) {
-      prctl(PR_SET_PDEATHSIG, SIGKILL);  // a test process that dies takes its cluster with it
-      const int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-      if (fd >= 0) {
-        dup2(fd, STDOUT_FILENO);
-        dup2(fd, STDERR_FILENO);
-      }
-      execv(argv[0], argv.data());
-      _exit(127);
-    }
-    return pid;
-  }
 
   TempDir dir_;
   std::vector<std::string> endpoints_;

@@ -39,10 +39,15 @@ class Dataset {
   // Where sample `index` comes from, for messages ("train/cat/001.jpg", "data_batch_2.bin#17").
   virtual std::string describe(int64_t index) const = 0;
 
-  // Says that the samples of `indices` (a sampler's draws: index + copy * size()) are read next,
-  // in that order, so that a dataset whose samples lie far away (ShardSet over HTTP or S3) fetches
-  // them ahead of need. The loader calls it; the default does nothing.
-  virtual void will_read(const std::vector<int64_t>& indices) const {}
+  // Says that epoch `epoch` reads the samples of `indices` (a sampler's draws: index + copy *
+  // size()) in that order, once the epochs said before it are read, so that a dataset whose
+  // samples lie far away (ShardSet over HTTP or S3) fetches them ahead of need, across the turn
+  // of the epoch too. An epoch said again, or one before the last said, starts over: it comes
+  // from a new loader. The loader calls it as it queues each epoch; the default does nothing.
+  virtual void will_read(int64_t epoch, const std::vector<int64_t>& indices) const {}
+  // Says that the reading of epoch `epoch` (said with will_read) begins: the epochs before it are
+  // read. The loader calls it as it starts building the epoch's first batch.
+  virtual void starts_reading(int64_t epoch) const {}
 
  protected:
   // DataError unless 0 <= index < size().

@@ -18,6 +18,7 @@
 //   sampler_options.shard_sizes(train->shard_sizes()).open_shards(4);
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -58,8 +59,11 @@ class ShardSet : public Dataset {
   int64_t get(int64_t index, int64_t epoch, float* out) const override;
   // "<shard path>#<key>.<extension>"
   std::string describe(int64_t index) const override;
-  // A remote set starts fetching the shards of `indices` in their order (the local one: nothing).
-  void will_read(const std::vector<int64_t>& indices) const override;
+  // A remote set fetches the shards of the epoch being read in their order, and once those are
+  // fetched the first shards of the epoch said after it, within the same bound (the local one:
+  // nothing).
+  void will_read(int64_t epoch, const std::vector<int64_t>& indices) const override;
+  void starts_reading(int64_t epoch) const override;
 
   const std::vector<std::string>& classes() const { return classes_; }
   int64_t label(int64_t index) const;
@@ -81,6 +85,8 @@ class ShardSet : public Dataset {
   // Sample `sample` of shard `shard`: its encoded image, and its name in errors.
   std::vector<uint8_t> member_bytes(size_t shard, size_t sample) const;
   std::string member_name(size_t shard, size_t sample) const;
+  // The shards in the order in which `indices` first read them.
+  std::vector<size_t> shard_order(const std::vector<int64_t>& indices) const;
 
   Transform transform_;
   std::unique_ptr<ShardCache> cache_;  // for a remote set only
@@ -90,8 +96,10 @@ class ShardSet : public Dataset {
   std::vector<PackedShardIndex> indices_;
   std::vector<int64_t> starts_;  // first sample of each shard, and the total at the end
   std::vector<std::string> warnings_;
-  mutable std::mutex prefetch_mutex_;  // over prefetcher_, which each epoch's will_read replaces
-  mutable std::unique_ptr<ShardPrefetcher> prefetcher_;
+  mutable std::mutex prefetch_mutex_;  // over the three below
+  mutable std::map<int64_t, std::vector<size_t>> said_;  // each epoch said and not yet read: its shard order
+  mutable int64_t reading_epoch_ = -1;
+  mutable std::unique_ptr<ShardPrefetcher> prefetcher_;  // the reading epoch's, then the next one's
 };
 
 }  // namespace dpt::data

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -12,6 +13,7 @@
 #include <set>
 
 #include "dptrain/common/error.h"
+#include "dptrain/common/text.h"
 #include "dptrain/data/image_folder.h"
 #include "dptrain/data/synthetic.h"
 #include "support/faulty_dataset.h"
@@ -83,15 +85,29 @@ class EpochReads : public Dataset {
   int64_t get(int64_t index, int64_t epoch, float* out) const override {
     const int64_t label = inner_->get(index, epoch, out);
     std::lock_guard<std::mutex> lock(mutex_);
-    ++reads_[epoch];
+    if (reads_[epoch]++ == 0) events_.push_back(dpt::str("reads ", epoch));
     read_.notify_all();
     return label;
   }
   std::string describe(int64_t index) const override { return inner_->describe(index); }
+  void will_read(int64_t epoch, const std::vector<int64_t>& indices) const override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    events_.push_back(dpt::str("said ", epoch, " (", indices.size(), " samples)"));
+  }
+  void starts_reading(int64_t epoch) const override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    events_.push_back(dpt::str("starts ", epoch));
+  }
   // Whether `count` samples of `epoch` were read within a minute.
   bool wait_for(int64_t epoch, int count) const {
     std::unique_lock<std::mutex> lock(mutex_);
     return read_.wait_for(lock, std::chrono::minutes(1), [&] { return reads_[epoch] >= count; });
+  }
+  // What the loader said and did, in order: "said E (N samples)", "starts E", and each epoch's
+  // first read, "reads E".
+  std::vector<std::string> events() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return events_;
   }
 
  private:
@@ -99,6 +115,7 @@ class EpochReads : public Dataset {
   mutable std::mutex mutex_;
   mutable std::condition_variable read_;
   mutable std::map<int64_t, int> reads_;
+  mutable std::vector<std::string> events_;
 };
 
 }  // namespace
@@ -247,6 +264,30 @@ TEST(Loader, BuildsTheQueuedEpochAheadOfTheConsumer) {
   EXPECT_TRUE(ds->wait_for(1, 4));
   ASSERT_TRUE(loader.next_epoch());
   EXPECT_EQ(drain(loader).size(), 8u);
+}
+
+// The loader says each epoch to the dataset as it is queued, before any of it is read (a remote
+// set then fetches across the epoch's turn), and says once when its reading begins.
+TEST(Loader, SaysEachEpochAsItIsQueuedAndWhenItsReadingBegins) {
+  auto ds = std::make_shared<EpochReads>();
+  Loader loader(ds, iota(8), 0, LoaderOptions().batch_size(1).threads(2).prefetch_factor(2));
+  loader.queue_epoch(iota(6), 1);
+  const std::vector<std::string> said = ds->events();
+  EXPECT_NE(std::find(said.begin(), said.end(), "said 1 (6 samples)"), said.end());
+  EXPECT_EQ(std::find(said.begin(), said.end(), "reads 1"), said.end());
+  EXPECT_EQ(drain(loader).size(), 8u);
+  ASSERT_TRUE(loader.next_epoch());
+  EXPECT_EQ(drain(loader).size(), 6u);
+  const std::vector<std::string> events = ds->events();
+  const auto at = [&](const std::string& event) {
+    EXPECT_EQ(std::count(events.begin(), events.end(), event), 1) << event;
+    return std::find(events.begin(), events.end(), event) - events.begin();
+  };
+  EXPECT_LT(at("said 0 (8 samples)"), at("starts 0"));
+  EXPECT_LT(at("starts 0"), at("reads 0"));
+  EXPECT_LT(at("said 1 (6 samples)"), at("starts 1"));
+  EXPECT_LT(at("starts 1"), at("reads 1"));
+  EXPECT_EQ(events.size(), 6u);
 }
 
 TEST(Loader, StopsCleanlyMidEpoch) {

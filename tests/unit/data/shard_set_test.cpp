@@ -15,8 +15,11 @@
 #include "dptrain/data/sampler.h"
 #include "dptrain/data/shard_writer.h"
 #include "support/error_of.h"
+#include "support/nginx_server.h"
+#include "support/python_oracle.h"
 #include "support/temp_dir.h"
 #include "support/test_images.h"
+#include "support/wait_until.h"
 
 using namespace dpt::data;
 namespace fs = std::filesystem;
@@ -49,6 +52,61 @@ Transform train_crop() {
 std::string contents(const fs::path& path) { return *dpt::read_file<std::string>(path.string()); }
 
 }  // namespace
+
+// A remote set over a real HTTP server: the epoch said after the one being read has its first
+// shards fetched once the reading epoch's are, before it begins, so that its first batches do not
+// wait for the link. Said only as it begins (the negative control), they are not.
+TEST(ShardSet, FetchesTheNextEpochsFirstShardsBeforeItBegins) {
+  dpt::testing::TempDir dir;
+  const ImageFolder folder(make_folder(dir.path() + "/src", 10), train_crop());
+  write_shards(sources_of(folder), folder.classes(), dir.path() + "/www/set",
+               ShardWriterOptions().order("folder").shard_bytes(5 << 10).prefix("train"));
+  dpt::testing::NginxServer server(dir.path() + "/www");
+  if (!server.started()) DPT_MISSING_DEPENDENCY(server.why());
+  const auto remote = [&](const std::string& cache) {
+    return std::make_unique<ShardSet>(server.url() + "/set", train_crop(), BadImagePolicy::Error,
+                                      ShardCacheOptions(dir.path() + "/" + cache));
+  };
+  // Epoch 0 reads the first half of the shards; epoch 1 the second half, then the first.
+  const auto sizes = remote("probe")->shard_sizes();
+  ASSERT_GE(sizes.size(), 6u);
+  const size_t half = sizes.size() / 2;
+  std::vector<int64_t> epoch0, epoch1;
+  for (size_t shard = 0, sample = 0; shard < sizes.size(); ++shard) {
+    for (int64_t k = 0; k < sizes[shard]; ++k, ++sample) (shard < half ? epoch0 : epoch1).push_back(sample);
+  }
+  epoch1.insert(epoch1.end(), epoch0.begin(), epoch0.end());
+  const auto read_epoch0 = [&](const ShardSet& set) {
+    for (int64_t sample : epoch0) set.image_bytes(sample);
+  };
+
+  const auto ahead = remote("ahead");
+  ahead->will_read(0, epoch0);
+  ahead->will_read(1, epoch1);
+  ahead->starts_reading(0);
+  read_epoch0(*ahead);
+  const ShardCache ahead_cache(ShardCacheOptions(dir.path() + "/ahead"));
+  const auto& urls = ahead->shard_paths();
+  EXPECT_TRUE(dpt::testing::wait_until([&] { return ahead_cache.holds(urls[half], -1); }, std::chrono::seconds(30)))
+      << "epoch 1's first shard, " << urls[half];
+  EXPECT_TRUE(dpt::testing::wait_until([&] { return ahead_cache.holds(urls.back(), -1); }, std::chrono::seconds(30)))
+      << "epoch 1's last new shard, " << urls.back();
+
+  const auto late = remote("late");
+  late->will_read(0, epoch0);
+  late->starts_reading(0);
+  read_epoch0(*late);
+  const ShardCache late_cache(ShardCacheOptions(dir.path() + "/late"));
+  EXPECT_TRUE(dpt::testing::wait_until(
+      [&] {
+        for (size_t shard = 0; shard < half; ++shard) {
+          if (!late_cache.holds(urls[shard], -1)) return false;
+        }
+        return true;
+      },
+      std::chrono::seconds(30)));
+  for (size_t shard = half; shard < urls.size(); ++shard) EXPECT_FALSE(late_cache.holds(urls[shard], -1)) << shard;
+}
 
 // Written in the folder's order, a shard set is the ImageFolder: the same labels, the same bytes,
 // and with the same transform the same samples bit for bit, epoch after epoch.
