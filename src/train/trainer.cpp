@@ -251,7 +251,7 @@ MetricSums Trainer::State::evaluate(models::ClassifierImpl& net, const std::stri
 void Trainer::State::report_pass(const std::string& phase, const MetricSums& all,
                                  const std::vector<data::SkippedSample>& skipped_here, Clock::time_point start) {
   EpochReport report = pass_report(phase, all, seconds_since(start));
-  score(report, all);
+  place(report);
   if (phase == "train") report.model_rate = model_rate(report.images_per_s);
   notify([&](TrainObserver& o) { o.on_epoch(report); });
   const int64_t images = phase == "train" ? data.train->size() : data.val->size();

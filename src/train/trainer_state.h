@@ -296,9 +296,13 @@ struct Trainer::State {
   std::string pass_name(const std::string& phase) const { return fmt::format("epoch {} {}", epoch, phase); }
   // Fills in what every report has: the position, and the scores of `all`.
   void score(Report& report, const MetricSums& all) const {
+    place(report);
+    fill_scores(report, all);
+  }
+  // Fills in where training stands: the epoch and the step.
+  void place(Report& report) const {
     report.epoch = epoch;
     report.global_step = global_step();
-    fill_scores(report, all);
   }
   // The state a checkpoint holds now (weights and optimizer state aliased, not copied).
   TrainingCheckpoint checkpoint_state();
