@@ -7,14 +7,13 @@ server are named with what to do."""
 import json
 import os
 import shutil
-import signal
-import socket
 import subprocess
 import tempfile
 import time
 import unittest
 from collections import Counter
 
+from http_server import Server, nginx_config
 from proc import cannot_run, dptrain, env_with, free_port, run
 from train_runs import compare_checkpoints, last_json
 
@@ -25,42 +24,6 @@ S3_KEY = "S3RVER"  # s3rver's own credentials
 
 def launch(*args):
     return [dptrain(), "launch", "--standalone", "--nproc-per-node", "2", "--", dptrain(), "train", *args]
-
-
-class Server:
-    """A server process in a session of its own, its output in a file, killed with its group."""
-
-    def __init__(self, args, port, log):
-        self.log = log
-        with open(log, "w") as out:
-            self.proc = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise AssertionError(f"{args[0]} exited with {self.proc.returncode}: {open(log).read()}")
-            with socket.socket() as s:
-                if s.connect_ex(("127.0.0.1", port)) == 0:
-                    return
-            time.sleep(0.05)
-        self.close()
-        raise AssertionError(f"{args[0]} did not listen on port {port} within 30 s: {open(log).read()}")
-
-    def close(self):
-        if self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        self.proc.wait()
-
-
-def nginx_config(root, port, prefix):
-    return f"""daemon off; master_process off; worker_processes 1; pid {prefix}/nginx.pid; error_log stderr;
-events {{ worker_connections 64; }}
-http {{
-    access_log {prefix}/access.log;
-    client_body_temp_path {prefix}/body; proxy_temp_path {prefix}/proxy; fastcgi_temp_path {prefix}/fastcgi;
-    uwsgi_temp_path {prefix}/uwsgi; scgi_temp_path {prefix}/scgi;
-    server {{ listen 127.0.0.1:{port}; root {root}; }}
-}}
-"""
 
 
 class RemoteShards(unittest.TestCase):
@@ -95,7 +58,7 @@ class RemoteShards(unittest.TestCase):
         os.makedirs(nginx_dir)
         nginx_config_file = os.path.join(nginx_dir, "nginx.conf")
         with open(nginx_config_file, "w") as f:
-            f.write(nginx_config(os.path.join(tmp, "www"), cls.http_port, nginx_dir))
+            f.write(nginx_config(os.path.join(tmp, "www"), cls.http_port, nginx_dir, f"{nginx_dir}/access.log"))
         cls.access_log = os.path.join(nginx_dir, "access.log")
         cls.servers.append(Server([cls.tools["nginx"], "-p", nginx_dir, "-c", nginx_config_file],
                                   cls.http_port, os.path.join(tmp, "nginx.out")))
