@@ -17,7 +17,7 @@ ETCD = "/usr/bin/etcd"
 class EtcdCluster:
     """`members` etcd members; member m listens on hosts[m] (default 127.0.0.1) and runs as
     run_in[m](command line) (default: as it is; a network namespace's `ip netns exec` for a node of
-    bench/veth_link.py's link)."""
+    bench/netns_link.py's link)."""
 
     def __init__(self, members, hosts=None, run_in=None):
         self.members = members

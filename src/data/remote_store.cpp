@@ -75,17 +75,26 @@ struct Attempt {
 // One GET of `request`, its body handed to `sink` as it comes.
 using BodySink = std::function<void(const char*, size_t)>;
 
-Attempt attempt(const Request& request, const RemoteOptions& options, const BodySink& sink) {
+// This thread's libcurl handle, its options reset for each transfer. It keeps its connections
+// open between transfers: a fetch after the first to the same server skips TCP's handshake and
+// its slow start (on a link with 5 ms round trips, a new connection per 8 MiB shard cost a
+// quarter of the link's bandwidth). A transfer leaves it reset: nothing it keeps points into a
+// transfer's stack frame.
+CURL* thread_handle(const Request& request) {
   ensure_curl();
-  std::unique_ptr<CURL, void (*)(CURL*)> curl(curl_easy_init(), curl_easy_cleanup);
-  DPT_CHECK(curl != nullptr, DataError, "libcurl could not start a transfer for ", request.name);
+  thread_local std::unique_ptr<CURL, void (*)(CURL*)> handle(curl_easy_init(), curl_easy_cleanup);
+  DPT_CHECK(handle != nullptr, DataError, "libcurl could not start a transfer for ", request.name);
+  return handle.get();
+}
+
+Attempt attempt(const Request& request, const RemoteOptions& options, const BodySink& sink) {
+  CURL* h = thread_handle(request);
   std::unique_ptr<curl_slist, void (*)(curl_slist*)> headers(nullptr, curl_slist_free_all);
   char error[CURL_ERROR_SIZE] = "";
   auto write = +[](char* data, size_t size, size_t count, void* user) -> size_t {
     (*static_cast<const BodySink*>(user))(data, size * count);
     return size * count;
   };
-  CURL* h = curl.get();
   curl_easy_setopt(h, CURLOPT_URL, request.url.c_str());
   curl_easy_setopt(h, CURLOPT_FOLLOWLOCATION, 1L);
   curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);  // loader threads: no SIGALRM for name lookups
@@ -113,6 +122,7 @@ Attempt attempt(const Request& request, const RemoteOptions& options, const Body
   result.code = curl_easy_perform(h);
   curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &result.status);
   result.error = error[0] != '\0' ? error : curl_easy_strerror(result.code);
+  curl_easy_reset(h);
   return result;
 }
 

@@ -99,6 +99,8 @@ std::string default_shard_cache_folder() {
 ShardCache::ShardCache(ShardCacheOptions options) : options_(std::move(options)), store_(options_.remote()) {
   DPT_CHECK(options_.max_bytes() > 0, ConfigError, "the shard cache's size must be positive, got ",
             options_.max_bytes(), " bytes");
+  DPT_CHECK(options_.fetch_streams() >= 1, ConfigError, "the shard cache fetches with at least one stream, got ",
+            options_.fetch_streams());
   std::error_code error;
   fs::create_directories(options_.folder(), error);
   DPT_CHECK(!error, DataError, "cannot create the shard cache folder ", options_.folder(), ": ", error.message(),

@@ -20,7 +20,7 @@ ShardPrefetcher::ShardPrefetcher(const ShardCache& cache, const std::vector<std:
     position_[order_[k]] = k;
     bytes_before_.push_back(bytes_before_.back() + std::max<int64_t>(sizes_[order_[k]], 0));
   }
-  thread_ = std::thread([this] { run(); });
+  for (int t = 0; t < cache.options().fetch_streams(); ++t) threads_.emplace_back([this] { run(); });
 }
 
 ShardPrefetcher::~ShardPrefetcher() {
@@ -29,7 +29,7 @@ ShardPrefetcher::~ShardPrefetcher() {
     stop_ = true;
   }
   wake_.notify_all();
-  thread_.join();
+  for (auto& thread : threads_) thread.join();
 }
 
 void ShardPrefetcher::reading(size_t shard) {
@@ -57,21 +57,22 @@ void ShardPrefetcher::then(const std::vector<size_t>& next_order) {
 }
 
 void ShardPrefetcher::run() {
-  for (size_t k = 0;; ++k) {
+  for (;;) {
     size_t shard;
     {
-      // The shard at k fits when what lies fetched ahead of the reading, with it, stays within
+      // The next shard fits when what lies fetched ahead of the reading, with it, stays within
       // the bound; the shard being read next always does. Past this epoch's shards, the next
       // epoch's wait for then().
       std::unique_lock<std::mutex> lock(mutex_);
       wake_.wait(lock, [&] {
         if (stop_) return true;
+        const size_t k = next_;
         if (k >= order_.size()) return false;
         const size_t from = std::min(read_up_to_, k);
         return k <= read_up_to_ || bytes_before_[k + 1] - bytes_before_[from] <= ahead_bytes_;
       });
       if (stop_) return;
-      shard = order_[k];
+      shard = order_[next_++];
     }
     try {
       cache_.local(urls_[shard], sizes_[shard]);

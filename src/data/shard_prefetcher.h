@@ -1,6 +1,7 @@
 #pragma once
 // Fetches a remote shard set's shards into the cache (shard_cache.h) in the order the loader will
-// read them, on a thread of its own, keeping at most `ahead_bytes` of shards fetched beyond the
+// read them, on threads of its own (the cache's fetch_streams, each taking the next shard in the
+// order), keeping at most `ahead_bytes` of shards fetched beyond the
 // furthest one read so far: the next shards are local when the loader reaches them, and the cache
 // is not filled with shards the epoch needs only much later. Once the epoch's shards are fetched
 // it goes on with the next epoch's (then()), within the same bound, so that the next epoch's first
@@ -22,7 +23,7 @@ class ShardPrefetcher {
   // `order`: shard numbers (into `urls` and `sizes`) in the order the epoch first reads them.
   ShardPrefetcher(const ShardCache& cache, const std::vector<std::string>& urls, const std::vector<int64_t>& sizes,
                   std::vector<size_t> order, int64_t ahead_bytes);
-  // Stops after the fetch under way, if any.
+  // Stops after the fetches under way, if any.
   ~ShardPrefetcher();
   ShardPrefetcher(const ShardPrefetcher&) = delete;
   ShardPrefetcher& operator=(const ShardPrefetcher&) = delete;
@@ -48,8 +49,9 @@ class ShardPrefetcher {
   std::vector<size_t> order_;          // under mutex_, as then() grows it
   std::vector<int64_t> bytes_before_;  // of order_'s shards before each position
   size_t read_up_to_ = 0;  // one past the furthest position read
+  size_t next_ = 0;        // the position the next free thread fetches
   bool stop_ = false;
-  std::thread thread_;
+  std::vector<std::thread> threads_;
 };
 
 }  // namespace dpt::data

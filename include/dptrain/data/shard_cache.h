@@ -24,6 +24,9 @@ struct ShardCacheOptions {
   TORCH_ARG(std::string, folder);
   // The most bytes of shards the folder holds; a shard larger than this is refused.
   TORCH_ARG(int64_t, max_bytes) = int64_t{20} << 30;
+  // Shards fetched ahead at once, each over a connection of its own: while one fetch's request
+  // crosses the link and the server looks for its file, another's bytes fill the link.
+  TORCH_ARG(int, fetch_streams) = 2;
   TORCH_ARG(RemoteOptions, remote) = {};
 };
 

@@ -1,0 +1,93 @@
+"""Two network namespaces joined by a link whose ends are shaped with tc, for the benchmarks that
+measure over a link slower than this machine's memory (bench/ddp_net, bench/remote_shards, ...).
+Without a delay the link is a veth pair; with one it is bench/delay_line.py's pair of TUN devices,
+which holds each packet for the delay in user space (this kernel has no sch_netem). Needs root and
+iproute2; the namespaces, and the delay line, are gone on the way out, also on failure."""
+import os
+import subprocess
+import sys
+
+DELAY_LINE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "delay_line.py")
+
+
+def sh(*args):
+    result = subprocess.run(args, capture_output=True, text=True, timeout=30)
+    if result.returncode != 0:
+        raise RuntimeError(f"{' '.join(args)} failed ({result.returncode}): {result.stderr.strip()}")
+
+
+class Link:
+    """Namespaces ns[0] and ns[1] at addr[0] and addr[1], each end's egress shaped to `rate` with a
+    token bucket of `burst` (tc tbf); with `delay_ms`, each packet arrives that much later (half
+    the round trip each way)."""
+
+    def __init__(self, rate, burst, delay_ms=0.0):
+        tag = os.getpid() % 100000
+        self.ns = [f"dptn{tag}a", f"dptn{tag}b"]
+        self.dev = [f"dptn{tag}va", f"dptn{tag}vb"]
+        self.addr = ["10.213.250.1", "10.213.250.2"]  # only inside these namespaces
+        self.rate = rate
+        self.burst = burst
+        self.delay_ms = delay_ms
+        self.delay_line = None
+
+    def __enter__(self):
+        try:
+            for ns in self.ns:
+                sh("ip", "netns", "add", ns)
+                sh("ip", "-n", ns, "link", "set", "lo", "up")
+            if self.delay_ms:
+                self._start_delay_line()
+            else:
+                sh("ip", "link", "add", self.dev[0], "netns", self.ns[0], "type", "veth", "peer", "name",
+                   self.dev[1], "netns", self.ns[1])
+            for ns, dev, addr in zip(self.ns, self.dev, self.addr):
+                sh("ip", "-n", ns, "addr", "add", f"{addr}/24", "dev", dev)
+                sh("ip", "-n", ns, "link", "set", dev, "up")
+                sh("ip", "netns", "exec", ns, "tc", "qdisc", "add", "dev", dev, "root", "tbf", "rate", self.rate,
+                   "burst", self.burst, "latency", "50ms")
+        except BaseException:
+            self.__exit__()
+            raise
+        return self
+
+    def _start_delay_line(self):
+        """The delay line creates both TUN devices here; each then moves into its namespace (the
+        line's descriptors follow it there). Its standard input is ours: it ends when we do."""
+        self.delay_line = subprocess.Popen([sys.executable, DELAY_LINE, *self.dev, str(self.delay_ms)],
+                                           stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        if self.delay_line.stdout.readline().strip() != "ready":
+            raise RuntimeError(f"{DELAY_LINE} did not start (exit status {self.delay_line.wait(10)})")
+        for ns, dev in zip(self.ns, self.dev):
+            sh("ip", "link", "set", dev, "netns", ns)
+
+    def run_in(self, index, args):
+        """`args` as a command line run inside namespace `index`."""
+        return ["ip", "netns", "exec", self.ns[index], *args]
+
+    def round_trip_ms(self, port, tries=5):
+        """The median time namespace 1 takes to connect to a listener at addr[0]:`port`: one round
+        trip, the delay line's included."""
+        probe = ("import socket, statistics, time\n"
+                 "times = []\n"
+                 f"for _ in range({tries}):\n"
+                 "    start = time.perf_counter()\n"
+                 f"    socket.create_connection(('{self.addr[0]}', {port}), 5).close()\n"
+                 "    times.append(time.perf_counter() - start)\n"
+                 "print(statistics.median(times) * 1000)")
+        out = subprocess.run(self.run_in(1, [sys.executable, "-c", probe]), capture_output=True, text=True,
+                             timeout=60, check=True)
+        return float(out.stdout)
+
+    def unshape(self):
+        """Removes the rate's shaping: the link then runs at the speed of memory copies (still
+        delayed when it has a delay)."""
+        for ns, dev in zip(self.ns, self.dev):
+            sh("ip", "netns", "exec", ns, "tc", "qdisc", "del", "dev", dev, "root")
+
+    def __exit__(self, *_):
+        if self.delay_line is not None:
+            self.delay_line.terminate()
+            self.delay_line.wait(10)
+        for ns in self.ns:
+            subprocess.run(["ip", "netns", "del", ns], capture_output=True, timeout=30)
