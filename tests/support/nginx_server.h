@@ -1,7 +1,9 @@
 #pragma once
 // A real HTTP server on loopback for one test (Debian's nginx, scripts/install-deps), serving the
-// files under a folder, with range requests; a child process killed by PID and reaped at scope
-// exit, also when the test fails.
+// files under a folder, with range requests, each response at most `limit_rate` bytes a second
+// when given (nginx's limit_rate: "16k"); a child process killed by PID and reaped at scope exit,
+// also when the test fails. requests() reads its log: which connection carried each request, and
+// when.
 //
 //   dpt::testing::NginxServer server(dir.path() + "/www");
 //   if (!server.started()) DPT_MISSING_DEPENDENCY(server.why());
@@ -12,9 +14,11 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdint>
 #include <fstream>
 #include <iterator>
 #include <string>
+#include <vector>
 
 #include "server_process.h"
 #include "temp_dir.h"
@@ -26,7 +30,14 @@ class NginxServer {
  public:
   static constexpr const char* kNginx = "/usr/sbin/nginx";
 
-  explicit NginxServer(const std::string& root) : port_(free_port()) {
+  // A request as the server logged it when its response ended.
+  struct Request {
+    std::string uri;
+    int64_t connection;  // nginx's serial number of the connection that carried it
+    double started, ended;  // seconds since the epoch, to the millisecond
+  };
+
+  explicit NginxServer(const std::string& root, const std::string& limit_rate = "") : port_(free_port()) {
     if (access(kNginx, X_OK) != 0) {
       why_ = std::string(kNginx) + " is missing (Debian's nginx; scripts/install-deps installs it)";
       return;
@@ -36,7 +47,9 @@ class NginxServer {
     std::ofstream(prefix + "/nginx.conf")
         << "daemon off; master_process off; worker_processes 1; pid " << prefix << "/nginx.pid; error_log stderr;\n"
         << "events { worker_connections 64; }\n"
-        << "http {\n  access_log " << prefix << "/access.log;\n"
+        << "http {\n  log_format requests '$request_uri $connection $msec $request_time';\n"
+        << "  access_log " << prefix << "/access.log requests;\n"
+        << (limit_rate.empty() ? "" : "  limit_rate " + limit_rate + ";\n")
         << "  client_body_temp_path " << prefix << "/body; proxy_temp_path " << prefix << "/proxy;\n"
         << "  fastcgi_temp_path " << prefix << "/fastcgi; uwsgi_temp_path " << prefix << "/uwsgi;\n"
         << "  scgi_temp_path " << prefix << "/scgi;\n"
@@ -68,6 +81,19 @@ class NginxServer {
   const std::string& why() const { return why_; }
   // "http://127.0.0.1:PORT", the root folder's URL.
   std::string url() const { return "http://127.0.0.1:" + std::to_string(port_); }
+
+  // The requests whose responses have ended, in the order they ended.
+  std::vector<Request> requests() const {
+    std::vector<Request> requests;
+    std::ifstream log(dir_.path() + "/access.log");
+    Request request;
+    double seconds = 0;
+    while (log >> request.uri >> request.connection >> request.ended >> seconds) {
+      request.started = request.ended - seconds;
+      requests.push_back(request);
+    }
+    return requests;
+  }
 
  private:
   TempDir dir_;

@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <numeric>
 #include <set>
 
 #include "dptrain/common/error.h"
@@ -106,6 +107,53 @@ TEST(ShardSet, FetchesTheNextEpochsFirstShardsBeforeItBegins) {
       },
       std::chrono::seconds(30)));
   for (size_t shard = half; shard < urls.size(); ++shard) EXPECT_FALSE(late_cache.holds(urls[shard], -1)) << shard;
+}
+
+// A remote set's prefetcher fetches fetch_streams shards at once, each over a connection of its
+// own: with two, the server (at 8 KB/s a response: a second for each of the two shards) serves
+// both requests at the same time; with one (the negative control), the second request begins
+// after the first has ended.
+TEST(ShardSet, FetchesAsManyShardsAtOnceAsItHasStreams) {
+  dpt::testing::TempDir dir;
+  const ImageFolder folder(make_folder(dir.path() + "/src", 2), train_crop());
+  write_shards(sources_of(folder), folder.classes(), dir.path() + "/www/set",
+               ShardWriterOptions().order("folder").shard_bytes(9 << 10).prefix("train"));
+  dpt::testing::NginxServer server(dir.path() + "/www", "8k");
+  if (!server.started()) DPT_MISSING_DEPENDENCY(server.why());
+  const auto shard_requests = [&] {
+    std::vector<dpt::testing::NginxServer::Request> shards;
+    for (const auto& request : server.requests()) {
+      if (request.uri.size() > 4 && request.uri.compare(request.uri.size() - 4, 4, ".tar") == 0) shards.push_back(request);
+    }
+    return shards;
+  };
+  // The most two shard requests overlap, in seconds (negative: the least gap between two).
+  const auto overlap_with_streams = [&](int streams) {
+    const ShardSet set(server.url() + "/set", train_crop(), BadImagePolicy::Error,
+                       ShardCacheOptions(dir.path() + "/cache" + std::to_string(streams)).fetch_streams(streams));
+    std::vector<int64_t> all(static_cast<size_t>(set.size()));
+    std::iota(all.begin(), all.end(), 0);
+    const size_t before = shard_requests().size();
+    set.will_read(0, all);
+    set.starts_reading(0);
+    const size_t count = set.shard_paths().size();
+    EXPECT_TRUE(dpt::testing::wait_until([&] { return shard_requests().size() >= before + count; },
+                                         std::chrono::seconds(60)));
+    auto shards = shard_requests();
+    shards.erase(shards.begin(), shards.begin() + static_cast<std::ptrdiff_t>(std::min(before, shards.size())));
+    EXPECT_EQ(shards.size(), count);
+    double overlap = -1e9;
+    for (size_t a = 0; a < shards.size(); ++a) {
+      for (size_t b = a + 1; b < shards.size(); ++b) {
+        overlap = std::max(overlap, std::min(shards[a].ended, shards[b].ended) -
+                                        std::max(shards[a].started, shards[b].started));
+      }
+    }
+    return overlap;
+  };
+  ASSERT_GE(ShardSet(dir.path() + "/www/set", train_crop()).shard_sizes().size(), 2u);
+  EXPECT_GT(overlap_with_streams(2), 0.5);
+  EXPECT_LT(overlap_with_streams(1), 0.005);  // the log's times are to the millisecond
 }
 
 // Written in the folder's order, a shard set is the ImageFolder: the same labels, the same bytes,
