@@ -4,8 +4,10 @@ Without a delay the link is a veth pair; with one it is bench/delay_line.py's pa
 which holds each packet for the delay in user space (this kernel has no sch_netem). Needs root and
 iproute2; the namespaces, and the delay line, are gone on the way out, also on failure."""
 import os
+import signal
 import subprocess
 import sys
+import time
 
 DELAY_LINE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "delay_line.py")
 
@@ -65,9 +67,9 @@ class Link:
         """`args` as a command line run inside namespace `index`."""
         return ["ip", "netns", "exec", self.ns[index], *args]
 
-    def round_trip_ms(self, port, tries=5):
-        """The median time namespace 1 takes to connect to a listener at addr[0]:`port`: one round
-        trip, the delay line's included."""
+    def connect_ms(self, port, tries=1):
+        """The median time namespace 1 takes to connect to addr[0]:`port` over `tries` connections:
+        one round trip, the delay line's included. None when nothing listens there."""
         probe = ("import socket, statistics, time\n"
                  "times = []\n"
                  f"for _ in range({tries}):\n"
@@ -75,9 +77,24 @@ class Link:
                  f"    socket.create_connection(('{self.addr[0]}', {port}), 5).close()\n"
                  "    times.append(time.perf_counter() - start)\n"
                  "print(statistics.median(times) * 1000)")
-        out = subprocess.run(self.run_in(1, [sys.executable, "-c", probe]), capture_output=True, text=True,
-                             timeout=60, check=True)
-        return float(out.stdout)
+        out = subprocess.run(self.run_in(1, [sys.executable, "-c", probe]), capture_output=True, text=True, timeout=60)
+        return float(out.stdout) if out.returncode == 0 else None
+
+    def start_server(self, args, port, log):
+        """`args` run in namespace 0, its output in `log`, in a session of its own (the caller kills
+        its group); returned once namespace 1 connects to addr[0]:`port`."""
+        with open(log, "w") as out:
+            process = subprocess.Popen(self.run_in(0, args), stdout=out, stderr=subprocess.STDOUT,
+                                       start_new_session=True)
+        deadline = time.monotonic() + 30
+        while self.connect_ms(port) is None:
+            if process.poll() is not None or time.monotonic() > deadline:
+                if process.poll() is None:
+                    os.killpg(process.pid, signal.SIGKILL)
+                process.wait()
+                raise RuntimeError(f"{args[0]} did not listen on port {port} within 30 s: {open(log).read()}")
+            time.sleep(0.1)
+        return process
 
     def unshape(self):
         """Removes the rate's shaping: the link then runs at the speed of memory copies (still

@@ -32,15 +32,15 @@ class Server:
         self.proc.wait()
 
 
-def nginx_config(root, port, prefix, access_log="off", server=""):
-    """nginx serving `root` on 127.0.0.1:`port`, its files under `prefix`; `server`: more
-    directives for the server block (limit_rate 4m;)."""
+def nginx_config(root, port, prefix, access_log="off", server="", host="127.0.0.1"):
+    """nginx serving `root` on `host`:`port`, its files under `prefix`; `server`: more directives
+    for the server block (limit_rate 4m;)."""
     return f"""daemon off; master_process off; worker_processes 1; pid {prefix}/nginx.pid; error_log stderr;
 events {{ worker_connections 64; }}
 http {{
-    access_log {access_log};
+    access_log {access_log}; sendfile on; tcp_nopush on;
     client_body_temp_path {prefix}/body; proxy_temp_path {prefix}/proxy; fastcgi_temp_path {prefix}/fastcgi;
     uwsgi_temp_path {prefix}/uwsgi; scgi_temp_path {prefix}/scgi;
-    server {{ listen 127.0.0.1:{port}; root {root}; {server}}}
+    server {{ listen {host}:{port}; root {root}; {server}}}
 }}
 """
