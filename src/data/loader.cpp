@@ -85,7 +85,20 @@ void Loader::work() {
       number = next_to_build_++;
       epoch = epoch_of(number);
     }
-    if (number == epoch->first) dataset_->starts_reading(epoch->number);
+    if (number == epoch->first) {
+      dataset_->starts_reading(epoch->number);
+      {
+        std::lock_guard<std::mutex> lock(mutex_);
+        said_start_of_ = epoch->first;
+      }
+      space_.notify_all();
+    } else {
+      // No sample of an epoch is read before its dataset was told that the epoch's reading
+      // begins (a remote set then fetches in that epoch's order).
+      std::unique_lock<std::mutex> lock(mutex_);
+      space_.wait(lock, [&] { return stopping_ || said_start_of_ >= epoch->first; });
+      if (stopping_) return;
+    }
     Built built;
     try {
       built = build(*epoch, number - epoch->first);

@@ -155,6 +155,13 @@ ShardIndex parse_shard_index(const std::string& text, const std::string& name) {
   return index;
 }
 
+int64_t PackedShardIndex::bytes_held() const {
+  // Each array was reserved to its size.
+  return static_cast<int64_t>(size() * (sizeof(offsets_[0]) + sizeof(sizes_[0]) + sizeof(labels_[0]) +
+                                        sizeof(member_ends_[0])) +
+                              members_.size());
+}
+
 PackedShardIndex::PackedShardIndex(const ShardIndex& index, const std::string& shard) {
   const size_t n = index.samples.size();
   offsets_.reserve(n);

@@ -253,6 +253,12 @@ void ShardSet::starts_reading(int64_t epoch) const {
   if (!said_.empty() && said_.begin()->first == epoch + 1) prefetcher_->then(said_.begin()->second);
 }
 
+int64_t ShardSet::index_bytes() const {
+  int64_t bytes = 0;
+  for (const auto& index : indices_) bytes += index.bytes_held();
+  return bytes;
+}
+
 std::vector<int64_t> ShardSet::shard_sizes() const {
   std::vector<int64_t> sizes;
   for (const auto& index : indices_) sizes.push_back(static_cast<int64_t>(index.size()));

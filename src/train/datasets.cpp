@@ -78,9 +78,9 @@ void check_same_classes(const Split& train, const Split& val) {
 // checked to number their classes alike, with their warnings for the banner.
 template <class Split>
 RunDatasets split_datasets(std::shared_ptr<Split> train, std::shared_ptr<Split> val, const std::string& kind,
-                           int image_size, std::vector<int64_t> train_shard_sizes) {
+                           int image_size, std::vector<int64_t> train_shard_sizes = {}, int64_t train_index_bytes = 0) {
   if (train) check_same_classes(*train, *val);
-  RunDatasets datasets{train, val, kind, image_size, /*warnings=*/{}, std::move(train_shard_sizes)};
+  RunDatasets datasets{train, val, kind, image_size, /*warnings=*/{}, std::move(train_shard_sizes), train_index_bytes};
   for (const auto* split : {train.get(), val.get()}) {
     if (!split) continue;
     for (const auto& warning : split->warnings()) datasets.warnings.push_back("warning: " + warning);
@@ -163,7 +163,8 @@ RunDatasets open_datasets(const DataOptions& options, uint64_t seed, const model
     auto shards =
         if_trained([&] { return std::make_shared<data::ShardSet>(train_root, train, options.bad_images(), cache); });
     return split_datasets(shards, std::make_shared<data::ShardSet>(val_root, val, options.bad_images(), cache),
-                          "shards", sizes.train_crop, shards ? shards->shard_sizes() : std::vector<int64_t>{});
+                          "shards", sizes.train_crop, shards ? shards->shard_sizes() : std::vector<int64_t>{},
+                          shards ? shards->index_bytes() : 0);
   }
   return split_datasets(
       if_trained([&] { return std::make_shared<data::ImageFolder>(train_root, train, options.bad_images()); }),

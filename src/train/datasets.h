@@ -23,6 +23,8 @@ struct RunDatasets {
   std::vector<std::string> warnings;  // what the banner tells of the folders (empty classes, hidden folders)
   // Samples per shard of a training set kept in shards, for the shard-aware shuffle; else empty.
   std::vector<int64_t> train_shard_sizes;
+  // The memory the training shards' indexes hold (0 for other kinds), for the banner.
+  int64_t train_index_bytes = 0;
 };
 
 // DATA is a synthetic set (--dummy), CIFAR-10 files, or a folder with train/ and val/, each an

@@ -275,7 +275,11 @@ void Trainer::State::print_banner() const {
   out << "\n"
       << "data: " << data.kind << ", " << data.train->size() << " training and " << data.val->size()
       << " validation images, " << data.train->num_classes() << " classes, " << steps_per_epoch()
-      << " steps per epoch" << std::endl;
+      << " steps per epoch"
+      << (data.train_index_bytes ? fmt::format("; the training shards' index holds {:.1f} MB",
+                                               static_cast<double>(data.train_index_bytes) / 1e6)
+                                 : "")
+      << std::endl;
   out << fmt::format("compute: {:.3g} G multiply-adds per image forward at {} px; ", train_flop_per_image / 6e9,
                      data.image_size)
       << (run_peak_flop_per_s ? fmt::format("MFU against {:.0f} GFLOP/s ({} peak, bench-peak)",

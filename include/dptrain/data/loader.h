@@ -165,11 +165,13 @@ class Loader {
 
   mutable std::mutex mutex_;
   std::condition_variable ready_;  // a batch was finished
-  std::condition_variable space_;  // the consumer took a batch, an epoch was queued, or stop
+  std::condition_variable space_;  // the consumer took a batch, an epoch was queued or its start said, or stop
   std::deque<std::shared_ptr<const Epoch>> epochs_;  // the current one, then those queued
   std::map<int64_t, Built> done_;
   int64_t next_to_build_ = 0;
   int64_t next_to_return_ = 0;
+  // The first batch of the latest epoch whose dataset was told that its reading begins.
+  int64_t said_start_of_ = -1;
   bool stopping_ = false;
   std::vector<SkippedSample> skipped_;
   std::shared_ptr<BufferPool> pool_;

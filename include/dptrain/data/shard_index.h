@@ -50,6 +50,8 @@ class PackedShardIndex {
   int64_t label(size_t sample) const { return labels_[sample]; }
   // "<key>.<image extension>"
   std::string_view member(size_t sample) const;
+  // The bytes its arrays hold: 20 a sample and the member names.
+  int64_t bytes_held() const;
 
  private:
   std::vector<int64_t> offsets_;

@@ -177,6 +177,13 @@ TEST(ShardSet, InTheFoldersOrderEqualsTheImageFolderBitForBit) {
   }
   EXPECT_EQ(shards.describe(shards.shard_sizes()[0]), dir.path() + "/out/train-000001.tar#" +
                                                            dpt::zero_padded(shards.shard_sizes()[0], 9) + ".jpg");
+  // Its indexes hold 20 bytes a sample (offset, size, label, where its name ends) and the names.
+  int64_t names = 0;
+  for (int64_t i = 0; i < shards.size(); ++i) {
+    const std::string described = shards.describe(i);
+    names += static_cast<int64_t>(described.size() - described.find('#') - 1);
+  }
+  EXPECT_EQ(shards.index_bytes(), 20 * shards.size() + names);
 }
 
 // Shuffled, every shard mixes the classes and the set holds each image once; the same input
