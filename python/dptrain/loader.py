@@ -55,16 +55,23 @@ class Loader:
         # torch.manual_seed decides it; each pass then permutes with seed + pass.
         self._shuffle_seed = int(torch.empty((), dtype=torch.int64).random_(generator=generator).item())
 
-    def _order(self):
-        """This pass's epoch and sample indices."""
+    def _order(self, ahead=0):
+        """This pass's epoch and sample indices; with `ahead` 1, the next pass's as far as they can
+        be known now (a dptrain sampler's next epoch, the next shuffle), else None."""
         if self.sampler is not None:
-            epoch = getattr(self.sampler, "epoch", self._passes)
-            indices = self.sampler.indices() if isinstance(self.sampler, _Shard) else list(self.sampler)
+            epoch = getattr(self.sampler, "epoch", self._passes) + ahead
+            if isinstance(self.sampler, _Shard):
+                indices = self.sampler.indices_for(epoch)
+            elif ahead:
+                return None  # a sampler of the user's own: its next epoch is known once set
+            else:
+                indices = list(self.sampler)
             return epoch, [int(i) for i in indices]
+        passes = self._passes + ahead
         if self.shuffle:
-            generator = torch.Generator().manual_seed(self._shuffle_seed + self._passes)
-            return self._passes, torch.randperm(len(self.dataset), generator=generator).tolist()
-        return self._passes, list(range(len(self.dataset)))
+            generator = torch.Generator().manual_seed(self._shuffle_seed + passes)
+            return passes, torch.randperm(len(self.dataset), generator=generator).tolist()
+        return passes, list(range(len(self.dataset)))
 
     def __len__(self):
         n = len(self.sampler) if self.sampler is not None else len(self.dataset)
@@ -72,12 +79,19 @@ class Loader:
 
     def __iter__(self):
         epoch, indices = self._order()
+        following = self._order(ahead=1) if isinstance(self.dataset, _C.ShardSet) else None
         self._passes += 1
         threads = max(1, self.num_workers)
         loader = _C.EpochLoader(dataset=self.dataset, indices=indices, epoch=epoch, batch_size=self.batch_size,
                                 threads=threads, prefetch_factor=self.prefetch_factor,
                                 drop_last=self.drop_last, bad_images=self.bad_images, pin_memory=self.pin_memory,
                                 dtype=_DTYPES[self.dtype], memory_format=self.memory_format)
+        # A remote shard set fetches the next pass's first shards once this pass's are in, so that
+        # the next pass does not begin by waiting for the link (when the loop goes on as said).
+        # Said after the loader, which says this pass's order: a set takes an epoch said again as
+        # a new loop and forgets the epochs said after it.
+        if following is not None:
+            self.dataset.will_read(*following)
         return _Pass(self, loader)
 
 

@@ -32,6 +32,10 @@ class _Shard:
     def indices(self):
         return self._sampler.indices()
 
+    def indices_for(self, epoch):
+        """The indices of epoch `epoch` (an EvalSampler's are every epoch's)."""
+        return self._sampler.indices()
+
     def __iter__(self):
         return iter(self._sampler.indices())
 
@@ -61,6 +65,9 @@ class DistributedSampler(_Shard):
 
     def set_epoch(self, epoch):
         self._sampler.set_epoch(epoch)
+
+    def indices_for(self, epoch):
+        return self._sampler.indices_for(epoch)
 
     @property
     def epoch(self):

@@ -43,7 +43,10 @@ void bind_datasets(py::module_& module) {
             return read_sample(dataset, index, 0);
           },
           py::arg("index"))
-      .def("describe", &data::Dataset::describe, py::arg("index"), "where sample `index` comes from");
+      .def("describe", &data::Dataset::describe, py::arg("index"), "where sample `index` comes from")
+      .def("will_read", &data::Dataset::will_read, py::arg("epoch"), py::arg("indices"),
+           "says that epoch `epoch` will read `indices` in this order (a remote shard set fetches its shards "
+           "ahead, across the turn of the epoch before)");
 
   py::class_<data::ImageFolder, data::Dataset, std::shared_ptr<data::ImageFolder>>(module, "ImageFolder")
       .def(py::init([](const std::string& root, data::Transform transform, const std::string& bad_images) {

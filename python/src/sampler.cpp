@@ -21,6 +21,13 @@ void bind_samplers(py::module_& module) {
       .def("set_epoch", &data::DistributedSampler::set_epoch, py::arg("epoch"))
       .def_property_readonly("epoch", &data::DistributedSampler::epoch)
       .def("indices", &data::DistributedSampler::indices, "this rank's indices for the current epoch")
+      .def(
+          "indices_for",
+          [](data::DistributedSampler sampler, int64_t epoch) {
+            sampler.set_epoch(epoch);
+            return sampler.indices();
+          },
+          py::arg("epoch"), "this rank's indices for epoch `epoch`, the sampler's own epoch left as it is")
       .def_property_readonly("num_samples", &data::DistributedSampler::num_samples)
       .def_property_readonly("total_size", &data::DistributedSampler::total_size);
 

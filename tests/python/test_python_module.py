@@ -100,6 +100,36 @@ class TransformsEqualTorchvision(unittest.TestCase):
             self.assertEqual(sorted(sampler.indices()), list(range(len(folder))))
             self.assertNotEqual(sampler.indices(), dptrain.DistributedSampler(folder, num_replicas=1, rank=0).indices())
 
+    def test_each_pass_tells_a_shard_set_the_next_one_s_order(self):
+        """Over a shard set the loader says the next pass's order as a pass begins (a remote set
+        then fetches its first shards ahead): a dptrain sampler's next epoch, the next shuffle."""
+        said = []
+
+        class Recording(dptrain.datasets.Shards):
+            def will_read(self, epoch, indices):
+                said.append((epoch, list(indices)))
+                super().will_read(epoch, indices)
+
+        with tempfile.TemporaryDirectory() as out:
+            cli = os.path.join(os.environ.get("DPT_BUILD", "build"), "bin", "dptrain")
+            subprocess.run([cli, "make-shards", self.dir.name, out, "--shard-size", "0.02"], check=True,
+                           capture_output=True, timeout=60)
+            shards = Recording(out, T.Compose([T.Resize(8), T.CenterCrop(8), T.ToTensor()]))
+            sampler = dptrain.DistributedSampler(shards, num_replicas=1, rank=0, open_shards=1)
+            loader = dptrain.Loader(shards, batch_size=4, sampler=sampler)
+            for epoch in (0, 1):
+                sampler.set_epoch(epoch)
+                this_epoch = sampler.indices()
+                list(loader)
+                sampler.set_epoch(epoch + 1)
+                self.assertEqual(said[-1], (epoch + 1, sampler.indices()))
+                self.assertNotEqual(said[-1][1], this_epoch)
+            shuffled = dptrain.Loader(shards, batch_size=len(shards), shuffle=True)
+            first_labels = next(iter(shuffled))[1].tolist()
+            following = said[-1][1]
+            self.assertEqual(next(iter(shuffled))[1].tolist(), [shards.targets[i] for i in following])
+            self.assertNotEqual(first_labels, [shards.targets[i] for i in following])
+
     def test_eval_pipeline_is_torchvision_s_bit_for_bit(self):
         for filter_ in (T.InterpolationMode.BILINEAR, T.InterpolationMode.BICUBIC):
             steps = [T.Resize(40, interpolation=filter_), T.CenterCrop(32), T.ToTensor(), T.Normalize(MEAN, STD)]
