@@ -1,11 +1,11 @@
 #pragma once
 // Fetches a remote shard set's shards into the cache (shard_cache.h) in the order the loader will
 // read them, on threads of its own (the cache's fetch_streams, each taking the next shard in the
-// order), keeping at most `ahead_bytes` of shards fetched beyond the
-// furthest one read so far: the next shards are local when the loader reaches them, and the cache
-// is not filled with shards the epoch needs only much later. Once the epoch's shards are fetched
-// it goes on with the next epoch's (then()), within the same bound, so that the next epoch's first
-// batches do not wait for the link when the epoch turns. Private to the data layer.
+// order), keeping at most `ahead_bytes` of shards fetched beyond the furthest one read so far:
+// the next shards are local when the loader reaches them, and the cache is not filled with
+// shards the epoch needs only much later. Once the epoch's shards are fetched it goes on with the
+// next epoch's (then()), within the same bound, so that the next epoch's first batches do not
+// wait for the link when the epoch turns. Private to the data layer.
 
 #include <condition_variable>
 #include <cstdint>

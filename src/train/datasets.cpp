@@ -78,7 +78,7 @@ void check_same_classes(const Split& train, const Split& val) {
 // checked to number their classes alike, with their warnings for the banner.
 template <class Split>
 RunDatasets split_datasets(std::shared_ptr<Split> train, std::shared_ptr<Split> val, const std::string& kind,
-                           int image_size, std::vector<int64_t> train_shard_sizes = {}, int64_t train_index_bytes = 0) {
+                           int image_size, std::vector<int64_t> train_shard_sizes, int64_t train_index_bytes) {
   if (train) check_same_classes(*train, *val);
   RunDatasets datasets{train, val, kind, image_size, /*warnings=*/{}, std::move(train_shard_sizes), train_index_bytes};
   for (const auto* split : {train.get(), val.get()}) {
@@ -169,7 +169,7 @@ RunDatasets open_datasets(const DataOptions& options, uint64_t seed, const model
   return split_datasets(
       if_trained([&] { return std::make_shared<data::ImageFolder>(train_root, train, options.bad_images()); }),
       std::make_shared<data::ImageFolder>(val_root, val, options.bad_images()), "ImageFolder", sizes.train_crop,
-      /*train_shard_sizes=*/{});
+      /*train_shard_sizes=*/{}, /*train_index_bytes=*/0);
 }
 
 }  // namespace dpt::train

@@ -123,7 +123,7 @@ TEST(ShardSet, FetchesAsManyShardsAtOnceAsItHasStreams) {
   const auto shard_requests = [&] {
     std::vector<dpt::testing::NginxServer::Request> shards;
     for (const auto& request : server.requests()) {
-      if (request.uri.size() > 4 && request.uri.compare(request.uri.size() - 4, 4, ".tar") == 0) shards.push_back(request);
+      if (dpt::ends_with(request.uri, ".tar")) shards.push_back(request);
     }
     return shards;
   };
