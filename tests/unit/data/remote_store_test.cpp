@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <set>
@@ -10,6 +11,7 @@
 #include "support/nginx_server.h"
 #include "support/python_oracle.h"
 #include "support/temp_dir.h"
+#include "support/wait_until.h"
 
 using namespace dpt::data;
 
@@ -34,17 +36,22 @@ TEST(RemoteStore, KeepsAThreadsConnectionBetweenFetches) {
   if (!server.started()) DPT_MISSING_DEPENDENCY(server.why());
   const RemoteStore store;
 
+  // nginx logs a request once its response is sent, which may be after curl has it all.
+  const auto logged = [&](size_t count) {
+    EXPECT_TRUE(dpt::testing::wait_until([&] { return server.requests().size() >= count; }, std::chrono::seconds(30)));
+    return server.requests();
+  };
   std::thread([&] {
     for (int k = 0; k < 3; ++k) EXPECT_EQ(store.fetch_text(server.url() + "/" + std::to_string(k)).size(), 1000u + k);
   }).join();
-  auto requests = server.requests();
+  auto requests = logged(3);
   ASSERT_EQ(requests.size(), 3u);
   EXPECT_EQ(connections_of(requests).size(), 1u);
 
   for (int k = 0; k < 3; ++k) {
     std::thread([&] { store.fetch_text(server.url() + "/" + std::to_string(k)); }).join();
   }
-  requests = server.requests();
+  requests = logged(6);
   ASSERT_EQ(requests.size(), 6u);
   EXPECT_EQ(connections_of({requests.begin() + 3, requests.end()}).size(), 3u);
 }
