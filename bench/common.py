@@ -3,6 +3,7 @@ repository's root, and its Python module beside it) and the reading of its outpu
 import json
 import os
 import re
+import shutil
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -45,6 +46,15 @@ def last_json(text):
 _PEAK_RSS = "import resource, subprocess, sys; code = subprocess.call(sys.argv[1:]); " \
             "print('peak_rss_kb', resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, file=sys.stderr); " \
             "sys.exit(code)"
+
+
+def tool(name):
+    """The path of the program `name`, looked for in /usr/sbin too (nginx lives there, and a
+    user's PATH may leave it out); exits naming it when it is not installed."""
+    path = shutil.which(name, path=os.pathsep.join([os.environ.get("PATH", ""), "/usr/sbin"]))
+    if path is None:
+        sys.exit(f"{os.path.basename(sys.argv[0])}: {name} is not installed (scripts/install-deps installs it)")
+    return path
 
 
 def measuring_peak_rss(command):

@@ -1,5 +1,6 @@
-"""A server process for a test or a benchmark (nginx, s3rver), and nginx's configuration for
-serving a folder: one process in the foreground, its temporary files in a folder of its own."""
+"""A server process for a test or a benchmark (nginx, s3rver), and nginx's command line for
+serving a folder: one process in the foreground, its configuration and temporary files in a
+folder of its own."""
 
 import os
 import signal
@@ -32,10 +33,14 @@ class Server:
         self.proc.wait()
 
 
-def nginx_config(root, port, prefix, access_log="off", server="", host="127.0.0.1"):
-    """nginx serving `root` on `host`:`port`, its files under `prefix`; `server`: more directives
-    for the server block (limit_rate 4m;)."""
-    return f"""daemon off; master_process off; worker_processes 1; pid {prefix}/nginx.pid; error_log stderr;
+def nginx_command(nginx, root, port, prefix, access_log="off", server="", host="127.0.0.1"):
+    """The command line of `nginx` (its path) serving `root` on `host`:`port`, its configuration
+    and files written under `prefix`; `server`: more directives for the server block (limit_rate
+    4m;)."""
+    os.makedirs(prefix, exist_ok=True)
+    config = os.path.join(prefix, "nginx.conf")
+    with open(config, "w") as f:
+        f.write(f"""daemon off; master_process off; worker_processes 1; pid {prefix}/nginx.pid; error_log stderr;
 events {{ worker_connections 64; }}
 http {{
     access_log {access_log}; sendfile on; tcp_nopush on;
@@ -43,4 +48,5 @@ http {{
     uwsgi_temp_path {prefix}/uwsgi; scgi_temp_path {prefix}/scgi;
     server {{ listen {host}:{port}; root {root}; {server}}}
 }}
-"""
+""")
+    return [nginx, "-p", prefix, "-c", config]

@@ -13,7 +13,7 @@ import time
 import unittest
 from collections import Counter
 
-from http_server import Server, nginx_config
+from http_server import Server, nginx_command
 from proc import cannot_run, dptrain, env_with, free_port, run
 from train_runs import compare_checkpoints, last_json
 
@@ -55,13 +55,9 @@ class RemoteShards(unittest.TestCase):
         cls.train_shards = json.loads(out.strip().splitlines()[-1])["train"]["shards"]
         cls.http_port, cls.s3_port = free_port(), free_port()
         nginx_dir = os.path.join(tmp, "nginx")
-        os.makedirs(nginx_dir)
-        nginx_config_file = os.path.join(nginx_dir, "nginx.conf")
-        with open(nginx_config_file, "w") as f:
-            f.write(nginx_config(os.path.join(tmp, "www"), cls.http_port, nginx_dir, f"{nginx_dir}/access.log"))
         cls.access_log = os.path.join(nginx_dir, "access.log")
-        cls.servers.append(Server([cls.tools["nginx"], "-p", nginx_dir, "-c", nginx_config_file],
-                                  cls.http_port, os.path.join(tmp, "nginx.out")))
+        cls.servers.append(Server(nginx_command(cls.tools["nginx"], os.path.join(tmp, "www"), cls.http_port, nginx_dir,
+                                                cls.access_log), cls.http_port, os.path.join(tmp, "nginx.out")))
         cls.servers.append(Server([cls.tools["s3rver"], "-d", os.path.join(tmp, "s3"), "-a", "127.0.0.1",
                                    "-p", str(cls.s3_port), "--configure-bucket", "datasets", "--silent"], cls.s3_port,
                                   os.path.join(tmp, "s3rver.out")))
