@@ -28,14 +28,15 @@ class Shards(_C.ShardSet):
     `dptrain make-shards`), a folder, brace notation ("train-{000000..000146}.tar") or one .tar, on
     disk or at an http(s):// or s3:// URL. A remote set's shards are fetched into `cache_dir`
     (default ~/.cache/dptrain/shards), at most `cache_gib` GiB, shared with the machine's other
-    processes. Written with `make-shards --order folder`, sample i is the ImageFolder's image i.
+    processes, `fetch_streams` shards at once (each over a connection of its own: more fill a link
+    with long round trips). Written with `make-shards --order folder`, sample i is the ImageFolder's image i.
     Pass it to DistributedSampler for the shard-aware shuffle (its `shard_sizes`).
     """
 
     def __init__(self, spec, transform, *, bad_images="fail", seed=0, dct_scaling=True, cache_dir=None,
-                 cache_gib=20):
+                 cache_gib=20, fetch_streams=2):
         super().__init__(os.fspath(spec), fuse(transform, seed=seed, dct_scaling=dct_scaling), bad_images,
-                         os.fspath(cache_dir) if cache_dir else "", int(cache_gib * 2**30))
+                         os.fspath(cache_dir) if cache_dir else "", int(cache_gib * 2**30), fetch_streams)
 
 
 class CIFAR10(_C.Cifar10):

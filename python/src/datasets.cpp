@@ -69,15 +69,15 @@ void bind_datasets(py::module_& module) {
 
   py::class_<data::ShardSet, data::Dataset, std::shared_ptr<data::ShardSet>>(module, "ShardSet")
       .def(py::init([](const std::string& spec, data::Transform transform, const std::string& bad_images,
-                       const std::string& cache_dir, int64_t cache_bytes) {
+                       const std::string& cache_dir, int64_t cache_bytes, int fetch_streams) {
              py::gil_scoped_release released;  // the shards' indexes, or scans of shards without one
              return std::make_shared<data::ShardSet>(
                  spec, std::move(transform), data::parse_bad_image_policy(bad_images),
-                 data::ShardCacheOptions(cache_dir.empty() ? data::default_shard_cache_folder() : cache_dir)
-                     .max_bytes(cache_bytes));
+                 data::ShardCacheOptions(cache_dir).max_bytes(cache_bytes).fetch_streams(fetch_streams));
            }),
            py::arg("spec"), py::arg("transform"), py::arg("bad_images") = "fail", py::arg("cache_dir") = "",
-           py::arg("cache_bytes") = int64_t{20} << 30)
+           py::arg("cache_bytes") = data::ShardCacheOptions().max_bytes(),
+           py::arg("fetch_streams") = data::ShardCacheOptions().fetch_streams())
       .def_property_readonly("classes", &data::ShardSet::classes)
       .def_property_readonly("targets", &targets_of<data::ShardSet>)
       .def_property_readonly("shard_sizes", &data::ShardSet::shard_sizes)

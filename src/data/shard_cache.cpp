@@ -97,6 +97,7 @@ std::string default_shard_cache_folder() {
 }
 
 ShardCache::ShardCache(ShardCacheOptions options) : options_(std::move(options)), store_(options_.remote()) {
+  if (options_.folder().empty()) options_.folder(default_shard_cache_folder());
   DPT_CHECK(options_.max_bytes() > 0, ConfigError, "the shard cache's size must be positive, got ",
             options_.max_bytes(), " bytes");
   DPT_CHECK(options_.fetch_streams() >= 1, ConfigError, "the shard cache fetches with at least one stream, got ",

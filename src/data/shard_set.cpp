@@ -81,7 +81,7 @@ int64_t local_size(const std::string& path, bool listed) {
 ShardSet::ShardSet(const std::string& spec, Transform transform, BadImagePolicy policy,
                    std::optional<ShardCacheOptions> cache)
     : transform_(std::move(transform)) {
-  const ShardCacheOptions cache_options = cache.value_or(ShardCacheOptions(default_shard_cache_folder()));
+  const ShardCacheOptions cache_options = cache.value_or(ShardCacheOptions());
   const RemoteStore store(cache_options.remote());
   ShardSources sources = resolve_shard_sources(spec, store);
   if (sources.remote) cache_ = std::make_unique<ShardCache>(cache_options);

@@ -157,14 +157,15 @@ RunDatasets open_datasets(const DataOptions& options, uint64_t seed, const model
   const auto val = eval_transform(shared, sizes.val_crop, sizes.val_resize);
   const std::string train_root = (root / "train").string(), val_root = (root / "val").string();
   if (remote || data::is_shard_set(with_train ? train_root : val_root)) {
-    const auto cache = data::ShardCacheOptions(options.shard_cache().empty() ? data::default_shard_cache_folder()
-                                                                             : options.shard_cache())
-                           .max_bytes(options.shard_cache_bytes());
+    const data::ShardCacheOptions& cache = options.shard_cache();
     auto shards =
         if_trained([&] { return std::make_shared<data::ShardSet>(train_root, train, options.bad_images(), cache); });
-    return split_datasets(shards, std::make_shared<data::ShardSet>(val_root, val, options.bad_images(), cache),
-                          "shards", sizes.train_crop, shards ? shards->shard_sizes() : std::vector<int64_t>{},
-                          shards ? shards->index_bytes() : 0);
+    auto val_shards = std::make_shared<data::ShardSet>(val_root, val, options.bad_images(), cache);
+    RunDatasets datasets =
+        split_datasets(shards, val_shards, "shards", sizes.train_crop,
+                       shards ? shards->shard_sizes() : std::vector<int64_t>{}, shards ? shards->index_bytes() : 0);
+    if (const data::ShardCache* fetched = val_shards->cache()) datasets.shard_cache = fetched->options();
+    return datasets;
   }
   return split_datasets(
       if_trained([&] { return std::make_shared<data::ImageFolder>(train_root, train, options.bad_images()); }),

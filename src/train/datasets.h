@@ -3,9 +3,11 @@
 // binary folder, or an ImageFolder root with train/ and val/, with their transforms.
 
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "dptrain/data/dataset.h"
+#include "dptrain/data/shard_cache.h"
 #include "dptrain/models/registry.h"
 #include "dptrain/train/train_options.h"
 
@@ -25,6 +27,8 @@ struct RunDatasets {
   std::vector<int64_t> train_shard_sizes;
   // The memory the training shards' indexes hold (0 for other kinds), for the banner.
   int64_t train_index_bytes = 0;
+  // A remote shard set's cache (the folder resolved), for the banner; unset for local data.
+  std::optional<data::ShardCacheOptions> shard_cache;
 };
 
 // DATA is a synthetic set (--dummy), CIFAR-10 files, or a folder with train/ and val/, each an

@@ -279,6 +279,10 @@ void Trainer::State::print_banner() const {
       << (data.train_index_bytes ? fmt::format("; the training shards' index holds {:.1f} MB",
                                                static_cast<double>(data.train_index_bytes) / 1e6)
                                  : "")
+      << (data.shard_cache ? fmt::format("; fetched {} shard(s) at once into {}, at most {:.3g} GiB",
+                                         data.shard_cache->fetch_streams(), data.shard_cache->folder(),
+                                         static_cast<double>(data.shard_cache->max_bytes()) / (1 << 30))
+                           : "")
       << std::endl;
   out << fmt::format("compute: {:.3g} G multiply-adds per image forward at {} px; ", train_flop_per_image / 6e9,
                      data.image_size)

@@ -4,6 +4,7 @@ indices equal torch's, and the loader's batches are the dataset's samples in the
 
 import io
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -19,7 +20,9 @@ import torchvision.transforms as T  # noqa: E402
 import torchvision.transforms.functional as F  # noqa: E402
 from PIL import Image  # noqa: E402
 
+from http_server import Server, nginx_command  # noqa: E402
 from module_path import import_dptrain  # noqa: E402
+from proc import cannot_run, free_port  # noqa: E402
 
 dptrain = import_dptrain()
 
@@ -99,6 +102,37 @@ class TransformsEqualTorchvision(unittest.TestCase):
             sampler = dptrain.DistributedSampler(shards, num_replicas=1, rank=0, open_shards=1)
             self.assertEqual(sorted(sampler.indices()), list(range(len(folder))))
             self.assertNotEqual(sampler.indices(), dptrain.DistributedSampler(folder, num_replicas=1, rank=0).indices())
+
+    def test_a_set_over_http_reads_as_the_set_on_disk(self):
+        """A shard set at an http:// URL (nginx on loopback): the same samples as on disk, its
+        shards fetched into the cache folder given, one at a time (fetch_streams=1)."""
+        nginx = shutil.which("nginx", path=os.pathsep.join([os.environ.get("PATH", ""), "/usr/sbin"]))
+        if nginx is None:
+            cannot_run("nginx is not installed (scripts/install-deps installs it)")
+        with tempfile.TemporaryDirectory() as tmp:
+            cli = os.path.join(os.environ.get("DPT_BUILD", "build"), "bin", "dptrain")
+            local = os.path.join(tmp, "www", "set")
+            subprocess.run([cli, "make-shards", self.dir.name, local, "--shard-size", "0.02"], check=True,
+                           capture_output=True, timeout=60)
+            port = free_port()
+            server = Server(nginx_command(nginx, os.path.join(tmp, "www"), port, os.path.join(tmp, "nginx")), port,
+                            os.path.join(tmp, "nginx.out"))
+            try:
+                crop = T.Compose([T.RandomResizedCrop(24), T.RandomHorizontalFlip(), T.ToTensor()])
+                cache = os.path.join(tmp, "cache")
+                remote = dptrain.datasets.Shards(f"http://127.0.0.1:{port}/set", crop, seed=4, cache_dir=cache,
+                                                 cache_gib=0.01, fetch_streams=1)
+                on_disk = dptrain.datasets.Shards(local, crop, seed=4)
+                self.assertEqual((remote.classes, remote.targets), (on_disk.classes, on_disk.targets))
+                sampler = dptrain.DistributedSampler(remote, num_replicas=1, rank=0, open_shards=1)
+                batches = list(dptrain.Loader(remote, batch_size=4, sampler=sampler))
+                order = sampler.indices()
+                images = torch.cat([images for images, _ in batches])
+                self.assertTrue(torch.equal(images, torch.stack([on_disk.get(i, 0)[0] for i in order])))
+                fetched = sorted(name.split("-", 1)[1] for name in os.listdir(cache) if name.endswith(".tar"))
+                self.assertEqual(fetched, sorted(name for name in os.listdir(local) if name.endswith(".tar")))
+            finally:
+                server.close()
 
     def test_each_pass_tells_a_shard_set_the_next_one_s_order(self):
         """Over a shard set the loader says the next pass's order as a pass begins (a remote set

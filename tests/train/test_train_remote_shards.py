@@ -83,14 +83,19 @@ class RemoteShards(unittest.TestCase):
     def train(self, data, name, *flags, env=None):
         code, out, err = run(launch(data, *RUN, "--output", self.path(name), *flags), timeout=240, env=env)
         self.assertEqual(code, 0, out + err)
-        return last_json(out), self.path(name, "checkpoint.pt")
+        return last_json(out), self.path(name, "checkpoint.pt"), out
 
     def test_http_and_s3_train_as_the_same_shards_on_disk(self):
         log_start = os.path.getsize(self.access_log)  # the other tests' requests come before
         local = self.train(self.shards, "local")
         over_http = self.train(f"http://127.0.0.1:{self.http_port}/sets/shards", "http",
                                "--data-cache", self.path("http_cache"))
-        over_s3 = self.train("s3://datasets/shards", "s3", "--data-cache", self.path("s3_cache"), env=self.s3_env)
+        over_s3 = self.train("s3://datasets/shards", "s3", "--data-cache", self.path("s3_cache"), "--fetch-streams",
+                             "3", env=self.s3_env)
+        # The banner says where the shards go and how many are fetched at once (--fetch-streams).
+        self.assertIn(f"; fetched 2 shard(s) at once into {self.path('http_cache')}, at most 20 GiB\n", over_http[2])
+        self.assertIn(f"; fetched 3 shard(s) at once into {self.path('s3_cache')}, at most 20 GiB\n", over_s3[2])
+        self.assertNotIn("fetched", local[2])
         for remote in (over_http, over_s3):
             self.assertEqual(remote[0]["val"], local[0]["val"])
             comparison = compare_checkpoints(local[1], remote[1])

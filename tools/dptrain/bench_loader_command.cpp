@@ -31,8 +31,7 @@ struct BenchLoaderFlags {
   bool dct_scaling = true;
   std::optional<data::AutoAugmentPolicy> auto_augment;
   double random_erase = 0.0;
-  std::string cache_folder;  // remote shard sets; empty: the default one
-  int64_t cache_bytes = int64_t{20} << 30;
+  data::ShardCacheOptions cache;  // remote shard sets
 };
 
 int run_bench_loader(const BenchLoaderFlags& f) {
@@ -47,10 +46,7 @@ int run_bench_loader(const BenchLoaderFlags& f) {
   data::SamplerOptions sampler_options(1, 0);
   const auto opening = std::chrono::steady_clock::now();
   if (data::is_shard_set(f.data)) {
-    const auto cache =
-        data::ShardCacheOptions(f.cache_folder.empty() ? data::default_shard_cache_folder() : f.cache_folder)
-            .max_bytes(f.cache_bytes);
-    auto shards = std::make_shared<data::ShardSet>(f.data, transform, data::BadImagePolicy::Error, cache);
+    auto shards = std::make_shared<data::ShardSet>(f.data, transform, data::BadImagePolicy::Error, f.cache);
     sampler_options.shard_sizes(shards->shard_sizes());
     dataset = shards;
   } else {
@@ -136,7 +132,7 @@ Command add_bench_loader_command(CLI::App& root) {
       ->check(within(0, 1));
   app->add_option("--dct-scaling", flags->dct_scaling, "decode JPEGs at reduced DCT scale when the crop allows")
       ->capture_default_str();
-  add_shard_cache_flags(*app, flags->cache_folder, flags->cache_bytes);
+  add_shard_cache_flags(*app, flags->cache);
   return {app, [flags](const std::vector<std::string>&) { return run_bench_loader(*flags); }};
 }
 

@@ -15,15 +15,21 @@ train::TrainOptions command_line_options() {
   return options;
 }
 
-void add_shard_cache_flags(CLI::App& app, std::string& folder, int64_t& bytes) {
-  app.add_option("--data-cache", folder,
+void add_shard_cache_flags(CLI::App& app, data::ShardCacheOptions& cache) {
+  app.add_option("--data-cache", cache.folder(),
                  "remote shard sets: the folder their shards are fetched to, shared by a machine's processes "
                  "(default: ~/.cache/dptrain/shards)");
   app.add_option_function<double>(
-         "--data-cache-size", [&bytes](double gib) { bytes = static_cast<int64_t>(gib * (int64_t{1} << 30)); },
+         "--data-cache-size", [&cache](double gib) { cache.max_bytes(static_cast<int64_t>(gib * (int64_t{1} << 30))); },
          "remote shard sets: the most GiB of shards the cache folder holds")
       ->check(within(1e-6, 1 << 20))
-      ->default_str("20");
+      ->default_str(std::to_string(cache.max_bytes() >> 30));
+  // A faraway store (long round trips, or a server slow to find a file) fills the link only with
+  // more requests under way.
+  app.add_option("--fetch-streams", cache.fetch_streams(),
+                 "remote shard sets: shards fetched at once, each over a connection of its own")
+      ->check(within(1, 64))
+      ->capture_default_str();
 }
 
 void add_run_flags(CLI::App& app, train::TrainOptions& o) {
@@ -69,7 +75,7 @@ void add_run_flags(CLI::App& app, train::TrainOptions& o) {
                  "shard sets: shuffle this many shards at a time (0: all samples at once, as a folder)")
       ->check(at_least(0))
       ->capture_default_str();
-  add_shard_cache_flags(app, data.shard_cache(), data.shard_cache_bytes());
+  add_shard_cache_flags(app, data.shard_cache());
   app.add_flag_callback("--no-flip", [&data] { data.flip(false); }, "no random horizontal flips (for digits, text, ...)");
   app.add_flag("--amp", o.amp(), "mixed precision: bf16 autocast on CPU, fp16 with loss scaling on CUDA");
   app.add_flag("--channels-last", o.channels_last(), "NHWC memory format for weights and inputs");

@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "dptrain/common/error.h"
+#include "dptrain/data/shard_cache.h"
 #include "dptrain/train/metrics.h"
 #include "dptrain/train/train_options.h"
 #include "seconds_flag.h"
@@ -26,9 +27,9 @@ train::TrainOptions command_line_options();
 // named "--arch" (`dptrain eval` asks whether it was given).
 void add_run_flags(CLI::App& app, train::TrainOptions& options);
 
-// --data-cache FOLDER and --data-cache-size GIB, for the commands that read remote shard sets;
-// `folder` and `bytes` must outlive the parse (an empty folder: the default one).
-void add_shard_cache_flags(CLI::App& app, std::string& folder, int64_t& bytes);
+// --data-cache FOLDER, --data-cache-size GIB and --fetch-streams N, for the commands that read
+// remote shard sets; `cache` must outlive the parse.
+void add_shard_cache_flags(CLI::App& app, data::ShardCacheOptions& cache);
 
 // A flag whose text the library parses into `target` (optim::parse_lr_decay, parse_parallel_mode);
 // the parser's ConfigError, which names the accepted values, becomes the command line's error.

@@ -20,7 +20,8 @@
 namespace dpt::data {
 
 struct ShardCacheOptions {
-  explicit ShardCacheOptions(std::string folder) : folder_(std::move(folder)) {}
+  explicit ShardCacheOptions(std::string folder = {}) : folder_(std::move(folder)) {}
+  // Empty: default_shard_cache_folder().
   TORCH_ARG(std::string, folder);
   // The most bytes of shards the folder holds; a shard larger than this is refused.
   TORCH_ARG(int64_t, max_bytes) = int64_t{20} << 30;

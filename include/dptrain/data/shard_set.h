@@ -48,7 +48,7 @@ class ShardSet : public Dataset {
   // Reads the manifest (if any) and every shard's index, building those missing from a scan of
   // the shard. Throws DataError naming the shard for a missing or unreadable shard, one whose
   // size differs from the manifest's, or a set without samples; bad samples as index_shard says.
-  // `cache`: where a remote set's shards go (default: default_shard_cache_folder(), 20 GiB).
+  // `cache`: where a remote set's shards go and how they are fetched (default: ShardCacheOptions()'s).
   ShardSet(const std::string& spec, Transform transform, BadImagePolicy policy = BadImagePolicy::Error,
            std::optional<ShardCacheOptions> cache = std::nullopt);
   ~ShardSet() override;
@@ -75,6 +75,8 @@ class ShardSet : public Dataset {
   int64_t index_bytes() const;
   // Each shard's path or URL, in order.
   const std::vector<std::string>& shard_paths() const { return paths_; }
+  // Where a remote set's shards are fetched to, and how (null for a set on local paths).
+  const ShardCache* cache() const { return cache_.get(); }
   // Samples left out under BadImagePolicy::Skip, one line each.
   const std::vector<std::string>& warnings() const { return warnings_; }
 

@@ -25,6 +25,7 @@
 #include "dptrain/data/auto_augment.h"
 #include "dptrain/data/dataset.h"
 #include "dptrain/data/interpolation.h"
+#include "dptrain/data/shard_cache.h"
 #include "dptrain/dist/heartbeat.h"
 #include "dptrain/dist/init.h"
 #include "dptrain/parallel/comm_hook_options.h"
@@ -82,9 +83,8 @@ struct DataOptions {
   // folder (for shards on local disk or in the page cache, where a random read costs no more).
   TORCH_ARG(int64_t, open_shards) = 8;
   // Where the shards of a remote set (http://, https://, s3://) are kept, shared by the processes
-  // of a machine, and how many bytes of them at most (data::ShardCache). Empty: the default folder.
-  TORCH_ARG(std::string, shard_cache);
-  TORCH_ARG(int64_t, shard_cache_bytes) = int64_t{20} << 30;
+  // of a machine, how many bytes of them at most and how many are fetched at once (data::ShardCache).
+  TORCH_ARG(data::ShardCacheOptions, shard_cache);
   // The resize filter. Unset: bilinear, except for ImageFolder data, which takes the model's
   // (that of torchvision's weights: bicubic for most EfficientNets, ViT-H/14 and DeiT).
   TORCH_ARG(std::optional<data::Interpolation>, interpolation) = std::nullopt;
