@@ -4,12 +4,16 @@ Without a delay the link is a veth pair; with one it is bench/delay_line.py's pa
 which holds each packet for the delay in user space (this kernel has no sch_netem). Needs root and
 iproute2; the namespaces, and the delay line, are gone on the way out, also on failure."""
 import os
+import re
 import signal
 import subprocess
 import sys
 import time
 
 DELAY_LINE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "delay_line.py")
+# tc's rate units (tc(8)): bits per second, or bytes per second with "bps".
+RATE_UNITS = {"bit": 1, "kbit": 1e3, "mbit": 1e6, "gbit": 1e9, "tbit": 1e12,
+              "bps": 8, "kbps": 8e3, "mbps": 8e6, "gbps": 8e9, "tbps": 8e12}
 
 
 def sh(*args):
@@ -32,6 +36,14 @@ class Link:
         self.burst = burst
         self.delay_ms = delay_ms
         self.delay_line = None
+
+    def payload_mb_s(self):
+        """The most TCP payload the shaped link carries, MB/s (10^6 bytes): its rate less each
+        packet's headers. tbf counts a full packet as 1500 bytes of IP carrying 1448 of payload (TCP
+        with timestamps), plus 14 of Ethernet header on the veth pair (TUN devices carry bare IP)."""
+        number, unit = re.fullmatch(r"([0-9.]+)([a-z]+)", self.rate.lower()).groups()
+        frame = 1500 + (0 if self.delay_ms else 14)
+        return float(number) * RATE_UNITS[unit] / 8 * 1448 / frame / 1e6
 
     def __enter__(self):
         try:
