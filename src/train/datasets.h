@@ -28,7 +28,7 @@ struct RunDatasets {
   // The memory the training shards' indexes hold (0 for other kinds), for the banner.
   int64_t train_index_bytes = 0;
   // A remote shard set's cache (the folder resolved), for the banner; unset for local data.
-  std::optional<data::ShardCacheOptions> shard_cache;
+  std::optional<data::ShardCacheOptions> shard_cache = std::nullopt;
 };
 
 // DATA is a synthetic set (--dummy), CIFAR-10 files, or a folder with train/ and val/, each an
