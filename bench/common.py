@@ -3,10 +3,11 @@ repository's root, and its Python module beside it) and the reading of its outpu
 import json
 import os
 import re
-import shutil
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.append(os.path.join(ROOT, "tests"))  # after bench/: its modules keep their names
+from proc import installed  # noqa: E402
 
 
 def dptrain():
@@ -49,9 +50,9 @@ _PEAK_RSS = "import resource, subprocess, sys; code = subprocess.call(sys.argv[1
 
 
 def tool(name):
-    """The path of the program `name`, looked for in /usr/sbin too (nginx lives there, and a
-    user's PATH may leave it out); exits naming it when it is not installed."""
-    path = shutil.which(name, path=os.pathsep.join([os.environ.get("PATH", ""), "/usr/sbin"]))
+    """The path of the installed program `name` (tests/proc.py's installed: /usr/sbin too); exits
+    naming it when it is not installed."""
+    path = installed(name)
     if path is None:
         sys.exit(f"{os.path.basename(sys.argv[0])}: {name} is not installed (scripts/install-deps installs it)")
     return path

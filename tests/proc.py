@@ -3,6 +3,7 @@ test starts is ended by its PID (never by name) when the test is done."""
 
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -26,6 +27,21 @@ def dptrain():
 def program(name):
     """Another program of the build under test, beside the CLI."""
     return os.path.join(os.path.dirname(dptrain()), name)
+
+
+def installed(name):
+    """The path of the installed program `name` (a server or tool a test or benchmark starts),
+    looked for in /usr/sbin too: nginx lives there, and a user's PATH may leave it out. None when
+    it is not installed."""
+    return shutil.which(name, path=os.pathsep.join([os.environ.get("PATH", ""), "/usr/sbin"]))
+
+
+def installed_for_test(name):
+    """installed(name), or the test cannot run (a failure under CI) naming scripts/install-deps."""
+    path = installed(name)
+    if path is None:
+        cannot_run(f"{name} is not installed (scripts/install-deps installs it)")
+    return path
 
 
 def children(pid):

@@ -4,7 +4,6 @@ indices equal torch's, and the loader's batches are the dataset's samples in the
 
 import io
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -22,7 +21,7 @@ from PIL import Image  # noqa: E402
 
 from http_server import Server, nginx_command  # noqa: E402
 from module_path import import_dptrain  # noqa: E402
-from proc import cannot_run, free_port  # noqa: E402
+from proc import free_port, installed_for_test  # noqa: E402
 
 dptrain = import_dptrain()
 
@@ -106,9 +105,7 @@ class TransformsEqualTorchvision(unittest.TestCase):
     def test_a_set_over_http_reads_as_the_set_on_disk(self):
         """A shard set at an http:// URL (nginx on loopback): the same samples as on disk, its
         shards fetched into the cache folder given, one at a time (fetch_streams=1)."""
-        nginx = shutil.which("nginx", path=os.pathsep.join([os.environ.get("PATH", ""), "/usr/sbin"]))
-        if nginx is None:
-            cannot_run("nginx is not installed (scripts/install-deps installs it)")
+        nginx = installed_for_test("nginx")
         with tempfile.TemporaryDirectory() as tmp:
             cli = os.path.join(os.environ.get("DPT_BUILD", "build"), "bin", "dptrain")
             local = os.path.join(tmp, "www", "set")

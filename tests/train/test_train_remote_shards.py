@@ -6,7 +6,6 @@ server are named with what to do."""
 
 import json
 import os
-import shutil
 import subprocess
 import tempfile
 import time
@@ -14,7 +13,7 @@ import unittest
 from collections import Counter
 
 from http_server import Server, nginx_command
-from proc import cannot_run, dptrain, env_with, free_port, run
+from proc import dptrain, env_with, free_port, installed_for_test, run
 from train_runs import compare_checkpoints, last_json
 
 RUN = ["-a", "resnet20", "--image-size", "24", "-b", "8", "-j", "2", "--lr", "0.2", "--seed", "3",
@@ -29,12 +28,7 @@ def launch(*args):
 class RemoteShards(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
-        cls.tools = {}
-        for tool in ("nginx", "s3rver", "curl"):
-            # nginx lives in /usr/sbin, which a user's PATH may leave out.
-            cls.tools[tool] = shutil.which(tool, path=os.pathsep.join([os.environ.get("PATH", ""), "/usr/sbin"]))
-            if cls.tools[tool] is None:
-                cannot_run(f"{tool} is not installed (scripts/install-deps installs it)")
+        cls.tools = {tool: installed_for_test(tool) for tool in ("nginx", "s3rver", "curl")}
         cls.tmp = tempfile.TemporaryDirectory(prefix="dpt_remote_shards_")
         cls.servers = []
         try:
