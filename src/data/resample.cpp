@@ -5,7 +5,7 @@
 #include <iterator>
 
 #include "dptrain/common/error.h"
-#include "resample_avx2.h"
+#include "resample_simd.h"
 
 namespace dpt::data {
 
@@ -71,14 +71,14 @@ void horizontal_pass_fallback(const Image& image, int left, int top, const Taps&
   kPasses[taps < kUnrolled ? taps : 0](image, left, top, h, row_first, row_count, count, rows);
 }
 
-void horizontal_pass_avx2(const Image& image, int left, int top, const Taps& h, int row_first, int row_count,
+void horizontal_pass_simd(const Image& image, int left, int top, const Taps& h, int row_first, int row_count,
                           int count, uint8_t* rows) {
   const WideTaps wide = widen_taps(h);
   const uint8_t* end = image.pixels.data() + image.pixels.size();
   for (int r = 0; r < row_count; ++r) {
     const uint8_t* in = image.row(row_first + r - top);
     uint8_t* dst = rows + static_cast<size_t>(r) * count * 3;
-    const int done = horizontal_row_avx2(in, static_cast<size_t>(end - in), left, h, wide, dst);
+    const int done = horizontal_row_simd(in, static_cast<size_t>(end - in), left, h, wide, dst);
     horizontal_row<0>(in, left, h, done, count, dst);
   }
 }
@@ -94,8 +94,8 @@ const uint8_t* horizontal_rows(const Image& image, int left, int top, const Taps
   thread_local std::vector<uint8_t> rows;
   rows.resize(static_cast<size_t>(row_count) * size * 3);
   const bool fixed = std::all_of(h.length.begin(), h.length.end(), [&](int n) { return n == h.length[0]; });
-  if (fixed && have_avx2()) {
-    horizontal_pass_avx2(image, left, top, h, row_first, row_count, size, rows.data());
+  if (fixed && best_simd_width() != SimdWidth::None) {
+    horizontal_pass_simd(image, left, top, h, row_first, row_count, size, rows.data());
   } else {
     horizontal_pass_fallback(image, left, top, h, fixed, row_first, row_count, size, rows.data());
   }
@@ -201,8 +201,10 @@ void resample(const Image& image, int left, int top, const Taps& h, const Taps& 
 
   // Vertical pass, then clamp, flip and normalize into the three CHW planes.
   const size_t plane = static_cast<size_t>(size) * size;
-  // Every row starts 32-byte aligned when the first does and rows are whole vectors.
-  const bool streaming = have_avx2() && size % 8 == 0 && reinterpret_cast<uintptr_t>(out) % 32 == 0;
+  // Every row starts 32-byte aligned when the first does and rows are whole vectors (64-byte, for
+  // AVX-512, when rows are whole 16-float vectors: vertical_row_streaming checks).
+  const bool streaming =
+      best_simd_width() != SimdWidth::None && size % 8 == 0 && reinterpret_cast<uintptr_t>(out) % 32 == 0;
   std::vector<const uint8_t*> sources(v.ksize);
   for (int y = 0; y < size; ++y) {
     vertical_sources(rows, stride, v, y, sources);
