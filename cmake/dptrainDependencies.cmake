@@ -50,3 +50,9 @@ find_package(libjpeg-turbo REQUIRED)
 find_package(PNG REQUIRED)
 # Shards over HTTP(S) and from S3-compatible stores (AWS Signature V4 signing) through libcurl.
 find_package(CURL REQUIRED)
+# The AWS profile files (~/.aws/credentials, ~/.aws/config) are INI, read with SimpleIni, used as
+# a header only.
+find_path(DPTRAIN_SIMPLEINI_INCLUDE_DIR SimpleIni.h)
+if(NOT DPTRAIN_SIMPLEINI_INCLUDE_DIR)
+  message(FATAL_ERROR "SimpleIni.h not found: install libsimpleini-dev (scripts/install-deps does)")
+endif()

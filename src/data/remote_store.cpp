@@ -6,7 +6,6 @@
 #include <atomic>
 #include <cerrno>
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <functional>
@@ -27,11 +26,6 @@ void ensure_curl() {
   DPT_CHECK(ready, DataError, "libcurl could not be initialised");
 }
 
-std::string environment(const char* name) {
-  const char* value = std::getenv(name);
-  return value == nullptr ? "" : value;
-}
-
 // SHA-256 of no bytes.
 constexpr const char* kEmptyPayloadSha256 = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855";
 
@@ -40,10 +34,10 @@ struct Request {
   std::string name;  // as the user wrote it, for messages
   std::string url;
   bool s3 = false;
-  std::string region, user_password, session_token;
+  std::string region, user_password, session_token, credentials_source;
 };
 
-Request request_for(const std::string& name) {
+Request request_for(const std::string& name, const RemoteStore& store) {
   Request request;
   request.name = request.url = name;
   if (!starts_with(name, "s3://")) return request;
@@ -52,17 +46,13 @@ Request request_for(const std::string& name) {
   const size_t slash = path.find('/');
   DPT_CHECK(slash != std::string::npos && slash > 0 && slash + 1 < path.size(), ConfigError, "'", name,
             "' is not an s3://BUCKET/KEY name");
-  request.region = environment("AWS_REGION");
-  if (request.region.empty()) request.region = environment("AWS_DEFAULT_REGION");
-  if (request.region.empty()) request.region = "us-east-1";
-  std::string endpoint = environment("AWS_ENDPOINT_URL_S3");
-  if (endpoint.empty()) endpoint = environment("AWS_ENDPOINT_URL");
-  if (endpoint.empty()) endpoint = "https://s3." + request.region + ".amazonaws.com";
-  while (!endpoint.empty() && endpoint.back() == '/') endpoint.pop_back();
-  request.url = endpoint + "/" + path;  // path-style: every S3-compatible store takes it
-  const std::string key = environment("AWS_ACCESS_KEY_ID"), secret = environment("AWS_SECRET_ACCESS_KEY");
-  if (!key.empty()) request.user_password = key + ":" + secret;  // else unsigned, as for a public bucket
-  request.session_token = environment("AWS_SESSION_TOKEN");
+  const S3Settings& settings = store.s3();
+  request.region = settings.region;
+  request.url = settings.endpoint + "/" + path;  // path-style: every S3-compatible store takes it
+  // No key: unsigned, as for a public bucket.
+  if (!settings.access_key_id.empty()) request.user_password = settings.access_key_id + ":" + settings.secret_access_key;
+  request.session_token = settings.session_token;
+  request.credentials_source = settings.credentials_source;
   return request;
 }
 
@@ -148,9 +138,13 @@ bool may_pass(const Attempt& a) {
 std::string advice(const Request& request, const Attempt& a) {
   if (a.code != CURLE_OK) return "check that the server is up and this machine reaches it";
   if (a.status == 403 || a.status == 401) {
-    return request.s3 ? "the store refused this request: check AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_REGION "
-                        "and the bucket's permissions"
-                      : "the server refused this request: check the URL's permissions";
+    if (!request.s3) return "the server refused this request: check the URL's permissions";
+    return str("the store refused this request: check the credentials (",
+               request.credentials_source.empty()
+                   ? "none were found, so it went unsigned: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or "
+                     "AWS_PROFILE"
+                   : "from " + request.credentials_source,
+               "), the region (", request.region, ") and the bucket's permissions");
   }
   if (a.status == 404) return "nothing is there: check the name (a manifest names its shards relative to itself)";
   return "the server failed; try again later or ask its operator";
@@ -186,13 +180,26 @@ bool is_remote(const std::string& spec) {
   return starts_with(spec, "http://") || starts_with(spec, "https://") || starts_with(spec, "s3://");
 }
 
-RemoteStore::RemoteStore(RemoteOptions options) : options_(options) {
-  DPT_CHECK(options.retries() >= 0, ConfigError, "remote fetch retries must not be negative, got ", options.retries());
+RemoteStore::RemoteStore(RemoteOptions options) : options_(std::move(options)) {
+  DPT_CHECK(options_.retries() >= 0, ConfigError, "remote fetch retries must not be negative, got ",
+            options_.retries());
+  if (!options_.s3()) {
+    try {
+      options_.s3(s3_settings_from_environment());
+    } catch (const ConfigError&) {
+      s3_problem_ = std::current_exception();
+    }
+  }
+}
+
+const S3Settings& RemoteStore::s3() const {
+  if (s3_problem_) std::rethrow_exception(s3_problem_);
+  return *options_.s3();
 }
 
 std::optional<std::string> RemoteStore::fetch_text_if_present(const std::string& url) const {
   std::string body;
-  const auto outcome = fetch(request_for(url), options_, /*missing_is_fine=*/true,
+  const auto outcome = fetch(request_for(url, *this), options_, /*missing_is_fine=*/true,
                              [&](const char* data, size_t size) { body.append(data, size); }, [&] { body.clear(); });
   if (outcome == Outcome::Missing) return std::nullopt;
   return body;
@@ -200,7 +207,7 @@ std::optional<std::string> RemoteStore::fetch_text_if_present(const std::string&
 
 std::string RemoteStore::fetch_text(const std::string& url) const {
   std::string body;
-  fetch(request_for(url), options_, /*missing_is_fine=*/false,
+  fetch(request_for(url, *this), options_, /*missing_is_fine=*/false,
         [&](const char* data, size_t size) { body.append(data, size); }, [&] { body.clear(); });
   return body;
 }
@@ -215,7 +222,7 @@ int64_t RemoteStore::fetch_to_file(const std::string& url, const std::string& pa
   bool failed = false;
   try {
     fetch(
-        request_for(url), options_, /*missing_is_fine=*/false,
+        request_for(url, *this), options_, /*missing_is_fine=*/false,
         [&](const char* data, size_t size) {
           failed |= std::fwrite(data, 1, size, file.get()) != size;
           written += static_cast<int64_t>(size);

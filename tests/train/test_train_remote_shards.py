@@ -134,13 +134,43 @@ class RemoteShards(unittest.TestCase):
                              env=wrong)
         self.assertNotEqual(code, 0)
         self.assertIn("cannot fetch s3://datasets/shards/train/manifest.json: HTTP 403; the store refused this "
-                      "request: check AWS_ACCESS_KEY_ID", err)
+                      "request: check the credentials (from AWS_ACCESS_KEY_ID), the region (us-east-1)", err)
         closed = f"http://127.0.0.1:{free_port()}/sets/shards"
         started = time.monotonic()
         code, out, err = run(launch(closed, *RUN, "--data-cache", self.path("c3")), timeout=120)
         self.assertNotEqual(code, 0)
         self.assertRegex(err, r"cannot fetch .*/train/manifest.json: .* after 6 attempts; check that the server is up")
         self.assertLess(time.monotonic() - started, 60)
+
+    def test_s3_settings_from_an_aws_profile(self):
+        """A machine set up for the AWS command line: key, region and endpoint in ~/.aws, the profile
+        named by AWS_PROFILE, no AWS_* keys in the environment."""
+        home = self.path("home")
+        os.makedirs(os.path.join(home, ".aws"))
+        with open(os.path.join(home, ".aws", "credentials"), "w") as f:
+            f.write(f"[default]\naws_access_key_id = NOBODY\naws_secret_access_key = x\n\n"
+                    f"[datasets]\naws_access_key_id = {S3_KEY}\naws_secret_access_key = {S3_KEY}\n")
+        with open(os.path.join(home, ".aws", "config"), "w") as f:
+            f.write(f"[profile datasets]\nregion = us-east-1\nendpoint_url = http://127.0.0.1:{self.s3_port}\n"
+                    f"[default]\nendpoint_url = http://127.0.0.1:{self.s3_port}\n")
+        unset = {name: None for name in os.environ if name.startswith("AWS_")}
+
+        def bench_loader(cache, **env):
+            return run([dptrain(), "bench-loader", "s3://datasets/shards/train", "--size", "24", "--batch-size", "8",
+                        "--epochs", "1", "--data-cache", self.path(cache)], timeout=120,
+                       env=env_with(**unset, HOME=home, **env))
+
+        code, out, err = bench_loader("profile_cache", AWS_PROFILE="datasets")
+        self.assertEqual(code, 0, out + err)
+        self.assertEqual(last_json(out)["images"], 96)  # the one timed pass over the training shards
+        # The default profile's key is refused, and the message says where it came from.
+        code, out, err = bench_loader("default_cache")
+        self.assertNotEqual(code, 0)
+        self.assertIn(f"HTTP 403; the store refused this request: check the credentials (from "
+                      f"{home}/.aws/credentials [default]), the region (us-east-1)", err)
+        code, out, err = bench_loader("missing_cache", AWS_PROFILE="nightly")
+        self.assertNotEqual(code, 0)
+        self.assertIn("the AWS profile 'nightly' (AWS_PROFILE) is in neither", err)
 
 
 if __name__ == "__main__":

@@ -2,9 +2,8 @@
 // Files of a dataset kept on a web server or in an S3-compatible bucket, fetched through libcurl:
 //   http://host/path, https://host/path   plain GETs (a server that needs no signature)
 //   s3://bucket/key                       AWS Signature V4 (libcurl's), path-style addressing
-// named and configured the way the AWS tools are: AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY,
-// AWS_SESSION_TOKEN, AWS_REGION (or AWS_DEFAULT_REGION; default us-east-1) and the endpoint of an
-// S3-compatible store in AWS_ENDPOINT_URL_S3 or AWS_ENDPOINT_URL (default AWS's own).
+// with the credentials, region and endpoint the AWS tools would use (s3_settings.h: environment
+// variables, then the profile in ~/.aws/credentials and ~/.aws/config).
 //
 // Every fetch is bounded: a connect timeout, a transfer that stalls (below 1 KB/s for the stall
 // time) fails, and failures that may pass (a connection refused or reset, a timeout, HTTP 429 and
@@ -18,8 +17,11 @@
 #include <torch/arg.h>
 
 #include <chrono>
+#include <exception>
 #include <optional>
 #include <string>
+
+#include "dptrain/data/s3_settings.h"
 
 namespace dpt::data {
 
@@ -34,6 +36,9 @@ struct RemoteOptions {
   TORCH_ARG(std::chrono::seconds, connect_timeout) = std::chrono::seconds(10);
   // A transfer that moves less than 1 KB/s for this long is a failure (and retried).
   TORCH_ARG(std::chrono::seconds, stall_timeout) = std::chrono::seconds(30);
+  // Where s3:// names go and how they are signed; unset: found as the AWS tools find them
+  // (s3_settings_from_environment) when the store is made.
+  TORCH_ARG(std::optional<S3Settings>, s3);
 };
 
 class RemoteStore {
@@ -49,9 +54,13 @@ class RemoteStore {
   int64_t fetch_to_file(const std::string& url, const std::string& path) const;
 
   const RemoteOptions& options() const { return options_; }
+  // Where s3:// names go and how they are signed. Throws the ConfigError that finding them met (an
+  // AWS profile named but missing, say): it fails the first s3:// fetch, not a set over HTTP.
+  const S3Settings& s3() const;
 
  private:
   RemoteOptions options_;
+  std::exception_ptr s3_problem_;
 };
 
 }  // namespace dpt::data

@@ -1,0 +1,48 @@
+#pragma once
+// Where s3:// names go and how their requests are signed, found the way the AWS command line finds
+// them, so that a machine set up for `aws s3 ls` reads the same buckets:
+//   profile      AWS_PROFILE, else AWS_DEFAULT_PROFILE, else "default"
+//   credentials  AWS_ACCESS_KEY_ID + AWS_SECRET_ACCESS_KEY (+ AWS_SESSION_TOKEN); else the profile's
+//                aws_access_key_id, aws_secret_access_key and aws_session_token in the shared
+//                credentials file (AWS_SHARED_CREDENTIALS_FILE, else ~/.aws/credentials, sections
+//                [NAME]), else in the config file (AWS_CONFIG_FILE, else ~/.aws/config, sections
+//                [profile NAME] and [default]); else none: requests go unsigned (a public bucket)
+//   region       AWS_REGION, else AWS_DEFAULT_REGION, else the profile's `region`, else us-east-1
+//   endpoint     AWS_ENDPOINT_URL_S3, else AWS_ENDPOINT_URL, else the profile's `endpoint_url`,
+//                else AWS's own (https://s3.REGION.amazonaws.com)
+// Not read: credential processes, single sign-on, instance and container roles, and the config
+// file's per-service `services` sections.
+//
+//   dpt::data::S3Settings s3 = dpt::data::s3_settings_from_environment();
+//   dpt::data::RemoteStore store(dpt::data::RemoteOptions().s3(s3));
+
+#include <functional>
+#include <optional>
+#include <string>
+
+namespace dpt::data {
+
+struct S3Settings {
+  // The region requests are signed for.
+  std::string region = "us-east-1";
+  // scheme://host[:port] of the store, without a trailing slash.
+  std::string endpoint = "https://s3.us-east-1.amazonaws.com";
+  // No key: requests go unsigned.
+  std::string access_key_id, secret_access_key, session_token;
+  // Where the key came from, for messages: "AWS_ACCESS_KEY_ID", "/home/me/.aws/credentials
+  // [profile ci]", or empty when there is none.
+  std::string credentials_source;
+};
+
+// An environment variable's value, or nullopt when it is unset.
+using EnvironmentLookup = std::function<std::optional<std::string>(const std::string& name)>;
+
+// The settings from `environment` and the files it leads to (HOME locates ~/.aws). ConfigError
+// when a profile other than "default" is named but neither file has it, or a file that exists
+// cannot be read.
+S3Settings resolve_s3_settings(const EnvironmentLookup& environment);
+
+// resolve_s3_settings over this process's environment.
+S3Settings s3_settings_from_environment();
+
+}  // namespace dpt::data

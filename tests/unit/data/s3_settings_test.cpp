@@ -1,0 +1,166 @@
+#include "dptrain/data/s3_settings.h"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <map>
+
+#include "dptrain/common/error.h"
+#include "support/temp_dir.h"
+
+using namespace dpt::data;
+
+namespace {
+
+// A home folder with ~/.aws/credentials and ~/.aws/config, and an environment that points at it.
+class AwsHome {
+ public:
+  AwsHome() {
+    std::filesystem::create_directories(dir_.path() + "/.aws");
+    variables_["HOME"] = dir_.path();
+  }
+  std::string path(const std::string& name) const { return dir_.path() + "/" + name; }
+  void write(const std::string& name, const std::string& text) const { std::ofstream(path(name)) << text; }
+  AwsHome& set(const std::string& name, const std::string& value) {
+    variables_[name] = value;
+    return *this;
+  }
+  S3Settings resolve() const {
+    return resolve_s3_settings([this](const std::string& name) -> std::optional<std::string> {
+      const auto it = variables_.find(name);
+      if (it == variables_.end()) return std::nullopt;
+      return it->second;
+    });
+  }
+
+ private:
+  dpt::testing::TempDir dir_;
+  std::map<std::string, std::string> variables_;
+};
+
+const char* kCredentials =
+    "# written by aws configure\n"
+    "[default]\n"
+    "aws_access_key_id = DEFAULTKEY\n"
+    "aws_secret_access_key = default/secret\n"
+    "\n"
+    "[ci]\n"
+    "aws_access_key_id=CIKEY\n"
+    "aws_secret_access_key=ci+secret==\n";
+
+const char* kConfig =
+    "[default]\n"
+    "region = eu-west-1\n"
+    "; a comment\n"
+    "[profile ci]\n"
+    "region = ap-south-2\n"
+    "endpoint_url = http://minio.local:9000/\n"
+    "[profile keys-here]\n"
+    "aws_access_key_id = CONFIGKEY\n"
+    "aws_secret_access_key = config-secret\n"
+    "aws_session_token = config-token\n";
+
+}  // namespace
+
+TEST(S3Settings, WithoutAnythingRequestsGoUnsignedToAwsInUsEast1) {
+  const S3Settings s = AwsHome().resolve();
+  EXPECT_EQ(s.access_key_id, "");
+  EXPECT_EQ(s.credentials_source, "");
+  EXPECT_EQ(s.region, "us-east-1");
+  EXPECT_EQ(s.endpoint, "https://s3.us-east-1.amazonaws.com");
+}
+
+TEST(S3Settings, TheDefaultProfileGivesKeyAndRegion) {
+  AwsHome home;
+  home.write(".aws/credentials", kCredentials);
+  home.write(".aws/config", kConfig);
+  const S3Settings s = home.resolve();
+  EXPECT_EQ(s.access_key_id, "DEFAULTKEY");
+  EXPECT_EQ(s.secret_access_key, "default/secret");
+  EXPECT_EQ(s.session_token, "");
+  EXPECT_EQ(s.credentials_source, home.path(".aws/credentials") + " [default]");
+  EXPECT_EQ(s.region, "eu-west-1");
+  EXPECT_EQ(s.endpoint, "https://s3.eu-west-1.amazonaws.com");
+}
+
+// AWS_PROFILE picks [ci] in the credentials file and [profile ci] in the config file, whose
+// endpoint_url loses its trailing slash.
+TEST(S3Settings, ANamedProfileGivesItsKeyRegionAndEndpoint) {
+  AwsHome home;
+  home.write(".aws/credentials", kCredentials);
+  home.write(".aws/config", kConfig);
+  home.set("AWS_PROFILE", "ci");
+  const S3Settings s = home.resolve();
+  EXPECT_EQ(s.access_key_id, "CIKEY");
+  EXPECT_EQ(s.secret_access_key, "ci+secret==");
+  EXPECT_EQ(s.credentials_source, home.path(".aws/credentials") + " [ci]");
+  EXPECT_EQ(s.region, "ap-south-2");
+  EXPECT_EQ(s.endpoint, "http://minio.local:9000");
+  // The older variable names a profile too; AWS_PROFILE wins over it.
+  EXPECT_EQ(home.set("AWS_DEFAULT_PROFILE", "default").resolve().access_key_id, "CIKEY");
+}
+
+TEST(S3Settings, KeysInTheConfigFileServeWhenTheCredentialsFileHasNone) {
+  AwsHome home;
+  home.write(".aws/credentials", kCredentials);
+  home.write(".aws/config", kConfig);
+  const S3Settings s = home.set("AWS_DEFAULT_PROFILE", "keys-here").resolve();
+  EXPECT_EQ(s.access_key_id, "CONFIGKEY");
+  EXPECT_EQ(s.session_token, "config-token");
+  EXPECT_EQ(s.credentials_source, home.path(".aws/config") + " [profile keys-here]");
+  EXPECT_EQ(s.region, "us-east-1");
+}
+
+// The environment's variables come before any file, as for the AWS tools.
+TEST(S3Settings, TheEnvironmentWinsOverTheFiles) {
+  AwsHome home;
+  home.write(".aws/credentials", kCredentials);
+  home.write(".aws/config", kConfig);
+  home.set("AWS_PROFILE", "ci").set("AWS_ACCESS_KEY_ID", "ENVKEY").set("AWS_SECRET_ACCESS_KEY", "env-secret");
+  home.set("AWS_SESSION_TOKEN", "env-token").set("AWS_DEFAULT_REGION", "us-west-2");
+  home.set("AWS_ENDPOINT_URL", "http://127.0.0.1:4568");
+  S3Settings s = home.resolve();
+  EXPECT_EQ(s.access_key_id, "ENVKEY");
+  EXPECT_EQ(s.session_token, "env-token");
+  EXPECT_EQ(s.credentials_source, "AWS_ACCESS_KEY_ID");
+  EXPECT_EQ(s.region, "us-west-2");
+  EXPECT_EQ(s.endpoint, "http://127.0.0.1:4568");
+  s = home.set("AWS_REGION", "sa-east-1").set("AWS_ENDPOINT_URL_S3", "http://s3.internal").resolve();
+  EXPECT_EQ(s.region, "sa-east-1");
+  EXPECT_EQ(s.endpoint, "http://s3.internal");
+}
+
+// Session tokens run to a thousand characters and more: the line is taken whole.
+TEST(S3Settings, FilesNamedByTheirVariablesAndLongTokens) {
+  AwsHome home;
+  const std::string token(1500, 'T');
+  home.write("elsewhere.ini", "[temp]\naws_access_key_id = TEMPKEY\naws_secret_access_key = s\naws_session_token = " +
+                                  token + "\nregion = ignored-here\n");
+  home.write("config.ini", "[profile temp]\nregion = ca-central-1\n");
+  home.set("AWS_SHARED_CREDENTIALS_FILE", "~/elsewhere.ini").set("AWS_CONFIG_FILE", home.path("config.ini"));
+  const S3Settings s = home.set("AWS_PROFILE", "temp").resolve();
+  EXPECT_EQ(s.access_key_id, "TEMPKEY");
+  EXPECT_EQ(s.session_token, token);
+  EXPECT_EQ(s.credentials_source, home.path("elsewhere.ini") + " [temp]");
+  EXPECT_EQ(s.region, "ca-central-1");  // region comes from the config file only
+}
+
+TEST(S3Settings, AMissingProfileOrHalfAKeyIsAConfigError) {
+  AwsHome home;
+  home.write(".aws/credentials", kCredentials + std::string("[half]\naws_access_key_id = HALF\n"));
+  home.write(".aws/config", kConfig);
+  try {
+    home.set("AWS_PROFILE", "nightly").resolve();
+    FAIL() << "a missing profile resolved";
+  } catch (const dpt::ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("the AWS profile 'nightly' (AWS_PROFILE) is in neither " +
+                                         home.path(".aws/credentials") + " ([nightly]) nor " +
+                                         home.path(".aws/config") + " ([profile nightly])"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_THROW(home.set("AWS_PROFILE", "half").resolve(), dpt::ConfigError);
+  home.set("AWS_PROFILE", "ci").set("AWS_ACCESS_KEY_ID", "ONLYKEY");
+  EXPECT_THROW(home.resolve(), dpt::ConfigError);
+}
