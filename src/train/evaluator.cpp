@@ -60,8 +60,9 @@ MetricSums Evaluator::evaluate() {
                                      .finish({"val", all.skipped_images, all.count, images, local.skipped});
   if (s.options.log() != nullptr && !bad_images.empty()) *s.options.log() << bad_images << std::endl;
   if (s.comm->rank() == 0) {
-    const EpochReport report =
+    EpochReport report =
         pass_report("val", all, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    report.standalone = true;
     for (auto& observer : s.options.observers()) observer->on_epoch(report);
   }
   return all;

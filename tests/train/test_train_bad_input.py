@@ -291,6 +291,7 @@ class BadInput(unittest.TestCase):
             code, out, err = run([dptrain(), "eval", *small, "--checkpoint", weights], timeout=60)
             self.assertEqual(code, 0, err)
             self.assertEqual(json.loads(out.splitlines()[-1])["count"], 8)
+            self.assertRegex(out, r"(?m)^Eval: val    Loss [0-9.]+  Acc@1 [0-9.]+  Acc@5 [0-9.]+  samples 8 ")
 
 
 

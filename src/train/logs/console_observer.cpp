@@ -92,8 +92,10 @@ void ConsoleObserver::on_step(const StepReport& r) {
 
 void ConsoleObserver::on_epoch(const EpochReport& r) {
   end_open_line();
-  std::string line = fmt::format("Epoch: [{}] {:<5}  Loss {:.4f}  Acc@1 {:.2f}  Acc@5 {:.2f}",
-                                 r.epoch, r.phase, r.loss, r.acc1, r.acc5);
+  // An evaluation of its own (dptrain eval) is in no epoch.
+  std::string line = fmt::format("{} {:<5}  Loss {:.4f}  Acc@1 {:.2f}  Acc@5 {:.2f}",
+                                 r.standalone ? std::string("Eval:") : fmt::format("Epoch: [{}]", r.epoch), r.phase,
+                                 r.loss, r.acc1, r.acc5);
   line += fmt::format("  samples {}  img/s {}  time {:.1f}s{}", r.samples, images_per_second(r.images_per_s),
                       r.seconds, model_rate(r.model_rate));
   if (r.skipped_images > 0) line += fmt::format("  bad images {}", r.skipped_images);

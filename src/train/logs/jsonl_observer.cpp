@@ -71,7 +71,8 @@ void JsonlObserver::log_step(const StepReport& r) {
 }
 
 void JsonlObserver::on_epoch(const EpochReport& r) {
-  nlohmann::ordered_json record = {{"phase", r.phase}, {"epoch", r.epoch}};
+  nlohmann::ordered_json record = {{"phase", r.phase}};
+  if (!r.standalone) record["epoch"] = r.epoch;
   add_scores(record, r);
   record["samples"] = r.samples;
   record["img_per_s"] = r.images_per_s;

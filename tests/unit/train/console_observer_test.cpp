@@ -62,6 +62,16 @@ TEST(ConsoleObserver, PlainLinesEveryPrintFreqSteps) {
             "  bad images 2\n");
 }
 
+// `dptrain eval`'s pass is in no epoch, and says so.
+TEST(ConsoleObserver, AnEvaluationOfItsOwnNamesNoEpoch) {
+  MemoryFile out;
+  ConsoleObserver console(ConsoleOptions().out(out.get()));
+  auto pass = sample_epoch("val", 0);
+  pass.standalone = true;
+  console.on_epoch(pass);
+  EXPECT_EQ(out.text(), "Eval: val    Loss 0.7500  Acc@1 38.25  Acc@5 69.00  samples 500  img/s 1000.0  time 0.5s\n");
+}
+
 TEST(ConsoleObserver, LearningRateAndEtaFormats) {
   MemoryFile out;
   ConsoleObserver console(ConsoleOptions().out(out.get()).print_freq(1).interactive(false));

@@ -1,4 +1,5 @@
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <filesystem>
@@ -51,6 +52,21 @@ TEST(JsonlObserver, StepAndEpochRecords) {
 {"phase":"train","epoch":3,"global_step":48,"loss":0.5,"acc1":40.0,"acc5":70.5,"samples":1536,"img_per_s":350.04,"model_flop_per_s":null,"mfu":null,"seconds":4.3875,"skipped_images":0,"time":1700000000.25}
 {"phase":"val","epoch":3,"global_step":48,"loss":0.75,"acc1":38.25,"acc5":69.0,"samples":500,"img_per_s":1000.0,"model_flop_per_s":null,"mfu":null,"seconds":0.5,"skipped_images":2,"time":1700000000.25}
 )");
+}
+
+// `dptrain eval`'s pass is in no epoch: its record has none.
+TEST(JsonlObserver, AnEvaluationOfItsOwnHasNoEpoch) {
+  dpt::testing::TempDir dir;
+  {
+    JsonlObserver metrics(options(dir.path()));
+    auto pass = sample_epoch("val", 0);
+    pass.standalone = true;
+    metrics.on_epoch(pass);
+  }
+  const auto record = nlohmann::json::parse(file_contents(dir.path() + "/metrics.jsonl"));
+  EXPECT_EQ(record["phase"], "val");
+  EXPECT_FALSE(record.contains("epoch"));
+  EXPECT_EQ(record["acc1"], 38.25);
 }
 
 TEST(JsonlObserver, NonFiniteNumbersAreNull) {

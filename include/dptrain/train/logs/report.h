@@ -49,6 +49,7 @@ struct EpochReport : Report {
   ModelRate model_rate;  // at images_per_s; train passes only
   double seconds = 0;
   int64_t skipped_images = 0;  // bad images skipped by the loaders, all ranks
+  bool standalone = false;     // a pass of its own (`dptrain eval`), in no epoch: `epoch` means nothing
 };
 
 // A rank whose busy time per step (the step without waiting for the other ranks) has stayed over
