@@ -145,7 +145,7 @@ __attribute__((target("avx512f,avx512bw"))) int horizontal_quads_avx512(const ui
     for (int q = 0; q < 4; ++q) {
       const uint8_t* src = in + static_cast<std::ptrdiff_t>(start[q] - left) * 3;
       s[q] = pixel_sums_avx512<G>(src, w + q * per_output, wide.groups);
-      }
+    }
     store_planar(four_outputs_avx512(s[0], s[1], s[2], s[3]), static_cast<int>(h.start.size()), dst + x);
   }
   return x;
