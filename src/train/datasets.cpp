@@ -164,7 +164,10 @@ RunDatasets open_datasets(const DataOptions& options, uint64_t seed, const model
     RunDatasets datasets =
         split_datasets(shards, val_shards, "shards", sizes.train_crop,
                        shards ? shards->shard_sizes() : std::vector<int64_t>{}, shards ? shards->index_bytes() : 0);
-    if (const data::ShardCache* fetched = val_shards->cache()) datasets.shard_cache = fetched->options();
+    if (const data::ShardCache* fetched = val_shards->cache()) {
+      datasets.shard_cache = fetched->options();
+      if (starts_with(val_root, "s3://")) datasets.s3 = fetched->store().s3();
+    }
     return datasets;
   }
   return split_datasets(

@@ -29,6 +29,8 @@ struct RunDatasets {
   int64_t train_index_bytes = 0;
   // A remote shard set's cache (the folder resolved), for the banner; unset for local data.
   std::optional<data::ShardCacheOptions> shard_cache = std::nullopt;
+  // Where an s3:// set's requests go and whose key signs them, for the banner; unset for others.
+  std::optional<data::S3Settings> s3 = std::nullopt;
 };
 
 // DATA is a synthetic set (--dummy), CIFAR-10 files, or a folder with train/ and val/, each an

@@ -283,6 +283,11 @@ void Trainer::State::print_banner() const {
                                          data.shard_cache->fetch_streams(), data.shard_cache->folder(),
                                          static_cast<double>(data.shard_cache->max_bytes()) / (1 << 30))
                            : "")
+      << (data.s3 ? fmt::format("; S3 at {} (region {}), {}", data.s3->endpoint, data.s3->region,
+                                data.s3->credentials_source.empty()
+                                    ? std::string("unsigned: no credentials found")
+                                    : "signed with the key from " + data.s3->credentials_source)
+                  : "")
       << std::endl;
   out << fmt::format("compute: {:.3g} G multiply-adds per image forward at {} px; ", train_flop_per_image / 6e9,
                      data.image_size)

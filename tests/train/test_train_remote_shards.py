@@ -88,8 +88,11 @@ class RemoteShards(unittest.TestCase):
                              "3", env=self.s3_env)
         # The banner says where the shards go and how many are fetched at once (--fetch-streams).
         self.assertIn(f"; fetched 2 shard(s) at once into {self.path('http_cache')}, at most 20 GiB\n", over_http[2])
-        self.assertIn(f"; fetched 3 shard(s) at once into {self.path('s3_cache')}, at most 20 GiB\n", over_s3[2])
+        self.assertIn(f"; fetched 3 shard(s) at once into {self.path('s3_cache')}, at most 20 GiB; S3 at "
+                      f"http://127.0.0.1:{self.s3_port} (region us-east-1), signed with the key from AWS_ACCESS_KEY_ID\n",
+                      over_s3[2])
         self.assertNotIn("fetched", local[2])
+        self.assertNotIn("S3 at", over_http[2])
         for remote in (over_http, over_s3):
             self.assertEqual(remote[0]["val"], local[0]["val"])
             comparison = compare_checkpoints(local[1], remote[1])
