@@ -29,9 +29,10 @@ class Shards(_C.ShardSet):
     disk or at an http(s):// or s3:// URL. A remote set's shards are fetched into `cache_dir`
     (default ~/.cache/dptrain/shards), at most `cache_gib` GiB, shared with the machine's other
     processes, `fetch_streams` shards at once (each over a connection of its own: more fill a link
-    with long round trips). Written with `make-shards --order folder`, sample i is the
-    ImageFolder's image i. Pass it to DistributedSampler for the shard-aware shuffle (its
-    `shard_sizes`).
+    with long round trips). An s3:// set is read with the credentials, region and endpoint the AWS
+    command line would use (AWS_* variables, then AWS_PROFILE's profile in ~/.aws; docs/datasets.md).
+    Written with `make-shards --order folder`, sample i is the ImageFolder's image i. Pass it to
+    DistributedSampler for the shard-aware shuffle (its `shard_sizes`).
     """
 
     def __init__(self, spec, transform, *, bad_images="fail", seed=0, dct_scaling=True, cache_dir=None,
