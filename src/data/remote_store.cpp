@@ -48,9 +48,10 @@ Request request_for(const std::string& name, const RemoteStore& store) {
             "' is not an s3://BUCKET/KEY name");
   const S3Settings& settings = store.s3();
   request.region = settings.region;
-  request.url = settings.endpoint + "/" + path;  // path-style: every S3-compatible store takes it
-  // No key: unsigned, as for a public bucket.
-  if (!settings.access_key_id.empty()) request.user_password = settings.access_key_id + ":" + settings.secret_access_key;
+  request.url = settings.endpoint_url() + "/" + path;  // path-style: every S3-compatible store takes it
+  if (!settings.access_key_id.empty()) {  // else unsigned, as for a public bucket
+    request.user_password = settings.access_key_id + ":" + settings.secret_access_key;
+  }
   request.session_token = settings.session_token;
   request.credentials_source = settings.credentials_source;
   return request;

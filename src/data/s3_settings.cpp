@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <initializer_list>
 #include <memory>
 #include <sstream>
 
@@ -53,7 +54,13 @@ SharedFile load(const std::string& path) {
 
 S3Settings resolve_s3_settings(const EnvironmentLookup& environment) {
   auto env = [&](const char* name) { return environment(name).value_or(""); };
-  auto first = [](const std::string& a, const std::string& b) { return a.empty() ? b : a; };
+  // The first of the places a setting may come from that gives it.
+  auto first = [](std::initializer_list<std::string> choices) {
+    for (const auto& choice : choices) {
+      if (!choice.empty()) return choice;
+    }
+    return std::string();
+  };
   const std::string home = env("HOME");
   // The AWS tools expand a leading ~ in the files' variables too.
   auto path = [&](const char* variable, const char* default_name) {
@@ -65,7 +72,7 @@ S3Settings resolve_s3_settings(const EnvironmentLookup& environment) {
   const SharedFile config = load(path("AWS_CONFIG_FILE", "config"));
 
   const std::string named_by = env("AWS_PROFILE").empty() ? "AWS_DEFAULT_PROFILE" : "AWS_PROFILE";
-  const std::string profile = first(first(env("AWS_PROFILE"), env("AWS_DEFAULT_PROFILE")), "default");
+  const std::string profile = first({env("AWS_PROFILE"), env("AWS_DEFAULT_PROFILE"), "default"});
   // The config file names its sections [profile NAME], except [default].
   const std::string config_section = profile == "default" ? profile : "profile " + profile;
   DPT_CHECK(profile == "default" || credentials.has(profile) || config.has(config_section), ConfigError,
@@ -94,13 +101,15 @@ S3Settings resolve_s3_settings(const EnvironmentLookup& environment) {
     };
     if (!from(credentials, profile)) from(config, config_section);
   }
-  s.region = first(first(env("AWS_REGION"), env("AWS_DEFAULT_REGION")), config.value(config_section, "region"));
-  if (s.region.empty()) s.region = "us-east-1";
-  s.endpoint = first(first(env("AWS_ENDPOINT_URL_S3"), env("AWS_ENDPOINT_URL")),
-                     config.value(config_section, "endpoint_url"));
-  if (s.endpoint.empty()) s.endpoint = "https://s3." + s.region + ".amazonaws.com";
+  s.region = first({env("AWS_REGION"), env("AWS_DEFAULT_REGION"), config.value(config_section, "region"), "us-east-1"});
+  s.endpoint =
+      first({env("AWS_ENDPOINT_URL_S3"), env("AWS_ENDPOINT_URL"), config.value(config_section, "endpoint_url")});
   while (!s.endpoint.empty() && s.endpoint.back() == '/') s.endpoint.pop_back();
   return s;
+}
+
+std::string S3Settings::endpoint_url() const {
+  return endpoint.empty() ? "https://s3." + region + ".amazonaws.com" : endpoint;
 }
 
 S3Settings s3_settings_from_environment() {

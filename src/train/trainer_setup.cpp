@@ -283,7 +283,7 @@ void Trainer::State::print_banner() const {
                                          data.shard_cache->fetch_streams(), data.shard_cache->folder(),
                                          static_cast<double>(data.shard_cache->max_bytes()) / (1 << 30))
                            : "")
-      << (data.s3 ? fmt::format("; S3 at {} (region {}), {}", data.s3->endpoint, data.s3->region,
+      << (data.s3 ? fmt::format("; S3 at {} (region {}), {}", data.s3->endpoint_url(), data.s3->region,
                                 data.s3->credentials_source.empty()
                                     ? std::string("unsigned: no credentials found")
                                     : "signed with the key from " + data.s3->credentials_source)

@@ -25,13 +25,16 @@ namespace dpt::data {
 struct S3Settings {
   // The region requests are signed for.
   std::string region = "us-east-1";
-  // scheme://host[:port] of the store, without a trailing slash.
-  std::string endpoint = "https://s3.us-east-1.amazonaws.com";
+  // scheme://host[:port] of an S3-compatible store, without a trailing slash; empty: AWS's own.
+  std::string endpoint;
   // No key: requests go unsigned.
   std::string access_key_id, secret_access_key, session_token;
   // Where the key came from, for messages: "AWS_ACCESS_KEY_ID", "/home/me/.aws/credentials
   // [profile ci]", or empty when there is none.
   std::string credentials_source;
+
+  // Where requests go: `endpoint`, or AWS's for the region (https://s3.REGION.amazonaws.com).
+  std::string endpoint_url() const;
 };
 
 // An environment variable's value, or nullopt when it is unset.

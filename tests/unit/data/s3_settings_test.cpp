@@ -68,7 +68,8 @@ TEST(S3Settings, WithoutAnythingRequestsGoUnsignedToAwsInUsEast1) {
   EXPECT_EQ(s.access_key_id, "");
   EXPECT_EQ(s.credentials_source, "");
   EXPECT_EQ(s.region, "us-east-1");
-  EXPECT_EQ(s.endpoint, "https://s3.us-east-1.amazonaws.com");
+  EXPECT_EQ(s.endpoint, "");
+  EXPECT_EQ(s.endpoint_url(), "https://s3.us-east-1.amazonaws.com");
 }
 
 TEST(S3Settings, TheDefaultProfileGivesKeyAndRegion) {
@@ -81,7 +82,7 @@ TEST(S3Settings, TheDefaultProfileGivesKeyAndRegion) {
   EXPECT_EQ(s.session_token, "");
   EXPECT_EQ(s.credentials_source, home.path(".aws/credentials") + " [default]");
   EXPECT_EQ(s.region, "eu-west-1");
-  EXPECT_EQ(s.endpoint, "https://s3.eu-west-1.amazonaws.com");
+  EXPECT_EQ(s.endpoint_url(), "https://s3.eu-west-1.amazonaws.com");
 }
 
 // AWS_PROFILE picks [ci] in the credentials file and [profile ci] in the config file, whose
@@ -96,7 +97,7 @@ TEST(S3Settings, ANamedProfileGivesItsKeyRegionAndEndpoint) {
   EXPECT_EQ(s.secret_access_key, "ci+secret==");
   EXPECT_EQ(s.credentials_source, home.path(".aws/credentials") + " [ci]");
   EXPECT_EQ(s.region, "ap-south-2");
-  EXPECT_EQ(s.endpoint, "http://minio.local:9000");
+  EXPECT_EQ(s.endpoint_url(), "http://minio.local:9000");
   // The older variable names a profile too; AWS_PROFILE wins over it.
   EXPECT_EQ(home.set("AWS_DEFAULT_PROFILE", "default").resolve().access_key_id, "CIKEY");
 }
@@ -125,10 +126,10 @@ TEST(S3Settings, TheEnvironmentWinsOverTheFiles) {
   EXPECT_EQ(s.session_token, "env-token");
   EXPECT_EQ(s.credentials_source, "AWS_ACCESS_KEY_ID");
   EXPECT_EQ(s.region, "us-west-2");
-  EXPECT_EQ(s.endpoint, "http://127.0.0.1:4568");
+  EXPECT_EQ(s.endpoint_url(), "http://127.0.0.1:4568");
   s = home.set("AWS_REGION", "sa-east-1").set("AWS_ENDPOINT_URL_S3", "http://s3.internal").resolve();
   EXPECT_EQ(s.region, "sa-east-1");
-  EXPECT_EQ(s.endpoint, "http://s3.internal");
+  EXPECT_EQ(s.endpoint_url(), "http://s3.internal");
 }
 
 // Session tokens run to a thousand characters and more: the line is taken whole.
