@@ -184,18 +184,13 @@ bool is_remote(const std::string& spec) {
 RemoteStore::RemoteStore(RemoteOptions options) : options_(std::move(options)) {
   DPT_CHECK(options_.retries() >= 0, ConfigError, "remote fetch retries must not be negative, got ",
             options_.retries());
-  if (!options_.s3()) {
-    try {
-      options_.s3(s3_settings_from_environment());
-    } catch (const ConfigError&) {
-      s3_problem_ = std::current_exception();
-    }
-  }
 }
 
 const S3Settings& RemoteStore::s3() const {
-  if (s3_problem_) std::rethrow_exception(s3_problem_);
-  return *options_.s3();
+  if (options_.s3()) return *options_.s3();
+  // A call that throws leaves the flag unset: the next one looks again, and fails the same way.
+  std::call_once(s3_found_, [this] { found_s3_ = s3_settings_from_environment(); });
+  return *found_s3_;
 }
 
 std::optional<std::string> RemoteStore::fetch_text_if_present(const std::string& url) const {

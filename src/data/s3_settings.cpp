@@ -7,14 +7,14 @@
 #define SI_NO_CONVERSION
 #include <SimpleIni.h>
 
+#include <cerrno>
 #include <cstdlib>
-#include <filesystem>
-#include <fstream>
+#include <cstring>
 #include <initializer_list>
 #include <memory>
-#include <sstream>
 
 #include "dptrain/common/error.h"
+#include "dptrain/common/read_file.h"
 #include "dptrain/common/text.h"
 
 namespace dpt::data {
@@ -36,16 +36,16 @@ struct SharedFile {
 
 SharedFile load(const std::string& path) {
   SharedFile file{path, nullptr};
-  std::error_code error;
-  if (!std::filesystem::exists(path, error)) return file;
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream text;
-  text << in.rdbuf();
-  DPT_CHECK(in.good() || in.eof(), ConfigError, "cannot read the AWS file ", path,
-            "; make it readable, or name another with AWS_SHARED_CREDENTIALS_FILE or AWS_CONFIG_FILE");
+  const auto text = read_file<std::string>(path);
+  if (!text) {
+    // No file there (nor its folder) is no profile; a file that cannot be read is an error.
+    DPT_CHECK(errno == ENOENT || errno == ENOTDIR, ConfigError, "cannot read the AWS file ", path, ": ",
+              std::strerror(errno),
+              "; make it readable, or name another with AWS_SHARED_CREDENTIALS_FILE or AWS_CONFIG_FILE");
+    return file;
+  }
   file.ini = std::make_unique<CSimpleIniA>();
-  const std::string bytes = text.str();
-  DPT_CHECK(file.ini->LoadData(bytes.data(), bytes.size()) >= 0, ConfigError, "cannot parse the AWS file ", path,
+  DPT_CHECK(file.ini->LoadData(text->data(), text->size()) >= 0, ConfigError, "cannot parse the AWS file ", path,
             " as INI");
   return file;
 }

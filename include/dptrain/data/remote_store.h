@@ -17,7 +17,7 @@
 #include <torch/arg.h>
 
 #include <chrono>
-#include <exception>
+#include <mutex>
 #include <optional>
 #include <string>
 
@@ -37,7 +37,7 @@ struct RemoteOptions {
   // A transfer that moves less than 1 KB/s for this long is a failure (and retried).
   TORCH_ARG(std::chrono::seconds, stall_timeout) = std::chrono::seconds(30);
   // Where s3:// names go and how they are signed; unset: found as the AWS tools find them
-  // (s3_settings_from_environment) when the store is made.
+  // (s3_settings_from_environment) at the store's first s3:// request.
   TORCH_ARG(std::optional<S3Settings>, s3);
 };
 
@@ -54,13 +54,16 @@ class RemoteStore {
   int64_t fetch_to_file(const std::string& url, const std::string& path) const;
 
   const RemoteOptions& options() const { return options_; }
-  // Where s3:// names go and how they are signed. Throws the ConfigError that finding them met (an
-  // AWS profile named but missing, say): it fails the first s3:// fetch, not a set over HTTP.
+  // Where s3:// names go and how they are signed, found at the first call: a set on disk or over
+  // HTTP reads no AWS file. Throws the ConfigError that finding them meets (an AWS profile named
+  // but missing, say), at every call.
   const S3Settings& s3() const;
 
  private:
   RemoteOptions options_;
-  std::exception_ptr s3_problem_;
+  // The settings found for options_.s3() unset; the fetch threads ask at once.
+  mutable std::once_flag s3_found_;
+  mutable std::optional<S3Settings> found_s3_;
 };
 
 }  // namespace dpt::data
