@@ -167,11 +167,13 @@ void Trainer::State::adapt_to_world(const TrainingCheckpoint& cp) {
                                accumulates ? "" : " (no accumulation in this mode)",
                                ", so it becomes ", global_batch(), " and the learning rate is rescaled by ",
                                global_batch(), "/", cp.global_batch, ": ", before, " -> ", schedule->peak_lr());
+  // (A checkpoint written after an epoch's short last step, before the count stopped at the
+  // epoch's end, may hold more samples than the epoch has: no rest either.)
+  const bool mid_epoch = samples_in_epoch > 0 && samples_in_epoch < sampler->epoch_length();
   start_notes.push_back(str("world size ", cp.world_size, " -> ", comm->size(), ": ", how,
-                            samples_in_epoch > 0 ? str("; the rest of epoch ", epoch, " (from sample ",
-                                                       samples_in_epoch, ") is re-sharded over ", comm->size(),
-                                                       " process(es)")
-                                                 : ""));
+                            mid_epoch ? str("; the rest of epoch ", epoch, " (from sample ", samples_in_epoch,
+                                            ") is re-sharded over ", comm->size(), " process(es)")
+                                      : ""));
 }
 
 void Trainer::State::expect_round_report(int resumed_from_world) {

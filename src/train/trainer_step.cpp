@@ -58,7 +58,9 @@ std::optional<MetricSums> Trainer::State::step(data::DevicePrefetcher& batches) 
   if (heartbeat) heartbeat->step_took(Clock::now() - step_began);
   if (round_change) report_round();
   ++step_in_epoch;
-  samples_in_epoch += global_batch();
+  // An epoch's last step may be short (or padded): the count stops at the epoch's end, so that a
+  // world that changes there has no rest of the epoch to re-shard.
+  samples_in_epoch = std::min(samples_in_epoch + global_batch(), sampler->epoch_length());
   return all;
 }
 

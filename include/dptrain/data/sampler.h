@@ -13,6 +13,7 @@
 #include <torch/arg.h>
 #include <torch/serialize/archive.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <vector>
 
@@ -87,6 +88,10 @@ class DistributedSampler {
   std::vector<int64_t> indices_from(int64_t consumed) const;
   int64_t num_samples() const { return num_samples_; }
   int64_t total_size() const { return num_samples_ * options_.world_size(); }
+  // The positions of the epoch's order that an epoch trains, its padding left out: where the
+  // samples consumed stop, the last step being short or padded (indices_from(epoch_length()) is
+  // empty).
+  int64_t epoch_length() const { return std::min(dataset_size_, total_size()); }
   const SamplerOptions& options() const { return options_; }
 
   SamplerState state() const { return {options_.seed(), epoch_}; }

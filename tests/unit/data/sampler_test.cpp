@@ -126,6 +126,23 @@ TEST(DistributedSampler, ContinuingAtAnotherWorldReshardsWhatIsLeft) {
   EXPECT_TRUE(odd.indices_from(64).empty());
 }
 
+TEST(DistributedSampler, AnEpochEndsAtItsLengthWithNothingLeft) {
+  // Padded: 50 over 4 ranks trains 52 positions, the last two repeats; the order ends at 50.
+  DistributedSampler padded(50, SamplerOptions(4, 0).seed(7));
+  EXPECT_EQ(padded.total_size(), 52);
+  EXPECT_EQ(padded.epoch_length(), 50);
+  // Truncated: drop_last keeps 48; the 2 samples past them are not this epoch's.
+  DistributedSampler truncated(50, SamplerOptions(4, 0).seed(7).drop_last(true));
+  EXPECT_EQ(truncated.epoch_length(), 48);
+  // Repeated augmentation keeps 768 draws of 1,000 samples.
+  DistributedSampler repeated(1000, SamplerOptions(4, 0).seed(7).repetitions(3));
+  EXPECT_EQ(repeated.epoch_length(), 768);
+  for (const DistributedSampler* sampler : {&padded, &truncated, &repeated}) {
+    EXPECT_TRUE(sampler->indices_from(sampler->epoch_length()).empty());
+    EXPECT_EQ(sampler->indices_from(sampler->epoch_length() - 4).size(), 1u);  // one more each
+  }
+}
+
 TEST(DistributedSampler, StateSavesAndLoads) {
   DistributedSampler a(20, SamplerOptions(2, 1).seed(77));
   a.set_epoch(6);
