@@ -46,7 +46,7 @@ Request request_for(const std::string& name, const RemoteStore& store) {
   const size_t slash = path.find('/');
   DPT_CHECK(slash != std::string::npos && slash > 0 && slash + 1 < path.size(), ConfigError, "'", name,
             "' is not an s3://BUCKET/KEY name");
-  const S3Settings& settings = store.s3();
+  const S3Settings settings = store.s3();
   request.region = settings.region;
   request.url = settings.endpoint_url() + "/" + path;  // path-style: every S3-compatible store takes it
   if (!settings.access_key_id.empty()) {  // else unsigned, as for a public bucket
@@ -186,10 +186,15 @@ RemoteStore::RemoteStore(RemoteOptions options) : options_(std::move(options)) {
             options_.retries());
 }
 
-const S3Settings& RemoteStore::s3() const {
+S3Settings RemoteStore::s3() const {
   if (options_.s3()) return *options_.s3();
-  // A call that throws leaves the flag unset: the next one looks again, and fails the same way.
-  std::call_once(s3_found_, [this] { found_s3_ = s3_settings_from_environment(); });
+  // A call that throws leaves nothing found (or the old key): the next one tries again.
+  std::lock_guard<std::mutex> lock(s3_mutex_);
+  if (!found_s3_) {
+    found_s3_ = s3_settings_from_environment();
+  } else if (found_s3_->key_expires_soon(std::chrono::system_clock::now())) {
+    refresh_credentials(*found_s3_);
+  }
   return *found_s3_;
 }
 

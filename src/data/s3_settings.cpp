@@ -99,7 +99,19 @@ S3Settings resolve_s3_settings(const EnvironmentLookup& environment) {
                 " has aws_access_key_id but no aws_secret_access_key; add it");
       return true;
     };
-    if (!from(credentials, profile)) from(config, config_section);
+    // The AWS tools' order: the credentials file's keys, a credential process (the credentials
+    // file's first), the config file's keys.
+    auto process = [&](const SharedFile& file, const std::string& section) {
+      const std::string command = file.value(section, "credential_process");
+      if (command.empty()) return false;
+      s.credential_process = command;
+      s.credentials_source = str("the credential_process of ", file.path, " [", section, "]");
+      refresh_credentials(s);
+      return true;
+    };
+    if (!from(credentials, profile) && !process(credentials, profile) && !process(config, config_section)) {
+      from(config, config_section);
+    }
   }
   s.region = first({env("AWS_REGION"), env("AWS_DEFAULT_REGION"), config.value(config_section, "region"), "us-east-1"});
   s.endpoint =
@@ -110,6 +122,10 @@ S3Settings resolve_s3_settings(const EnvironmentLookup& environment) {
 
 std::string S3Settings::endpoint_url() const {
   return endpoint.empty() ? "https://s3." + region + ".amazonaws.com" : endpoint;
+}
+
+bool S3Settings::key_expires_soon(std::chrono::system_clock::time_point now) const {
+  return expiration && *expiration - now < kCredentialsRefreshWindow;
 }
 
 S3Settings s3_settings_from_environment() {

@@ -82,9 +82,12 @@ ShardSet::ShardSet(const std::string& spec, Transform transform, BadImagePolicy 
                    std::optional<ShardCacheOptions> cache)
     : transform_(std::move(transform)) {
   const ShardCacheOptions cache_options = cache.value_or(ShardCacheOptions());
-  const RemoteStore store(cache_options.remote());
+  // A remote set is opened through its cache's store, the one that fetches its shards: the S3
+  // settings (a credential process's key, say) are found once.
+  if (is_remote(spec)) cache_ = std::make_unique<ShardCache>(cache_options);
+  const RemoteStore local_only(cache_options.remote());  // asked nothing: a local set fetches nothing
+  const RemoteStore& store = cache_ ? cache_->store() : local_only;
   ShardSources sources = resolve_shard_sources(spec, store);
-  if (sources.remote) cache_ = std::make_unique<ShardCache>(cache_options);
   const auto& manifest = sources.manifest;
   paths_ = std::move(sources.names);
   // Each shard's index, read (or built by a scan) on several threads: a remote set's indexes are

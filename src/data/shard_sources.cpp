@@ -20,32 +20,31 @@ constexpr const char* kManifestName = "manifest.json";
 constexpr int64_t kMaxBraceNames = 10'000'000;
 
 // A manifest's text and the folder (or URL prefix) its shards are named relative to.
-ShardSources from_manifest(const std::string& text, const std::string& name, const std::string& base, bool remote) {
+ShardSources from_manifest(const std::string& text, const std::string& name, const std::string& base) {
   ShardSources sources;
   sources.manifest = parse_manifest(text, name);
-  sources.remote = remote;
   for (const auto& shard : sources.manifest->shards) sources.names.push_back(base + shard.file);
   return sources;
 }
 
 ShardSources resolve_remote(const std::string& spec, const RemoteStore& store) {
-  if (spec.find('{') != std::string::npos) return {expand_braces(spec), std::nullopt, true};
-  if (ends_with(spec, ".tar")) return {{spec}, std::nullopt, true};
+  if (spec.find('{') != std::string::npos) return {expand_braces(spec), std::nullopt};
+  if (ends_with(spec, ".tar")) return {{spec}, std::nullopt};
   // A manifest's URL, or a folder's (its manifest.json: a remote folder cannot be listed).
   const std::string folder = ends_with(spec, "/") ? spec : spec + "/";
   const std::string manifest = ends_with(spec, ".json") ? spec : folder + kManifestName;
-  return from_manifest(store.fetch_text(manifest), manifest, manifest.substr(0, manifest.rfind('/') + 1), true);
+  return from_manifest(store.fetch_text(manifest), manifest, manifest.substr(0, manifest.rfind('/') + 1));
 }
 
 ShardSources read_local_manifest(const fs::path& path) {
   const auto text = dpt::read_file<std::string>(path.string());
   DPT_CHECK(text, DataError, "cannot read manifest ", path.string(), ": ", std::strerror(errno));
   const std::string folder = path.parent_path().string();
-  return from_manifest(*text, path.string(), folder.empty() ? "" : folder + "/", false);
+  return from_manifest(*text, path.string(), folder.empty() ? "" : folder + "/");
 }
 
 ShardSources resolve_local(const std::string& spec) {
-  if (spec.find('{') != std::string::npos) return {expand_braces(spec), std::nullopt, false};
+  if (spec.find('{') != std::string::npos) return {expand_braces(spec), std::nullopt};
   const fs::path path(spec);
   std::error_code error;
   if (fs::is_directory(path, error)) {
@@ -60,7 +59,7 @@ ShardSources resolve_local(const std::string& spec) {
     return sources;
   }
   if (ends_with(spec, ".json")) return read_local_manifest(path);
-  return {{spec}, std::nullopt, false};
+  return {{spec}, std::nullopt};
 }
 
 }  // namespace

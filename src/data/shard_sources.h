@@ -14,7 +14,6 @@ namespace dpt::data {
 struct ShardSources {
   std::vector<std::string> names;
   std::optional<ShardManifest> manifest;
-  bool remote = false;
 };
 
 // `store` fetches a remote set's manifest; ConfigError or DataError naming the spec when the set

@@ -175,6 +175,38 @@ class RemoteShards(unittest.TestCase):
         self.assertNotEqual(code, 0)
         self.assertIn("the AWS profile 'nightly' (AWS_PROFILE) is in neither", err)
 
+    def test_s3_key_from_a_credential_process(self):
+        """A profile whose key comes from a credential_process (as `aws configure export-credentials`
+        serves single sign-on): run once for a key that does not expire, and again before each
+        request for one that expires within the renewal window (10 minutes)."""
+        home = self.path("process_home")
+        os.makedirs(os.path.join(home, ".aws"))
+        runs = os.path.join(home, "runs.txt")
+        script = os.path.join(home, "get key")
+        with open(script, "w") as f:
+            f.write(f'#!/bin/sh\necho "$1" >> "{runs}"\n'
+                    f'printf \'{{"Version": 1, "AccessKeyId": "{S3_KEY}", "SecretAccessKey": "{S3_KEY}"%s}}\' "$2"\n')
+        os.chmod(script, 0o755)
+        soon = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() + 60))
+        with open(os.path.join(home, ".aws", "config"), "w") as f:
+            f.write(f"[profile lasting]\nendpoint_url = http://127.0.0.1:{self.s3_port}\n"
+                    f"credential_process = '{script}' lasting\n"
+                    f"[profile brief]\nendpoint_url = http://127.0.0.1:{self.s3_port}\n"
+                    f"credential_process = '{script}' brief ', \"Expiration\": \"{soon}\"'\n")
+        unset = {name: None for name in os.environ if name.startswith("AWS_")}
+        for profile in ("lasting", "brief"):
+            code, out, err = run([dptrain(), "bench-loader", "s3://datasets/shards/train", "--size", "24",
+                                  "--batch-size", "8", "--epochs", "1", "--data-cache", self.path(f"{profile}_cache")],
+                                 timeout=120, env=env_with(**unset, HOME=home, AWS_PROFILE=profile))
+            self.assertEqual(code, 0, out + err)
+            self.assertEqual(last_json(out)["images"], 96)
+        with open(runs) as f:
+            asked = f.read().split()
+        # One store opens the set and fetches its shards: one run for the lasting key. The brief one is
+        # renewed for each request: the manifest, then each shard's index and archive.
+        self.assertEqual(asked.count("lasting"), 1, asked)
+        self.assertEqual(asked.count("brief"), 1 + 2 * self.train_shards, asked)
+
 
 if __name__ == "__main__":
     unittest.main()

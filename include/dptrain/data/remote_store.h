@@ -55,14 +55,15 @@ class RemoteStore {
 
   const RemoteOptions& options() const { return options_; }
   // Where s3:// names go and how they are signed, found at the first call: a set on disk or over
-  // HTTP reads no AWS file. Throws the ConfigError that finding them meets (an AWS profile named
-  // but missing, say), at every call.
-  const S3Settings& s3() const;
+  // HTTP reads no AWS file. A key from a credential process is fetched anew as it nears its
+  // expiration, so a job outlives its keys. Throws the ConfigError that finding them meets (an
+  // AWS profile named but missing, a credential process that fails), at every call.
+  S3Settings s3() const;
 
  private:
   RemoteOptions options_;
-  // The settings found for options_.s3() unset; the fetch threads ask at once.
-  mutable std::once_flag s3_found_;
+  // The settings found, and renewed, for options_.s3() unset; the fetch threads ask at once.
+  mutable std::mutex s3_mutex_;
   mutable std::optional<S3Settings> found_s3_;
 };
 

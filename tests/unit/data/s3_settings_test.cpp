@@ -5,8 +5,10 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <string>
 
 #include "dptrain/common/error.h"
+#include "dptrain/common/read_file.h"
 #include "support/temp_dir.h"
 
 using namespace dpt::data;
@@ -164,4 +166,120 @@ TEST(S3Settings, AMissingProfileOrHalfAKeyIsAConfigError) {
   EXPECT_THROW(home.set("AWS_PROFILE", "half").resolve(), dpt::ConfigError);
   home.set("AWS_PROFILE", "ci").set("AWS_ACCESS_KEY_ID", "ONLYKEY");
   EXPECT_THROW(home.resolve(), dpt::ConfigError);
+}
+
+namespace {
+
+// A credential process in the home folder: a shell script that prints `answer` (and counts its
+// runs in runs.txt).
+std::string credential_script(const AwsHome& home, const std::string& answer) {
+  const std::string script = home.path("get key.sh");
+  home.write("get key.sh",
+             "#!/bin/sh\necho run >> \"" + home.path("runs.txt") + "\"\ncat <<'END'\n" + answer + "\nEND\n");
+  std::filesystem::permissions(script, std::filesystem::perms::owner_all);
+  return "\"" + script + "\"";  // quoted: the path has a space
+}
+
+std::string error_of(const AwsHome& home) {
+  try {
+    home.resolve();
+  } catch (const dpt::ConfigError& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+}  // namespace
+
+TEST(S3Settings, ACredentialProcessGivesTheKeyAndItsExpiration) {
+  AwsHome home;
+  const std::string process = credential_script(
+      home, R"({"Version": 1, "AccessKeyId": "PROCESSKEY", "SecretAccessKey": "process/secret",
+                "SessionToken": "process-token", "Expiration": "2026-12-07T10:30:00Z"})");
+  home.write(".aws/config", "[profile sso]\nregion = eu-north-1\ncredential_process = " + process + " --profile sso\n");
+  const S3Settings s = home.set("AWS_PROFILE", "sso").resolve();
+  EXPECT_EQ(s.access_key_id, "PROCESSKEY");
+  EXPECT_EQ(s.secret_access_key, "process/secret");
+  EXPECT_EQ(s.session_token, "process-token");
+  EXPECT_EQ(s.credentials_source, "the credential_process of " + home.path(".aws/config") + " [profile sso]");
+  EXPECT_EQ(s.credential_process, process + " --profile sso");
+  ASSERT_TRUE(s.expiration);
+  EXPECT_EQ(std::chrono::system_clock::to_time_t(*s.expiration), 1796639400);  // date -d 2026-12-07T10:30:00Z +%s
+  EXPECT_EQ(s.region, "eu-north-1");
+  // Renewed within 10 minutes of its expiration, not before.
+  EXPECT_FALSE(s.key_expires_soon(*s.expiration - std::chrono::minutes(11)));
+  EXPECT_TRUE(s.key_expires_soon(*s.expiration - std::chrono::minutes(9)));
+  EXPECT_TRUE(s.key_expires_soon(*s.expiration + std::chrono::minutes(1)));
+}
+
+TEST(S3Settings, RefreshingRunsTheProcessAgain) {
+  AwsHome home;
+  const std::string process =
+      credential_script(home, R"({"Version": 1, "AccessKeyId": "FIRST", "SecretAccessKey": "s"})");
+  home.write(".aws/config", "[default]\ncredential_process = " + process + "\n");
+  S3Settings s = home.resolve();
+  EXPECT_EQ(s.access_key_id, "FIRST");
+  EXPECT_FALSE(s.expiration);  // no Expiration: the key does not expire
+  EXPECT_FALSE(s.key_expires_soon(std::chrono::system_clock::now() + std::chrono::hours(10000)));
+  credential_script(home, R"({"Version": 1, "AccessKeyId": "SECOND", "SecretAccessKey": "t",
+                              "Expiration": "2030-01-01T00:00:00.123+00:00"})");
+  refresh_credentials(s);
+  EXPECT_EQ(s.access_key_id, "SECOND");
+  EXPECT_EQ(s.session_token, "");
+  ASSERT_TRUE(s.expiration);
+  EXPECT_EQ(std::chrono::system_clock::to_time_t(*s.expiration), 1893456000);
+  EXPECT_EQ(*dpt::read_file<std::string>(home.path("runs.txt")), "run\nrun\n");
+}
+
+// The AWS tools' order: the credentials file's keys, then a process (the credentials file's
+// first), then the config file's keys.
+TEST(S3Settings, ACredentialProcessComesBetweenTheTwoFilesKeys) {
+  AwsHome home;
+  const std::string process =
+      credential_script(home, R"({"Version": 1, "AccessKeyId": "PROCESSKEY", "SecretAccessKey": "s"})");
+  home.write(".aws/credentials", kCredentials);
+  home.write(".aws/config", "[default]\ncredential_process = " + process + "\n[profile both]\naws_access_key_id = "
+                            "CONFIGKEY\naws_secret_access_key = c\ncredential_process = " + process + "\n");
+  EXPECT_EQ(home.resolve().access_key_id, "DEFAULTKEY");
+  EXPECT_EQ(home.set("AWS_PROFILE", "both").resolve().access_key_id, "PROCESSKEY");
+  home.write(".aws/credentials", "[both]\ncredential_process = sh -c 'exit 7'\n");
+  EXPECT_NE(error_of(home).find("the credential_process of " + home.path(".aws/credentials") + " [both] ('sh -c "
+                                "'exit 7'') exited with status 7"),
+            std::string::npos)
+      << error_of(home);
+}
+
+TEST(S3Settings, ACredentialProcessThatFailsOrAnswersBadlyIsAConfigError) {
+  AwsHome home;
+  auto answering = [&](const std::string& answer) -> AwsHome& {
+    home.write(".aws/config", "[default]\ncredential_process = " + credential_script(home, answer) + "\n");
+    return home;
+  };
+  const std::map<std::string, std::string> answers = {
+      {"not json", "did not answer with JSON"},
+      {R"({"Version": 2, "AccessKeyId": "K", "SecretAccessKey": "s"})", "version 1 of the process credentials"},
+      {R"({"Version": "1", "AccessKeyId": "K", "SecretAccessKey": "s"})", "version 1 of the process credentials"},
+      {R"({"Version": 1, "AccessKeyId": "K"})", "gave no SecretAccessKey (a string)"},
+      {R"({"Version": 1, "AccessKeyId": 5, "SecretAccessKey": "s"})", "gave no AccessKeyId (a string)"},
+      {R"({"Version": 1, "AccessKeyId": "K", "SecretAccessKey": "s", "Expiration": "tomorrow"})",
+       "gave an Expiration of 'tomorrow', not a UTC time"},
+      {R"({"Version": 1, "AccessKeyId": "K", "SecretAccessKey": "s", "Expiration": "2026-12-07T10:30:00+02:00"})",
+       "not a UTC time"},
+  };
+  for (const auto& [answer, said] : answers) {
+    EXPECT_NE(error_of(answering(answer)).find(said), std::string::npos) << answer << ": " << error_of(home);
+  }
+  EXPECT_NE(error_of(answering(R"({"Version": 1, "AccessKeyId": "K", "SecretAccessKey": "s"})")).find("(no error)"),
+            std::string::npos);
+  const std::map<std::string, std::string> commands = {
+      {"/nonexistent/get-key", "could not run the credential_process of " + home.path(".aws/config") +
+                                   " [default] ('/nonexistent/get-key') (No such file or directory)"},
+      {"get-key 'unclosed", "its quotes do not close"},
+      {"get-key | tee log", "it is run without a shell"},
+      {"get-key $(whoami)", "a command substitution, which is not run"},
+  };
+  for (const auto& [command, said] : commands) {
+    home.write(".aws/config", "[default]\ncredential_process = " + command + "\n");
+    EXPECT_NE(error_of(home).find(said), std::string::npos) << command << ": " << error_of(home);
+  }
 }
