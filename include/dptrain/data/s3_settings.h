@@ -33,8 +33,8 @@ struct S3Settings {
   std::string endpoint;
   // No key: requests go unsigned.
   std::string access_key_id, secret_access_key, session_token;
-  // Where the key came from, for messages: "AWS_ACCESS_KEY_ID", "/home/me/.aws/credentials
-  // [profile ci]", or empty when there is none.
+  // Where the key came from, for messages: "AWS_ACCESS_KEY_ID", "/home/me/.aws/credentials [ci]",
+  // "the credential_process of /home/me/.aws/config [profile sso]", or empty when there is none.
   std::string credentials_source;
   // The profile's credential_process when it gave the key, run again for a new one as the key's
   // expiration nears; empty otherwise.
