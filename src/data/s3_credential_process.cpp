@@ -7,7 +7,9 @@
 
 #include <ctime>
 #include <memory>
+#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "dptrain/common/bounded_command.h"
@@ -69,12 +71,18 @@ void refresh_credentials(S3Settings& settings) {
     DPT_CHECK(given || !required, ConfigError, what, " gave no ", key, " (a string) in its answer");
     return given ? it->get<std::string>() : std::string();
   };
-  settings.access_key_id = text("AccessKeyId", true);
-  settings.secret_access_key = text("SecretAccessKey", true);
-  settings.session_token = text("SessionToken", false);
-  const std::string expiration = text("Expiration", false);
-  settings.expiration.reset();
-  if (!expiration.empty()) settings.expiration = parse_utc(expiration, what);
+  // Every field read and checked before any is taken: an answer refused halfway leaves the old
+  // key whole, with its expiration, so the next request asks the process again.
+  std::string access_key_id = text("AccessKeyId", true);
+  std::string secret_access_key = text("SecretAccessKey", true);
+  std::string session_token = text("SessionToken", false);
+  const std::string expires = text("Expiration", false);
+  std::optional<std::chrono::system_clock::time_point> expiration;
+  if (!expires.empty()) expiration = parse_utc(expires, what);
+  settings.access_key_id = std::move(access_key_id);
+  settings.secret_access_key = std::move(secret_access_key);
+  settings.session_token = std::move(session_token);
+  settings.expiration = expiration;
 }
 
 }  // namespace dpt::data

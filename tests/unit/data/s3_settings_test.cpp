@@ -229,6 +229,13 @@ TEST(S3Settings, RefreshingRunsTheProcessAgain) {
   ASSERT_TRUE(s.expiration);
   EXPECT_EQ(std::chrono::system_clock::to_time_t(*s.expiration), 1893456000);
   EXPECT_EQ(*dpt::read_file<std::string>(home.path("runs.txt")), "run\nrun\n");
+  // An answer refused halfway (a new key, a bad expiration) leaves the old key whole, still due.
+  credential_script(home, R"({"Version": 1, "AccessKeyId": "THIRD", "SecretAccessKey": "u", "Expiration": "soon"})");
+  EXPECT_THROW(refresh_credentials(s), dpt::ConfigError);
+  EXPECT_EQ(s.access_key_id, "SECOND");
+  EXPECT_EQ(s.secret_access_key, "t");
+  ASSERT_TRUE(s.expiration);
+  EXPECT_EQ(std::chrono::system_clock::to_time_t(*s.expiration), 1893456000);
 }
 
 // The AWS tools' order: the credentials file's keys, then a process (the credentials file's
