@@ -7,6 +7,7 @@
 
 #include "dptrain/common/error.h"
 #include "dptrain/common/on_failure.h"
+#include "dptrain/dist/node_list.h"
 
 namespace dpt::dist {
 
@@ -119,7 +120,7 @@ WorldInfo from_slurm(const Environment& env) {
     w.master_addr = *addr;
   } else if (auto nodes = env.get("SLURM_STEP_NODELIST").value_or(env.get("SLURM_JOB_NODELIST").value_or(""));
              !nodes.empty()) {
-    w.master_addr = expand_nodelist(nodes).front();
+    w.master_addr = NodeList(nodes).front();
   }
   // Jobs sharing a node must not all listen on 29500: without MASTER_PORT the port follows the
   // job id, the same on every task of the job.
@@ -186,90 +187,6 @@ WorldInfo detect_world(const Environment& env, const WorldOverrides& flags) {
   apply(flags, w);
   validate(w);
   return w;
-}
-
-namespace {
-
-// "01-03,07" -> {"01", "02", "03", "07"}; ranges keep the width of their first bound.
-std::vector<std::string> expand_ranges(const std::string& ranges, const std::string& whole) {
-  std::vector<std::string> out;
-  size_t start = 0;
-  while (start <= ranges.size()) {
-    size_t comma = ranges.find(',', start);
-    std::string item = ranges.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
-    auto is_number = [](const std::string& s) {
-      return !s.empty() && std::all_of(s.begin(), s.end(), [](unsigned char c) { return std::isdigit(c); });
-    };
-    size_t dash = item.find('-');
-    if (dash == std::string::npos) {
-      DPT_CHECK(is_number(item), ConfigError, "malformed Slurm node list '", whole, "': '", item,
-                "' is not a number inside [...]");
-      out.push_back(item);
-    } else {
-      std::string lo = item.substr(0, dash), hi = item.substr(dash + 1);
-      DPT_CHECK(is_number(lo) && is_number(hi), ConfigError, "malformed Slurm node list '", whole,
-                "': range '", item, "' needs numbers on both sides of '-'");
-      DPT_CHECK(lo.size() <= 9 && hi.size() <= 9, ConfigError, "Slurm node list '", whole, "': range '", item,
-                "' has numbers of more than nine digits");
-      long first = std::stol(lo), last = std::stol(hi);
-      DPT_CHECK(first <= last, ConfigError, "malformed Slurm node list '", whole, "': range '", item,
-                "' runs backwards");
-      DPT_CHECK(last - first < 100000, ConfigError, "Slurm node list '", whole, "': range '", item,
-                "' is implausibly large");
-      for (long i = first; i <= last; ++i) {
-        std::string n = std::to_string(i);
-        if (n.size() < lo.size()) n.insert(0, lo.size() - n.size(), '0');
-        out.push_back(n);
-      }
-    }
-    if (comma == std::string::npos) break;
-    start = comma + 1;
-  }
-  return out;
-}
-
-}  // namespace
-
-std::vector<std::string> expand_nodelist(const std::string& nodelist) {
-  std::vector<std::string> hosts;
-  size_t i = 0;
-  while (i < nodelist.size()) {
-    // One entry: a prefix, then optionally [ranges] and a suffix, up to a comma outside brackets.
-    size_t open = std::string::npos, end = i;
-    int depth = 0;
-    for (; end < nodelist.size(); ++end) {
-      char c = nodelist[end];
-      if (c == '[') {
-        DPT_CHECK(depth == 0, ConfigError, "malformed Slurm node list '", nodelist, "': nested '['");
-        depth = 1;
-        if (open == std::string::npos) open = end;
-      } else if (c == ']') {
-        DPT_CHECK(depth == 1, ConfigError, "malformed Slurm node list '", nodelist, "': ']' without '['");
-        depth = 0;
-      } else if (c == ',' && depth == 0) {
-        break;
-      }
-    }
-    DPT_CHECK(depth == 0, ConfigError, "malformed Slurm node list '", nodelist, "': '[' is never closed");
-    std::string entry = nodelist.substr(i, end - i);
-    DPT_CHECK(!entry.empty(), ConfigError, "malformed Slurm node list '", nodelist, "': empty entry");
-    if (open == std::string::npos) {
-      hosts.push_back(entry);
-    } else {
-      size_t local_open = open - i;
-      size_t close = entry.find(']', local_open);
-      DPT_CHECK(entry.find('[', close) == std::string::npos, ConfigError, "Slurm node list '", nodelist,
-                "': entries with two bracket groups are not supported");
-      std::string prefix = entry.substr(0, local_open);
-      std::string suffix = entry.substr(close + 1);
-      for (const auto& n : expand_ranges(entry.substr(local_open + 1, close - local_open - 1), nodelist)) {
-        hosts.push_back(prefix + n + suffix);
-      }
-    }
-    i = end + 1;
-  }
-  DPT_CHECK(!hosts.empty(), ConfigError, "Slurm node list is empty");
-  return hosts;
 }
 
 }  // namespace dpt::dist

@@ -80,8 +80,4 @@ struct WorldOverrides {
 // [0, world_size), non-numeric variables, world size below 1), naming the variable or flag.
 WorldInfo detect_world(const Environment& env, const WorldOverrides& flags = {});
 
-// Expands a Slurm node list ("node[01-03,07],gpu5") into host names, in order:
-// {"node01", "node02", "node03", "node07", "gpu5"}. Throws ConfigError for malformed lists.
-std::vector<std::string> expand_nodelist(const std::string& nodelist);
-
 }  // namespace dpt::dist

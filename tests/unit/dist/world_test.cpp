@@ -5,7 +5,6 @@
 
 using dpt::Environment;
 using dpt::dist::detect_world;
-using dpt::dist::expand_nodelist;
 using dpt::dist::WorldOverrides;
 using dpt::dist::WorldSource;
 
@@ -171,32 +170,6 @@ TEST(DetectWorld, MalformedNumbersNameTheVariable) {
   expect_config_error(env({{"RANK", "one"}, {"WORLD_SIZE", "2"}}), "RANK='one' is not an integer");
   expect_config_error(env({{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"MASTER_PORT", "80000"}}), "master port 80000");
   expect_config_error(env({{"RANK", "0"}, {"WORLD_SIZE", "0"}}), "world size must be at least 1");
-}
-
-TEST(ExpandNodelist, Forms) {
-  using V = std::vector<std::string>;
-  EXPECT_EQ(expand_nodelist("node1"), V({"node1"}));
-  EXPECT_EQ(expand_nodelist("node[01-03,07],gpu5"), V({"node01", "node02", "node03", "node07", "gpu5"}));
-  EXPECT_EQ(expand_nodelist("a[1-2],b[09-11]"), V({"a1", "a2", "b09", "b10", "b11"}));
-  EXPECT_EQ(expand_nodelist("rack[3]-n"), V({"rack3-n"}));
-  EXPECT_EQ(expand_nodelist("x[8-10]"), V({"x8", "x9", "x10"}));
-}
-
-TEST(ExpandNodelist, MalformedListsAreNamed) {
-  for (const char* bad : {"node[01-", "node[a-b]", "node[3-1]", "", "node]1[", "a,,b"}) {
-    EXPECT_THROW(expand_nodelist(bad), dpt::ConfigError) << bad;
-  }
-}
-
-// Found by fuzz/world_fuzzer.cpp: numbers too large for std::stol and std::stoi escaped as
-// std::out_of_range (fuzz/regressions/world/).
-TEST(ExpandNodelist, NumbersTooLargeAreNamed) {
-  try {
-    expand_nodelist("node[1-99999999999999999999]");
-    FAIL() << "no error";
-  } catch (const dpt::ConfigError& e) {
-    EXPECT_NE(std::string(e.what()).find("has numbers of more than nine digits"), std::string::npos) << e.what();
-  }
 }
 
 TEST(DetectWorld, CountsTooLargeAreNamed) {

@@ -30,12 +30,12 @@ using dpt::testing::make_batches;
 using dpt::testing::make_mlp;
 using dpt::testing::max_difference;
 
-constexpr double kMiB = 1024.0 * 1024.0;
+constexpr double kBytesPerMiB = 1024.0 * 1024.0;
 constexpr double kMomentum = 0.9, kWeightDecay = 1e-3;
 
 // 104-byte buckets: three for the MLP, so that pushes overlap and chunks cut parameters apart.
 dpt::ReducerOptions small_buckets() {
-  return dpt::ReducerOptions().bucket_cap_mb(104 / kMiB).first_bucket_cap_mb(104 / kMiB).last_bucket_cap_mb(104 / kMiB);
+  return dpt::ReducerOptions().bucket_cap_mb(104 / kBytesPerMiB).first_bucket_cap_mb(104 / kBytesPerMiB).last_bucket_cap_mb(104 / kBytesPerMiB);
 }
 
 double lr_at(int64_t step) { return 0.05 * (1.0 + 0.1 * static_cast<double>(step)); }
