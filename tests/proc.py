@@ -8,6 +8,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import unittest
 
@@ -55,6 +56,16 @@ def children(pid):
                         found.append(int(entry))
             except (OSError, IndexError, ValueError):
                 pass
+    return found
+
+
+def descendants(root):
+    """Every process below `root` in the process tree, parents before their children."""
+    found, frontier = [], [root]
+    while frontier:
+        below = children(frontier.pop(0))
+        found.extend(below)
+        frontier.extend(below)
     return found
 
 
@@ -112,10 +123,35 @@ def kill_all(pids):
             pass
 
 
+def _end_what_the_test_started(signum, frame):
+    """A test told to stop (SIGTERM from a runner or a person, SIGHUP from a closed terminal) first
+    ends every process below it, by PID: each that it started runs in a session of its own, which
+    no signal to the test's group reaches, and its finally blocks and cleanups do not run. Then it
+    stops as the signal would have stopped it."""
+    for _ in range(3):  # a process forked while the tree was walked is found on the next walk
+        below = [pid for pid in descendants(os.getpid()) if pid_alive(pid)]
+        if not below:
+            break
+        kill_all(below)
+    signal.signal(signum, signal.SIG_DFL)
+    os.kill(os.getpid(), signum)
+
+
+def end_what_the_test_started_on_stop():
+    """Arms _end_what_the_test_started (from the main thread, where Python takes signals). Started
+    calls it, rather than the import: worker scripts import this module and keep SIGTERM's
+    default, which their launchers' tests count on."""
+    if threading.current_thread() is threading.main_thread():
+        for signum in (signal.SIGTERM, signal.SIGHUP):
+            signal.signal(signum, _end_what_the_test_started)
+
+
 class Started:
-    """A process started in its own session, whose whole group is killed on close()."""
+    """A process started in its own session, whose whole group is killed on close(), and with the
+    test's other processes if the test is told to stop."""
 
     def __init__(self, args, env=None, **kwargs):
+        end_what_the_test_started_on_stop()
         self.proc = subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                      text=True, start_new_session=True, **kwargs)
         self.extra_pids = []  # pids the test learnt from the output, killed on close as well

@@ -13,7 +13,7 @@ import struct
 import time
 import unittest
 
-from proc import Started, children, dptrain, run
+from proc import Started, descendants, dptrain, run
 from train_runs import alone
 
 LISTEN = "0A"
@@ -46,16 +46,6 @@ def socket_inodes(pid):
     except (FileNotFoundError, ProcessLookupError, PermissionError):
         pass
     return inodes
-
-
-def process_tree(root):
-    """`root` and every process below it."""
-    tree, frontier = {root}, [root]
-    while frontier:
-        below = children(frontier.pop())
-        tree.update(below)
-        frontier.extend(below)
-    return tree
 
 
 def is_loopback(address):
@@ -101,7 +91,7 @@ class Exposure(unittest.TestCase):
                 line = started.proc.stdout.readline()
                 self.assertTrue(line, "the run ended before its sixth step")
             listening = listening_sockets()
-            tree = process_tree(started.proc.pid)
+            tree = {started.proc.pid, *descendants(started.proc.pid)}
             self.assertGreaterEqual(len(tree), 3, tree)  # the launcher and two ranks
             ours = sorted(listening[inode] for pid in tree for inode in socket_inodes(pid) if inode in listening)
             ports = set()
