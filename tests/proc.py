@@ -143,7 +143,8 @@ def end_what_the_test_started_on_stop():
     default, which their launchers' tests count on."""
     if threading.current_thread() is threading.main_thread():
         for signum in (signal.SIGTERM, signal.SIGHUP):
-            signal.signal(signum, _end_what_the_test_started)
+            if signal.getsignal(signum) == signal.SIG_DFL:  # not a signal ignored (nohup) or taken
+                signal.signal(signum, _end_what_the_test_started)
 
 
 class Started:
