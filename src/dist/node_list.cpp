@@ -4,6 +4,7 @@
 #include <cctype>
 
 #include "dptrain/common/error.h"
+#include "dptrain/common/text.h"
 
 namespace dpt::dist {
 
@@ -11,12 +12,6 @@ namespace {
 
 bool is_number(const std::string& s) {
   return !s.empty() && std::all_of(s.begin(), s.end(), [](unsigned char c) { return std::isdigit(c); });
-}
-
-std::string padded(int64_t number, size_t width) {
-  std::string digits = std::to_string(number);
-  if (digits.size() < width) digits.insert(0, width - digits.size(), '0');
-  return digits;
 }
 
 }  // namespace
@@ -80,7 +75,7 @@ std::string NodeList::front() const {
   const Entry& first = entries_.front();
   if (first.ranges.empty()) return first.prefix;
   const Range& range = first.ranges.front();
-  return first.prefix + padded(range.first, range.width) + first.suffix;
+  return first.prefix + zero_padded(range.first, range.width) + first.suffix;
 }
 
 std::vector<std::string> NodeList::expand() const {
@@ -89,7 +84,7 @@ std::vector<std::string> NodeList::expand() const {
   for (const Entry& entry : entries_) {
     if (entry.ranges.empty()) hosts.push_back(entry.prefix);
     for (const Range& range : entry.ranges) {
-      for (int64_t n = range.first; n <= range.last; ++n) hosts.push_back(entry.prefix + padded(n, range.width) + entry.suffix);
+      for (int64_t n = range.first; n <= range.last; ++n) hosts.push_back(entry.prefix + zero_padded(n, range.width) + entry.suffix);
     }
   }
   return hosts;
