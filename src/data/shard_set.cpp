@@ -81,13 +81,15 @@ int64_t local_size(const std::string& path, bool listed) {
 ShardSet::ShardSet(const std::string& spec, Transform transform, BadImagePolicy policy,
                    std::optional<ShardCacheOptions> cache)
     : transform_(std::move(transform)) {
-  const ShardCacheOptions cache_options = cache.value_or(ShardCacheOptions());
   // A remote set is opened through its cache's store, the one that fetches its shards: the S3
   // settings (a credential process's key, say) are found once.
-  if (is_remote(spec)) cache_ = std::make_unique<ShardCache>(cache_options);
-  const RemoteStore local_only(cache_options.remote());  // asked nothing: a local set fetches nothing
-  const RemoteStore& store = cache_ ? cache_->store() : local_only;
-  ShardSources sources = resolve_shard_sources(spec, store);
+  ShardSources sources;
+  if (is_remote(spec)) {
+    cache_ = std::make_unique<ShardCache>(cache.value_or(ShardCacheOptions()));
+    sources = resolve_remote_shards(spec, cache_->store());
+  } else {
+    sources = resolve_local_shards(spec);
+  }
   const auto& manifest = sources.manifest;
   paths_ = std::move(sources.names);
   // Each shard's index, read (or built by a scan) on several threads: a remote set's indexes are
@@ -110,7 +112,7 @@ ShardSet::ShardSet(const std::string& spec, Transform transform, BadImagePolicy 
     std::optional<ShardIndex> index;
     if (cache_) {
       const std::string index_url = index_name_of(name);
-      if (!may_fetch) index = usable_index(store.fetch_text_if_present(index_url), index_url, listed);
+      if (!may_fetch) index = usable_index(cache_->store().fetch_text_if_present(index_url), index_url, listed);
       if (!index && !may_fetch) {
         std::lock_guard<std::mutex> lock(to_fetch_mutex);
         to_fetch.push_back(s);

@@ -27,15 +27,6 @@ ShardSources from_manifest(const std::string& text, const std::string& name, con
   return sources;
 }
 
-ShardSources resolve_remote(const std::string& spec, const RemoteStore& store) {
-  if (spec.find('{') != std::string::npos) return {expand_braces(spec), std::nullopt};
-  if (ends_with(spec, ".tar")) return {{spec}, std::nullopt};
-  // A manifest's URL, or a folder's (its manifest.json: a remote folder cannot be listed).
-  const std::string folder = ends_with(spec, "/") ? spec : spec + "/";
-  const std::string manifest = ends_with(spec, ".json") ? spec : folder + kManifestName;
-  return from_manifest(store.fetch_text(manifest), manifest, manifest.substr(0, manifest.rfind('/') + 1));
-}
-
 ShardSources read_local_manifest(const fs::path& path) {
   const auto text = dpt::read_file<std::string>(path.string());
   DPT_CHECK(text, DataError, "cannot read manifest ", path.string(), ": ", std::strerror(errno));
@@ -43,7 +34,9 @@ ShardSources read_local_manifest(const fs::path& path) {
   return from_manifest(*text, path.string(), folder.empty() ? "" : folder + "/");
 }
 
-ShardSources resolve_local(const std::string& spec) {
+}  // namespace
+
+ShardSources resolve_local_shards(const std::string& spec) {
   if (spec.find('{') != std::string::npos) return {expand_braces(spec), std::nullopt};
   const fs::path path(spec);
   std::error_code error;
@@ -62,10 +55,13 @@ ShardSources resolve_local(const std::string& spec) {
   return {{spec}, std::nullopt};
 }
 
-}  // namespace
-
-ShardSources resolve_shard_sources(const std::string& spec, const RemoteStore& store) {
-  return is_remote(spec) ? resolve_remote(spec, store) : resolve_local(spec);
+ShardSources resolve_remote_shards(const std::string& spec, const RemoteStore& store) {
+  if (spec.find('{') != std::string::npos) return {expand_braces(spec), std::nullopt};
+  if (ends_with(spec, ".tar")) return {{spec}, std::nullopt};
+  // A manifest's URL, or a folder's (its manifest.json: a remote folder cannot be listed).
+  const std::string folder = ends_with(spec, "/") ? spec : spec + "/";
+  const std::string manifest = ends_with(spec, ".json") ? spec : folder + kManifestName;
+  return from_manifest(store.fetch_text(manifest), manifest, manifest.substr(0, manifest.rfind('/') + 1));
 }
 
 std::string index_name_of(const std::string& shard) {

@@ -16,9 +16,12 @@ struct ShardSources {
   std::optional<ShardManifest> manifest;
 };
 
-// `store` fetches a remote set's manifest; ConfigError or DataError naming the spec when the set
-// cannot be found.
-ShardSources resolve_shard_sources(const std::string& spec, const RemoteStore& store);
+// ConfigError or DataError naming the spec when the set cannot be found.
+// A set on disk: a manifest, a folder (its manifest, else its .tar files), a pattern or one shard.
+ShardSources resolve_local_shards(const std::string& spec);
+// A set at http(s):// or s3:// names (is_remote): `store` fetches its manifest; a remote folder,
+// which cannot be listed, must hold one.
+ShardSources resolve_remote_shards(const std::string& spec, const RemoteStore& store);
 
 // `x.tar` -> `x.idx`, for paths and URLs alike.
 std::string index_name_of(const std::string& shard);
