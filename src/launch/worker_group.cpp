@@ -14,6 +14,7 @@
 #include <cstring>
 #include <memory>
 #include <optional>
+#include <utility>
 
 #include "dptrain/common/error.h"
 #include "dptrain/common/text.h"
@@ -296,9 +297,19 @@ GroupResult WorkerGroup::run() {
       break;
     }
     reap_and_drain(true);
-    for (auto& w : workers_) {
+    // The workers that ended since the last look, those a signal killed first: of failures seen
+    // at once, a killed worker is the cause and the others' errors (a peer that closed its
+    // connection, milliseconds later) its effects, whatever their order in the group.
+    std::vector<std::pair<size_t, int>> ended;  // index, wait status
+    for (size_t i = 0; i < workers_.size(); ++i) {
       int status = 0;
-      if (!w.running || waitpid(w.pid, &status, WNOHANG) != w.pid) continue;
+      if (workers_[i].running && waitpid(workers_[i].pid, &status, WNOHANG) == workers_[i].pid) {
+        ended.emplace_back(i, status);
+      }
+    }
+    std::stable_partition(ended.begin(), ended.end(), [](const auto& e) { return WIFSIGNALED(e.second); });
+    for (const auto& [index, status] : ended) {
+      Worker& w = workers_[index];
       w.running = false;
       const int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
       any_succeeded = any_succeeded || code == 0;
@@ -307,7 +318,6 @@ GroupResult WorkerGroup::run() {
       reap_and_drain(false);  // its last words, before the report is cut
       w.output->flush_partial();
       WorkerExit exit;
-      const size_t index = static_cast<size_t>(&w - workers_.data());
       exit.name = specs_[index].name;
       exit.index = index;
       exit.pid = w.pid;
