@@ -31,7 +31,7 @@ class Shards(_C.ShardSet):
     processes, `fetch_streams` shards at once (each over a connection of its own: more fill a link
     with long round trips). An s3:// set is read with the credentials, region and endpoint the AWS
     command line would use (AWS_* variables, then AWS_PROFILE's profile in ~/.aws, its
-    credential_process included; docs/datasets.md).
+    credential_process included, then the container's or instance's role; docs/datasets.md).
     Written with `make-shards --order folder`, sample i is the ImageFolder's image i. Pass it to
     DistributedSampler for the shard-aware shuffle (its `shard_sizes`).
     """

@@ -14,17 +14,17 @@
 
 #include "dptrain/common/error.h"
 #include "dptrain/common/text.h"
+#include "curl_ready.h"
 
 namespace dpt::data {
 
-namespace {
-
-// libcurl's global state, set up once before the first handle (curl_global_init is not safe to
-// call from several threads at once; a function-local static is).
 void ensure_curl() {
+  // A function-local static is initialised once, whichever threads ask at once.
   static const bool ready = curl_global_init(CURL_GLOBAL_DEFAULT) == CURLE_OK;
   DPT_CHECK(ready, DataError, "libcurl could not be initialised");
 }
+
+namespace {
 
 // SHA-256 of no bytes.
 constexpr const char* kEmptyPayloadSha256 = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855";

@@ -16,6 +16,7 @@
 #include "dptrain/common/error.h"
 #include "dptrain/common/read_file.h"
 #include "dptrain/common/text.h"
+#include "s3_key_sources.h"
 
 namespace dpt::data {
 
@@ -106,11 +107,14 @@ S3Settings resolve_s3_settings(const EnvironmentLookup& environment) {
       if (command.empty()) return false;
       s.credential_process = command;
       s.credentials_source = str("the credential_process of ", file.path, " [", section, "]");
-      refresh_credentials(s);
+      take_credential_process_key(s);
       return true;
     };
-    if (!from(credentials, profile) && !process(credentials, profile) && !process(config, config_section)) {
-      from(config, config_section);
+    if (!from(credentials, profile) && !process(credentials, profile) && !process(config, config_section) &&
+        !from(config, config_section)) {
+      // Then a role this machine holds, if any: a container's, else the instance's.
+      s.role = role_endpoint_from(environment);
+      if (s.role && !take_role_key(s)) s.role.reset();
     }
   }
   s.region = first({env("AWS_REGION"), env("AWS_DEFAULT_REGION"), config.value(config_section, "region"), "us-east-1"});
@@ -126,6 +130,15 @@ std::string S3Settings::endpoint_url() const {
 
 bool S3Settings::key_expires_soon(std::chrono::system_clock::time_point now) const {
   return expiration && *expiration - now < kCredentialsRefreshWindow;
+}
+
+void refresh_credentials(S3Settings& settings) {
+  if (!settings.credential_process.empty()) {
+    take_credential_process_key(settings);
+  } else if (settings.role) {
+    DPT_CHECK(take_role_key(settings), ConfigError, settings.credentials_source,
+              " no longer answers, and its key expires soon; check the instance's metadata service");
+  }
 }
 
 S3Settings s3_settings_from_environment() {

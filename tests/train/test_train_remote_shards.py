@@ -4,10 +4,12 @@ equals training from the same shards on disk bit for bit; the ranks of a machine
 once into their shared cache; a small cache stays within its bound; 404, 403 and an unreachable
 server are named with what to do."""
 
+import http.server
 import json
 import os
 import subprocess
 import tempfile
+import threading
 import time
 import unittest
 from collections import Counter
@@ -206,6 +208,96 @@ class RemoteShards(unittest.TestCase):
         # renewed for each request: the manifest, then each shard's index and archive.
         self.assertEqual(asked.count("lasting"), 1, asked)
         self.assertEqual(asked.count("brief"), 1 + 2 * self.train_shards, asked)
+
+    def test_s3_key_from_the_role_of_an_instance_or_a_container(self):
+        """A machine that holds a role, with no key written anywhere: an EC2 instance (its metadata
+        service, IMDSv2: a session token, the role's name, its key) and an ECS task or EKS pod (its
+        agent's URL, with the token file's Authorization). The real endpoints exist only on AWS, so
+        a stand-in on loopback answers as AWS documents them. A key that expires within the renewal
+        window is fetched again for each request; one that lasts, once."""
+        token_file = self.path("pod_token")
+        with open(token_file, "w") as f:
+            f.write("pod-secret\n")
+        soon = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() + 60))
+        later = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() + 6 * 3600))
+        asked = []
+
+        class RoleEndpoints(http.server.BaseHTTPRequestHandler):
+            def answer(self, status, body):
+                data = body.encode()
+                self.send_response(status)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def key(self, expiration, **extra):
+                return json.dumps({**extra, "AccessKeyId": S3_KEY, "SecretAccessKey": S3_KEY,
+                                   "Token": "session-token", "Expiration": expiration})
+
+            def do_PUT(self):
+                asked.append(("PUT", self.path, self.headers.get("X-aws-ec2-metadata-token-ttl-seconds")))
+                if self.path == "/latest/api/token":
+                    self.answer(200, "imds-session")
+                else:
+                    self.answer(404, "")
+
+            def do_GET(self):
+                asked.append(("GET", self.path, self.headers.get("X-aws-ec2-metadata-token") or
+                              self.headers.get("Authorization")))
+                roles = "/latest/meta-data/iam/security-credentials/"
+                if self.path.startswith(roles) and self.headers.get("X-aws-ec2-metadata-token") != "imds-session":
+                    self.answer(401, "")
+                elif self.path == roles:
+                    self.answer(200, "dptrain-reader")
+                elif self.path == roles + "dptrain-reader":
+                    self.answer(200, self.key(soon, Code="Success", Type="AWS-HMAC"))
+                elif self.path == "/pod/credentials" and self.headers.get("Authorization") == "pod-secret":
+                    self.answer(200, self.key(later))
+                else:
+                    self.answer(403 if self.path == "/pod/credentials" else 404, "")
+
+            def log_message(self, *args):
+                pass
+
+        server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), RoleEndpoints)
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        self.addCleanup(server.server_close)
+        self.addCleanup(server.shutdown)
+        stand_in = f"http://127.0.0.1:{server.server_address[1]}"
+        unset = {name: None for name in os.environ if name.startswith("AWS_")}
+        empty_home = self.path("role_home")
+        os.makedirs(empty_home)
+
+        def bench_loader(cache, **env):
+            return run([dptrain(), "bench-loader", "s3://datasets/shards/train", "--size", "24", "--batch-size", "8",
+                        "--epochs", "1", "--data-cache", self.path(cache)], timeout=120,
+                       env=env_with(**unset, HOME=empty_home, AWS_ENDPOINT_URL=f"http://127.0.0.1:{self.s3_port}",
+                                    **env))
+
+        code, out, err = bench_loader("instance_cache", AWS_EC2_METADATA_SERVICE_ENDPOINT=stand_in)
+        self.assertEqual(code, 0, out + err)
+        self.assertEqual(last_json(out)["images"], 96)
+        # Renewed for each request (the manifest, each shard's index and archive), each time the
+        # whole way: a session token (asked for 6 hours), the role's name, its key, with the token.
+        requests = 1 + 2 * self.train_shards
+        self.assertEqual(asked.count(("PUT", "/latest/api/token", "21600")), requests, asked)
+        self.assertEqual(asked.count(("GET", "/latest/meta-data/iam/security-credentials/dptrain-reader",
+                                      "imds-session")), requests, asked)
+        self.assertEqual(len(asked), 3 * requests, asked)
+        asked.clear()
+        code, out, err = bench_loader("container_cache", AWS_CONTAINER_CREDENTIALS_FULL_URI=f"{stand_in}/pod/credentials",
+                                      AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE=token_file)
+        self.assertEqual(code, 0, out + err)
+        self.assertEqual(last_json(out)["images"], 96)
+        self.assertEqual(asked, [("GET", "/pod/credentials", "pod-secret")])  # a key for 6 hours: asked once
+        # The wrong token: the endpoint's refusal, named.
+        with open(token_file, "w") as f:
+            f.write("stale")
+        code, out, err = bench_loader("refused_cache", AWS_CONTAINER_CREDENTIALS_FULL_URI=f"{stand_in}/pod/credentials",
+                                      AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE=token_file)
+        self.assertNotEqual(code, 0)
+        self.assertIn(f"the container's role (AWS_CONTAINER_CREDENTIALS_FULL_URI {stand_in}/pod/credentials) gave no "
+                      f"key: HTTP 403", err)
 
 
 if __name__ == "__main__":

@@ -8,13 +8,18 @@
 //                [NAME]); else the profile's credential_process (either file), a program whose
 //                JSON answer gives a key and perhaps when it expires; else the keys in the config
 //                file (AWS_CONFIG_FILE, else ~/.aws/config, sections [profile NAME] and [default]);
-//                else none: requests go unsigned (a public bucket)
+//                else the container's role (AWS_CONTAINER_CREDENTIALS_RELATIVE_URI or _FULL_URI, with
+//                AWS_CONTAINER_AUTHORIZATION_TOKEN[_FILE]: ECS tasks, EKS Pod Identity); else the
+//                instance's role, from its metadata service (IMDSv2, else v1; AWS_EC2_METADATA_DISABLED
+//                =true skips it, AWS_EC2_METADATA_SERVICE_ENDPOINT names another, and
+//                AWS_METADATA_SERVICE_TIMEOUT and _NUM_ATTEMPTS bound it: 1 s, once); else none:
+//                requests go unsigned (a public bucket)
 //   region       AWS_REGION, else AWS_DEFAULT_REGION, else the profile's `region`, else us-east-1
 //   endpoint     AWS_ENDPOINT_URL_S3, else AWS_ENDPOINT_URL, else the profile's `endpoint_url`,
 //                else AWS's own (https://s3.REGION.amazonaws.com)
 // Not read: single sign-on itself (a credential_process of `aws configure export-credentials
-// --profile NAME --format process` serves it), instance and container roles, and the config file's
-// per-service `services` sections.
+// --profile NAME --format process` serves it), a web identity's token (EKS's IRSA: AssumeRole
+// through STS), a profile's role_arn, and the config file's per-service `services` sections.
 //
 //   dpt::data::S3Settings s3 = dpt::data::s3_settings_from_environment();
 //   dpt::data::RemoteStore store(dpt::data::RemoteOptions().s3(s3));
@@ -25,6 +30,23 @@
 #include <string>
 
 namespace dpt::data {
+
+// An endpoint that hands out the key of a role this machine holds: the AWS tools' container and
+// instance metadata providers.
+struct RoleEndpoint {
+  enum class Kind { Container, Instance };
+  Kind kind = Kind::Instance;
+  // Container: the credentials URL; Instance: the metadata service (http://169.254.169.254).
+  std::string url;
+  // The variable that named `url`, for messages (the default metadata service: none).
+  std::string named_by;
+  // Container: the Authorization header's value, or the file to read it from at each request
+  // (EKS Pod Identity rotates it); both empty: none is sent.
+  std::string authorization, authorization_file;
+  // Each request's bound, and how many times one that is not answered is made.
+  std::chrono::milliseconds timeout{1000};
+  int attempts = 1;
+};
 
 struct S3Settings {
   // The region requests are signed for.
@@ -39,7 +61,9 @@ struct S3Settings {
   // The profile's credential_process when it gave the key, run again for a new one as the key's
   // expiration nears; empty otherwise.
   std::string credential_process;
-  // When the key stops working (a credential process's Expiration); unset: it does not.
+  // The role's endpoint when it gave the key, asked again as the key's expiration nears.
+  std::optional<RoleEndpoint> role;
+  // When the key stops working (a credential process's or role's Expiration); unset: it does not.
   std::optional<std::chrono::system_clock::time_point> expiration;
 
   // Where requests go: `endpoint`, or AWS's for the region (https://s3.REGION.amazonaws.com).
@@ -64,10 +88,12 @@ S3Settings resolve_s3_settings(const EnvironmentLookup& environment);
 // resolve_s3_settings over this process's environment.
 S3Settings s3_settings_from_environment();
 
-// Runs `settings.credential_process` again and takes its key and expiration. ConfigError when the
-// program cannot be run, fails, outlives kCredentialProcessBound, or answers other than with
-// version 1 of the process credentials JSON ({"Version": 1, "AccessKeyId": ..., "SecretAccessKey":
-// ..., "SessionToken": ..., "Expiration": "2026-12-07T10:00:00Z"}).
+// Fetches the key anew from where it came: runs `settings.credential_process` again, or asks
+// `settings.role`; takes the key and its expiration. ConfigError when the program cannot be run,
+// fails, outlives kCredentialProcessBound, or answers other than with version 1 of the process
+// credentials JSON ({"Version": 1, "AccessKeyId": ..., "SecretAccessKey": ..., "SessionToken":
+// ..., "Expiration": "2026-12-07T10:00:00Z"}); when the role's endpoint does not answer, or not
+// with a key ({"AccessKeyId": ..., "SecretAccessKey": ..., "Token": ..., "Expiration": ...}).
 void refresh_credentials(S3Settings& settings);
 
 }  // namespace dpt::data

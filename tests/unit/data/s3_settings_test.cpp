@@ -8,6 +8,7 @@
 #include <string>
 
 #include "dptrain/common/error.h"
+#include "data/s3_key_sources.h"
 #include "dptrain/common/read_file.h"
 #include "support/temp_dir.h"
 
@@ -21,19 +22,23 @@ class AwsHome {
   AwsHome() {
     std::filesystem::create_directories(dir_.path() + "/.aws");
     variables_["HOME"] = dir_.path();
+    // An instance metadata service that is not there (nothing listens on port 1): without it the
+    // cases below that find no key would ask 169.254.169.254, a real one on a cloud machine.
+    variables_["AWS_EC2_METADATA_SERVICE_ENDPOINT"] = "http://127.0.0.1:1";
   }
   std::string path(const std::string& name) const { return dir_.path() + "/" + name; }
   void write(const std::string& name, const std::string& text) const { std::ofstream(path(name)) << text; }
+  std::optional<std::string> get(const std::string& name) const {
+    const auto it = variables_.find(name);
+    if (it == variables_.end()) return std::nullopt;
+    return it->second;
+  }
   AwsHome& set(const std::string& name, const std::string& value) {
     variables_[name] = value;
     return *this;
   }
   S3Settings resolve() const {
-    return resolve_s3_settings([this](const std::string& name) -> std::optional<std::string> {
-      const auto it = variables_.find(name);
-      if (it == variables_.end()) return std::nullopt;
-      return it->second;
-    });
+    return resolve_s3_settings([this](const std::string& name) { return get(name); });
   }
 
  private:
@@ -69,6 +74,7 @@ TEST(S3Settings, WithoutAnythingRequestsGoUnsignedToAwsInUsEast1) {
   const S3Settings s = AwsHome().resolve();
   EXPECT_EQ(s.access_key_id, "");
   EXPECT_EQ(s.credentials_source, "");
+  EXPECT_FALSE(s.role);  // no metadata service answered
   EXPECT_EQ(s.region, "us-east-1");
   EXPECT_EQ(s.endpoint, "");
   EXPECT_EQ(s.endpoint_url(), "https://s3.us-east-1.amazonaws.com");
@@ -289,4 +295,50 @@ TEST(S3Settings, ACredentialProcessThatFailsOrAnswersBadlyIsAConfigError) {
     home.write(".aws/config", "[default]\ncredential_process = " + command + "\n");
     EXPECT_NE(error_of(home).find(said), std::string::npos) << command << ": " << error_of(home);
   }
+}
+
+// Where a role's key is asked for, as the AWS tools read it (test_train_remote_shards asks a
+// metadata service and a container's endpoint on loopback for one).
+TEST(S3Settings, TheRoleEndpointsTheEnvironmentNames) {
+  AwsHome home;
+  auto endpoint = [&] { return role_endpoint_from([&](const std::string& name) { return home.get(name); }); };
+  std::optional<RoleEndpoint> role = endpoint();
+  ASSERT_TRUE(role);
+  EXPECT_EQ(role->kind, RoleEndpoint::Kind::Instance);
+  EXPECT_EQ(role->url, "http://127.0.0.1:1");
+  EXPECT_EQ(role->timeout, std::chrono::milliseconds(1000));
+  EXPECT_EQ(role->attempts, 1);
+  home.set("AWS_EC2_METADATA_SERVICE_ENDPOINT", "").set("AWS_METADATA_SERVICE_TIMEOUT", "0.25")
+      .set("AWS_METADATA_SERVICE_NUM_ATTEMPTS", "3");
+  role = endpoint();
+  EXPECT_EQ(role->url, "http://169.254.169.254");
+  EXPECT_EQ(role->timeout, std::chrono::milliseconds(250));
+  EXPECT_EQ(role->attempts, 3);
+  home.set("AWS_METADATA_SERVICE_TIMEOUT", "soon");
+  EXPECT_THROW(endpoint(), dpt::ConfigError);
+  home.set("AWS_METADATA_SERVICE_TIMEOUT", "1").set("AWS_EC2_METADATA_DISABLED", "TRUE");
+  EXPECT_FALSE(endpoint());
+  // A container's endpoint comes first, the relative URI before the full one.
+  home.set("AWS_CONTAINER_CREDENTIALS_FULL_URI", "http://127.0.0.1:8080/creds")
+      .set("AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE", "/var/run/token");
+  role = endpoint();
+  ASSERT_TRUE(role);
+  EXPECT_EQ(role->kind, RoleEndpoint::Kind::Container);
+  EXPECT_EQ(role->url, "http://127.0.0.1:8080/creds");
+  EXPECT_EQ(role->named_by, "AWS_CONTAINER_CREDENTIALS_FULL_URI");
+  EXPECT_EQ(role->authorization_file, "/var/run/token");
+  home.set("AWS_CONTAINER_CREDENTIALS_RELATIVE_URI", "/v2/credentials/abc");
+  EXPECT_EQ(endpoint()->url, "http://169.254.170.2/v2/credentials/abc");
+}
+
+// A role's endpoint that does not answer: an instance's means no role (unsigned requests); a
+// container's, named outright, is an error.
+TEST(S3Settings, ARoleEndpointThatDoesNotAnswer) {
+  AwsHome home;
+  EXPECT_EQ(home.resolve().credentials_source, "");
+  home.set("AWS_CONTAINER_CREDENTIALS_FULL_URI", "http://127.0.0.1:1/creds");
+  EXPECT_NE(error_of(home).find("the container's role (AWS_CONTAINER_CREDENTIALS_FULL_URI http://127.0.0.1:1/creds) "
+                                "gave no key: "),
+            std::string::npos)
+      << error_of(home);
 }
