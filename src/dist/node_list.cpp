@@ -17,7 +17,9 @@ bool is_number(const std::string& s) {
 }  // namespace
 
 NodeList::NodeList(const std::string& text) {
-  auto malformed = [&](const auto&... what) { return ConfigError(str("malformed Slurm node list '", text, "': ", what...)); };
+  auto malformed = [&](const auto&... what) {
+    return ConfigError(str("malformed Slurm node list '", text, "': ", what...));
+  };
   // Checked as the count grows, so that no sum of nine-digit ranges can overflow it.
   auto count = [&](int64_t hosts) {
     size_ += hosts;
@@ -84,7 +86,9 @@ std::vector<std::string> NodeList::expand() const {
   for (const Entry& entry : entries_) {
     if (entry.ranges.empty()) hosts.push_back(entry.prefix);
     for (const Range& range : entry.ranges) {
-      for (int64_t n = range.first; n <= range.last; ++n) hosts.push_back(entry.prefix + zero_padded(n, range.width) + entry.suffix);
+      for (int64_t n = range.first; n <= range.last; ++n) {
+        hosts.push_back(entry.prefix + zero_padded(n, range.width) + entry.suffix);
+      }
     }
   }
   return hosts;
