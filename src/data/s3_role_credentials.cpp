@@ -92,7 +92,7 @@ void take_role_answer(S3Settings& settings, const Reply& reply) {
   take_key(settings, answer, "Token", what);
 }
 
-bool take_container_key(S3Settings& settings) {
+void take_container_key(S3Settings& settings) {
   const RoleEndpoint& role = *settings.role;
   settings.credentials_source = str("the container's role (", role.named_by, " ", role.url, ")");
   std::string authorization = role.authorization;
@@ -105,7 +105,6 @@ bool take_container_key(S3Settings& settings) {
   std::vector<std::string> headers;
   if (!authorization.empty()) headers.push_back("Authorization: " + authorization);
   take_role_answer(settings, ask("GET", role.url, headers, role));
-  return true;
 }
 
 bool take_instance_key(S3Settings& settings) {
@@ -177,8 +176,9 @@ std::optional<RoleEndpoint> role_endpoint_from(const EnvironmentLookup& environm
 }
 
 bool take_role_key(S3Settings& settings) {
-  return settings.role->kind == RoleEndpoint::Kind::Container ? take_container_key(settings)
-                                                              : take_instance_key(settings);
+  if (settings.role->kind == RoleEndpoint::Kind::Instance) return take_instance_key(settings);
+  take_container_key(settings);  // a container's endpoint, named outright, answers or fails
+  return true;
 }
 
 }  // namespace dpt::data

@@ -94,6 +94,4 @@ std::vector<std::string> NodeList::expand() const {
   return hosts;
 }
 
-std::vector<std::string> expand_nodelist(const std::string& nodelist) { return NodeList(nodelist).expand(); }
-
 }  // namespace dpt::dist

@@ -44,7 +44,4 @@ class NodeList {
   int64_t size_ = 0;
 };
 
-// NodeList(nodelist).expand(): every host name, in order.
-std::vector<std::string> expand_nodelist(const std::string& nodelist);
-
 }  // namespace dpt::dist

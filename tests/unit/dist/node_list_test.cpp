@@ -4,7 +4,6 @@
 
 #include "dptrain/common/error.h"
 
-using dpt::dist::expand_nodelist;
 using dpt::dist::NodeList;
 
 namespace {
@@ -23,12 +22,12 @@ std::string config_error_of(const std::string& text) {
 }  // namespace
 
 TEST(NodeList, Forms) {
-  EXPECT_EQ(expand_nodelist("node1"), Hosts({"node1"}));
-  EXPECT_EQ(expand_nodelist("node[01-03,07],gpu5"), Hosts({"node01", "node02", "node03", "node07", "gpu5"}));
-  EXPECT_EQ(expand_nodelist("a[1-2],b[09-11]"), Hosts({"a1", "a2", "b09", "b10", "b11"}));
-  EXPECT_EQ(expand_nodelist("rack[3]-n"), Hosts({"rack3-n"}));
-  EXPECT_EQ(expand_nodelist("x[8-10]"), Hosts({"x8", "x9", "x10"}));
-  EXPECT_EQ(expand_nodelist("n[1-2]-ib,m"), Hosts({"n1-ib", "n2-ib", "m"}));
+  EXPECT_EQ(NodeList("node1").expand(), Hosts({"node1"}));
+  EXPECT_EQ(NodeList("node[01-03,07],gpu5").expand(), Hosts({"node01", "node02", "node03", "node07", "gpu5"}));
+  EXPECT_EQ(NodeList("a[1-2],b[09-11]").expand(), Hosts({"a1", "a2", "b09", "b10", "b11"}));
+  EXPECT_EQ(NodeList("rack[3]-n").expand(), Hosts({"rack3-n"}));
+  EXPECT_EQ(NodeList("x[8-10]").expand(), Hosts({"x8", "x9", "x10"}));
+  EXPECT_EQ(NodeList("n[1-2]-ib,m").expand(), Hosts({"n1-ib", "n2-ib", "m"}));
 }
 
 TEST(NodeList, MalformedListsAreNamed) {
